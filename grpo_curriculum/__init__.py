@@ -1,0 +1,31 @@
+"""grpo-curriculum: change GRPO's num_generations and temperature during a TRL run, safely."""
+
+__version__ = "0.1.0"
+
+from .errors import CurriculumError, Problem
+from .schedule import ResolvedSchedule, Setting, Stage, StageSchedule
+
+__all__ = [
+    "CurriculumCallback",
+    "CurriculumError",
+    "CurriculumGRPOTrainer",
+    "Problem",
+    "ResolvedSchedule",
+    "Setting",
+    "Stage",
+    "StageSchedule",
+    "__version__",
+]
+
+
+def __getattr__(name):
+    # The trainer and the callback import torch/transformers/trl; the pure pieces above do not.
+    if name == "CurriculumCallback":
+        from .callback import CurriculumCallback
+
+        return CurriculumCallback
+    if name == "CurriculumGRPOTrainer":
+        from .trainer import CurriculumGRPOTrainer
+
+        return CurriculumGRPOTrainer
+    raise AttributeError(f"module 'grpo_curriculum' has no attribute {name!r}")

@@ -1,0 +1,231 @@
+"""
+Everything that knows TRL's `GRPOTrainer` internals lives here, so a TRL upgrade touches this one module.
+
+Tested against TRL 1.16. What the curriculum relies on:
+
+- `trainer.num_generations` is read at every generation round (`_generate`, the reward grouping
+  `rewards.view(-1, G)` and the vLLM request `n=G`).
+- The sampling temperature lives in `trainer.generation_config` / `trainer.generation_kwargs` (transformers
+  generation and continuous batching) and `trainer.vllm_generation.temperature` (vLLM, both modes).
+- The training log-probabilities are computed by the fused LM head that `add_fused_lm_head` patches into the policy
+  (and the reference model) at `__init__`, with the temperature bound in a closure. We record that closure cell while
+  the parent `__init__` runs and rewrite it at each switch.
+- `_generate_and_score_completions(inputs)` is called once per generation round in training, with the local slice of
+  the round's rows (prompt repeated G times, contiguous, processes taking consecutive slices). We build those rows
+  ourselves from a prompt stream that reproduces `RepeatSampler`'s order, so the data loader's read-ahead (accelerate
+  prefetch, worker prefetch) never hands a row grouped for the old G to a round with the new G.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+
+import torch
+from datasets import Dataset, IterableDataset
+
+logger = logging.getLogger("grpo_curriculum")
+
+_GRPO_MODULE = "trl.trainer.grpo_trainer"
+
+
+class UnsupportedTRLError(RuntimeError):
+    """Raised when the installed TRL does not have the internals this version of grpo-curriculum relies on."""
+
+
+def _unsupported(what: str) -> UnsupportedTRLError:
+    import trl
+
+    return UnsupportedTRLError(
+        f"grpo-curriculum cannot {what} with the installed TRL {trl.__version__}: its GRPOTrainer internals changed. "
+        "Install a supported TRL version (see `pyproject.toml`, e.g. `pip install 'trl>=1.16,<1.17'`) or upgrade "
+        "grpo-curriculum."
+    )
+
+
+@contextlib.contextmanager
+def record_fused_lm_head_temperature(cells: list):
+    """
+    While the parent `GRPOTrainer.__init__` runs, record the closure cell holding the temperature of every fused LM
+    head it adds (policy and reference model), so [`set_temperature`] can change it later.
+    """
+    import importlib
+
+    module = importlib.import_module(_GRPO_MODULE)
+    original = getattr(module, "add_fused_lm_head", None)
+    if original is None:
+        raise _unsupported("find `add_fused_lm_head`")
+
+    def recording_add_fused_lm_head(model, *args, **kwargs):
+        original(model, *args, **kwargs)
+        function = getattr(model.forward, "__func__", None)
+        code = getattr(function, "__code__", None)
+        if code is None or "temperature" not in code.co_freevars:
+            raise _unsupported("locate the temperature of the fused LM head")
+        cells.append(function.__closure__[code.co_freevars.index("temperature")])
+
+    module.add_fused_lm_head = recording_add_fused_lm_head
+    try:
+        yield cells
+    finally:
+        module.add_fused_lm_head = original
+
+
+def set_num_generations(trainer, num_generations: int) -> None:
+    """Make the next generation round sample `num_generations` completions per prompt and group rewards by it."""
+    trainer.num_generations = int(num_generations)
+
+
+def set_temperature(trainer, temperature: float, cells: list) -> None:
+    """Set the sampling temperature everywhere TRL reads it: generation, vLLM and the log-prob computation."""
+    temperature = float(temperature)
+    trainer.temperature = temperature
+    if getattr(trainer, "generation_config", None) is not None:
+        trainer.generation_config.temperature = temperature
+    if getattr(trainer, "generation_kwargs", None) is not None:
+        trainer.generation_kwargs["temperature"] = temperature
+    if getattr(trainer, "use_vllm", False):
+        trainer.vllm_generation.temperature = temperature
+    for cell in cells:
+        cell.cell_contents = temperature
+
+
+def sampling_temperatures(trainer, cells: list) -> dict[str, float]:
+    """Where each temperature currently stands (for tests and the consistency check)."""
+    found = {"trainer": trainer.temperature}
+    if getattr(trainer, "generation_config", None) is not None:
+        found["generation_config"] = trainer.generation_config.temperature
+    if getattr(trainer, "generation_kwargs", None) is not None:
+        found["generation_kwargs"] = trainer.generation_kwargs["temperature"]
+    if getattr(trainer, "use_vllm", False):
+        found["vllm"] = trainer.vllm_generation.temperature
+    for i, cell in enumerate(cells):
+        found[f"fused_lm_head[{i}]"] = cell.cell_contents
+    return found
+
+
+def generation_round_length(trainer) -> int:
+    """Micro-steps (`training_step` calls) a generated batch is used for: `steps_per_generation x num_iterations`."""
+    return trainer.args.steps_per_generation * trainer.num_iterations
+
+
+def train_dataset_as_loaded(trainer):
+    """The train dataset as the train data loader reads it (unused columns removed when the user asked for it)."""
+    dataset = trainer.train_dataset
+    if isinstance(dataset, Dataset):
+        dataset = trainer._remove_unused_columns(dataset, description="training")
+    return dataset
+
+
+class PromptStream:
+    """
+    The sequence of unique prompts consumed by generation rounds, independent of G.
+
+    With a constant G it yields exactly the prompts TRL's `RepeatSampler` (map-style datasets) or
+    `repeat_iterable_dataset` (iterable datasets) would: a fresh permutation (seeded with `seed`) a pass, consumed in
+    order, a pass's tail too short for a whole round dropped. With a changing G, each round takes
+    `generation_batch_size / G` prompts from where the last round stopped, so no prompt is skipped or repeated within a
+    pass whatever the switches.
+
+    Args:
+        dataset (`Dataset` or `IterableDataset`):
+            The train dataset.
+        shuffle (`bool`):
+            Whether to shuffle each pass (`GRPOConfig.shuffle_dataset`).
+        seed (`int`):
+            The run's seed (`TrainingArguments.seed`).
+    """
+
+    def __init__(self, dataset, shuffle: bool, seed: int):
+        self.dataset = dataset
+        self.shuffle = shuffle
+        self.seed = seed
+        self.iterable = isinstance(dataset, IterableDataset)
+        self.epoch = 0  # passes started so far
+        self.position = 0  # prompts consumed in the current pass
+        self._order = None  # map-style: the current pass's permutation
+        self._iterator = None  # iterable: the current pass's stream
+        if not self.iterable:
+            self._generator = torch.Generator()
+            if shuffle:
+                self._generator.manual_seed(seed)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def _start_pass(self) -> None:
+        if self.iterable:
+            stream = self.dataset.shuffle(seed=self.seed) if self.shuffle else self.dataset
+            stream.set_epoch(self.epoch)
+            self._iterator = iter(stream)
+        elif self.shuffle:
+            self._order = torch.randperm(len(self.dataset), generator=self._generator).tolist()
+        else:
+            self._order = list(range(len(self.dataset)))
+        self.epoch += 1
+        self.position = 0
+
+    def take(self, num_prompts: int) -> list[dict]:
+        """The next `num_prompts` unique prompt rows (fresh dicts)."""
+        for _ in range(3):  # a pass too short for one round is an error, not an endless loop
+            if self._order is None and self._iterator is None:
+                self._start_pass()
+            if self.iterable:
+                rows = list(itertools.islice(self._iterator, num_prompts))
+                if len(rows) == num_prompts:
+                    self.position += num_prompts
+                    return rows
+            elif self.position + num_prompts <= len(self._order):
+                indices = self._order[self.position : self.position + num_prompts]
+                self.position += num_prompts
+                return [{"__index__": i} for i in indices]
+            self._order, self._iterator = None, None
+        raise ValueError(
+            f"The train dataset has fewer prompts than one generation round needs ({num_prompts}): "
+            "use a larger dataset, a smaller generation batch, or a larger num_generations."
+        )
+
+    def rows(self, stub: dict) -> dict:
+        """Materialise one row (a fresh dict for every repeat, as the data loader would give)."""
+        if "__index__" in stub:
+            return self.dataset[stub["__index__"]]
+        import copy
+
+        return copy.deepcopy(stub)
+
+
+def local_round_rows(trainer, stream: PromptStream, num_generations: int) -> list[dict]:
+    """
+    This process's rows for the next generation round at `num_generations`: the global round is
+    `generation_batch_size / G` prompts each repeated G times in a row, and process `i` takes the `i`-th contiguous
+    slice, exactly the layout `RepeatSampler` and accelerate's batch sharding give.
+    """
+    generation_batch_size = trainer.args.generation_batch_size
+    prompts = stream.take(generation_batch_size // num_generations)
+    local = generation_batch_size // trainer.accelerator.num_processes
+    start = trainer.accelerator.process_index * local
+    rows = []
+    for position in range(start, start + local):
+        rows.append(stream.rows(prompts[position // num_generations]))
+    return rows
+
+
+def all_processes_agree(trainer, fingerprint: tuple) -> None:
+    """Raise if any process computed a different `fingerprint` (round, stage, G, temperature) for this round."""
+    if trainer.accelerator.num_processes == 1:
+        return
+    from accelerate.utils import gather_object
+
+    seen = gather_object([fingerprint])
+    if any(other != fingerprint for other in seen):
+        raise RuntimeError(
+            f"grpo-curriculum: processes disagree on the generation round's setting: {seen}. Every process must run "
+            "the same schedule with the same arguments; this is a bug if they do."
+        )
+
+
+def is_grpo_trainer(trainer) -> bool:
+    from trl import GRPOTrainer
+
+    return isinstance(trainer, GRPOTrainer)

@@ -1,0 +1,127 @@
+"""The `TrainerCallback` that carries a curriculum and decides, round by round, which G and temperature apply."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+
+from transformers import TrainerCallback
+
+from .schedule import ResolvedSchedule, Setting, Stage, StageSchedule
+
+logger = logging.getLogger("grpo_curriculum")
+
+
+class CurriculumCallback(TrainerCallback):
+    """
+    A [`~transformers.TrainerCallback`] carrying a curriculum over `num_generations` (G) and `temperature`.
+
+    Pass it to [`CurriculumGRPOTrainer`] in `callbacks=[...]`; the trainer asks it for the setting of each generation
+    round and applies it everywhere TRL uses G or the temperature. Given to a plain [`~trl.GRPOTrainer`], it stops the
+    run before the first step instead of silently doing nothing.
+
+    Args:
+        schedule ([`StageSchedule`] or `list[Stage]`):
+            The stages.
+
+    Example:
+    ```python
+    >>> from grpo_curriculum import CurriculumCallback, CurriculumGRPOTrainer, Stage
+    >>> curriculum = CurriculumCallback([Stage(num_generations=4, temperature=0.7, until_fraction=0.5),
+    ...                                  Stage(num_generations=8, temperature=0.9)])
+    >>> trainer = CurriculumGRPOTrainer(model=..., reward_funcs=..., args=..., train_dataset=...,
+    ...                                 callbacks=[curriculum])
+    ```
+    """
+
+    def __init__(self, schedule: StageSchedule | list[Stage]):
+        self.schedule = schedule if isinstance(schedule, StageSchedule) else StageSchedule(schedule)
+        self.resolved: ResolvedSchedule | None = None
+        self.current: Setting | None = None
+        self.rounds = 0  # generation rounds started in this run
+        self.switches: list[dict] = []
+        self._trainer = None
+
+    @classmethod
+    def from_yaml(cls, path: str) -> CurriculumCallback:
+        """
+        Build the callback from a recipe file holding a top-level `curriculum:` mapping with `stages:`.
+
+        Raises:
+            [`CurriculumError`]: listing every problem in the file, each with its key path, value, rule and fix.
+        """
+        from .recipe import load_curriculum
+
+        return cls(load_curriculum(path))
+
+    # --- decisions -------------------------------------------------------------------------------------------------
+
+    def resolve(self, total_steps: int) -> ResolvedSchedule:
+        """Fix the stage ends for a run of `total_steps` optimizer steps (validates them)."""
+        self.resolved = self.schedule.resolve(total_steps)
+        return self.resolved
+
+    def initial_setting(self) -> Setting:
+        """The setting before the first round: the first stage's."""
+        stage = self.schedule.stages[0]
+        return Setting(0, stage.num_generations, stage.temperature_at(0.0))
+
+    def setting_for_round(self, global_step: int) -> Setting:
+        """
+        The setting of the generation round that starts now, at optimizer step `global_step`. Records a switch when it
+        differs from the previous round's.
+        """
+        if self.resolved is None:
+            raise RuntimeError("CurriculumCallback.resolve(total_steps) must run before the first generation round.")
+        setting = self.resolved.setting_at(global_step)
+        previous = self.current
+        if previous is not None and (
+            setting.stage != previous.stage or setting.num_generations != previous.num_generations
+        ):
+            switch = {
+                "step": global_step,
+                "round": self.rounds,
+                "from": asdict(previous),
+                "to": asdict(setting),
+                "reason": f"stage {setting.stage} starts at step {self.resolved.start_of(setting.stage)}",
+            }
+            self.switches.append(switch)
+            if self._trainer is None or self._trainer.accelerator.is_main_process:
+                logger.info(
+                    "curriculum switch at step %d (round %d): G %d -> %d, temperature %.4g -> %.4g (%s)",
+                    global_step,
+                    self.rounds,
+                    previous.num_generations,
+                    setting.num_generations,
+                    previous.temperature,
+                    setting.temperature,
+                    switch["reason"],
+                )
+        self.current = setting
+        self.rounds += 1
+        return setting
+
+    def log_metrics(self) -> dict[str, float]:
+        """The `curriculum/*` values added to every training log line."""
+        if self.current is None:
+            return {}
+        return {
+            "curriculum/num_generations": self.current.num_generations,
+            "curriculum/temperature": self.current.temperature,
+            "curriculum/stage": self.current.stage,
+        }
+
+    # --- callback events -------------------------------------------------------------------------------------------
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self._trainer is None:
+            raise RuntimeError(
+                "CurriculumCallback was given to a trainer that does not apply curricula, so it would silently do "
+                "nothing. Use `grpo_curriculum.CurriculumGRPOTrainer` (same constructor as `trl.GRPOTrainer`) and "
+                "pass the callback in `callbacks=[...]`."
+            )
+        if self.resolved is None or self.resolved.total_steps != state.max_steps:
+            self.resolve(state.max_steps)
+        if state.is_world_process_zero:
+            for line in self.resolved.describe():
+                logger.info("curriculum %s", line)

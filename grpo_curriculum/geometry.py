@@ -1,0 +1,287 @@
+"""Batch geometry of a GRPO run: which `num_generations` values TRL accepts, and how to fix one it rejects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+
+from .errors import CurriculumError, Problem, raise_if_any
+
+
+def divisors(n: int) -> list[int]:
+    """
+    Args:
+        n (`int`): A positive integer.
+
+    Returns:
+        `list[int]`: All positive divisors of `n`, ascending (empty when `n < 1`).
+    """
+    small = [i for i in range(1, int(n**0.5) + 1) if n % i == 0] if n >= 1 else []
+    return small + [n // i for i in reversed(small) if i * i != n]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive(values: dict[str, object], optional: bool = False) -> list[Problem]:
+    bad = {k: v for k, v in values.items() if not (optional and v is None) and not (_is_int(v) and v >= 1)}
+    return [Problem(key, value, "must be a positive integer") for key, value in bad.items()]
+
+
+def _processes(n: int) -> str:
+    return f"{n} process{'es' if n != 1 else ''}"
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _nearest(valid: list[int], target: int) -> tuple[int, ...]:
+    best = min((abs(v - target) for v in valid), default=None)
+    return tuple(v for v in valid if abs(v - target) == best)
+
+
+@dataclass(frozen=True)
+class Fixes:
+    """
+    Ways to make a rejected `num_generations` valid: change G, or grow one dimension of the batch geometry.
+
+    Args:
+        nearest_num_generations (`tuple[int, ...]`):
+            The valid G closest to the asked one (both neighbours when tied, ascending; empty when none is valid).
+        per_device_train_batch_size (`int` or `None`):
+            Smallest per-device batch >= the current one making the asked G valid (`None` when G < 2).
+        steps_per_generation (`int` or `None`):
+            Smallest steps per generation >= the current one making the asked G valid (`None` when G < 2).
+        num_processes (`int` or `None`):
+            Smallest number of processes >= the current one making the asked G valid (`None` when G < 2).
+    """
+
+    nearest_num_generations: tuple[int, ...]
+    per_device_train_batch_size: int | None
+    steps_per_generation: int | None
+    num_processes: int | None
+
+    def lines(self, geometry: BatchGeometry) -> list[str]:
+        """
+        Args:
+            geometry ([`BatchGeometry`]): The geometry these fixes were computed for.
+
+        Returns:
+            `list[str]`: e.g. `["use num_generations 6 (nearest valid)", "or per_device_train_batch_size 4 ->
+            generation batch 8"]`.
+        """
+        n, b, s = geometry.num_processes, geometry.per_device_train_batch_size, geometry.steps_per_generation
+        lines = [f"use num_generations {' or '.join(map(str, self.nearest_num_generations))} (nearest valid)"]
+        lines = lines if self.nearest_num_generations else []
+        if self.per_device_train_batch_size not in (None, b):
+            lines.append(f"per_device_train_batch_size {self.per_device_train_batch_size} -> generation batch "
+                         f"{n * self.per_device_train_batch_size * s}")
+        if self.steps_per_generation not in (None, s):
+            name = f"steps_per_generation {self.steps_per_generation}"
+            if geometry.gradient_accumulation_steps in (None, s):
+                name = f"gradient_accumulation_steps {self.steps_per_generation} (steps_per_generation follows it)"
+            lines.append(f"{name} -> generation batch {n * b * self.steps_per_generation}")
+        if self.num_processes not in (None, n):
+            lines.append(f"num_processes {self.num_processes} -> generation batch {self.num_processes * b * s}")
+        return [line if line.startswith("use ") else ("or " if i else "use ") + line for i, line in enumerate(lines)]
+
+
+@dataclass(frozen=True)
+class BatchGeometry:
+    """
+    How many completions one GRPO generation round holds, as TRL 1.16's `GRPOConfig` derives it: `generation_batch_size
+    = num_processes x per_device_train_batch_size x steps_per_generation`, which `num_generations` must divide.
+
+    Args:
+        num_processes (`int`): Number of training processes (`args.world_size`).
+        per_device_train_batch_size (`int`): Completions per process per micro-step.
+        steps_per_generation (`int`): Micro-steps served by one generation round.
+        gradient_accumulation_steps (`int`, *optional*): Informational; `None` means `steps_per_generation`.
+        per_device_eval_batch_size (`int`, *optional*): Per-device eval batch, checked with `num_generations_eval`.
+        num_generations_eval (`int`, *optional*):
+            The fixed eval G; `None` means evaluation does not run and its rule is not checked.
+    """
+
+    num_processes: int
+    per_device_train_batch_size: int
+    steps_per_generation: int
+    gradient_accumulation_steps: int | None = None
+    per_device_eval_batch_size: int | None = None
+    num_generations_eval: int | None = None
+
+    def __post_init__(self):
+        names = ("num_processes", "per_device_train_batch_size", "steps_per_generation")
+        optional = ("gradient_accumulation_steps", "per_device_eval_batch_size", "num_generations_eval")
+        problems = _positive({k: getattr(self, k) for k in names})
+        raise_if_any(problems + _positive({k: getattr(self, k) for k in optional}, True), "batch geometry")
+
+    @property
+    def generation_batch_size(self) -> int:
+        """`int`: `num_processes x per_device_train_batch_size x steps_per_generation`."""
+        return self.num_processes * self.per_device_train_batch_size * self.steps_per_generation
+
+    @classmethod
+    def from_values(
+        cls, *, num_processes, per_device_train_batch_size, gradient_accumulation_steps=1, steps_per_generation=None,
+        generation_batch_size=None, per_device_eval_batch_size=None, num_generations_eval=None,
+    ) -> BatchGeometry:
+        """
+        Build a geometry with TRL 1.16's rules: `steps_per_generation` defaults to `gradient_accumulation_steps`, or is
+        `generation_batch_size // (per_device_train_batch_size x num_processes)` when that is given.
+
+        Args:
+            num_processes, per_device_train_batch_size, gradient_accumulation_steps (`int`):
+                As in `GRPOConfig` (`num_processes` is its `world_size`).
+            steps_per_generation, generation_batch_size (`int`, *optional*):
+                At most one of the two.
+            per_device_eval_batch_size, num_generations_eval (`int`, *optional*):
+                Eval batch and eval G; leave `num_generations_eval` unset when evaluation does not run.
+
+        Returns:
+            [`BatchGeometry`]: The derived geometry. Raises [`CurriculumError`] listing every invalid value.
+        """
+        values = dict(num_processes=num_processes, per_device_train_batch_size=per_device_train_batch_size,
+                      gradient_accumulation_steps=gradient_accumulation_steps)
+        optional = dict(steps_per_generation=steps_per_generation, generation_batch_size=generation_batch_size,
+                        per_device_eval_batch_size=per_device_eval_batch_size,
+                        num_generations_eval=num_generations_eval)
+        problems = _positive(values) + _positive(optional, True)
+        if steps_per_generation is not None and generation_batch_size is not None:
+            problems.append(Problem("generation_batch_size", generation_batch_size,
+                                    "must not be set together with steps_per_generation",
+                                    "set only one of generation_batch_size and steps_per_generation"))
+        raise_if_any(problems, "batch geometry")
+        if generation_batch_size is not None:
+            step = per_device_train_batch_size * num_processes
+            if generation_batch_size % step:
+                low, high = generation_batch_size // step * step, _round_up(generation_batch_size, step)
+                raise CurriculumError([Problem(
+                    "generation_batch_size", generation_batch_size, f"must be a multiple of the global batch "
+                    f"({_processes(num_processes)} x {per_device_train_batch_size} per-device batch = {step})",
+                    f"use generation_batch_size {f'{low} or ' if low else ''}{high}")], "batch geometry")
+            steps_per_generation = generation_batch_size // step
+        elif steps_per_generation is None:
+            steps_per_generation = gradient_accumulation_steps
+        return cls(num_processes, per_device_train_batch_size, steps_per_generation, gradient_accumulation_steps,
+                   per_device_eval_batch_size, num_generations_eval)
+
+    @classmethod
+    def from_args(cls, args, num_processes: int | None = None) -> BatchGeometry:
+        """
+        Read the geometry from a `GRPOConfig`-like object (duck-typed).
+
+        Args:
+            args (`GRPOConfig` or similar):
+                Read: `world_size`, `per_device_train_batch_size`, `gradient_accumulation_steps`,
+                `steps_per_generation`, `generation_batch_size`, `num_generations`, and the eval fields `do_eval`,
+                `eval_strategy`, `per_device_eval_batch_size`, `num_generations_eval`.
+            num_processes (`int`, *optional*):
+                Overrides `args.world_size`. A constructed config's `generation_batch_size` was derived for its own
+                world size, so `steps_per_generation` is kept and the generation batch recomputed.
+
+        Returns:
+            [`BatchGeometry`]: The geometry; the eval fields are set only when evaluation runs.
+        """
+        own = getattr(args, "world_size", None)
+        b, spg, gbs = args.per_device_train_batch_size, args.steps_per_generation, args.generation_batch_size
+        if spg is not None and gbs is not None and all(map(_is_int, (own, b, spg))) and gbs == b * own * spg:
+            gbs = None  # both filled in by GRPOConfig.__post_init__ for its own world size
+        strategy = getattr(args, "eval_strategy", "no")
+        eval_g = eval_b = None
+        if getattr(args, "do_eval", False) and getattr(strategy, "value", strategy) != "no":
+            eval_g = getattr(args, "num_generations_eval", None) or args.num_generations
+            eval_b = args.per_device_eval_batch_size
+        return cls.from_values(
+            num_processes=own if num_processes is None else num_processes, per_device_train_batch_size=b,
+            gradient_accumulation_steps=args.gradient_accumulation_steps, steps_per_generation=spg,
+            generation_batch_size=gbs, per_device_eval_batch_size=eval_b, num_generations_eval=eval_g)
+
+    def describe(self) -> str:
+        """`str`: e.g. `"2 processes x 3 per-device batch x 1 steps per generation = generation batch 6"`."""
+        return (f"{_processes(self.num_processes)} x {self.per_device_train_batch_size} per-device batch x "
+                f"{self.steps_per_generation} steps per generation = generation batch {self.generation_batch_size}")
+
+    def valid_num_generations(self) -> list[int]:
+        """`list[int]`: Every G TRL accepts here: the divisors >= 2 of the generation batch, ascending."""
+        return [d for d in divisors(self.generation_batch_size) if d >= 2]
+
+    def is_valid(self, num_generations: int) -> bool:
+        """`bool`: Whether TRL accepts `num_generations` here (an integer >= 2 dividing the generation batch)."""
+        return _is_int(num_generations) and num_generations >= 2 and self.generation_batch_size % num_generations == 0
+
+    def fixes(self, num_generations: int) -> Fixes:
+        """
+        Args:
+            num_generations (`int`): The asked G.
+
+        Returns:
+            [`Fixes`]: The nearest valid G, and the smallest per-device batch, steps per generation or process count
+            (each >= its current value) that makes the asked G valid.
+        """
+        G, n, b, s = num_generations, self.num_processes, self.per_device_train_batch_size, self.steps_per_generation
+        nearest = _nearest(self.valid_num_generations(), G)
+        if G < 2:
+            return Fixes(nearest, None, None, None)
+        return Fixes(nearest, _round_up(b, G // gcd(G, n * s)), _round_up(s, G // gcd(G, n * b)),
+                     _round_up(n, G // gcd(G, b * s)))
+
+    def problems(self, num_generations: int, key: str = "num_generations") -> list[Problem]:
+        """
+        Args:
+            num_generations (`int`): The G to check.
+            key (`str`, *optional*, defaults to `"num_generations"`): Where the value lives, for the [`Problem`].
+
+        Returns:
+            `list[Problem]`: Empty when TRL accepts G; otherwise one problem naming the geometry, every valid G and the
+            fixes.
+        """
+        if self.is_valid(num_generations):
+            return []
+        valid = self.valid_num_generations()
+        listed = ", ".join(map(str, valid)) or "none (a generation batch of 1 has no divisor >= 2)"
+        if not _is_int(num_generations) or num_generations < 2:
+            rule = (f"must be an integer >= 2 (GRPO compares at least 2 completions per prompt); valid here "
+                    f"({self.describe()}): {listed}")
+            fix = f"use num_generations {valid[0] if valid else '2 and per_device_train_batch_size 2'}"
+            return [Problem(key, num_generations, rule, fix)]
+        rule = f"must divide the generation batch ({self.describe()}); valid num_generations: {listed}"
+        return [Problem(key, num_generations, rule, "; ".join(self.fixes(num_generations).lines(self)))]
+
+    def eval_problems(self, key: str = "num_generations_eval") -> list[Problem]:
+        """
+        Check TRL's eval rule: `per_device_eval_batch_size x num_processes` divisible by `num_generations_eval`.
+
+        Args:
+            key (`str`, *optional*, defaults to `"num_generations_eval"`): Where the eval G lives.
+
+        Returns:
+            `list[Problem]`: Empty when valid or not checked (`num_generations_eval` or the eval batch is `None`).
+        """
+        G, e, n = self.num_generations_eval, self.per_device_eval_batch_size, self.num_processes
+        if G is None or e is None or (e * n) % G == 0:
+            return []
+        valid = [d for d in divisors(e * n) if d >= 2]
+        e2 = _round_up(e, G // gcd(G, n))
+        fix = (f"use num_generations_eval {' or '.join(map(str, _nearest(valid, G)))}, or " if valid else "use ")
+        return [Problem(key, G, f"must divide the global eval batch ({e} per-device eval batch x {_processes(n)} = "
+                        f"{e * n}); valid values: {', '.join(map(str, valid)) or 'none'}",
+                        fix + f"per_device_eval_batch_size {e2} -> global eval batch {e2 * n}")]
+
+    def per_step_note(self, num_generations: int) -> str | None:
+        """
+        The seed documents' stricter rule: every micro-step (`num_processes x per_device_train_batch_size`) holds whole
+        groups. TRL 1.16 does not require it: groups may span processes and micro-steps.
+
+        Args:
+            num_generations (`int`): The G to check.
+
+        Returns:
+            `str` or `None`: `None` when the rule holds (or G is not a positive integer), else a one-line note.
+        """
+        G, n, b = num_generations, self.num_processes, self.per_device_train_batch_size
+        if not _is_int(G) or G < 1 or (n * b) % G == 0:
+            return None
+        return (f"note: {n} x {b} = {n * b} completions per micro-step is not a multiple of num_generations {G}, so "
+                "groups span processes or micro-steps (TRL allows this; the stricter per-step rule does not)")

@@ -1,0 +1,350 @@
+"""
+Stage schedules: which `num_generations` (G) and `temperature` apply at a given optimizer step.
+
+Pure logic: no torch, no TRL. A schedule is written with explicit time units (`until_step` or `until_fraction` of the
+run) and resolved late, once the run's total number of optimizer steps is known ([`StageSchedule.resolve`]). The
+resolved schedule is a pure function of the global step, so every process computes the same setting and a resumed
+run picks up where it stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+
+from .errors import Problem, raise_if_any
+
+RAMPS = ("linear", "cosine")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _positive_temperature_problems(key: str, value) -> list[Problem]:
+    if not _is_real(value) or not math.isfinite(value) or value <= 0:
+        return [Problem(key, value, "must be a positive finite number", "use a value such as 0.7 or 1.0")]
+    return []
+
+
+def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
+    """
+    Every problem with one stage's fields, given as a mapping (as read from YAML or passed to [`Stage`]).
+
+    Args:
+        values (`Mapping`):
+            The stage's fields.
+        key (`str`, *optional*, defaults to `"stage"`):
+            Key path of the stage, used to name each problem (e.g. `curriculum.stages[1]`).
+
+    Returns:
+        `list[Problem]`: Empty when the stage is valid.
+    """
+    problems = []
+    g = values.get("num_generations")
+    if "num_generations" not in values:
+        problems.append(Problem(f"{key}.num_generations", None, "is required", "add e.g. `num_generations: 4`"))
+    elif not _is_int(g) or g < 2:
+        problems.append(
+            Problem(
+                f"{key}.num_generations",
+                g,
+                "must be an integer >= 2 (GRPO needs at least 2 completions per prompt to compute advantages)",
+                "use 2, 4, 8, ... (a divisor of the generation batch)",
+            )
+        )
+    if "temperature" not in values:
+        problems.append(Problem(f"{key}.temperature", None, "is required", "add e.g. `temperature: 0.9`"))
+    else:
+        problems += _positive_temperature_problems(f"{key}.temperature", values["temperature"])
+    if values.get("temperature_end") is not None:
+        problems += _positive_temperature_problems(f"{key}.temperature_end", values["temperature_end"])
+    ramp = values.get("temperature_ramp", "linear")
+    if ramp not in RAMPS:
+        problems.append(
+            Problem(f"{key}.temperature_ramp", ramp, f"must be one of {list(RAMPS)}", "use `linear` or `cosine`")
+        )
+    elif "temperature_ramp" in values and values.get("temperature_end") is None:
+        problems.append(
+            Problem(
+                f"{key}.temperature_ramp",
+                ramp,
+                "only applies with `temperature_end` (the temperature at the end of the stage)",
+                "add `temperature_end`, or drop `temperature_ramp`",
+            )
+        )
+    step, fraction = values.get("until_step"), values.get("until_fraction")
+    if step is not None and fraction is not None:
+        problems.append(
+            Problem(
+                f"{key}.until_step",
+                step,
+                f"cannot be combined with `until_fraction` ({fraction!r}): a stage ends in one unit",
+                "keep either `until_step` (optimizer steps) or `until_fraction` (fraction of the run)",
+            )
+        )
+    if step is not None and (not _is_int(step) or step < 1):
+        problems.append(
+            Problem(f"{key}.until_step", step, "must be a positive integer (an optimizer step)", "e.g. `until_step: 100`")
+        )
+    if fraction is not None and (not _is_real(fraction) or not (0 < fraction <= 1)):
+        problems.append(
+            Problem(
+                f"{key}.until_fraction",
+                fraction,
+                "must be a number in (0, 1] (a fraction of the run's optimizer steps)",
+                "e.g. `until_fraction: 0.5` for the first half of the run",
+            )
+        )
+    return problems
+
+
+@dataclass(frozen=True)
+class Stage:
+    """
+    One stage of a curriculum: fixed `num_generations` and a temperature, until a point in the run.
+
+    Args:
+        num_generations (`int`):
+            Completions sampled per prompt (G), at least 2. The generation batch stays fixed, so a stage with a larger G
+            sees fewer prompts per generation round.
+        temperature (`float`):
+            Sampling temperature at the start of the stage (positive). The training log-probabilities are computed at
+            the same temperature.
+        until_step (`int`, *optional*):
+            Optimizer step at which the stage ends. The stage applies to every generation round that starts before
+            this step. Mutually exclusive with `until_fraction`.
+        until_fraction (`float`, *optional*):
+            End of the stage as a fraction in (0, 1] of the run's total optimizer steps, rounded to the nearest step.
+            Mutually exclusive with `until_step`. Only the last stage may omit both (it then runs to the end).
+        temperature_end (`float`, *optional*):
+            Temperature reached at the end of the stage. When set, the temperature ramps from `temperature` to
+            `temperature_end`; it is evaluated at the start of each generation round and held for that round.
+        temperature_ramp (`str`, *optional*, defaults to `"linear"`):
+            Shape of the ramp, `"linear"` or `"cosine"`.
+        name (`str`, *optional*):
+            A label for logs and plots.
+    """
+
+    num_generations: int
+    temperature: float
+    until_step: int | None = None
+    until_fraction: float | None = None
+    temperature_end: float | None = None
+    temperature_ramp: str = "linear"
+    name: str | None = None
+
+    def __post_init__(self):
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        if values["temperature_ramp"] == "linear":  # the default: don't complain that it lacks `temperature_end`
+            values.pop("temperature_ramp")
+        raise_if_any(stage_problems(values, key="Stage"))
+
+    @property
+    def has_end(self) -> bool:
+        return self.until_step is not None or self.until_fraction is not None
+
+    def end_step(self, total_steps: int) -> int | None:
+        """The optimizer step this stage ends at, for a run of `total_steps` optimizer steps."""
+        if self.until_step is not None:
+            return self.until_step
+        if self.until_fraction is not None:
+            return math.floor(self.until_fraction * total_steps + 0.5)
+        return None
+
+    def temperature_at(self, progress: float) -> float:
+        """Temperature at `progress` in [0, 1] through the stage."""
+        if self.temperature_end is None:
+            return float(self.temperature)
+        progress = min(max(progress, 0.0), 1.0)
+        if self.temperature_ramp == "cosine":
+            progress = (1 - math.cos(math.pi * progress)) / 2
+        return float(self.temperature + (self.temperature_end - self.temperature) * progress)
+
+    @property
+    def end_description(self) -> str:
+        if self.until_step is not None:
+            return f"until step {self.until_step}"
+        if self.until_fraction is not None:
+            return f"until {self.until_fraction:g} of the run"
+        return "until the end"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What applies to one generation round: the stage index, G and the temperature."""
+
+    stage: int
+    num_generations: int
+    temperature: float
+
+
+class StageSchedule:
+    """
+    An ordered list of [`Stage`]s, validated at construction.
+
+    Args:
+        stages (`Iterable[Stage]`):
+            The stages, in order. Every stage but the last must end (`until_step` or `until_fraction`); ends must
+            increase. The last stage may omit its end and then runs to the end of training.
+
+    Example:
+    ```python
+    >>> from grpo_curriculum import Stage, StageSchedule
+    >>> schedule = StageSchedule([Stage(num_generations=4, temperature=0.7, until_fraction=0.5),
+    ...                           Stage(num_generations=8, temperature=0.9)])
+    >>> schedule.resolve(total_steps=100).setting_at(50)
+    Setting(stage=1, num_generations=8, temperature=0.9)
+    ```
+    """
+
+    def __init__(self, stages: Iterable[Stage]):
+        self.stages = tuple(stages)
+        raise_if_any(self.problems(), context="StageSchedule")
+
+    def problems(self, key: str = "stages") -> list[Problem]:
+        problems = []
+        if not self.stages:
+            return [Problem(key, [], "must hold at least one stage", "add a stage with `num_generations` and `temperature`")]
+        for i, stage in enumerate(self.stages):
+            if not isinstance(stage, Stage):
+                problems.append(Problem(f"{key}[{i}]", stage, "must be a Stage", "build it with `Stage(...)`"))
+        if problems:
+            return problems
+        for i, stage in enumerate(self.stages[:-1]):
+            if not stage.has_end:
+                problems.append(
+                    Problem(
+                        f"{key}[{i}]",
+                        f"Stage({stage.num_generations=}, ...)".replace("stage.", ""),
+                        "only the last stage may omit its end",
+                        "add `until_step` or `until_fraction` to this stage",
+                    )
+                )
+        # Ends in the same unit can be compared now; mixed units are compared once resolved.
+        for unit in ("until_step", "until_fraction"):
+            previous = None
+            for i, stage in enumerate(self.stages):
+                value = getattr(stage, unit)
+                if value is None:
+                    continue
+                if previous is not None and value <= previous[1]:
+                    problems.append(
+                        Problem(
+                            f"{key}[{i}].{unit}",
+                            value,
+                            f"stage ends must increase, but stage {previous[0]} already ends at {previous[1]!r}",
+                            f"use a {unit} greater than {previous[1]!r}, or reorder the stages",
+                        )
+                    )
+                previous = (i, value)
+        return problems
+
+    def __len__(self) -> int:
+        return len(self.stages)
+
+    def __repr__(self) -> str:
+        return f"StageSchedule({list(self.stages)!r})"
+
+    @property
+    def num_generations_values(self) -> list[int]:
+        """Every G the schedule can reach, ascending."""
+        return sorted({stage.num_generations for stage in self.stages})
+
+    def resolve(self, total_steps: int) -> ResolvedSchedule:
+        """
+        Fix the stage boundaries for a run of `total_steps` optimizer steps.
+
+        Raises:
+            [`CurriculumError`]: if ends do not increase once resolved, or a stage ends after the run.
+        """
+        if not _is_int(total_steps) or total_steps < 1:
+            raise_if_any([Problem("max_steps", total_steps, "must be a positive number of optimizer steps")])
+        ends, problems = [], []
+        previous_end = 0
+        for i, stage in enumerate(self.stages):
+            end = stage.end_step(total_steps)
+            last = i == len(self.stages) - 1
+            key = f"stages[{i}]." + ("until_step" if stage.until_step is not None else "until_fraction")
+            if end is None:
+                end = total_steps
+            elif end > total_steps:
+                problems.append(
+                    Problem(
+                        key,
+                        stage.until_step if stage.until_step is not None else stage.until_fraction,
+                        f"resolves to step {end}, after the run's last optimizer step ({total_steps})",
+                        f"end the stage at step <= {total_steps}, raise `max_steps`, or omit the end on the last stage",
+                    )
+                )
+            elif end <= previous_end:
+                problems.append(
+                    Problem(
+                        key,
+                        stage.until_step if stage.until_step is not None else stage.until_fraction,
+                        f"resolves to step {end}, which is not after the previous stage's end (step {previous_end}) "
+                        f"in a run of {total_steps} steps, so the stage would never run",
+                        "space the stage ends further apart, or remove the stage",
+                    )
+                )
+            elif last and end < total_steps:
+                problems.append(
+                    Problem(
+                        key,
+                        stage.until_step if stage.until_step is not None else stage.until_fraction,
+                        f"the last stage ends at step {end}, before the run ends (step {total_steps}), leaving the rest "
+                        "of the run without a stage",
+                        "omit the last stage's end (it then runs to the end), or set `until_fraction: 1.0`",
+                    )
+                )
+            ends.append(end)
+            previous_end = max(previous_end, end)
+        raise_if_any(problems, context=f"stage ends for a run of {total_steps} optimizer steps")
+        return ResolvedSchedule(self.stages, tuple(ends), total_steps)
+
+
+@dataclass(frozen=True)
+class ResolvedSchedule:
+    """A [`StageSchedule`] with its stage ends fixed in optimizer steps: a pure function from step to [`Setting`]."""
+
+    stages: tuple[Stage, ...]
+    ends: tuple[int, ...]
+    total_steps: int
+
+    def stage_index_at(self, step: int) -> int:
+        """Index of the stage in force for a round starting at optimizer step `step` (the last stage past the end)."""
+        for i, end in enumerate(self.ends):
+            if step < end:
+                return i
+        return len(self.stages) - 1
+
+    def start_of(self, index: int) -> int:
+        return 0 if index == 0 else self.ends[index - 1]
+
+    def setting_at(self, step: int) -> Setting:
+        """The [`Setting`] for a generation round that starts at optimizer step `step`."""
+        index = self.stage_index_at(step)
+        stage = self.stages[index]
+        start, end = self.start_of(index), self.ends[index]
+        progress = (step - start) / (end - start) if end > start else 1.0
+        return Setting(index, stage.num_generations, stage.temperature_at(progress))
+
+    def describe(self) -> list[str]:
+        """One line a stage: steps, G, temperature."""
+        lines = []
+        for i, stage in enumerate(self.stages):
+            temperature = f"{stage.temperature:g}"
+            if stage.temperature_end is not None:
+                temperature += f" -> {stage.temperature_end:g} ({stage.temperature_ramp})"
+            label = f" {stage.name}" if stage.name else ""
+            lines.append(
+                f"stage {i}{label}: steps [{self.start_of(i)}, {self.ends[i]}) G={stage.num_generations} "
+                f"temperature={temperature}"
+            )
+        return lines

@@ -1,0 +1,150 @@
+"""
+Built-in synthetic tasks and a tiny causal LM for the demo, the tests and the benchmarks.
+
+Nothing here downloads anything: the tokenizer is built from a word list and the model from a config. Rewards are
+computed by rules, so a run is reproducible bit for bit on CPU.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+WORDS = ["red", "green", "blue", "cat", "dog", "sun", "moon", "tree", "fish", "bird", "rock", "star"]
+DIGITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+MARKERS = ["echo", "count", ":", "="]
+SPECIAL = ["<pad>", "<unk>", "<bos>", "<eos>"]
+VOCAB = SPECIAL + MARKERS + WORDS + DIGITS
+
+
+def build_tokenizer():
+    """
+    Build a word-level tokenizer over [`VOCAB`] (whitespace split, `<pad>`/`<eos>`/`<unk>` specials).
+
+    Returns:
+        [`~transformers.PreTrainedTokenizerFast`]: The tokenizer, left padding, `eos_token == "<eos>"`.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {token: i for i, token in enumerate(VOCAB)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.decoder = decoders.WordPiece(prefix="##")  # joins word tokens with spaces
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        unk_token="<unk>",
+        bos_token="<bos>",
+        eos_token="<eos>",
+        padding_side="left",
+    )
+    return tokenizer
+
+
+def build_model(seed: int = 0, hidden_size: int = 32, num_layers: int = 2):
+    """
+    Build a tiny randomly initialised Llama-architecture causal LM over [`VOCAB`].
+
+    Args:
+        seed (`int`, *optional*, defaults to `0`):
+            Seed for the weight initialisation.
+        hidden_size (`int`, *optional*, defaults to `32`):
+            Width of the model.
+        num_layers (`int`, *optional*, defaults to `2`):
+            Number of decoder layers.
+
+    Returns:
+        [`~transformers.LlamaForCausalLM`]: The model, in float32.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=VOCAB.index("<pad>"),
+        bos_token_id=VOCAB.index("<bos>"),
+        eos_token_id=VOCAB.index("<eos>"),
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = config.pad_token_id
+    model.generation_config.eos_token_id = config.eos_token_id
+    return model
+
+
+def save_tiny_model(path: str, seed: int = 0) -> str:
+    """Save a tiny model and its tokenizer to `path` (so it can be passed by name, e.g. for a reference model)."""
+    build_model(seed).save_pretrained(path)
+    build_tokenizer().save_pretrained(path)
+    return path
+
+
+# --- tasks -------------------------------------------------------------------------------------------------------
+
+
+def echo_dataset(num_prompts: int = 64, seed: int = 0, length: int = 2):
+    """
+    The *echo* task: the prompt `"echo : w1 w2 ="` asks the model to repeat `w1 w2`.
+
+    Rewards come from [`echo_reward`]: the fraction of the expected words produced in place. Prompts differ in how
+    hard they are for a random model only through their words, so success rates spread as the policy learns.
+
+    Returns:
+        [`~datasets.Dataset`]: Columns `prompt` (str) and `target` (str).
+    """
+    from datasets import Dataset
+
+    rng = random.Random(seed)
+    rows = {"prompt": [], "target": []}
+    for _ in range(num_prompts):
+        words = [rng.choice(WORDS) for _ in range(length)]
+        rows["prompt"].append("echo : " + " ".join(words) + " =")
+        rows["target"].append(" ".join(words))
+    return Dataset.from_dict(rows)
+
+
+def echo_reward(completions: list[str], target: list[str], **kwargs) -> list[float]:
+    """Fraction of the target words produced at their position (1.0 for an exact echo)."""
+    rewards = []
+    for completion, expected in zip(completions, target, strict=True):
+        got, want = completion.split(), expected.split()
+        rewards.append(sum(g == w for g, w in zip(got, want, strict=False)) / len(want))
+    return rewards
+
+
+def count_dataset(num_prompts: int = 64, seed: int = 0, max_count: int = 5):
+    """
+    The *count* task: `"count : w w w ="` must be answered with the digit word (`"three"`); reward 1 or 0.
+
+    Returns:
+        [`~datasets.Dataset`]: Columns `prompt` (str) and `target` (str).
+    """
+    from datasets import Dataset
+
+    rng = random.Random(seed)
+    rows = {"prompt": [], "target": []}
+    for _ in range(num_prompts):
+        n = rng.randint(1, max_count)
+        word = rng.choice(WORDS)
+        rows["prompt"].append("count : " + " ".join([word] * n) + " =")
+        rows["target"].append(DIGITS[n])
+    return Dataset.from_dict(rows)
+
+
+def exact_first_word_reward(completions: list[str], target: list[str], **kwargs) -> list[float]:
+    """1.0 when the completion's first word is the target, else 0.0 (a binary, success-rate style reward)."""
+    return [float(c.split()[:1] == [t]) for c, t in zip(completions, target, strict=True)]
+
+
+TASKS: dict[str, tuple[Callable, Callable]] = {
+    "echo": (echo_dataset, echo_reward),
+    "count": (count_dataset, exact_first_word_reward),
+}

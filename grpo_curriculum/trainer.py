@@ -1,0 +1,107 @@
+"""`CurriculumGRPOTrainer`: `trl.GRPOTrainer` whose `num_generations` and temperature follow a curriculum."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+
+from trl import GRPOTrainer
+
+from . import _trl
+from .callback import CurriculumCallback
+from .errors import Problem, raise_if_any
+from .geometry import BatchGeometry
+
+logger = logging.getLogger("grpo_curriculum")
+
+
+def _find_curriculum(callbacks) -> CurriculumCallback | None:
+    found = [cb for cb in callbacks or [] if isinstance(cb, CurriculumCallback)]
+    if any(cb is CurriculumCallback for cb in callbacks or []):
+        raise TypeError("Pass a CurriculumCallback instance (built from a schedule), not the class, in `callbacks`.")
+    if len(found) > 1:
+        raise ValueError(f"Pass at most one CurriculumCallback in `callbacks`; got {len(found)}.")
+    return found[0] if found else None
+
+
+def validate_schedule_geometry(curriculum: CurriculumCallback, args, num_processes: int | None = None) -> None:
+    """
+    Check every G the curriculum can reach against the run's batch geometry.
+
+    Raises:
+        [`CurriculumError`]: naming the geometry, the valid G values and the fixes for each invalid stage.
+    """
+    geometry = BatchGeometry.from_args(args, num_processes=num_processes)
+    problems: list[Problem] = []
+    for i, stage in enumerate(curriculum.schedule.stages):
+        problems += geometry.problems(stage.num_generations, key=f"stages[{i}].num_generations")
+    raise_if_any(problems, context=geometry.describe())
+
+
+class CurriculumGRPOTrainer(GRPOTrainer):
+    """
+    [`~trl.GRPOTrainer`] whose `num_generations` (G) and sampling temperature follow a [`CurriculumCallback`].
+
+    Same constructor as [`~trl.GRPOTrainer`]. With a [`CurriculumCallback`] in `callbacks`, every setting the schedule
+    can reach is validated against the batch geometry here, before any step; then each generation round uses the
+    setting the schedule gives for the optimizer step it starts at. Without one, it trains exactly like
+    [`~trl.GRPOTrainer`].
+
+    At a switch:
+    - the generation batch stays `generation_batch_size` completions (memory is constant), so a round holds
+      `generation_batch_size / G` prompts, each repeated G times in a row, split over processes like TRL's sampler;
+    - the new temperature reaches generation (transformers, continuous batching, vLLM) and the fused LM head that
+      computes the policy's and the reference model's log-probabilities, so log-probs are always computed at the
+      temperature the samples were drawn with;
+    - every process applies the same setting at the same round (checked at each round in multi-process runs).
+
+    `num_generations` and `temperature` in `args` are overridden by the first stage; evaluation keeps G fixed at
+    `num_generations_eval or num_generations` from `args` and samples at the current temperature.
+    """
+
+    def __init__(self, *args, **kwargs):
+        bound = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs)
+        self._curriculum = _find_curriculum(bound.arguments.get("callbacks"))
+        training_args = bound.arguments.get("args")
+        if self._curriculum is not None and training_args is not None:
+            validate_schedule_geometry(self._curriculum, training_args)  # fail before loading anything
+        self._temperature_cells: list = []
+        with _trl.record_fused_lm_head_temperature(self._temperature_cells):
+            super().__init__(*args, **kwargs)
+        self._prompt_stream = None
+        if self._curriculum is None:
+            return
+        if training_args is None:  # GRPOTrainer built default args from the model name
+            validate_schedule_geometry(self._curriculum, self.args)
+        self._curriculum._trainer = self
+        if self.args.max_steps > 0:
+            self._curriculum.resolve(self.args.max_steps)  # stage ends are known: check them now
+        self._apply(self._curriculum.initial_setting())
+
+    def _apply(self, setting) -> None:
+        if setting.num_generations != self.num_generations:
+            _trl.set_num_generations(self, setting.num_generations)
+        if setting.temperature != self.temperature or self._curriculum.current is None:
+            _trl.set_temperature(self, setting.temperature, self._temperature_cells)
+
+    def _generate_and_score_completions(self, inputs):
+        if self._curriculum is not None and self.model.training:
+            inputs = self._start_curriculum_round()
+        return super()._generate_and_score_completions(inputs)
+
+    def _start_curriculum_round(self) -> list[dict]:
+        setting = self._curriculum.setting_for_round(self.state.global_step)
+        _trl.all_processes_agree(
+            self, (self._curriculum.rounds, setting.stage, setting.num_generations, setting.temperature)
+        )
+        self._apply(setting)
+        if self._prompt_stream is None:
+            self._prompt_stream = _trl.PromptStream(
+                _trl.train_dataset_as_loaded(self), shuffle=self.shuffle_dataset, seed=self.args.seed
+            )
+        return _trl.local_round_rows(self, self._prompt_stream, setting.num_generations)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self._curriculum is not None and self.model.training:
+            logs.update(self._curriculum.log_metrics())
+        super().log(logs, start_time)

@@ -1,0 +1,81 @@
+"""Shared fixtures: a tiny model saved to disk, CPU training arguments, and a reward function that records rounds."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    from grpo_curriculum.tasks import save_tiny_model
+
+    return save_tiny_model(str(tmp_path_factory.mktemp("tiny-model")))
+
+
+def grpo_args(output_dir, **overrides):
+    """GRPOConfig for a few-second CPU run of the tiny model."""
+    from trl import GRPOConfig
+
+    values = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=8,
+        num_generations=2,
+        max_completion_length=3,
+        max_steps=6,
+        learning_rate=1e-2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        disable_tqdm=True,
+    )
+    values.update(overrides)
+    return GRPOConfig(**values)
+
+
+class RoundRecorder:
+    """
+    A reward function that records every call: the optimizer step, the prompts' dataset indices, completions and the
+    trainer's G and temperatures at that moment. Its reward is the prompt's index (so each well-formed group has
+    identical rewards and zero std), unless `reward_fn` is given.
+    """
+
+    __name__ = "recorder"
+
+    def __init__(self, reward_fn=None):
+        self.calls = []
+        self.trainer = None
+        self.reward_fn = reward_fn
+
+    def __call__(self, prompts, completions, idx, trainer_state, **kwargs):
+        entry = {"step": trainer_state.global_step, "idx": list(idx), "completions": list(completions)}
+        if self.trainer is not None:
+            entry["num_generations"] = self.trainer.num_generations
+            entry["temperature"] = self.trainer.temperature
+        self.calls.append(entry)
+        if self.reward_fn is not None:
+            return self.reward_fn(prompts=prompts, completions=completions, **kwargs)
+        return [float(i) for i in idx]
+
+
+def indexed_dataset(num_prompts=48, seed=0):
+    from grpo_curriculum.tasks import echo_dataset
+
+    dataset = echo_dataset(num_prompts, seed=seed)
+    return dataset.add_column("idx", list(range(num_prompts)))
+
+
+def assert_whole_groups(idx, num_generations):
+    """`idx` is made of consecutive runs of G identical prompts."""
+    assert len(idx) % num_generations == 0, (len(idx), num_generations)
+    for start in range(0, len(idx), num_generations):
+        group = idx[start : start + num_generations]
+        assert len(set(group)) == 1, f"group {group} at {start} mixes prompts (G={num_generations}): {idx}"

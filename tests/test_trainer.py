@@ -1,0 +1,241 @@
+"""Real TRL training loops with a tiny model: the core invariants of a mid-training switch."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from trl import GRPOTrainer
+
+from grpo_curriculum import CurriculumError, Stage
+from grpo_curriculum.callback import CurriculumCallback
+from grpo_curriculum.tasks import build_model, build_tokenizer, echo_reward
+from grpo_curriculum.trainer import CurriculumGRPOTrainer
+
+from .conftest import RoundRecorder, assert_whole_groups, grpo_args, indexed_dataset
+
+
+def make_trainer(tmp_path, stages, recorder=None, dataset=None, model=None, cls=CurriculumGRPOTrainer, **overrides):
+    recorder = recorder or RoundRecorder()
+    callbacks = [CurriculumCallback(stages)] if stages is not None else []
+    trainer = cls(
+        model=model or build_model(),
+        processing_class=build_tokenizer(),
+        reward_funcs=recorder,
+        args=grpo_args(tmp_path, **overrides),
+        train_dataset=dataset if dataset is not None else indexed_dataset(),
+        callbacks=callbacks,
+    )
+    recorder.trainer = trainer
+    return trainer, recorder
+
+
+def train_history(trainer):
+    return [h for h in trainer.state.log_history if "loss" in h]
+
+
+TWO_STAGES = [Stage(num_generations=2, temperature=0.7, until_step=3), Stage(num_generations=4, temperature=1.3)]
+
+
+def test_switch_regroups_whole_rounds(tmp_path):
+    trainer, recorder = make_trainer(tmp_path, TWO_STAGES, max_steps=6)
+    trainer.train()
+    assert [c["step"] for c in recorder.calls] == [0, 1, 2, 3, 4, 5]
+    for call in recorder.calls:
+        g = 2 if call["step"] < 3 else 4
+        assert call["num_generations"] == g
+        assert len(call["idx"]) == 8  # the generation batch is fixed
+        assert_whole_groups(call["idx"], g)
+        assert len(set(call["idx"])) == 8 // g
+    # Rewards equal the prompt index, so whole groups have zero std exactly when TRL groups by the same G as the
+    # layout. A switch that only changed `num_generations` would group rows sampled for the old G.
+    assert all(h["frac_reward_zero_std"] == 1.0 for h in train_history(trainer))
+    assert [h["curriculum/num_generations"] for h in train_history(trainer)] == [2, 2, 2, 4, 4, 4]
+    assert [h["curriculum/stage"] for h in train_history(trainer)] == [0, 0, 0, 1, 1, 1]
+    assert [h["curriculum/temperature"] for h in train_history(trainer)] == [0.7] * 3 + [1.3] * 3
+
+
+def test_switch_with_read_ahead_never_reuses_old_grouping(tmp_path):
+    """Workers and accelerate prefetch rows grouped for the old G; none of them may reach a round with the new G."""
+    stages = [Stage(num_generations=2, temperature=1.0, until_step=2), Stage(num_generations=8, temperature=1.0)]
+    trainer, recorder = make_trainer(
+        tmp_path, stages, max_steps=5, dataloader_num_workers=2, dataloader_prefetch_factor=4, shuffle_dataset=True
+    )
+    trainer.train()
+    seen = []
+    for call in recorder.calls:
+        g = call["num_generations"]
+        assert g == (2 if call["step"] < 2 else 8)
+        assert_whole_groups(call["idx"], g)
+        seen += call["idx"][::g]
+    # One pass over 48 prompts: 2 rounds x 4 prompts + 3 rounds x 1 prompt; none repeated, none skipped mid-pass.
+    assert len(seen) == len(set(seen)) == 11
+    assert all(h["frac_reward_zero_std"] == 1.0 for h in train_history(trainer))
+
+
+def test_round_boundary_with_steps_per_generation_and_iterations(tmp_path):
+    """A round spans steps_per_generation x num_iterations micro-steps; a switch waits for the next round."""
+    # per-device 4, accumulation 2, steps_per_generation 4 -> generation batch 16, one round per 2 optimizer steps
+    # (num_iterations 2 doubles it: one round every 4 optimizer steps).
+    stages = [Stage(num_generations=4, temperature=0.8, until_step=3), Stage(num_generations=8, temperature=1.2)]
+    trainer, recorder = make_trainer(
+        tmp_path,
+        stages,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        steps_per_generation=4,
+        num_iterations=2,
+        max_steps=9,
+    )
+    trainer.train()
+    # Rounds start at steps 0, 4, 8: the stage ending at step 3 holds for the round started at 0; 4 is the first
+    # round starting at >= 3.
+    assert [(c["step"], c["num_generations"]) for c in recorder.calls] == [(0, 4), (4, 8), (8, 8)]
+    for call in recorder.calls:
+        assert len(call["idx"]) == 16
+        assert_whole_groups(call["idx"], call["num_generations"])
+    history = train_history(trainer)
+    assert [h["curriculum/num_generations"] for h in history] == [4, 4, 4, 4, 8, 8, 8, 8, 8]
+
+
+def test_several_rounds_per_optimizer_step(tmp_path):
+    """steps_per_generation < gradient_accumulation_steps: rounds start mid-step; they share the step's setting."""
+    stages = [Stage(num_generations=2, temperature=0.9, until_step=1), Stage(num_generations=4, temperature=1.1)]
+    trainer, recorder = make_trainer(
+        tmp_path, stages, per_device_train_batch_size=4, gradient_accumulation_steps=4, steps_per_generation=2,
+        max_steps=3,
+    )
+    trainer.train()
+    assert [(c["step"], c["num_generations"]) for c in recorder.calls] == [
+        (0, 2), (0, 2), (1, 4), (1, 4), (2, 4), (2, 4)
+    ]  # fmt: skip
+    for call in recorder.calls:
+        assert_whole_groups(call["idx"], call["num_generations"])
+
+
+def _spy_generation(trainer):
+    """Record the temperature `model.generate` is called with."""
+    seen = []
+    original = trainer.model.generate
+
+    def generate(*args, generation_config=None, **kwargs):
+        seen.append(generation_config.temperature)
+        return original(*args, generation_config=generation_config, **kwargs)
+
+    trainer.model.generate = generate
+    return seen
+
+
+def _naive_logps(model, input_ids, attention_mask, logits_to_keep, temperature):
+    with torch.no_grad():
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    logits = logits[:, -logits_to_keep - 1 : -1] / temperature
+    targets = input_ids[:, -logits_to_keep:]
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def test_logprobs_at_the_sampling_temperature(tmp_path, tiny_model_dir):
+    """Policy and reference log-probs are computed at the temperature the round was sampled at, after a switch."""
+    stages = [Stage(num_generations=2, temperature=0.5, until_step=2), Stage(num_generations=4, temperature=2.0)]
+    trainer, recorder = make_trainer(tmp_path, stages, model=tiny_model_dir, beta=0.1, max_steps=4)
+    sampled_at = _spy_generation(trainer)
+    checked = []
+    original = trainer._get_per_token_logps_and_entropies
+
+    def checked_logps(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        logps, entropies, aux = original(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+        temperature = sampled_at[-1]
+        mask = attention_mask[:, -logits_to_keep:].bool()
+        expected = _naive_logps(model, input_ids, attention_mask, logits_to_keep, temperature)
+        torch.testing.assert_close(logps[mask], expected[mask], atol=1e-4, rtol=1e-4)
+        is_ref = model is trainer.ref_model
+        checked.append((trainer.state.global_step, temperature, is_ref))
+        return logps, entropies, aux
+
+    trainer._get_per_token_logps_and_entropies = checked_logps
+    trainer.train()
+    assert sampled_at == [0.5, 0.5, 2.0, 2.0]
+    assert {t for _, t, ref in checked if ref} == {0.5, 2.0}  # the reference model too
+    assert {t for _, t, ref in checked if not ref} == {0.5, 2.0}
+    # every copy of the temperature agrees after the run
+    from grpo_curriculum import _trl
+
+    found = _trl.sampling_temperatures(trainer, trainer._temperature_cells)
+    assert len(trainer._temperature_cells) == 2 and set(found.values()) == {2.0}, found
+
+
+@pytest.mark.parametrize("iterable", [False, True], ids=["map", "iterable"])
+def test_one_stage_schedule_trains_like_plain_grpo(tmp_path, iterable):
+    """Adopting the plugin without a schedule change changes nothing: same prompts, rewards and losses per step."""
+    overrides = dict(gradient_accumulation_steps=2, num_generations=4, temperature=0.9, max_steps=8, seed=3)
+    dataset = indexed_dataset(num_prompts=20)  # 2 passes: the tail of each pass is dropped like RepeatSampler does
+    if iterable:
+        dataset = dataset.to_iterable_dataset()
+    runs = {}
+    for name, cls, stages in [
+        ("plain", GRPOTrainer, None),
+        ("curriculum", CurriculumGRPOTrainer, [Stage(num_generations=4, temperature=0.9)]),
+    ]:
+        recorder = RoundRecorder(reward_fn=echo_reward)
+        data = dataset.map(lambda row: {"target": row["prompt"].split(" : ")[1][:-2]}) if iterable else dataset
+        if not iterable:
+            data = dataset.map(lambda row: {"target": row["prompt"].split(" : ")[1][:-2]})
+        trainer, recorder = make_trainer(
+            tmp_path / name, stages, recorder=recorder, dataset=data, cls=cls, **overrides
+        )
+        trainer.train()
+        runs[name] = (recorder.calls, train_history(trainer))
+    (plain_calls, plain_hist), (cur_calls, cur_hist) = runs["plain"], runs["curriculum"]
+    assert [c["idx"] for c in cur_calls] == [c["idx"] for c in plain_calls]
+    assert [c["completions"] for c in cur_calls] == [c["completions"] for c in plain_calls]
+    for ours, theirs in zip(cur_hist, plain_hist, strict=True):
+        assert ours["reward"] == theirs["reward"]
+        assert ours["loss"] == theirs["loss"]
+
+
+def test_invalid_stage_fails_at_construction(tmp_path):
+    stages = [Stage(num_generations=4, temperature=0.7, until_step=2), Stage(num_generations=5, temperature=0.9)]
+    with pytest.raises(CurriculumError) as error:
+        make_trainer(tmp_path, stages, per_device_train_batch_size=8)
+    message = str(error.value)
+    assert "stages[1].num_generations" in message and "5" in message
+    assert "valid num_generations: 2, 4, 8" in message
+    assert "generation batch 8" in message
+
+
+def test_stage_past_max_steps_fails_at_construction(tmp_path):
+    stages = [Stage(num_generations=2, temperature=0.7, until_step=10), Stage(num_generations=4, temperature=0.9)]
+    with pytest.raises(CurriculumError, match=r"stages\[0\].until_step.*after the run's last optimizer step \(6\)"):
+        make_trainer(tmp_path, stages, max_steps=6)
+
+
+def test_callback_on_plain_grpo_trainer_refuses_to_train(tmp_path):
+    trainer, recorder = make_trainer(tmp_path, TWO_STAGES, cls=GRPOTrainer)
+    with pytest.raises(RuntimeError, match="CurriculumGRPOTrainer"):
+        trainer.train()
+    assert recorder.calls == [] and trainer.state.global_step == 0
+
+
+def test_switches_recorded_once(tmp_path):
+    stages = [
+        Stage(num_generations=2, temperature=0.7, until_step=2),
+        Stage(num_generations=4, temperature=0.9, until_step=4),
+        Stage(num_generations=8, temperature=1.1),
+    ]
+    trainer, _ = make_trainer(tmp_path, stages, max_steps=6)
+    trainer.train()
+    switches = trainer._curriculum.switches
+    assert [(s["step"], s["from"]["num_generations"], s["to"]["num_generations"]) for s in switches] == [
+        (2, 2, 4),
+        (4, 4, 8),
+    ]
+
+
+def test_temperature_ramp_is_held_per_round(tmp_path):
+    stages = [Stage(num_generations=4, temperature=0.5, temperature_end=1.0, until_step=4), Stage(4, 1.0)]
+    trainer, recorder = make_trainer(tmp_path, stages, max_steps=6)
+    trainer.train()
+    assert [c["temperature"] for c in recorder.calls] == pytest.approx([0.5, 0.625, 0.75, 0.875, 1.0, 1.0])
+    assert all(math.isclose(h["curriculum/temperature"], c["temperature"]) for h, c in
+               zip(train_history(trainer), recorder.calls, strict=True))  # fmt: skip
