@@ -166,8 +166,8 @@ class PromptStream:
         self.epoch += 1
         self.position = 0
 
-    def take(self, num_prompts: int) -> list[dict]:
-        """The next `num_prompts` unique prompt rows (fresh dicts)."""
+    def take(self, num_prompts: int) -> list:
+        """The next `num_prompts` unique prompts: dataset indices (map-style) or rows (iterable)."""
         for _ in range(3):  # a pass too short for one round is an error, not an endless loop
             if self._order is None and self._iterator is None:
                 self._start_pass()
@@ -179,20 +179,20 @@ class PromptStream:
             elif self.position + num_prompts <= len(self._order):
                 indices = self._order[self.position : self.position + num_prompts]
                 self.position += num_prompts
-                return [{"__index__": i} for i in indices]
+                return indices
             self._order, self._iterator = None, None
         raise ValueError(
             f"The train dataset has fewer prompts than one generation round needs ({num_prompts}): "
             "use a larger dataset, a smaller generation batch, or a larger num_generations."
         )
 
-    def rows(self, stub: dict) -> dict:
-        """Materialise one row (a fresh dict for every repeat, as the data loader would give)."""
-        if "__index__" in stub:
-            return self.dataset[stub["__index__"]]
-        import copy
-
-        return copy.deepcopy(stub)
+    def materialize(self, prompts: list) -> list[dict]:
+        """The rows of `prompts` (as returned by [`take`]), read in one batched call for map-style datasets."""
+        if self.iterable:
+            return prompts
+        if hasattr(self.dataset, "__getitems__"):
+            return self.dataset.__getitems__(list(prompts))
+        return [self.dataset[i] for i in prompts]
 
 
 def local_round_rows(trainer, stream: PromptStream, num_generations: int) -> list[dict]:
@@ -205,10 +205,10 @@ def local_round_rows(trainer, stream: PromptStream, num_generations: int) -> lis
     prompts = stream.take(generation_batch_size // num_generations)
     local = generation_batch_size // trainer.accelerator.num_processes
     start = trainer.accelerator.process_index * local
-    rows = []
-    for position in range(start, start + local):
-        rows.append(stream.rows(prompts[position // num_generations]))
-    return rows
+    first, last = start // num_generations, (start + local - 1) // num_generations
+    rows = stream.materialize(prompts[first : last + 1])
+    # A fresh dict for every repeat, as the data loader gives: TRL writes per-row fields into them.
+    return [dict(rows[position // num_generations - first]) for position in range(start, start + local)]
 
 
 def all_processes_agree(trainer, fingerprint: tuple) -> None:

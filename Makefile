@@ -1,0 +1,30 @@
+# Each target sets up its own virtual environment on a fresh machine.
+# TORCH is the torch requirement installed first; the default is the CPU build these machines carry on disk.
+# On a GPU box pick your own, e.g. `make test TORCH="torch==2.8.0"`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH ?= torch==2.13.0
+
+.PHONY: test demo check-recipes bench clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/grpo-curriculum demo
+
+check-recipes: $(VENV)/.installed
+	for r in recipes/*.yaml; do $(VENV)/bin/grpo-curriculum check $$r || exit 1; done
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) runs *.egg-info

@@ -1,0 +1,103 @@
+"""
+Per-step overhead of `CurriculumGRPOTrainer` (one-stage schedule) against plain `trl.GRPOTrainer`, and the cost of a
+switch.
+
+Both trainers run the same config on the tiny built-in model, interleaved (plain, curriculum, plain, ...) so machine
+noise hits both alike; per-step wall times are collected with a callback, the first steps of each run dropped as
+warm-up, and the ratio of medians printed. The switch cost is measured two ways: the time `_apply` takes to change G
+and temperature everywhere, and the time of the first steps after a switch against steady-state steps at the new G.
+
+    python benchmarks/overhead.py [--repeats 5] [--steps 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+from transformers import PrinterCallback, TrainerCallback, logging as hf_logging
+from trl import GRPOConfig, GRPOTrainer
+
+from grpo_curriculum import Stage
+from grpo_curriculum.callback import CurriculumCallback
+from grpo_curriculum.schedule import Setting
+from grpo_curriculum.tasks import build_model, build_tokenizer, echo_dataset, echo_reward
+from grpo_curriculum.trainer import CurriculumGRPOTrainer
+
+
+class StepTimer(TrainerCallback):
+    def __init__(self):
+        self.times, self._start = [], None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.times.append(time.perf_counter() - self._start)
+
+
+def run(cls, stages, steps, seed=0, dataset=None):
+    timer = StepTimer()
+    callbacks = [timer] + ([CurriculumCallback(stages)] if stages else [])
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=16, num_generations=4, max_completion_length=6,
+        max_steps=steps, learning_rate=1e-3, logging_strategy="no", save_strategy="no", report_to=[], use_cpu=True,
+        bf16=False, seed=seed, disable_tqdm=True,
+    )  # fmt: skip
+    trainer = cls(model=build_model(hidden_size=64), processing_class=build_tokenizer(), reward_funcs=echo_reward,
+                  args=args, train_dataset=dataset, callbacks=callbacks)  # fmt: skip
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+    return timer.times, trainer
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=5)
+    options = parser.parse_args()
+    hf_logging.set_verbosity_error()
+    dataset = echo_dataset(4096)
+
+    plain, curriculum = [], []
+    for repeat in range(options.repeats):
+        order = [(GRPOTrainer, None, plain), (CurriculumGRPOTrainer, [Stage(4, 1.0)], curriculum)]
+        for cls, stages, sink in order if repeat % 2 == 0 else reversed(order):
+            times, _ = run(cls, stages, options.steps, seed=repeat, dataset=dataset)
+            sink.append(statistics.median(times[options.warmup :]))
+    ratios = [c / p for c, p in zip(curriculum, plain, strict=True)]
+    print(f"per-step median, plain GRPOTrainer:            {statistics.median(plain) * 1e3:8.2f} ms  (runs: "
+          + ", ".join(f"{t * 1e3:.2f}" for t in plain) + ")")  # fmt: skip
+    print(f"per-step median, CurriculumGRPOTrainer (1 stage): {statistics.median(curriculum) * 1e3:5.2f} ms  (runs: "
+          + ", ".join(f"{t * 1e3:.2f}" for t in curriculum) + ")")  # fmt: skip
+    print(f"ratio curriculum / plain: median {statistics.median(ratios):.3f} "
+          f"(per pair: {', '.join(f'{r:.3f}' for r in ratios)}); target <= 1.02")  # fmt: skip
+
+    # The switch itself: change G and temperature everywhere (no data loader or model rebuild).
+    _, trainer = run(CurriculumGRPOTrainer, [Stage(4, 1.0)], 2, dataset=dataset)
+    settings = [Setting(0, 8, 0.7), Setting(0, 4, 1.0)]
+    start = time.perf_counter()
+    for i in range(2000):
+        trainer._apply(settings[i % 2])
+    apply_us = (time.perf_counter() - start) / 2000 * 1e6
+    print(f"switch: applying a new (G, temperature) takes {apply_us:.1f} us")
+
+    # Steps right after a switch against steady steps at the new G, same run.
+    half = options.steps // 2
+    after, before_switch = [], []
+    for repeat in range(options.repeats):
+        times, trainer = run(
+            CurriculumGRPOTrainer, [Stage(4, 0.8, until_step=half), Stage(8, 1.0)], options.steps, seed=repeat,
+            dataset=dataset,
+        )  # fmt: skip
+        after.append(times[half])
+        before_switch.append(statistics.median(times[half + options.warmup :]))
+    print(f"first step after the switch: median {statistics.median(after) * 1e3:.2f} ms vs steady steps at the new G "
+          f"{statistics.median(before_switch) * 1e3:.2f} ms (ratio {statistics.median(after) / statistics.median(before_switch):.3f})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

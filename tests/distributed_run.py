@@ -1,0 +1,52 @@
+"""
+Run under `torchrun --nproc_per_node 2` (CPU, gloo) by tests/test_distributed.py.
+
+Trains the tiny model with a two-stage curriculum and writes, per rank, what each generation round looked like:
+the step, the G and temperature in force, the rows' prompt indices and this rank's rewards.
+"""
+
+import json
+import sys
+
+from grpo_curriculum import Stage
+from grpo_curriculum.callback import CurriculumCallback
+from grpo_curriculum.tasks import build_model, build_tokenizer
+from grpo_curriculum.trainer import CurriculumGRPOTrainer
+from tests.conftest import RoundRecorder, grpo_args, indexed_dataset
+
+
+def rank_dependent_reward(prompts, completions, **kwargs):
+    # Different on every rank's rows: the curriculum must still agree, from gathered rewards, on the round's setting.
+    return [float(len(c)) for c in completions]
+
+
+def main(output_dir: str) -> None:
+    recorder = RoundRecorder(reward_fn=rank_dependent_reward)
+    # per-device 4 x 2 processes = generation batch 8; G 8 makes every group span both processes.
+    stages = [
+        Stage(num_generations=2, temperature=0.7, until_step=2),
+        Stage(num_generations=8, temperature=1.2, until_step=4),
+        Stage(num_generations=4, temperature=1.0),
+    ]
+    trainer = CurriculumGRPOTrainer(
+        model=build_model(),
+        processing_class=build_tokenizer(),
+        reward_funcs=recorder,
+        args=grpo_args(output_dir, per_device_train_batch_size=4, max_steps=6, shuffle_dataset=True),
+        train_dataset=indexed_dataset(),
+        callbacks=[CurriculumCallback(stages)],
+    )
+    recorder.trainer = trainer
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    history = [
+        {k: v for k, v in h.items() if k.startswith("curriculum/") or k in ("step", "frac_reward_zero_std")}
+        for h in trainer.state.log_history
+        if "loss" in h
+    ]
+    with open(f"{output_dir}/rank{rank}.json", "w") as f:
+        json.dump({"calls": recorder.calls, "history": history, "switches": trainer._curriculum.switches}, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

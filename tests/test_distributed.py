@@ -1,0 +1,40 @@
+"""Two real processes (`torchrun --nproc_per_node 2`, gloo on CPU): every process switches at the same round."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import assert_whole_groups
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_two_processes_switch_together(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+               str(ROOT / "tests" / "distributed_run.py"), str(tmp_path)]  # fmt: skip
+    result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+    expected_g = [2, 2, 8, 8, 4, 4]
+    for rank in ranks:
+        assert [c["num_generations"] for c in rank["calls"]] == expected_g
+        assert [c["step"] for c in rank["calls"]] == list(range(6))
+        assert [h["curriculum/num_generations"] for h in rank["history"]] == expected_g
+    # Same setting, same round, on both processes; the same switches logged.
+    for a, b in zip(ranks[0]["calls"], ranks[1]["calls"], strict=True):
+        assert (a["step"], a["num_generations"], a["temperature"]) == (b["step"], b["num_generations"], b["temperature"])
+    assert ranks[0]["switches"] == ranks[1]["switches"] and len(ranks[0]["switches"]) == 2
+    # The global round (rank 0's rows then rank 1's) is made of whole groups, including groups spanning both ranks.
+    seen = []
+    for a, b, g in zip(ranks[0]["calls"], ranks[1]["calls"], expected_g, strict=True):
+        global_round = a["idx"] + b["idx"]
+        assert len(a["idx"]) == len(b["idx"]) == 4
+        assert_whole_groups(global_round, g)
+        seen += global_round[::g]
+    assert len(seen) == len(set(seen))  # no prompt reused within the pass
+    if_spanning = ranks[0]["calls"][2]["idx"] + ranks[1]["calls"][2]["idx"]
+    assert len(set(if_spanning)) == 1  # G = 8 = the whole generation batch: one prompt across both processes
