@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 
 import torch
 from datasets import Dataset, IterableDataset
@@ -186,6 +187,26 @@ class PromptStream:
             "use a larger dataset, a smaller generation batch, or a larger num_generations."
         )
 
+    def state(self) -> dict:
+        """Where the stream stands: the pass number and the prompts consumed in it (JSON-serialisable)."""
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state(self, state: dict) -> None:
+        """Restore a [`state`]: replay the pass's permutation (or stream) and skip what was consumed."""
+        self.epoch, self.position, self._order, self._iterator = 0, 0, None, None
+        if self.iterable:
+            if state["epoch"] > 0:
+                self.epoch = state["epoch"] - 1
+                self._start_pass()
+                for _ in itertools.islice(self._iterator, state["position"]):
+                    pass
+        else:
+            if self.shuffle:
+                self._generator.manual_seed(self.seed)
+            for _ in range(state["epoch"]):
+                self._start_pass()
+        self.position = state["position"]
+
     def materialize(self, prompts: list) -> list[dict]:
         """The rows of `prompts` (as returned by [`take`]), read in one batched call for map-style datasets."""
         if self.iterable:
@@ -229,3 +250,31 @@ def is_grpo_trainer(trainer) -> bool:
     from trl import GRPOTrainer
 
     return isinstance(trainer, GRPOTrainer)
+
+
+# --- checkpoints ---------------------------------------------------------------------------------------------------
+
+CURRICULUM_STATE_FILE = "curriculum_state.json"
+
+
+def checkpoint_dir(trainer, trial) -> str:
+    """The folder `Trainer._save_checkpoint` writes the current checkpoint to."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    return os.path.join(trainer._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
+
+
+def micro_step(trainer) -> int:
+    """TRL's count of `training_step` calls, which decides when a new round is generated."""
+    return trainer._step
+
+
+def restore_micro_step(trainer, value: int) -> None:
+    """Put TRL's micro-step counter back, so rounds keep their phase after a resume (TRL restarts it at 0)."""
+    trainer._step = value
+    trainer._buffered_inputs = None  # forces a (re)generation at the first micro-step
+
+
+def round_in_progress(trainer) -> bool:
+    """Whether the next micro-step continues a round rather than starting one."""
+    return trainer._step % generation_round_length(trainer) != 0

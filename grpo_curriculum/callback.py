@@ -111,6 +111,21 @@ class CurriculumCallback(TrainerCallback):
             "curriculum/stage": self.current.stage,
         }
 
+    # --- checkpointing ---------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """What a checkpoint must hold to continue the curriculum exactly (JSON-serialisable)."""
+        return {
+            "current": asdict(self.current) if self.current is not None else None,
+            "rounds": self.rounds,
+            "switches": list(self.switches),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.current = Setting(**state["current"]) if state["current"] is not None else None
+        self.rounds = state["rounds"]
+        self.switches = list(state["switches"])
+
     # --- callback events -------------------------------------------------------------------------------------------
 
     def on_train_begin(self, args, state, control, **kwargs):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import json
 import logging
+import os
 
 from trl import GRPOTrainer
 
@@ -69,6 +71,8 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         with _trl.record_fused_lm_head_temperature(self._temperature_cells):
             super().__init__(*args, **kwargs)
         self._prompt_stream = None
+        self._round_start_stream = None
+        self._resumed_mid_round = False
         if self._curriculum is None:
             return
         if training_args is None:  # GRPOTrainer built default args from the model name
@@ -90,16 +94,67 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         return super()._generate_and_score_completions(inputs)
 
     def _start_curriculum_round(self) -> list[dict]:
-        setting = self._curriculum.setting_for_round(self.state.global_step)
-        _trl.all_processes_agree(
-            self, (self._curriculum.rounds, setting.stage, setting.num_generations, setting.temperature)
-        )
-        self._apply(setting)
         if self._prompt_stream is None:
             self._prompt_stream = _trl.PromptStream(
                 _trl.train_dataset_as_loaded(self), shuffle=self.shuffle_dataset, seed=self.args.seed
             )
+        if self._resumed_mid_round:
+            # Resumed from a checkpoint taken inside a round: TRL regenerates the round; keep its setting and prompts.
+            setting = self._curriculum.current
+            self._prompt_stream.load_state(self._round_start_stream)
+        else:
+            setting = self._curriculum.setting_for_round(self.state.global_step)
+        self._resumed_mid_round = False
+        _trl.all_processes_agree(
+            self, (self._curriculum.rounds, setting.stage, setting.num_generations, setting.temperature)
+        )
+        self._apply(setting)
+        self._round_start_stream = self._prompt_stream.state()
         return _trl.local_round_rows(self, self._prompt_stream, setting.num_generations)
+
+    # --- checkpoint and resume ---------------------------------------------------------------------------------------
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self._curriculum is None or not self.args.should_save:
+            return
+        state = {
+            "version": 1,
+            "global_step": self.state.global_step,
+            "micro_step": _trl.micro_step(self),
+            "callback": self._curriculum.state_dict(),
+            "stream": self._prompt_stream.state() if self._prompt_stream is not None else None,
+            "round_start_stream": self._round_start_stream,
+        }
+        path = os.path.join(_trl.checkpoint_dir(self, trial), _trl.CURRICULUM_STATE_FILE)
+        with open(path + ".tmp", "w") as f:
+            json.dump(state, f, indent=1)
+        os.replace(path + ".tmp", path)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if self._curriculum is None or checkpoint is None:
+            return
+        path = os.path.join(checkpoint, _trl.CURRICULUM_STATE_FILE)
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"{checkpoint} holds no {_trl.CURRICULUM_STATE_FILE}: it was not written by CurriculumGRPOTrainer, so "
+                "the curriculum cannot continue where it stopped. Resume from a checkpoint of a curriculum run."
+            )
+        with open(path) as f:
+            state = json.load(f)
+        self._curriculum.load_state_dict(state["callback"])
+        _trl.restore_micro_step(self, state["micro_step"])
+        self._prompt_stream = _trl.PromptStream(
+            _trl.train_dataset_as_loaded(self), shuffle=self.shuffle_dataset, seed=self.args.seed
+        )
+        self._resumed_mid_round = _trl.round_in_progress(self) and state["round_start_stream"] is not None
+        if self._resumed_mid_round:
+            self._round_start_stream = state["round_start_stream"]
+        elif state["stream"] is not None:
+            self._prompt_stream.load_state(state["stream"])
+        if self._curriculum.current is not None:
+            self._apply(self._curriculum.current)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self._curriculum is not None and self.model.training:

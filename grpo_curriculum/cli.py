@@ -1,0 +1,272 @@
+"""
+The `grpo-curriculum` command.
+
+- `check [RECIPE] [--num-processes N] [...]`: the batch geometry, every valid `num_generations`, and a verdict with
+  fixes for each stage, before anything is loaded. Exit status 0 when every stage is valid, 1 when one is not, 2 for
+  malformed input.
+- `train RECIPE [--key value ...]`: train a recipe, with TRL-style overrides (launch with `accelerate launch` for
+  several processes).
+- `demo [--recipe PATH] [--out DIR] [--max-steps N]`: a few-minute CPU run of the built-in task.
+- `plot RUN_DIR [-o FILE.png]`: plot a run's reward, G and temperature.
+
+Flags are accepted with dashes or underscores (`--num-processes` or `--num_processes`), as in TRL's CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import CurriculumError, Problem
+
+GEOMETRY_FLAGS = {
+    "num_processes": "world size (default: the recipe's `num_processes`, else 1)",
+    "per_device_train_batch_size": "completions per process per micro-step (TRL's default: 8)",
+    "gradient_accumulation_steps": "micro-steps per optimizer step (TRL's default: 1)",
+    "steps_per_generation": "micro-steps served by one generation round (default: gradient_accumulation_steps)",
+    "generation_batch_size": "completions per generation round (instead of steps_per_generation)",
+}
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _num_generations(text: str) -> int:
+    value = _positive_int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 2 (GRPO compares at least 2 completions per "
+                                         f"prompt), got {text!r}")
+    return value
+
+
+def _flag(parser: argparse.ArgumentParser, name: str, *short: str, **kwargs) -> None:
+    """Add `--name-with-dashes` and `--name_with_underscores` as one option."""
+    flags = dict.fromkeys([*short, "--" + name.replace("_", "-"), "--" + name])
+    parser.add_argument(*flags, dest=name, **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `grpo-curriculum` argument parser, with its `check`, `train`, `demo` and `plot` subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="grpo-curriculum", description="Change GRPO's num_generations and temperature during a TRL run.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{check,train,demo,plot}")
+
+    check = commands.add_parser(
+        "check", help="check a recipe's batch geometry and every stage's num_generations",
+        description="Print the generation batch, every valid num_generations and each stage's verdict with fixes. "
+        "Flags override the recipe; without a recipe they alone describe the geometry. Exit status: 0 all valid, "
+        "1 some stage invalid, 2 malformed input.")
+    check.add_argument("recipe", nargs="?", help="recipe YAML file")
+    for name, help in GEOMETRY_FLAGS.items():
+        _flag(check, name, type=_positive_int, metavar="N", help=help)
+    _flag(check, "num_generations", type=_num_generations, metavar="G",
+          help="check this G instead of the recipe's stages (TRL's default: 8)")
+
+    train = commands.add_parser(
+        "train", help="train a recipe", description="Train a recipe. Overrides follow it as `--key value` (any "
+        "recipe key, e.g. `--max_steps 10 --output_dir runs/x`). Launch with `accelerate launch -m "
+        "grpo_curriculum.cli train ...` for several processes.")
+    train.add_argument("recipe", help="recipe YAML file")
+    train.add_argument("overrides", nargs=argparse.REMAINDER, help="`--key value` pairs overriding the recipe")
+
+    demo = commands.add_parser("demo", help="train the built-in demo on CPU and plot it")
+    _flag(demo, "recipe", metavar="PATH", help="recipe to run (default: the demo recipe)")
+    _flag(demo, "out", metavar="DIR", help="output directory")
+    _flag(demo, "max_steps", type=_positive_int, metavar="N", help="override the recipe's max_steps")
+
+    plot = commands.add_parser("plot", help="plot a run's reward, num_generations and temperature")
+    plot.add_argument("run_dir", help="a run's output directory")
+    _flag(plot, "output", "-o", metavar="FILE.png", help="image to write (default: inside RUN_DIR)")
+    return parser
+
+
+def _error(command: str, error: Exception) -> None:
+    if isinstance(error, OSError) and error.filename is not None:
+        message = f"{error.strerror or error}: {error.filename}"
+    else:
+        message = str(error)
+    print(f"grpo-curriculum {command}: error: {message}", file=sys.stderr)
+
+
+# --- check -------------------------------------------------------------------------------------------------------
+
+
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
+def _stage_rows(recipe) -> list[tuple[str, int]]:
+    """`(label, G)` for every stage of a recipe, and for its top-level G when GRPOConfig would check it."""
+    stages = recipe.curriculum.stages
+    max_steps = recipe.training.get("max_steps", -1)
+    resolved = recipe.curriculum.resolve(max_steps) if isinstance(max_steps, int) and max_steps > 0 else None
+    rows = []
+    for i, stage in enumerate(stages):
+        temperature = f"{stage.temperature:g}"
+        if stage.temperature_end is not None:
+            temperature += f" -> {stage.temperature_end:g} ({stage.temperature_ramp})"
+        ends = stage.end_description
+        if resolved is not None:
+            ends += f" (steps {resolved.start_of(i)}-{resolved.ends[i]} of {max_steps})"
+        label = f"stage {i}" + (f" ({stage.name})" if stage.name else "")
+        rows.append((f"{label}: G={stage.num_generations}, temperature {temperature}, {ends}", stage.num_generations))
+    top = recipe.training.get("num_generations")
+    if "num_generations" in recipe.raw and top not in {stage.num_generations for stage in stages}:
+        rows.append((f"top-level num_generations: G={top} (GRPOConfig checks it when built, before the curriculum "
+                     "overrides it)", top))
+    return rows
+
+
+def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
+    """
+    The `check` subcommand's output.
+
+    Returns:
+        `tuple[list[str], bool]`: The lines to print, and whether every checked value is valid.
+
+    Raises:
+        [`CurriculumError`]: for a malformed recipe or geometry.
+    """
+    from .recipe import load_recipe, training_geometry
+
+    overrides = {name: getattr(args, name) for name in [*GEOMETRY_FLAGS, "num_generations"]}
+    overrides = {name: value for name, value in overrides.items() if value is not None}
+    if "generation_batch_size" in overrides:  # a flag replaces the recipe's choice of the other one
+        overrides.setdefault("steps_per_generation", None)
+    elif "steps_per_generation" in overrides:
+        overrides["generation_batch_size"] = None
+    lines = []
+    if args.recipe:
+        recipe = load_recipe(args.recipe, overrides)
+        training, num_processes = recipe.training, recipe.num_processes
+        lines.append(f"recipe: {args.recipe} ({recipe.model_name_or_path}, dataset {recipe.dataset_name})")
+    else:
+        recipe, num_processes = None, overrides.pop("num_processes", None)
+        training = overrides
+    geometry = training_geometry(training, num_processes)
+    source = ("--num-processes" if args.num_processes else "the recipe's num_processes" if num_processes else
+              "assumed: neither --num-processes nor the recipe's num_processes is given")
+    lines.append(f"num_processes: {geometry.num_processes} ({source})")
+    lines.append(f"geometry: {geometry.describe()}")
+    valid = geometry.valid_num_generations()
+    lines.append(f"valid num_generations: {', '.join(map(str, valid)) or 'none (no divisor >= 2)'}")
+
+    if recipe is None or args.num_generations is not None:
+        G = args.num_generations or 8
+        rows = [(f"G={G} ({'--num-generations' if args.num_generations else 'TRL default num_generations'})", G)]
+    else:
+        rows = _stage_rows(recipe)
+    invalid = 0
+    batch = geometry.generation_batch_size
+    for label, G in rows:
+        if geometry.is_valid(G):
+            lines.append(f"{label}: valid ({batch} / {G} = {_plural(batch // G, 'prompt')} per "
+                         "generation round)")
+            note = geometry.per_step_note(G)
+            lines += [f"  {note}"] if note else []
+        else:
+            invalid += 1
+            lines.append(f"{label}: INVALID ({batch} / {G} leaves a remainder: num_generations "
+                         f"must divide the generation batch {batch})")
+            lines += [f"  {line}" for line in geometry.fixes(G).lines(geometry)]
+    checked = len(rows)
+    if geometry.num_generations_eval is not None:
+        checked += 1
+        e, n, G = geometry.per_device_eval_batch_size, geometry.num_processes, geometry.num_generations_eval
+        problems = geometry.eval_problems()
+        if problems:
+            lines += [f"eval: num_generations_eval {G}: INVALID ({problems[0].rule})", f"  {problems[0].fix}"]
+        else:
+            lines.append(f"eval: num_generations_eval {G}: valid (global eval batch: {e} per-device eval batch x "
+                         f"{_plural(n, 'process', 'processes')} = {e * n})")
+        invalid += bool(problems)
+    where = f"on {_plural(geometry.num_processes, 'process', 'processes')}"
+    lines.append(f"result: INVALID, {invalid} of {checked} checks fail {where}" if invalid else
+                 f"result: OK, all {checked} checks valid {where}")
+    return lines, not invalid
+
+
+def run_check(args: argparse.Namespace) -> int:
+    try:
+        lines, ok = check_report(args)
+    except (CurriculumError, OSError) as error:
+        _error("check", error)
+        return 2
+    print("\n".join(lines))
+    return 0 if ok else 1
+
+
+# --- train, demo, plot -------------------------------------------------------------------------------------------
+
+
+def parse_overrides(tokens: list[str]) -> dict:
+    """
+    Parse `--key value`, `--key=value` and bare `--flag` (true) tokens into a dict; dashes in keys become
+    underscores and values are read as YAML (`--learning_rate 1e-5` -> `1e-05`, `--report_to []` -> `[]`).
+
+    Raises:
+        [`CurriculumError`]: for a token that is not `--key`.
+    """
+    from .recipe import parse_value
+
+    overrides, i = {}, 0
+    while i < len(tokens):
+        token = tokens[i]
+        if not token.startswith("--") or token == "--":
+            raise CurriculumError([Problem("command line", token, "must be `--key value` after the recipe",
+                                           "write overrides as e.g. `--max_steps 10`")])
+        key, equals, text = token[2:].partition("=")
+        if not equals:
+            has_value = i + 1 < len(tokens) and not tokens[i + 1].startswith("--")
+            text = tokens[i + 1] if has_value else "true"
+            i += has_value
+        overrides[key.replace("-", "_")] = parse_value(text)
+        i += 1
+    return overrides
+
+
+def _dispatch(name: str):
+    def command(args: argparse.Namespace) -> int:
+        try:
+            if name == "train_main":
+                args.overrides = parse_overrides(args.overrides)
+            run = importlib.import_module(f"{__package__}.run")
+            return getattr(run, name)(args)
+        except (CurriculumError, FileNotFoundError) as error:
+            _error(args.command, error)
+            return 2
+
+    return command
+
+
+COMMANDS = {"check": run_check, "train": _dispatch("train_main"), "demo": _dispatch("demo_main"),
+            "plot": _dispatch("plot_main")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """
+    Run the `grpo-curriculum` command.
+
+    Args:
+        argv (`list[str]`, *optional*): The arguments (default: `sys.argv[1:]`).
+
+    Returns:
+        `int`: The exit status (`2` for a usage error or malformed input).
+    """
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit:  # argparse printed the usage error (2) or the help (0)
+        return exit.code if isinstance(exit.code, int) else 2
+    return COMMANDS[args.command](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

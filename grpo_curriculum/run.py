@@ -1,0 +1,276 @@
+"""The `train`, `demo` and `plot` commands: build a run from a recipe, train it, summarise and plot it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from .errors import CurriculumError, Problem
+
+logger = logging.getLogger("grpo_curriculum")
+
+DEMO_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "demo.yaml"
+
+
+# --- building a run ----------------------------------------------------------------------------------------------
+
+
+def build_run(recipe):
+    """Model (or its name), tokenizer, dataset and reward functions for a [`Recipe`]."""
+    from .recipe import import_reward
+    from .tasks import TASKS, build_model, build_tokenizer
+
+    if recipe.model_name_or_path == "builtin:tiny":
+        model, tokenizer = build_model(), build_tokenizer()
+    else:
+        model, tokenizer = recipe.model_name_or_path, None
+    if recipe.dataset_name.startswith("builtin:"):
+        make_dataset, _ = TASKS[recipe.dataset_name.split(":", 1)[1]]
+        dataset = make_dataset(recipe.dataset_num_prompts or 256, seed=recipe.training.get("seed", 42))
+    else:
+        from datasets import load_dataset
+
+        dataset = load_dataset(recipe.dataset_name, recipe.dataset_config, split=recipe.dataset_train_split)
+    rewards = [import_reward(path) for path in recipe.reward_funcs]
+    return model, tokenizer, dataset, rewards
+
+
+def grpo_config(recipe, output_dir: str | None = None):
+    """`GRPOConfig` for the recipe; G and temperature start at the first stage's values."""
+    from trl import GRPOConfig
+
+    kwargs = dict(recipe.training)
+    first = recipe.curriculum.stages[0]
+    kwargs["num_generations"] = first.num_generations
+    kwargs["temperature"] = first.temperature_at(0.0)
+    if recipe.model:
+        kwargs["model_init_kwargs"] = {**recipe.model, **(kwargs.get("model_init_kwargs") or {})}
+    if output_dir is not None:
+        kwargs["output_dir"] = output_dir
+    return GRPOConfig(**kwargs)
+
+
+def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=()):
+    from .callback import CurriculumCallback
+    from .trainer import CurriculumGRPOTrainer
+
+    args = grpo_config(recipe, output_dir)
+    model, tokenizer, dataset, rewards = build_run(recipe)
+    return CurriculumGRPOTrainer(
+        model=model,
+        reward_funcs=rewards,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[CurriculumCallback(recipe.curriculum), *extra_callbacks],
+    )
+
+
+# --- progress and summary ------------------------------------------------------------------------------------------
+
+
+def progress_callback():
+    """A progress bar that shows the current G, temperature and reward."""
+    from tqdm.auto import tqdm
+    from transformers import TrainerCallback
+
+    class CurriculumProgress(TrainerCallback):
+        bar = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                self.bar = tqdm(total=state.max_steps, dynamic_ncols=True, desc="train", file=sys.stdout)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if self.bar is None or not logs or "curriculum/num_generations" not in logs:
+                return
+            postfix = {"G": int(logs["curriculum/num_generations"]), "T": f"{logs['curriculum/temperature']:.2f}"}
+            if logs.get("reward") is not None:
+                postfix["reward"] = f"{logs['reward']:.3f}"
+            self.bar.set_postfix(postfix, refresh=False)
+            self.bar.update(state.global_step - self.bar.n)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.bar is not None:
+                self.bar.close()
+
+    return CurriculumProgress()
+
+
+def stage_summary(log_history: list[dict], generation_batch_size: int) -> list[dict]:
+    """
+    Per-stage rows from a run's `log_history`: optimizer steps, G, temperature range, mean reward, mean zero-std
+    fraction and completions per second (generation batch completions per logged step over TRL's `step_time`).
+    """
+    rows: dict[int, dict] = {}
+    for entry in log_history:
+        if "curriculum/stage" not in entry or "reward" not in entry:
+            continue
+        row = rows.setdefault(
+            int(entry["curriculum/stage"]),
+            {"steps": 0, "G": set(), "T": [], "reward": [], "zero_std": [], "time": 0.0},
+        )
+        row["steps"] += 1
+        row["G"].add(int(entry["curriculum/num_generations"]))
+        row["T"].append(entry["curriculum/temperature"])
+        if entry.get("reward") is not None:
+            row["reward"].append(entry["reward"])
+        if entry.get("frac_reward_zero_std") is not None:
+            row["zero_std"].append(entry["frac_reward_zero_std"])
+        row["time"] += entry.get("step_time") or 0.0
+    summary = []
+    for stage, row in sorted(rows.items()):
+        mean = lambda values: sum(values) / len(values) if values else float("nan")  # noqa: E731
+        summary.append(
+            {
+                "stage": stage,
+                "steps": row["steps"],
+                "G": "/".join(str(g) for g in sorted(row["G"])),
+                "T": f"{min(row['T']):.2f}" if min(row["T"]) == max(row["T"]) else f"{min(row['T']):.2f}-{max(row['T']):.2f}",
+                "mean reward": mean(row["reward"]),
+                "zero-std frac": mean(row["zero_std"]),
+                "completions/s": row["steps"] * generation_batch_size / row["time"] if row["time"] else float("nan"),
+            }
+        )
+    return summary
+
+
+def format_table(rows: list[dict]) -> str:
+    if not rows:
+        return "(no training steps logged)"
+    headers = list(rows[0])
+    cells = [[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row.values()] for row in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    line = lambda values: "| " + " | ".join(v.rjust(w) for v, w in zip(values, widths)) + " |"  # noqa: E731
+    return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells)])
+
+
+# --- plot ----------------------------------------------------------------------------------------------------------
+
+
+def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
+    """G, temperature, reward and zero-std fraction over steps, stage boundaries marked; written to `output` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries = [e for e in log_history if "curriculum/stage" in e and "reward" in e]
+    if not entries:
+        raise CurriculumError([Problem("log_history", len(log_history), "holds no curriculum training steps to plot")])
+    steps = [e["step"] for e in entries]
+    series = [
+        ("num_generations (G)", [e["curriculum/num_generations"] for e in entries], "steps-post"),
+        ("temperature", [e["curriculum/temperature"] for e in entries], "steps-post"),
+        ("reward", [e.get("reward") for e in entries], "default"),
+        ("zero-std group fraction", [e.get("frac_reward_zero_std") for e in entries], "default"),
+    ]
+    boundaries = [b["step"] for a, b in zip(entries, entries[1:]) if a["curriculum/stage"] != b["curriculum/stage"]]
+    figure, axes = plt.subplots(len(series), 1, figsize=(8, 8), sharex=True)
+    for axis, (label, values, style) in zip(axes, series, strict=True):
+        axis.plot(steps, [float("nan") if v is None else v for v in values], drawstyle=style)
+        axis.set_ylabel(label, fontsize=8)
+        for boundary in boundaries:
+            axis.axvline(boundary, color="grey", linestyle="--", linewidth=0.8)
+    axes[-1].set_xlabel("optimizer step")
+    axes[0].set_title(title or "grpo-curriculum run (dashed: stage switches)")
+    figure.tight_layout()
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(output, dpi=100)
+    plt.close(figure)
+    return output
+
+
+def read_log_history(run_dir: str) -> list[dict]:
+    path = Path(run_dir) / "trainer_state.json"
+    if not path.is_file():
+        candidates = sorted(Path(run_dir).glob("checkpoint-*/trainer_state.json"), key=lambda p: p.stat().st_mtime)
+        if not candidates:
+            raise FileNotFoundError(f"no trainer_state.json in {run_dir} (nor in a checkpoint-* folder below it)")
+        path = candidates[-1]
+    return json.loads(path.read_text())["log_history"]
+
+
+# --- commands ------------------------------------------------------------------------------------------------------
+
+
+def _overrides(args) -> dict:
+    return dict(getattr(args, "overrides", None) or {})
+
+
+def train_main(args) -> int:
+    """`grpo-curriculum train RECIPE [--key value ...]`: run a recipe with `CurriculumGRPOTrainer`."""
+    from .recipe import load_recipe
+
+    recipe = load_recipe(args.recipe, overrides=_overrides(args))
+    trainer = build_trainer(recipe)  # validates every stage against the real world size before any step
+    trainer.train()
+    trainer.save_state()
+    if trainer.accelerator.is_main_process:
+        trainer.save_model()
+    return 0
+
+
+def demo_main(args) -> int:
+    """`grpo-curriculum demo`: train the tiny built-in model with a curriculum on CPU and show what switched."""
+    from transformers.utils import logging as hf_logging
+
+    from .recipe import load_recipe
+
+    recipe_path = getattr(args, "recipe", None) or str(DEMO_RECIPE)
+    overrides = {}
+    if getattr(args, "max_steps", None):
+        overrides["max_steps"] = args.max_steps
+    recipe = load_recipe(recipe_path, overrides=overrides)
+    out = getattr(args, "out", None) or "runs/demo"
+    recipe.training.update(disable_tqdm=True, logging_steps=1)
+    logging.basicConfig(format="%(message)s")
+    logger.setLevel(logging.INFO)
+    hf_logging.set_verbosity_error()
+
+    staging = f"{out}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    trainer = build_trainer(recipe, output_dir=staging, extra_callbacks=[progress_callback()])
+    print(f"recipe: {recipe_path}")
+    print(f"geometry: {_describe_geometry(trainer)}")
+    for line in trainer._curriculum.resolved.describe() if trainer._curriculum.resolved else []:
+        print(f"  {line}")
+    start = time.perf_counter()
+    trainer.train()
+    elapsed = time.perf_counter() - start
+    trainer.save_state()
+    history = trainer.state.log_history
+
+    print(f"\ntrained {trainer.state.global_step} steps in {elapsed:.1f} s")
+    for switch in trainer._curriculum.switches:
+        print(
+            f"switch at step {switch['step']}: G {switch['from']['num_generations']} -> {switch['to']['num_generations']},"
+            f" temperature {switch['from']['temperature']:.2f} -> {switch['to']['temperature']:.2f} ({switch['reason']})"
+        )
+    print()
+    print(format_table(stage_summary(history, trainer.args.generation_batch_size)))
+    plot_run(history, os.path.join(staging, "curriculum.png"), title=f"demo: {Path(recipe_path).name}")
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.replace(staging, out)
+    print(f"\nrun directory: {out} (trainer_state.json, curriculum.png)")
+    return 0
+
+
+def _describe_geometry(trainer) -> str:
+    from .geometry import BatchGeometry
+
+    return BatchGeometry.from_args(trainer.args).describe()
+
+
+def plot_main(args) -> int:
+    """`grpo-curriculum plot RUN_DIR [-o FILE.png]`."""
+    output = getattr(args, "output", None) or os.path.join(args.run_dir, "curriculum.png")
+    plot_run(read_log_history(args.run_dir), output, title=f"{args.run_dir}")
+    print(output)
+    return 0

@@ -1,0 +1,221 @@
+"""Tests for the `grpo-curriculum` command: `check` reproduces the seed documents' cases; the others dispatch."""
+
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from grpo_curriculum.cli import main, parse_overrides
+from grpo_curriculum.errors import CurriculumError, Problem
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = str(ROOT / "recipes" / "demo.yaml")
+BAD = ROOT / "tests" / "data" / "bad_recipes"
+
+
+def check(capsys, *argv):
+    code = main(["check", *map(str, argv)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def flags(n, b, acc=None, G=None):
+    argv = ["--num-processes", n, "--per-device-train-batch-size", b]
+    argv += ["--gradient-accumulation-steps", acc] if acc else []
+    return argv + (["--num-generations", G] if G else [])
+
+
+# Seeds: every number below is from /work/shared/SEEDS.md.
+@pytest.mark.parametrize(
+    "n, b, acc, G, code, batch, valid",
+    [
+        (2, 2, None, 8, 1, 4, "2, 4"),  # table row 1: 4 is not divisible by 8
+        (2, 3, None, 3, 0, 6, "2, 3, 6"),  # table row 2: 6 / 3 = 2
+        (2, 4, None, 5, 1, 8, "2, 4, 8"),  # table row 3: 8 / 5 leaves a remainder
+        (2, 3, None, 8, 1, 6, "2, 3, 6"),  # worked case
+        (1, 1, 4, 4, 0, 4, "2, 4"),  # 004: 1 GPU, batch 1, accumulation 4
+        (2, 3, 2, 5, 1, 12, "2, 3, 4, 6, 12"),  # pitfall (1)
+    ],
+)
+def test_seed_cases(capsys, n, b, acc, G, code, batch, valid):
+    got, out, err = check(capsys, *flags(n, b, acc, G))
+    assert got == code and err == ""
+    assert f"= generation batch {batch}\n" in out and f"valid num_generations: {valid}\n" in out
+    assert f"G={G} (--num-generations): {'valid' if code == 0 else 'INVALID'}" in out
+    assert ("result: OK" if code == 0 else "result: INVALID, 1 of 1 checks fail") in out
+
+
+def test_worked_case_fixes(capsys):
+    """2 x 3 = 6 with G 8 fails; fix 1: G in {2, 3, 6}; fix 2: per-device 4 -> 8, keep G 8."""
+    code, out, _ = check(capsys, *flags(2, 3, G=8))
+    assert code == 1
+    assert "6 / 8 leaves a remainder" in out and "valid num_generations: 2, 3, 6" in out
+    assert "  use num_generations 6 (nearest valid)" in out
+    assert "  or per_device_train_batch_size 4 -> generation batch 8" in out
+
+
+def test_per_step_note(capsys):
+    """004's rule (accumulation counts) holds, 000's per-step rule does not: TRL accepts, the note explains."""
+    code, out, _ = check(capsys, *flags(1, 1, 4, 4))
+    assert code == 0 and "note: 1 x 1 = 1 completions per micro-step" in out and "TRL allows this" in out
+    code, out, _ = check(capsys, *flags(2, 4, G=4))  # 2 x 4 = 8: whole groups per step, no note
+    assert code == 0 and "note:" not in out
+
+
+def test_two_gpus_times_four(capsys):
+    """000: 2 GPUs x 4 per device = 8, so G can only be 2, 4 or 8."""
+    code, out, _ = check(capsys, *flags(2, 4))
+    assert code == 0 and "valid num_generations: 2, 4, 8\n" in out and "G=8 (TRL default num_generations)" in out
+
+
+def test_underscore_flags_match_dashes(capsys):
+    dashes = check(capsys, *flags(2, 3, 2, 5))
+    underscores = check(capsys, "--num_processes", 2, "--per_device_train_batch_size", 3,
+                        "--gradient_accumulation_steps", 2, "--num_generations", 5)
+    assert dashes == underscores and dashes[0] == 1
+
+
+def test_generation_batch_and_steps_flags(capsys):
+    code, out, _ = check(capsys, "--per-device-train-batch-size=2", "--generation_batch_size=8", "--num-generations=4")
+    assert code == 0 and "1 process x 2 per-device batch x 4 steps per generation = generation batch 8" in out
+    code, out, _ = check(capsys, "--per_device_train_batch_size=2", "--steps_per_generation", 3, "--num-generations=4")
+    assert code == 1 and "generation batch 6" in out
+    assert "assumed: neither --num-processes nor the recipe's num_processes is given" in out
+
+
+def test_recipe_check_output(capsys):
+    code, out, err = check(capsys, ROOT / "recipes" / "2gpu.yaml")
+    assert code == 0 and err == ""
+    assert "num_processes: 2 (the recipe's num_processes)" in out
+    assert "geometry: 2 processes x 3 per-device batch x 1 steps per generation = generation batch 6" in out
+    assert "stage 0 (warmup): G=3, temperature 0.7, until 0.3 of the run: valid" in out
+    assert "stage 1 (main): G=6, temperature 0.9, until the end: valid" in out
+
+
+def test_recipe_flags_override(capsys):
+    recipe = ROOT / "recipes" / "2gpu.yaml"
+    code, out, _ = check(capsys, recipe, "--num-processes", 1)  # 1 x 3 = 3: G 6 no longer fits
+    assert code == 1 and "stage 1 (main): G=6" in out and "INVALID" in out and "use num_generations 3" in out
+    code, out, _ = check(capsys, recipe, "--num_generations", 8)  # the seeds' worked case, from the recipe
+    assert code == 1 and "G=8 (--num-generations): INVALID" in out and "stage 0" not in out
+    code, out, _ = check(capsys, DEMO)
+    assert code == 0 and "(steps 0-60 of 120)" in out and "temperature 0.8" in out
+
+
+def test_eval_constraint(capsys, tmp_path):
+    recipe = tmp_path / "eval.yaml"
+    recipe.write_text(Path(DEMO).read_text() + "eval_strategy: steps\nper_device_eval_batch_size: 3\n")
+    code, out, _ = check(capsys, recipe)  # eval G is the run's num_generations: the first stage's, 2
+    assert code == 1 and "eval: num_generations_eval 2: INVALID" in out and "per_device_eval_batch_size 4" in out
+    code, out, _ = check(capsys, recipe, "--num-processes", 2)  # 3 x 2 = 6
+    assert code == 0 and "eval: num_generations_eval 2: valid (global eval batch: 3 per-device eval batch x 2 " \
+                         "processes = 6)" in out
+
+
+def test_top_level_num_generations_is_checked(capsys, tmp_path):
+    recipe = tmp_path / "top.yaml"
+    recipe.write_text((ROOT / "recipes" / "2gpu.yaml").read_text() + "num_generations: 8\n")
+    code, out, _ = check(capsys, recipe)
+    assert code == 1 and "top-level num_generations: G=8" in out and "INVALID" in out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([BAD / "many_problems.yaml"], "7 problems"),
+        ([BAD / "yaml_syntax_error.yaml"], "yaml_syntax_error.yaml:7"),
+        ([BAD / "empty.yaml"], "is empty"),
+        ([BAD / "top_level_list.yaml"], "must be a YAML mapping"),
+        (["no/such/recipe.yaml"], "does not exist"),
+        (["--num-generations", 1], "must be an integer >= 2"),
+        (["--num-processes", 0], "must be a positive integer"),
+        (["--per-device-train-batch-size", "four"], "must be a positive integer"),
+        (["--bogus-flag", 1], "unrecognized arguments"),
+        (["--num-processes", 2, "--per-device-train-batch-size", 3, "--generation-batch-size", 8],
+         "must be a multiple of the global batch"),
+        (["--steps-per-generation", 2, "--generation-batch-size", 16], "must not be set together"),
+        ([DEMO, "--generation-batch-size", 20], "must be a multiple of the global batch"),
+    ],
+)
+def test_malformed_input_exits_2_without_traceback(capsys, argv, message):
+    code, out, err = check(capsys, *argv)
+    assert code == 2 and out == "" and message in err
+
+
+def test_help_exits_0(capsys):
+    assert main(["check", "--help"]) == 0 and "--num_processes" in capsys.readouterr().out
+    assert main([]) == 2 and "required" in capsys.readouterr().err
+
+
+def test_module_runs_as_a_script():
+    done = subprocess.run([sys.executable, "-m", "grpo_curriculum.cli", "check", "recipes/demo.yaml"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "result: OK, all 2 checks valid on 1 process" in done.stdout
+
+
+# --- train, demo, plot dispatch ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_run(monkeypatch):
+    calls = []
+    module = types.ModuleType("grpo_curriculum.run")
+
+    def entry(name):
+        def function(args):
+            calls.append((name, args))
+            if getattr(args, "recipe", None) == "raise-curriculum":
+                raise CurriculumError([Problem("max_steps", 0, "must be positive")])
+            if getattr(args, "run_dir", None) == "raise-missing":
+                raise FileNotFoundError(2, "No such file or directory", "raise-missing/log.jsonl")
+            return 0
+
+        return function
+
+    for name in ("train_main", "demo_main", "plot_main"):
+        setattr(module, name, entry(name))
+    monkeypatch.setitem(sys.modules, "grpo_curriculum.run", module)
+    return calls
+
+
+def test_train_parses_overrides(fake_run):
+    argv = ["train", "r.yaml", "--max-steps", "10", "--learning_rate=1e-5", "--report_to", "[]", "--bf16",
+            "--output_dir", "runs/x", "--seed", "-1"]
+    assert main(argv) == 0
+    (name, args), = fake_run
+    assert name == "train_main" and args.recipe == "r.yaml"
+    assert args.overrides == {"max_steps": 10, "learning_rate": 1e-5, "report_to": [], "bf16": True,
+                              "output_dir": "runs/x", "seed": -1}
+
+
+def test_demo_and_plot_arguments(fake_run):
+    assert main(["demo", "--out", "d", "--max_steps", "5", "--recipe", "r.yaml"]) == 0
+    assert main(["demo"]) == 0
+    assert main(["plot", "runs/demo", "-o", "f.png"]) == 0
+    assert main(["plot", "runs/demo"]) == 0
+    (_, demo), (_, bare), (_, plot), (_, plain) = fake_run
+    assert (demo.out, demo.max_steps, demo.recipe) == ("d", 5, "r.yaml")
+    assert (bare.out, bare.max_steps, bare.recipe) == (None, None, None)
+    assert (plot.run_dir, plot.output, plain.output) == ("runs/demo", "f.png", None)
+
+
+def test_dispatch_errors_exit_2_without_traceback(fake_run, capsys):
+    assert main(["train", "raise-curriculum"]) == 2
+    assert main(["plot", "raise-missing"]) == 2
+    assert main(["train", "r.yaml", "max_steps", "10"]) == 2
+    assert main(["train"]) == 2
+    assert main(["demo", "--max-steps", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "max_steps = 0: must be positive" in err
+    assert "No such file or directory: raise-missing/log.jsonl" in err and "must be `--key value`" in err
+
+
+def test_parse_overrides():
+    assert parse_overrides([]) == {}
+    assert parse_overrides(["--use-vllm", "--vllm_mode", "colocate"]) == {"use_vllm": True, "vllm_mode": "colocate"}
+    with pytest.raises(CurriculumError):
+        parse_overrides(["--"])

@@ -1,0 +1,268 @@
+"""Tests for `grpo_curriculum.recipe`: every shipped recipe validates; every malformed one is explained at once."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from grpo_curriculum.cli import main
+from grpo_curriculum.errors import CurriculumError
+from grpo_curriculum.recipe import (
+    Recipe,
+    geometry_of,
+    import_reward,
+    load_curriculum,
+    load_recipe,
+    parse_recipe,
+    parse_value,
+)
+from grpo_curriculum.rewards import gsm8k_accuracy_reward, last_number
+from grpo_curriculum.schedule import Stage, StageSchedule
+
+ROOT = Path(__file__).resolve().parents[1]
+BAD = ROOT / "tests" / "data" / "bad_recipes"
+RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
+MINIMAL = {"model_name_or_path": "builtin:tiny", "dataset_name": "builtin:echo",
+           "reward_funcs": ["grpo_curriculum.tasks:echo_reward"]}
+
+
+def problems_of(path, **kwargs):
+    with pytest.raises(CurriculumError) as info:
+        load_recipe(str(path), **kwargs)
+    return info.value
+
+
+def has(error, key, text):
+    """`error` holds a problem at `key` whose rule or fix mentions `text`, and its message shows both."""
+    found = [p for p in error.problems if p.key == key and text in f"{p.rule} {p.fix}"]
+    return bool(found) and key in str(error) and text in str(error)
+
+
+# --- the shipped recipes -----------------------------------------------------------------------------------------
+
+
+def test_recipes_exist():
+    names = {path.name for path in RECIPES}
+    expected = {"1gpu.yaml", "2gpu.yaml", "4gpu.yaml", "memory-tight.yaml", "qwen2.5-0.5b-gsm8k.yaml", "demo.yaml"}
+    assert expected <= names
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_every_recipe_validates_and_passes_check(path, capsys):
+    recipe = load_recipe(str(path))
+    assert isinstance(recipe, Recipe) and recipe.num_processes is not None
+    assert recipe.reward_funcs and not {"curriculum", "reward_funcs", "num_processes"} & set(recipe.training)
+    geometry = geometry_of(recipe)
+    assert all(geometry.is_valid(g) for g in recipe.curriculum.num_generations_values)
+    assert path.read_text().startswith("#") and " train " in path.read_text().split("\n\n")[0]  # launch command
+    assert main(["check", str(path), "--num-processes", str(recipe.num_processes)]) == 0
+    assert "result: OK" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_every_recipe_builds_a_grpo_config(path, tmp_path):
+    """TRL accepts every recipe's training kwargs (bf16 off: this machine may have no GPU)."""
+    from trl import GRPOConfig
+
+    recipe = load_recipe(str(path))
+    config = GRPOConfig(**{**recipe.training, "output_dir": str(tmp_path), "bf16": False})
+    assert config.num_generations == recipe.curriculum.stages[0].num_generations
+
+
+def test_seed_recipes_numbers():
+    """The seeds' recipes: 1 GPU 4 x 8 with G 4; 2 GPUs per-device 3 with G 6; 4 GPUs 2 x 16, G 8, clip 0.5."""
+    one, two, four = (load_recipe(str(ROOT / "recipes" / f"{n}gpu.yaml")) for n in (1, 2, 4))
+    assert (one.training["per_device_train_batch_size"], one.training["gradient_accumulation_steps"]) == (4, 8)
+    assert 4 in one.curriculum.num_generations_values and one.num_processes == 1
+    assert two.training["per_device_train_batch_size"] == 3 and two.num_processes == 2
+    assert two.curriculum.num_generations_values == [3, 6]
+    assert four.training["max_grad_norm"] == 0.5 and four.training["gradient_accumulation_steps"] == 16
+    assert 8 in four.curriculum.num_generations_values and four.num_processes == 4
+    tight = load_recipe(str(ROOT / "recipes" / "memory-tight.yaml"))
+    assert tight.training["use_vllm"] is True and tight.training["vllm_gpu_memory_utilization"] == 0.7
+    assert tight.training["vllm_mode"] == "colocate" and tight.training["per_device_train_batch_size"] == 1
+
+
+def test_demo_recipe_fields():
+    recipe = load_recipe(str(ROOT / "recipes" / "demo.yaml"))
+    assert (recipe.model_name_or_path, recipe.dataset_name) == ("builtin:tiny", "builtin:echo")
+    assert recipe.reward_funcs == ["grpo_curriculum.tasks:echo_reward"] and recipe.dataset_num_prompts == 64
+    assert recipe.dataset_config is None and recipe.dataset_train_split == "train" and recipe.model == {}
+    assert recipe.training["use_cpu"] is True and recipe.training["report_to"] == []
+    assert recipe.training["learning_rate"] == pytest.approx(1e-2)
+    # GRPOConfig gets the first stage's G and temperature, so it accepts the geometry the run starts in.
+    assert (recipe.training["num_generations"], recipe.training["temperature"]) == (2, 0.8)
+    assert [(s.num_generations, s.temperature) for s in recipe.curriculum.stages] == [(2, 0.8), (8, 1.0)]
+    assert recipe.curriculum.resolve(recipe.training["max_steps"]).ends == (60, 120)
+
+
+def test_gsm8k_recipe():
+    recipe = load_recipe(str(ROOT / "recipes" / "qwen2.5-0.5b-gsm8k.yaml"))
+    assert (recipe.dataset_name, recipe.dataset_config) == ("openai/gsm8k", "main")
+    assert recipe.model == {"dtype": "bfloat16"}
+    assert import_reward(recipe.reward_funcs[0]) is gsm8k_accuracy_reward
+
+
+# --- malformed recipes -------------------------------------------------------------------------------------------
+
+CASES = {
+    "typo_top_level": [("num_generation", "did you mean `num_generations`?"),
+                       ("learning_rat", "did you mean `learning_rate`?"),
+                       ("per-device-train-batch-size", "did you mean `per_device_train_batch_size`?")],
+    "wrong_types": [("per_device_train_batch_size", "must be an integer"), ("bf16", "must be true or false"),
+                    ("learning_rate", "must be a number"), ("report_to", "a list of strings"),
+                    ("max_steps", "must be an integer")],
+    "nonpositive_temperature": [("curriculum.stages[0].temperature", "must be a positive finite number"),
+                                ("curriculum.stages[1].temperature_end", "must be a positive finite number")],
+    "nan_temperature": [("curriculum.stages[0].temperature", "must be a positive finite number")],
+    "g_below_two": [("curriculum.stages[0].num_generations", "must be an integer >= 2"),
+                    ("curriculum.stages[1].num_generations", "must be an integer >= 2")],
+    "decreasing_ends": [("curriculum.stages[1].until_step", "stage ends must increase")],
+    "fraction_above_one": [("curriculum.stages[0].until_fraction", "must be a number in (0, 1]")],
+    "both_end_kinds": [("curriculum.stages[0].until_step", "cannot be combined with `until_fraction`")],
+    "unknown_stage_key": [("curriculum.stages[0].temprature", "did you mean `temperature`?"),
+                          ("curriculum.stages[0].temperature", "is required")],
+    "bad_reward_path": [("reward_funcs[0]", "use `trl.rewards:accuracy_reward`"),
+                        ("reward_funcs[1]", "must be an import path")],
+    "reward_funcs_not_list": [("reward_funcs", "must be a non-empty list of import paths")],
+    "unknown_curriculum_key": [("curriculum.stage", "did you mean `stages`?"), ("curriculum.stages", "is required")],
+    "curriculum_not_mapping": [("curriculum", "must be a mapping holding a `stages:` list")],
+    "stage_not_mapping": [("curriculum.stages[0]", "must be a mapping of stage fields")],
+    "missing_required": [("model_name_or_path", "is required"), ("dataset_name", "is required"),
+                         ("reward_funcs", "is required")],
+    "enum_typo": [("eval_strategy", "did you mean `steps`?"), ("lr_scheduler_type", "did you mean `cosine`?"),
+                  ("dtype", "did you mean `bfloat16`?")],
+    "stage_ends_after_run": [("curriculum.stages[0].until_step", "after the run's last optimizer step (50)")],
+    "middle_stage_without_end": [("curriculum.stages[0]", "only the last stage may omit its end")],
+    "ramp_without_end": [("curriculum.stages[0].temperature_ramp", "only applies with `temperature_end`")],
+    "duplicate_key": [("learning_rate", "is given more than once (lines 4, 5)")],
+    "builtin_typo": [("model_name_or_path", "did you mean `builtin:tiny`?"),
+                     ("dataset_name", "did you mean `builtin:echo`?")],
+    "num_prompts_for_hub_dataset": [("dataset_num_prompts", "only applies to built-in datasets"),
+                                    ("num_processes", "must be a positive integer")],
+    "unsupported_key": [("reward_model_name_or_path", "is not supported")],
+    "many_problems": [("per_device_train_batch_size", "must be an integer"),
+                      ("gradient_accumulation_step", "did you mean `gradient_accumulation_steps`?"),
+                      ("curriculum.stages[0].num_generations", "must be an integer >= 2"),
+                      ("curriculum.stages[0].temperature", "must be a positive finite number"),
+                      ("curriculum.stages[1].temperature", "must be a positive finite number"),
+                      ("curriculum.stages[1].temperature_ramp", "must be one of ['linear', 'cosine']"),
+                      ("curriculum.stages[2].warmup", "is not a stage field")],
+}
+
+
+def test_corpus_is_covered():
+    files = {path.stem for path in BAD.glob("*.yaml")}
+    assert len(files) >= 15
+    assert files == set(CASES) | {"yaml_syntax_error", "empty", "top_level_list"}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_recipe(name):
+    error = problems_of(BAD / f"{name}.yaml")
+    for key, text in CASES[name]:
+        assert has(error, key, text), f"{key!r} / {text!r} not in:\n{error}"
+    assert len(error.problems) == len(CASES[name]) + (name == "num_prompts_for_hub_dataset")  # every problem at once
+    assert f"recipe {BAD / name}.yaml" in str(error)
+
+
+def test_yaml_syntax_error_names_file_and_line():
+    path = BAD / "yaml_syntax_error.yaml"
+    message = str(problems_of(path))
+    assert f"{path}:7" in message and "line 7, column 7" in message and "starts at line 6" in message
+
+
+def test_empty_missing_and_list_files(tmp_path):
+    assert "is empty" in str(problems_of(BAD / "empty.yaml"))
+    assert "does not exist" in str(problems_of(tmp_path / "nope.yaml"))
+    assert "is a directory" in str(problems_of(tmp_path))
+    assert "must be a YAML mapping" in str(problems_of(BAD / "top_level_list.yaml"))
+    with pytest.raises(CurriculumError, match="not a str"):
+        parse_recipe("model_name_or_path: x")
+
+
+# --- parsing details ---------------------------------------------------------------------------------------------
+
+
+def test_overrides_apply_over_the_file():
+    recipe = load_recipe(str(ROOT / "recipes" / "demo.yaml"),
+                         {"max-steps": 10, "per_device_train_batch_size": 8, "num_processes": 2})
+    assert recipe.training["max_steps"] == 10 and recipe.raw["max_steps"] == 10
+    assert geometry_of(recipe).generation_batch_size == 16 and geometry_of(recipe, 1).generation_batch_size == 8
+    error = problems_of(ROOT / "recipes" / "demo.yaml", overrides={"max_stepz": 5, "learning_rate": "fast"})
+    assert has(error, "max_stepz", "did you mean `max_steps`?") and has(error, "learning_rate", "must be a number")
+
+
+def test_plain_recipe_has_one_stage_from_trl_defaults():
+    recipe = parse_recipe(dict(MINIMAL))
+    assert [(s.num_generations, s.temperature) for s in recipe.curriculum.stages] == [(8, 1.0)]
+    geometry = geometry_of(recipe)  # TRL's defaults: per-device 8, accumulation 1, one process
+    assert geometry.generation_batch_size == 8 and geometry.num_generations_eval is None
+    recipe = parse_recipe({**MINIMAL, "num_generations": 4, "temperature": 0.7})
+    assert recipe.curriculum.stages == (Stage(num_generations=4, temperature=0.7),)
+    error = pytest.raises(CurriculumError, parse_recipe, {**MINIMAL, "temperature": -1}).value
+    assert has(error, "temperature", "must be a positive finite number")
+
+
+def test_geometry_of_reads_eval_and_generation_batch():
+    recipe = parse_recipe({**MINIMAL, "per_device_train_batch_size": 3, "generation_batch_size": 12,
+                           "eval_strategy": "steps", "per_device_eval_batch_size": 4, "num_generations": 6})
+    geometry = geometry_of(recipe, num_processes=2)
+    assert (geometry.steps_per_generation, geometry.generation_batch_size) == (2, 12)
+    assert (geometry.per_device_eval_batch_size, geometry.num_generations_eval) == (4, 6)
+    with pytest.raises(CurriculumError, match="per_device_train_batch_size"):
+        geometry_of(parse_recipe({**MINIMAL, "per_device_train_batch_size": 0}))
+
+
+def test_top_level_g_below_two_with_a_curriculum():
+    data = {**MINIMAL, "num_generations": 1, "curriculum": {"stages": [{"num_generations": 2, "temperature": 1}]}}
+    assert has(pytest.raises(CurriculumError, parse_recipe, data).value, "num_generations", "integer >= 2")
+
+
+def test_yaml_floats_and_values():
+    assert parse_value("1e-5") == 1e-5 and parse_value("-3E2") == -300.0 and parse_value("[]") == []
+    assert parse_value("true") is True and parse_value("10") == 10 and parse_value("runs/x") == "runs/x"
+    assert math.isnan(parse_value(".nan")) and parse_value("[unclosed") == "[unclosed"
+
+
+def test_load_curriculum(tmp_path):
+    schedule = load_curriculum(str(ROOT / "recipes" / "2gpu.yaml"))
+    assert isinstance(schedule, StageSchedule) and schedule.num_generations_values == [3, 6]
+    only = tmp_path / "curriculum.yaml"
+    only.write_text("curriculum:\n  stages:\n    - {num_generations: 4, temperature: 0.7, until_step: 5}\n"
+                    "    - {num_generations: 8, temperature: 0.9}\n")
+    assert [s.until_step for s in load_curriculum(str(only)).stages] == [5, None]
+    only.write_text("learning_rate: 1.0e-2\n")
+    with pytest.raises(CurriculumError, match="no top-level `curriculum:`"):
+        load_curriculum(str(only))
+    error = pytest.raises(CurriculumError, load_curriculum, str(BAD / "many_problems.yaml")).value
+    assert len(error.problems) == 5  # only the curriculum's problems
+
+
+def test_callback_from_yaml():
+    from grpo_curriculum import CurriculumCallback
+
+    callback = CurriculumCallback.from_yaml(str(ROOT / "recipes" / "demo.yaml"))
+    assert callback.schedule.num_generations_values == [2, 8]
+    with pytest.raises(CurriculumError, match="temprature"):
+        CurriculumCallback.from_yaml(str(BAD / "unknown_stage_key.yaml"))
+
+
+def test_import_reward():
+    from grpo_curriculum.tasks import echo_reward
+
+    assert import_reward("grpo_curriculum.tasks:echo_reward") is echo_reward
+    assert import_reward("grpo_curriculum.tasks.echo_reward") is echo_reward
+    with pytest.raises(CurriculumError, match="cannot be imported"):
+        import_reward("grpo_curriculum.tasks:nope")
+    with pytest.raises(CurriculumError, match="cannot be imported"):
+        import_reward("no_such_module_xyz.reward")
+    with pytest.raises(CurriculumError, match="is not callable"):
+        import_reward("grpo_curriculum.tasks:WORDS")
+
+
+def test_gsm8k_reward():
+    assert last_number("so she pays 1,200 + 35 = 1,235 dollars.") == 1235.0 and last_number("none") is None
+    answers = ["Natalia sold 48/2 = 24 clips in May.\n#### 72", "#### 1,235", "#### 5"]
+    completions = ["48 + 24 = 72", [{"role": "assistant", "content": "The answer is 1235."}], "I don't know"]
+    assert gsm8k_accuracy_reward(completions, answers) == [1.0, 1.0, 0.0]

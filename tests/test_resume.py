@@ -1,0 +1,101 @@
+"""Checkpoint and resume: the curriculum continues exactly where it stopped, also after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grpo_curriculum import Stage
+
+from .test_trainer import make_trainer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+STAGES = [
+    Stage(num_generations=2, temperature=0.7, until_step=5),
+    Stage(num_generations=4, temperature=1.1, until_step=7),
+    Stage(num_generations=8, temperature=1.3),
+]
+
+
+def rounds(recorder):
+    return [(c["step"], c["num_generations"], c["temperature"], tuple(c["idx"])) for c in recorder.calls]
+
+
+@pytest.mark.parametrize(
+    ("geometry", "resume_step"),
+    [
+        (dict(), 4),  # one round per optimizer step; the switch at step 5 comes right after the resume point
+        (dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=4), 3),  # mid-round
+    ],
+    ids=["at-round-boundary", "mid-round"],
+)
+def test_resume_sees_the_same_rounds(tmp_path, geometry, resume_step):
+    overrides = dict(max_steps=9, save_strategy="steps", save_steps=1, shuffle_dataset=True, **geometry)
+    full, full_recorder = make_trainer(tmp_path / "full", STAGES, **overrides)
+    full.train()
+    expected = rounds(full_recorder)
+
+    resumed, recorder = make_trainer(tmp_path / "resumed", STAGES, **overrides)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / f"checkpoint-{resume_step}"))
+    got = rounds(recorder)
+    # The run that never stopped, from the round in progress at the checkpoint on.
+    # A checkpoint taken inside a round makes TRL regenerate that round at the resume step (its samples are not in
+    # the checkpoint): the same G, temperature and prompts, drawn again.
+    first = max(i for i, r in enumerate(expected) if r[0] <= resume_step)
+    assert got[0][1:] == expected[first][1:]
+    assert got[1:] == expected[first + 1 :]
+    assert resumed._curriculum.switches == full._curriculum.switches
+    assert [h.get("curriculum/num_generations") for h in resumed.state.log_history if "loss" in h] == [
+        h.get("curriculum/num_generations") for h in full.state.log_history if "loss" in h
+    ]
+
+
+def test_resume_from_a_checkpoint_without_curriculum_state_fails_clearly(tmp_path):
+    plain, _ = make_trainer(tmp_path / "plain", None, max_steps=2, save_strategy="steps", save_steps=2)
+    plain.train()
+    trainer, recorder = make_trainer(tmp_path / "cur", STAGES, max_steps=9)
+    with pytest.raises(FileNotFoundError, match="curriculum_state.json"):
+        trainer.train(resume_from_checkpoint=str(tmp_path / "plain" / "checkpoint-2"))
+    assert recorder.calls == []
+
+
+def _read_rounds(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def test_sigkill_then_resume_continues_the_schedule(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    script = str(ROOT / "tests" / "resume_run.py")
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    subprocess.run([sys.executable, script, str(reference)], env=env, check=True, timeout=300, capture_output=True)
+    expected = [(r["step"], r["G"], r["T"], r["idx"]) for r in _read_rounds(reference / "rounds.jsonl")]
+
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    process = subprocess.Popen([sys.executable, script, str(killed), "--sleep", "0.4"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.time() + 240
+    while not (killed / "checkpoint-4" / "curriculum_state.json").exists():
+        assert process.poll() is None and time.time() < deadline, "the run ended before its checkpoint at step 4"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    checkpoints = sorted(int(p.name.split("-")[1]) for p in killed.glob("checkpoint-*"))
+    assert checkpoints and checkpoints[-1] < 12, "SIGKILL came after the run finished"
+    last = checkpoints[-1]
+    before = len(_read_rounds(killed / "rounds.jsonl"))
+
+    subprocess.run([sys.executable, script, str(killed), "--resume"], env=env, check=True, timeout=300,
+                   capture_output=True)  # fmt: skip
+    after = [(r["step"], r["G"], r["T"], r["idx"]) for r in _read_rounds(killed / "rounds.jsonl")[before:]]
+    assert after == expected[last:]  # one round per step: the resumed run redoes step `last` onwards
+    assert {r[1] for r in after} >= {8}  # the schedule went on to its last stage
