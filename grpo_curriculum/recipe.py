@@ -7,6 +7,10 @@ fields such as `model_name_or_path`, `ScriptArguments` fields such as `dataset_n
 - `reward_funcs`: import paths of the reward functions, `package.module:function` or `package.module.function`;
 - `num_processes`: the world size the recipe was written for (what `grpo-curriculum check` assumes by default);
 - `dataset_num_prompts`: how many prompts a built-in dataset (`builtin:echo`, `builtin:count`) holds;
+- `dataset_prompt_column`: the dataset column holding the prompt, renamed to `prompt` (e.g. `question` for GSM8K);
+- `warm_start_steps`: supervised steps given to the built-in model (`builtin:tiny`) before RL (default 0);
+- `vllm_num_engines`: data-parallel engines behind a vLLM server (`use_vllm`, `vllm_mode: server`), an integer or
+  `auto` (ask the server); requests are then split so every engine gets the same number of completions;
 - `curriculum`: a mapping with `stages:`, a list of [`Stage`] fields.
 
 ```yaml
@@ -48,7 +52,9 @@ from .schedule import Stage, StageSchedule, stage_problems
 
 BUILTIN = "builtin:"
 BUILTIN_MODELS = ("tiny",)
-RECIPE_KEYS = ("reward_funcs", "num_processes", "dataset_num_prompts", "curriculum")
+RECIPE_KEYS = (
+    "reward_funcs", "num_processes", "dataset_num_prompts", "dataset_prompt_column", "warm_start_steps", "vllm_num_engines", "curriculum"
+)
 STAGE_KEYS = tuple(f.name for f in dataclasses.fields(Stage))
 UNSUPPORTED = {
     "reward_model_name_or_path": "wrap the reward model in a reward function and list it in `reward_funcs`",
@@ -72,6 +78,8 @@ class Recipe:
         dataset_num_prompts (`int` or `None`): Size of a built-in dataset.
         reward_funcs (`list[str]`): Import paths of the reward functions (see [`import_reward`]).
         num_processes (`int` or `None`): World size the recipe was written for.
+        warm_start_steps (`int`): Supervised warm-start steps for the built-in model.
+        vllm_num_engines (`int`, `"auto"` or `None`): vLLM server engines to balance requests over.
         training (`dict`): `GRPOConfig` keyword arguments. When the recipe does not set `num_generations` or
             `temperature`, they are the first stage's, so that `GRPOConfig` accepts the geometry the run starts in.
         model (`dict`): Other `ModelConfig` keyword arguments given (e.g. `dtype`).
@@ -94,6 +102,9 @@ class Recipe:
     curriculum: StageSchedule
     raw: dict
     script: dict = field(default_factory=dict)
+    warm_start_steps: int = 0
+    dataset_prompt_column: str = "prompt"
+    vllm_num_engines: int | str | None = None
 
 
 # --- YAML --------------------------------------------------------------------------------------------------------
@@ -436,6 +447,20 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         problems.append(Problem("dataset_num_prompts", num_prompts, "only applies to built-in datasets "
                                 f"({', '.join(BUILTIN + k for k in TASKS)})", "remove it"))
     problems += _positive_int_problems("num_processes", data.get("num_processes"))
+    warm_start = data.get("warm_start_steps", 0)
+    if not _is_int(warm_start) or warm_start < 0:
+        problems.append(Problem("warm_start_steps", warm_start, "must be an integer >= 0", "e.g. `warm_start_steps: 20`"))
+    elif warm_start and model_name != BUILTIN + "tiny":
+        problems.append(Problem("warm_start_steps", warm_start, "only applies to the built-in model `builtin:tiny`",
+                                "remove it"))
+    prompt_column = data.get("dataset_prompt_column", "prompt")
+    if not isinstance(prompt_column, str) or not prompt_column:
+        problems.append(Problem("dataset_prompt_column", prompt_column, "must be a column name",
+                                "e.g. `dataset_prompt_column: question`"))
+    engines = data.get("vllm_num_engines")
+    if engines is not None and engines != "auto" and (not _is_int(engines) or engines < 1):
+        problems.append(Problem("vllm_num_engines", engines, "must be a positive integer or `auto`",
+                                "set it to the server's `--data-parallel-size`, or `auto` to ask the server"))
     problems += _reward_problems(data.get("reward_funcs"))
 
     if "curriculum" in data:
@@ -466,7 +491,8 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         dataset_train_split=script.pop("dataset_train_split", "train"),
         dataset_num_prompts=num_prompts, reward_funcs=list(data["reward_funcs"]),
         num_processes=data.get("num_processes"), training=training, model=model, curriculum=schedule, raw=data,
-        script=script,
+        script=script, warm_start_steps=data.get("warm_start_steps", 0), vllm_num_engines=engines,
+        dataset_prompt_column=prompt_column,
     )
 
 

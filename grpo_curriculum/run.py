@@ -23,12 +23,8 @@ DEMO_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "demo.yaml"
 def build_run(recipe):
     """Model (or its name), tokenizer, dataset and reward functions for a [`Recipe`]."""
     from .recipe import import_reward
-    from .tasks import TASKS, build_model, build_tokenizer
+    from .tasks import TASKS, build_model, build_tokenizer, warm_start
 
-    if recipe.model_name_or_path == "builtin:tiny":
-        model, tokenizer = build_model(), build_tokenizer()
-    else:
-        model, tokenizer = recipe.model_name_or_path, None
     if recipe.dataset_name.startswith("builtin:"):
         make_dataset, _ = TASKS[recipe.dataset_name.split(":", 1)[1]]
         dataset = make_dataset(recipe.dataset_num_prompts or 256, seed=recipe.training.get("seed", 42))
@@ -36,8 +32,33 @@ def build_run(recipe):
         from datasets import load_dataset
 
         dataset = load_dataset(recipe.dataset_name, recipe.dataset_config, split=recipe.dataset_train_split)
+        if recipe.dataset_prompt_column != "prompt":
+            dataset = dataset.rename_column(recipe.dataset_prompt_column, "prompt")
+    if recipe.model_name_or_path == "builtin:tiny":
+        model, tokenizer = build_model(seed=recipe.training.get("seed", 42)), build_tokenizer()
+        warm_start(model, tokenizer, dataset, steps=recipe.warm_start_steps, seed=recipe.training.get("seed", 42))
+    else:
+        model, tokenizer = recipe.model_name_or_path, None
     rewards = [import_reward(path) for path in recipe.reward_funcs]
     return model, tokenizer, dataset, rewards
+
+
+def validate_for_launch(recipe) -> None:
+    """
+    Check every stage of `recipe` against the world size this process was launched with (`WORLD_SIZE`, set by
+    `torchrun` and `accelerate launch`; 1 otherwise), before anything is built or written.
+
+    Raises:
+        [`CurriculumError`]: naming `curriculum.stages[i].num_generations`, the geometry, the valid G and the fixes.
+    """
+    from .errors import raise_if_any
+    from .recipe import geometry_of
+
+    geometry = geometry_of(recipe, num_processes=int(os.environ.get("WORLD_SIZE", "1")))
+    problems = []
+    for i, stage in enumerate(recipe.curriculum.stages):
+        problems += geometry.problems(stage.num_generations, key=f"curriculum.stages[{i}].num_generations")
+    raise_if_any(problems, context=f"{recipe.path}: {geometry.describe()}")
 
 
 def grpo_config(recipe, output_dir: str | None = None):
@@ -67,7 +88,7 @@ def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=()):
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=[CurriculumCallback(recipe.curriculum), *extra_callbacks],
+        callbacks=[CurriculumCallback(recipe.curriculum, vllm_num_engines=recipe.vllm_num_engines), *extra_callbacks],
     )
 
 
@@ -102,7 +123,7 @@ def progress_callback():
     return CurriculumProgress()
 
 
-def stage_summary(log_history: list[dict], generation_batch_size: int) -> list[dict]:
+def stage_summary(log_history: list[dict], generation_batch_size: int, names: list | None = None) -> list[dict]:
     """
     Per-stage rows from a run's `log_history`: optimizer steps, G, temperature range, mean reward, mean zero-std
     fraction and completions per second (generation batch completions per logged step over TRL's `step_time`).
@@ -128,7 +149,7 @@ def stage_summary(log_history: list[dict], generation_batch_size: int) -> list[d
         mean = lambda values: sum(values) / len(values) if values else float("nan")  # noqa: E731
         summary.append(
             {
-                "stage": stage,
+                "stage": stage if names is None or not names[stage] else f"{stage} {names[stage]}",
                 "steps": row["steps"],
                 "G": "/".join(str(g) for g in sorted(row["G"])),
                 "T": f"{min(row['T']):.2f}" if min(row["T"]) == max(row["T"]) else f"{min(row['T']):.2f}-{max(row['T']):.2f}",
@@ -173,7 +194,14 @@ def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
     boundaries = [b["step"] for a, b in zip(entries, entries[1:]) if a["curriculum/stage"] != b["curriculum/stage"]]
     figure, axes = plt.subplots(len(series), 1, figsize=(8, 8), sharex=True)
     for axis, (label, values, style) in zip(axes, series, strict=True):
-        axis.plot(steps, [float("nan") if v is None else v for v in values], drawstyle=style)
+        values = [float("nan") if v is None else v for v in values]
+        axis.plot(steps, values, drawstyle=style, linewidth=0.8 if style == "default" else 1.5)
+        if style == "default" and len(values) >= 20:  # noisy per-step metrics: add a rolling mean
+            window = max(5, len(values) // 30)
+            smooth = [sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+                      for i in range(len(values))]  # fmt: skip
+            axis.plot(steps, smooth, color="black", linewidth=1.2, label=f"rolling mean ({window} steps)")
+            axis.legend(loc="upper left", fontsize=7)
         axis.set_ylabel(label, fontsize=8)
         for boundary in boundaries:
             axis.axvline(boundary, color="grey", linestyle="--", linewidth=0.8)
@@ -208,6 +236,7 @@ def train_main(args) -> int:
     from .recipe import load_recipe
 
     recipe = load_recipe(args.recipe, overrides=_overrides(args))
+    validate_for_launch(recipe)
     trainer = build_trainer(recipe)  # validates every stage against the real world size before any step
     trainer.train()
     trainer.save_state()
@@ -218,6 +247,7 @@ def train_main(args) -> int:
 
 def demo_main(args) -> int:
     """`grpo-curriculum demo`: train the tiny built-in model with a curriculum on CPU and show what switched."""
+    from transformers import PrinterCallback
     from transformers.utils import logging as hf_logging
 
     from .recipe import load_recipe
@@ -227,6 +257,7 @@ def demo_main(args) -> int:
     if getattr(args, "max_steps", None):
         overrides["max_steps"] = args.max_steps
     recipe = load_recipe(recipe_path, overrides=overrides)
+    validate_for_launch(recipe)
     out = getattr(args, "out", None) or "runs/demo"
     recipe.training.update(disable_tqdm=True, logging_steps=1)
     logging.basicConfig(format="%(message)s")
@@ -236,6 +267,7 @@ def demo_main(args) -> int:
     staging = f"{out}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     trainer = build_trainer(recipe, output_dir=staging, extra_callbacks=[progress_callback()])
+    trainer.remove_callback(PrinterCallback)  # the progress bar shows G, temperature and reward instead
     print(f"recipe: {recipe_path}")
     print(f"geometry: {_describe_geometry(trainer)}")
     for line in trainer._curriculum.resolved.describe() if trainer._curriculum.resolved else []:
@@ -253,7 +285,8 @@ def demo_main(args) -> int:
             f" temperature {switch['from']['temperature']:.2f} -> {switch['to']['temperature']:.2f} ({switch['reason']})"
         )
     print()
-    print(format_table(stage_summary(history, trainer.args.generation_batch_size)))
+    names = [stage.name for stage in recipe.curriculum.stages]
+    print(format_table(stage_summary(history, trainer.args.generation_batch_size, names)))
     plot_run(history, os.path.join(staging, "curriculum.png"), title=f"demo: {Path(recipe_path).name}")
     if os.path.exists(out):
         shutil.rmtree(out)

@@ -78,6 +78,11 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         if training_args is None:  # GRPOTrainer built default args from the model name
             validate_schedule_geometry(self._curriculum, self.args)
         self._curriculum._trainer = self
+        if getattr(self, "use_vllm", False) and self._curriculum.vllm_num_engines is not None:
+            engines = self._curriculum.vllm_num_engines
+            if engines == "auto":
+                engines = _trl.vllm_num_engines_from_server(self)
+            _trl.install_request_plan(self, engines)
         if self.args.max_steps > 0:
             self._curriculum.resolve(self.args.max_steps)  # stage ends are known: check them now
         self._apply(self._curriculum.initial_setting())

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .geometry import divisors
+
 
 def _check_positive_int(name: str, value, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
-
-
-def _divisors(value: int) -> list[int]:
-    return [d for d in range(1, value + 1) if value % d == 0]
 
 
 @dataclass(frozen=True)
@@ -164,7 +162,7 @@ def plan_requests(num_prompts: int, num_generations: int, num_engines: int | Non
     """
     if num_engines is None or num_engines == 1:
         return RequestPlan(num_prompts, num_generations, num_engines, split=1)
-    candidates = [RequestPlan(num_prompts, num_generations, num_engines, split=k) for k in _divisors(num_generations)]
+    candidates = [RequestPlan(num_prompts, num_generations, num_engines, split=k) for k in divisors(num_generations)]
     for plan in candidates:
         if plan.num_requests % num_engines == 0:
             return plan

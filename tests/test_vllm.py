@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from grpo_curriculum import Stage
-from grpo_curriculum._trl_vllm import install_request_plan, vllm_num_engines_from_server
+from grpo_curriculum._trl import install_request_plan, vllm_num_engines_from_server
 from grpo_curriculum.callback import CurriculumCallback
 from grpo_curriculum.tasks import build_model, build_tokenizer
 from grpo_curriculum.trainer import CurriculumGRPOTrainer
@@ -30,7 +30,7 @@ from .fake_vllm import (  # noqa: F401 - fixtures
 MAX_COMPLETION_LENGTH = 6
 
 
-def make_vllm_trainer(tmp_path, stages, mode, **overrides):
+def make_vllm_trainer(tmp_path, stages, mode, vllm_num_engines=None, **overrides):
     recorder = RoundRecorder()
     dataset = indexed_dataset()
     vllm = dict(use_vllm=True, vllm_mode=mode, max_completion_length=MAX_COMPLETION_LENGTH)
@@ -42,7 +42,7 @@ def make_vllm_trainer(tmp_path, stages, mode, **overrides):
         reward_funcs=recorder,
         args=grpo_args(tmp_path, **{**vllm, **overrides}),
         train_dataset=dataset,
-        callbacks=[CurriculumCallback(stages)],
+        callbacks=[CurriculumCallback(stages, vllm_num_engines=vllm_num_engines)],
     )
     recorder.trainer = trainer
     return trainer, recorder, dataset
@@ -139,10 +139,9 @@ def test_request_plan_splits_rounds_with_fewer_prompts_than_engines(tmp_path, fa
     stages = [Stage(num_generations=2, temperature=0.7, until_step=2), Stage(num_generations=8, temperature=1.2)]
     # Generation batch 16: 8 prompts at G=2 (already balanced over 8 engines), 2 prompts at G=8 (2 of 8 engines busy).
     trainer, recorder, dataset = make_vllm_trainer(
-        tmp_path, stages, "server", max_steps=4, per_device_train_batch_size=16
+        tmp_path, stages, "server", vllm_num_engines="auto", max_steps=4, per_device_train_batch_size=16
     )
-    assert vllm_num_engines_from_server(trainer) == 8
-    install_request_plan(trainer, vllm_num_engines_from_server(trainer))
+    assert vllm_num_engines_from_server(trainer) == 8  # "auto" asked the server, as the trainer did at construction
     trainer.train()
 
     requests = fake_vllm_server.generation_requests

@@ -1,0 +1,257 @@
+"""
+Reward-variance signals of a generation round, and a per-prompt report across the run.
+
+Pure logic: the standard library only (no torch, no numpy). The trainer gathers the round's rewards from every process
+and passes them here as flat lists, so every process computes the same [`RoundStats`] and the adaptive policies
+([`grpo_curriculum.adaptive`]) take the same decisions. A group whose rewards are all equal has zero advantage in GRPO
+and wastes its completions; the share of such groups is the main signal.
+
+Missing rewards: TRL turns a reward function's `None` into NaN. Here `None`, NaN and infinities are *missing*: they are
+counted in `nan_fraction` and left out of every other statistic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+ZERO_STD_TOLERANCE = 1e-6
+
+
+def _finite(value) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _moments(values: list[float]) -> tuple[int, float, float]:
+    """`(count, mean, sum of squared deviations)` of `values`, order-independent (`math.fsum`)."""
+    if not values:
+        return 0, 0.0, 0.0
+    mean = math.fsum(values) / len(values)
+    return len(values), mean, math.fsum((v - mean) ** 2 for v in values)
+
+
+def _check_groups(name: str, length: int, groups: int) -> None:
+    if length != groups:
+        raise ValueError(f"{name} has {length} entries, but the round has {groups} groups")
+
+
+def _split(rewards: Sequence, num_generations: int) -> list[list[float | None]]:
+    if isinstance(num_generations, bool) or not isinstance(num_generations, int) or num_generations < 1:
+        raise ValueError(f"num_generations must be a positive integer, got {num_generations!r}")
+    if len(rewards) % num_generations:
+        raise ValueError(
+            f"{len(rewards)} rewards do not split into groups of num_generations={num_generations} "
+            "(rewards must be flat, in group order: G consecutive rows per prompt)"
+        )
+    values = [_finite(r) for r in rewards]
+    return [values[i : i + num_generations] for i in range(0, len(values), num_generations)]
+
+
+@dataclass(frozen=True)
+class RoundStats:
+    """
+    Reward-variance statistics of one generation round, from the rewards of every process.
+
+    Args:
+        num_generations (`int`): The round's G.
+        num_groups (`int`): Groups (prompts) with at least one finite reward.
+        zero_std_fraction (`float`):
+            Among those groups, the fraction whose finite rewards are all equal (within `1e-6`) or that have fewer
+            than 2 finite rewards: groups that give zero advantage. NaN when `num_groups` is 0.
+        mean_group_std (`float`): Mean over those groups of the population std of their finite rewards (NaN if none).
+        mean_reward (`float`): Mean of the round's finite rewards (NaN if none).
+        distinct_fraction (`float` or `None`):
+            Mean over all groups of `distinct completion keys / G` (1.0: all completions differ; `1/G`: all identical).
+            `None` when no completion keys were given.
+        nan_fraction (`float`): Fraction of the round's rewards that are missing (`None`, NaN or infinite).
+        group_means (`tuple[float, ...]`): Per group, in group order, the mean finite reward (NaN for an all-NaN group).
+        group_success (`tuple[float, ...]`):
+            Per group, the fraction of finite rewards `>= success_threshold` (NaN for an all-NaN group).
+        prompt_keys (`tuple[str, ...]` or `None`): Per group, the prompt's key (converted with `str`), when given.
+        group_counts (`tuple[int, ...]`): Per group, the number of finite rewards (empty when not computed).
+    """
+
+    num_generations: int
+    num_groups: int
+    zero_std_fraction: float
+    mean_group_std: float
+    mean_reward: float
+    distinct_fraction: float | None
+    nan_fraction: float
+    group_means: tuple[float, ...]
+    group_success: tuple[float, ...]
+    prompt_keys: tuple[str, ...] | None = None
+    group_counts: tuple[int, ...] = ()
+
+
+def round_stats(
+    rewards: Sequence,
+    num_generations: int,
+    prompt_keys: Sequence[Hashable] | None = None,
+    completion_keys: Sequence[Hashable] | None = None,
+    success_threshold: float = 0.5,
+) -> RoundStats:
+    """
+    Statistics of one round's rewards.
+
+    Args:
+        rewards (`Sequence[float | None]`):
+            Flat rewards of the whole round (all processes), in group order: `num_generations` consecutive rows belong
+            to one prompt. `None` and NaN are allowed.
+        num_generations (`int`): The round's G; `len(rewards)` must be a multiple of it.
+        prompt_keys (`Sequence[Hashable]`, *optional*): One key per group (e.g. the dataset index).
+        completion_keys (`Sequence[Hashable]`, *optional*):
+            One hashable key per reward row (e.g. the completion's token ids as a tuple), to count distinct completions.
+        success_threshold (`float`, *optional*, defaults to `0.5`): A reward `>=` this counts as a success.
+
+    Returns:
+        [`RoundStats`]
+
+    Raises:
+        `ValueError`: if `len(rewards)` is not a multiple of G, or `prompt_keys` / `completion_keys` have the wrong length.
+    """
+    groups = _split(rewards, num_generations)
+    if prompt_keys is not None:
+        _check_groups("prompt_keys", len(prompt_keys), len(groups))
+    if completion_keys is not None and len(completion_keys) != len(rewards):
+        raise ValueError(f"completion_keys has {len(completion_keys)} entries, but there are {len(rewards)} rewards")
+    means, success, counts, stds, zero, finite_all = [], [], [], [], 0, []
+    for group in groups:
+        finite = [v for v in group if v is not None]
+        count, mean, m2 = _moments(finite)
+        counts.append(count)
+        means.append(mean if count else math.nan)
+        success.append(sum(v >= success_threshold for v in finite) / count if count else math.nan)
+        if count:
+            finite_all += finite
+            stds.append(math.sqrt(m2 / count))
+            zero += count < 2 or max(finite) - min(finite) <= ZERO_STD_TOLERANCE
+    n = len(stds)
+    distinct = None
+    if completion_keys is not None:
+        per_group = [
+            len(set(completion_keys[i : i + num_generations])) / num_generations
+            for i in range(0, len(completion_keys), num_generations)
+        ]
+        distinct = math.fsum(per_group) / len(per_group) if per_group else None
+    return RoundStats(
+        num_generations=num_generations,
+        num_groups=n,
+        zero_std_fraction=zero / n if n else math.nan,
+        mean_group_std=math.fsum(stds) / n if n else math.nan,
+        mean_reward=_moments(finite_all)[1] if finite_all else math.nan,
+        distinct_fraction=distinct,
+        nan_fraction=(len(rewards) - len(finite_all)) / len(rewards) if len(rewards) else 0.0,
+        group_means=tuple(means),
+        group_success=tuple(success),
+        prompt_keys=None if prompt_keys is None else tuple(str(k) for k in prompt_keys),
+        group_counts=tuple(counts),
+    )
+
+
+class PromptReport:
+    """
+    Per-prompt reward mean, variance and times seen across the run, merged round by round (Chan et al.'s parallel
+    Welford update, so memory is O(prompts)). Missing rewards are skipped. High-variance prompts are the uncertain ones,
+    worth a human look (the seeds' active-learning idea).
+
+    Example:
+    ```python
+    >>> report = PromptReport()
+    >>> report.update(["a", "b"], [1.0, 0.0, 1.0, 1.0], num_generations=2)
+    >>> [row["prompt_key"] for row in report.rows()]
+    ['a', 'b']
+    ```
+    """
+
+    def __init__(self):
+        self._prompts: dict[str, dict] = {}
+
+    def __len__(self) -> int:
+        return len(self._prompts)
+
+    def update(
+        self,
+        prompt_keys: Sequence[Hashable],
+        rewards: Sequence,
+        num_generations: int,
+        texts: Sequence | None = None,
+    ) -> None:
+        """
+        Merge one round.
+
+        Args:
+            prompt_keys (`Sequence[Hashable]`): One key per group (converted with `str`).
+            rewards (`Sequence[float | None]`): Flat rewards in group order, as for [`round_stats`].
+            num_generations (`int`): The round's G.
+            texts (`Sequence`, *optional*):
+                One JSON-serialisable prompt (text or chat messages) per group, stored the first time it is given.
+        """
+        groups = _split(rewards, num_generations)
+        _check_groups("prompt_keys", len(prompt_keys), len(groups))
+        if texts is not None:
+            _check_groups("texts", len(texts), len(groups))
+        for i, (key, group) in enumerate(zip(prompt_keys, groups)):
+            entry = self._prompts.setdefault(str(key), {"prompt": None, "count": 0, "mean": 0.0, "m2": 0.0, "seen": 0})
+            entry["seen"] += 1
+            if entry["prompt"] is None and texts is not None:
+                entry["prompt"] = texts[i]
+            count, mean, m2 = _moments([v for v in group if v is not None])
+            if count:
+                total = entry["count"] + count
+                delta = mean - entry["mean"]
+                entry["mean"] += delta * count / total
+                entry["m2"] += m2 + delta * delta * entry["count"] * count / total
+                entry["count"] = total
+
+    def rows(self) -> list[dict]:
+        """
+        Returns:
+            `list[dict]`: One row a prompt, `{"prompt_key", "prompt", "mean", "variance", "times_seen",
+            "completions"}`, highest variance first, ties by key. `variance` is the population variance of the prompt's
+            finite rewards over the run; `completions` counts those rewards; `mean` and `variance` are `None` for a
+            prompt without any finite reward (those come last).
+        """
+        rows = []
+        for key, e in self._prompts.items():
+            scored = e["count"] > 0
+            rows.append({
+                "prompt_key": key,
+                "prompt": e["prompt"],
+                "mean": e["mean"] if scored else None,
+                "variance": max(e["m2"], 0.0) / e["count"] if scored else None,
+                "times_seen": e["seen"],
+                "completions": e["count"],
+            })
+        return sorted(rows, key=lambda r: (r["variance"] is None, -(r["variance"] or 0.0), r["prompt_key"]))
+
+    def write_jsonl(self, path: str | os.PathLike) -> None:
+        """Write [`PromptReport.rows`] as JSON lines, atomically (a temporary file in the same folder, then `os.replace`)."""
+        path = os.fspath(path)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".prompt-report-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                for row in self.rows():
+                    f.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+
+    def state_dict(self) -> dict:
+        """A JSON-serialisable snapshot (for checkpoints)."""
+        return {"version": 1, "prompts": {key: dict(entry) for key, entry in self._prompts.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Replace the report's content with a [`PromptReport.state_dict`] snapshot."""
+        if state.get("version") != 1:
+            raise ValueError(f"unknown PromptReport state version {state.get('version')!r}")
+        self._prompts = {str(key): dict(entry) for key, entry in state["prompts"].items()}
