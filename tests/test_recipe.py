@@ -86,14 +86,15 @@ def test_seed_recipes_numbers():
 def test_demo_recipe_fields():
     recipe = load_recipe(str(ROOT / "recipes" / "demo.yaml"))
     assert (recipe.model_name_or_path, recipe.dataset_name) == ("builtin:tiny", "builtin:echo")
-    assert recipe.reward_funcs == ["grpo_curriculum.tasks:echo_reward"] and recipe.dataset_num_prompts == 64
+    assert recipe.reward_funcs == ["grpo_curriculum.tasks:echo_reward"] and recipe.dataset_num_prompts == 256
+    assert recipe.warm_start_steps == 20 and recipe.vllm_num_engines is None
     assert recipe.dataset_config is None and recipe.dataset_train_split == "train" and recipe.model == {}
     assert recipe.training["use_cpu"] is True and recipe.training["report_to"] == []
-    assert recipe.training["learning_rate"] == pytest.approx(1e-2)
+    assert recipe.training["learning_rate"] == pytest.approx(2e-3)
     # GRPOConfig gets the first stage's G and temperature, so it accepts the geometry the run starts in.
     assert (recipe.training["num_generations"], recipe.training["temperature"]) == (2, 0.8)
     assert [(s.num_generations, s.temperature) for s in recipe.curriculum.stages] == [(2, 0.8), (8, 1.0)]
-    assert recipe.curriculum.resolve(recipe.training["max_steps"]).ends == (60, 120)
+    assert recipe.curriculum.resolve(recipe.training["max_steps"]).ends == (300, 600)
 
 
 def test_gsm8k_recipe():

@@ -1,0 +1,477 @@
+"""
+Adaptive G and temperature: choose a whole round's `num_generations` (G) and temperature from the reward-variance
+signals ([`RoundStats`]) of the rounds before it.
+
+Pure logic: the standard library only (no torch, no numpy). The trainer computes the round's statistics from rewards
+gathered from every process, so every process feeds the same stream to its policy and takes the same decisions.
+Decisions are deterministic (no randomness, order-independent sums), never leave the candidate G values, and G and the
+temperature each change at most once every `cooldown` rounds; at most one of the two changes in a round.
+
+Two policies:
+
+- `hysteresis`: raise G when the smoothed share of zero-std groups stays high, lower it when it stays low.
+- `success_rate`: model each prompt's success rate p and pick the smallest G whose groups are expected to be
+  informative (probability `1 - p^G - (1-p)^G`, as in Knapsack RL), like GRESO's prediction of zero-variance prompts.
+
+Both optionally adapt the temperature within bounds (as POLARIS tunes it to keep rollouts diverse): raise it when the
+completions of a group collapse to identical ones, lower it when completions are diverse but rewards stop improving.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import math
+import numbers
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, fields
+
+from .errors import Problem, raise_if_any
+from .signals import RoundStats
+
+POLICIES = ("hysteresis", "success_rate")
+_ONLY = {  # knobs that only mean something with a policy, or with temperature bounds
+    "raise_above": "policy: hysteresis",
+    **dict.fromkeys(("target", "margin", "window", "success_threshold"), "policy: success_rate"),
+    **dict.fromkeys(("temperature_step", "collapse_below", "diverse_above"), "temperature: [low, high]"),
+}
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _range(key, value, low, high, low_open=False, high_open=False, integer=False) -> list[Problem]:
+    ok = (_is_int if integer else _is_real)(value)
+    ok = ok and (low is None or value > low or (value == low and not low_open))
+    ok = ok and (high is None or value < high or (value == high and not high_open))
+    if ok:
+        return []
+    what = "an integer" if integer else "a number"
+    if high is None:
+        rule = f"must be {what} {'>' if low_open else '>='} {low:g}"
+    else:
+        rule = f"must be {what} in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    return [Problem(key, value, rule)]
+
+
+def _applies(condition: str, values: Mapping) -> bool:
+    if condition.startswith("policy"):  # an unknown policy is reported on its own
+        return values.get("policy") not in POLICIES or values["policy"] == condition.split(": ")[1]
+    return values.get("temperature") is not None
+
+
+def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
+    problems = []
+    g = values.get("num_generations", MISSING)
+    if g is MISSING:
+        problems.append(Problem(f"{key}.num_generations", None, "is required", "add e.g. `num_generations: [4, 8, 16]`"))
+    elif not isinstance(g, (list, tuple)) or not g:
+        problems.append(Problem(f"{key}.num_generations", g, "must be a non-empty list of candidate G values",
+                                "e.g. `num_generations: [4, 8, 16]`"))
+    else:
+        bad = [Problem(f"{key}.num_generations[{i}]", v, "must be an integer >= 2 (GRPO needs 2 completions a prompt)",
+                       "use 2, 4, 8, ... (divisors of the generation batch)") for i, v in enumerate(g)
+               if not _is_int(v) or v < 2]
+        problems += bad
+        if not bad and list(g) != sorted(set(g)):
+            problems.append(Problem(f"{key}.num_generations", g, "must be ascending without repeats",
+                                    f"write `{sorted(set(g))}`"))
+    t = values.get("temperature")
+    if t is not None:
+        if not isinstance(t, (list, tuple)) or len(t) != 2:
+            problems.append(Problem(f"{key}.temperature", t, "must be `[low, high]` bounds, or null (not adapted)",
+                                    "e.g. `temperature: [0.7, 1.2]`"))
+        else:
+            bad = [Problem(f"{key}.temperature[{i}]", v, "must be a positive finite number") for i, v in enumerate(t)
+                   if not _is_real(v) or v <= 0]
+            problems += bad
+            if not bad and t[0] > t[1]:
+                problems.append(Problem(f"{key}.temperature", t, "low must not exceed high", f"write `{sorted(t)}`"))
+    policy = values.get("policy")
+    if policy not in POLICIES:
+        close = difflib.get_close_matches(str(policy).replace("-", "_"), POLICIES, n=1, cutoff=0.6)
+        problems.append(Problem(f"{key}.policy", policy, f"must be one of {list(POLICIES)}",
+                                f"did you mean `{close[0]}`?" if close else "use `hysteresis` or `success_rate`"))
+    checks = [("raise_above", 0, 1, False, False, False), ("lower_below", 0, 1, False, False, False),
+              ("patience", 1, None, False, False, True), ("cooldown", 0, None, False, False, True),
+              ("smoothing", 0, 1, True, False, False), ("target", 0, 1, True, True, False),
+              ("margin", 0, 1, False, True, False), ("window", 1, None, False, False, True),
+              ("success_threshold", -math.inf, math.inf, True, True, False),
+              ("temperature_step", 0, None, True, False, False), ("collapse_below", 0, 1, False, False, False),
+              ("diverse_above", 0, 1, False, False, False)]
+    for name, low, high, low_open, high_open, integer in checks:
+        problems += _range(f"{key}.{name}", values.get(name), low, high, low_open, high_open, integer)
+    if not problems and values["lower_below"] >= values["raise_above"]:
+        problems.append(Problem(f"{key}.lower_below", values["lower_below"],
+                                f"must be below `raise_above` ({values['raise_above']!r}), or G would flap"))
+    if not problems and values["collapse_below"] > values["diverse_above"]:
+        problems.append(Problem(f"{key}.collapse_below", values["collapse_below"],
+                                f"must not exceed `diverse_above` ({values['diverse_above']!r})"))
+    for name in given:
+        if name in _ONLY and not _applies(_ONLY[name], values):
+            problems.append(Problem(f"{key}.{name}", values[name], f"only applies with `{_ONLY[name]}`",
+                                    f"drop `{name}`, or set `{_ONLY[name]}`"))
+    return problems
+
+
+@dataclass(frozen=True)
+class Adaptive:
+    """
+    Bounds and policy of an adaptive stage: G and the temperature follow the reward-variance signals of past rounds.
+
+    Args:
+        num_generations (`tuple[int, ...]`):
+            Candidate G values, each >= 2, ascending without repeats (an unsorted or repeated list is rejected, with the
+            sorted list as the fix). Every candidate must divide the generation batch.
+        temperature (`tuple[float, float]`, *optional*):
+            `(low, high)` bounds of the temperature, positive, `low <= high`. `None`: the temperature is not adapted.
+        policy (`str`, *optional*, defaults to `"hysteresis"`): `"hysteresis"` or `"success_rate"`.
+        raise_above (`float`, *optional*, defaults to `0.5`): Hysteresis: raise G while the smoothed zero-std fraction is above.
+        lower_below (`float`, *optional*, defaults to `0.1`):
+            Lower G (hysteresis) while the smoothed zero-std fraction is below; also the "rewards are noise" level
+            for lowering the temperature.
+        patience (`int`, *optional*, defaults to `3`): Consecutive observed rounds a condition must hold.
+        cooldown (`int`, *optional*, defaults to `5`): Least rounds between two G changes (and between two temperature changes).
+        smoothing (`float`, *optional*, defaults to `0.3`): EMA weight of the newest round, in (0, 1].
+        target (`float`, *optional*, defaults to `0.8`): Success rate: wanted expected fraction of informative groups.
+        margin (`float`, *optional*, defaults to `0.05`): Success rate: lower G only when the smaller G reaches `target + margin`.
+        window (`int`, *optional*, defaults to `8`): Success rate: rounds whose prompts the estimate averages over.
+        success_threshold (`float`, *optional*, defaults to `0.5`): Success rate: a reward `>=` this is a success.
+        temperature_step (`float`, *optional*, defaults to `0.1`): Temperature change per decision.
+        collapse_below (`float`, *optional*, defaults to `0.5`): Raise the temperature while the smoothed distinct fraction is below.
+        diverse_above (`float`, *optional*, defaults to `0.9`): Smoothed distinct fraction from which completions count as diverse.
+    """
+
+    num_generations: tuple[int, ...]
+    temperature: tuple[float, float] | None = None
+    policy: str = "hysteresis"
+    raise_above: float = 0.5
+    lower_below: float = 0.1
+    patience: int = 3
+    cooldown: int = 5
+    smoothing: float = 0.3
+    target: float = 0.8
+    margin: float = 0.05
+    window: int = 8
+    success_threshold: float = 0.5
+    temperature_step: float = 0.1
+    collapse_below: float = 0.5
+    diverse_above: float = 0.9
+
+    def __post_init__(self):
+        if isinstance(self.num_generations, list):
+            object.__setattr__(self, "num_generations", tuple(self.num_generations))
+        if isinstance(self.temperature, (list, tuple)) and all(_is_real(v) for v in self.temperature):
+            object.__setattr__(self, "temperature", tuple(float(v) for v in self.temperature))
+        raise_if_any(self.problems(key="Adaptive"), context="Adaptive")
+
+    def problems(self, key: str = "adaptive") -> list[Problem]:
+        """Every problem with the fields, each named `f"{key}.<field>"`; empty when valid."""
+        return _adaptive_problems({f.name: getattr(self, f.name) for f in fields(self)}, key)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping, key: str = "adaptive") -> tuple[Adaptive | None, list[Problem]]:
+        """
+        Build from the YAML / dict form, e.g. `{num_generations: [4, 8, 16], temperature: [0.7, 1.2], patience: 3}`.
+
+        Returns:
+            `tuple[Adaptive | None, list[Problem]]`: The settings and no problems, or `None` and every problem at once
+            (unknown keys with a did-you-mean, bad values, knobs of another policy or without temperature bounds).
+        """
+        if not isinstance(values, Mapping):
+            return None, [Problem(key, values, "must be a mapping", "e.g. `{num_generations: [4, 8, 16]}`")]
+        names = [f.name for f in fields(cls)]
+        problems = []
+        for name in values:
+            if name not in names:
+                close = difflib.get_close_matches(str(name).replace("-", "_"), names, n=1, cutoff=0.6)
+                problems.append(Problem(f"{key}.{name}", values[name], "is not an adaptive setting",
+                                        f"did you mean `{close[0]}`?" if close else f"use one of {names}"))
+        known = {name: values[name] for name in names if name in values}
+        merged = {f.name: f.default for f in fields(cls) if f.default is not MISSING} | known
+        problems += _adaptive_problems(merged, key, given=list(known))
+        return (None, problems) if problems else (cls(**known), [])
+
+    def clamp(self, temperature: float) -> float:
+        """`temperature` within the bounds (unchanged when the temperature is not adapted)."""
+        return temperature if self.temperature is None else min(max(temperature, self.temperature[0]), self.temperature[1])
+
+
+@dataclass(frozen=True)
+class Decision:
+    """
+    The setting of one generation round.
+
+    Args:
+        num_generations (`int`): G for the round (always one of the candidates).
+        temperature (`float`): Sampling temperature for the round.
+        reason (`str` or `None`): `None` when nothing changed; else one line with the numbers behind the change.
+    """
+
+    num_generations: int
+    temperature: float
+    reason: str | None = None
+
+
+def _ema(old: float | None, new: float, weight: float) -> float:
+    return new if old is None else weight * new + (1 - weight) * old
+
+
+def _usable(value) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+class Policy:
+    """
+    Base of the adaptive policies. Call [`Policy.observe`] with each finished round's [`RoundStats`] and
+    [`Policy.decide`] at the start of each round (it returns the same [`Decision`] until the next `observe`).
+
+    Every signal is smoothed by an EMA (`smoothing`); the zero-std EMA restarts when G changes and the distinct EMA when
+    the temperature changes, since both measure the knob just changed. Rounds without any finite reward advance the
+    round count (cooldowns) but nothing else.
+    """
+
+    name = ""
+    _STATE = ("num_generations", "temperature", "round", "last_g_change", "last_t_change", "zero_std_ema",
+              "distinct_ema", "reward_ema", "best_reward", "stale", "clamped_from")
+
+    def __init__(self, adaptive: Adaptive, num_generations: int, temperature: float):
+        if not isinstance(adaptive, Adaptive):
+            raise TypeError(f"adaptive must be an Adaptive, got {type(adaptive).__name__}")
+        problems = []
+        if num_generations not in adaptive.num_generations or not _is_int(num_generations):
+            problems.append(Problem("num_generations", num_generations,
+                                    f"must be one of the adaptive candidates {list(adaptive.num_generations)}",
+                                    "start at a candidate, or add it to `adaptive.num_generations`"))
+        if not _is_real(temperature) or temperature <= 0:
+            problems.append(Problem("temperature", temperature, "must be a positive finite number"))
+        raise_if_any(problems, context=f"{self.name} policy")
+        self.adaptive = adaptive
+        self.num_generations = int(num_generations)
+        self.temperature = float(adaptive.clamp(float(temperature)))
+        self.clamped_from = float(temperature) if self.temperature != temperature else None
+        self.round = 0
+        self.last_g_change = self.last_t_change = None
+        self.zero_std_ema = self.distinct_ema = self.reward_ema = self.best_reward = None
+        self.stale = 0
+        self._decision: Decision | None = None
+
+    # --- to override ---------------------------------------------------------------------------------------------
+
+    def _observe(self, stats: RoundStats) -> None:
+        pass
+
+    def _propose(self) -> tuple[int, str] | None:
+        """A new candidate G and the reason, or `None` (called only when the G cooldown allows a change)."""
+        return None
+
+    def _g_changed(self) -> None:
+        pass
+
+    # --- public ----------------------------------------------------------------------------------------------------
+
+    def observe(self, stats: RoundStats) -> None:
+        """Take in a finished round's statistics (all-NaN rounds only count as a round)."""
+        self.round += 1
+        self._decision = None
+        if stats.num_groups == 0 or not _usable(stats.zero_std_fraction):
+            return
+        a = self.adaptive
+        self.zero_std_ema = _ema(self.zero_std_ema, stats.zero_std_fraction, a.smoothing)
+        if _usable(stats.distinct_fraction):
+            self.distinct_ema = _ema(self.distinct_ema, stats.distinct_fraction, a.smoothing)
+        if _usable(stats.mean_reward):
+            self.reward_ema = _ema(self.reward_ema, stats.mean_reward, a.smoothing)
+            if self.best_reward is None or self.reward_ema > self.best_reward:
+                self.best_reward, self.stale = self.reward_ema, 0
+            else:
+                self.stale += 1
+        self._observe(stats)
+
+    def decide(self) -> Decision:
+        """The [`Decision`] for the round about to start (round number `self.round`, counting from 0)."""
+        if self._decision is not None:
+            return self._decision
+        a, g, t, reasons = self.adaptive, self.num_generations, self.temperature, []
+        if self.clamped_from is not None:
+            low, high = a.temperature
+            reasons.append(f"temperature {self.clamped_from:g} clamped to bounds [{low:g}, {high:g}]")
+            self.clamped_from = None
+        g_ready = self.last_g_change is None or self.round - self.last_g_change >= a.cooldown
+        t_ready = self.last_t_change is None or self.round - self.last_t_change >= a.cooldown
+        proposal = self._propose() if g_ready else None
+        bounds, d, z = a.temperature, self.distinct_ema, self.zero_std_ema
+        if bounds and d is not None and d < a.collapse_below and t < bounds[1]:
+            held = proposal is not None and proposal[0] > g
+            proposal = None if held else proposal  # diversity first: raise T before raising G
+            if t_ready:
+                new = min(bounds[1], round(t + a.temperature_step, 6))
+                reasons.append(f"distinct fraction {d:.2f} < {a.collapse_below:g} (completions collapse): temperature "
+                               f"{t:g} -> {new:g}" + (", before raising G" if held else ""))
+                self._set_temperature(new)
+                proposal = None
+        if proposal is not None:
+            self.num_generations, self.last_g_change, self.zero_std_ema = proposal[0], self.round, None
+            self._g_changed()
+            reasons.append(proposal[1])
+        elif (bounds and t_ready and t > bounds[0] and self.temperature == t and d is not None and d >= a.diverse_above
+              and z is not None and z < a.lower_below and self.stale >= a.patience):
+            new = max(bounds[0], round(t - a.temperature_step, 6))
+            reasons.append(f"distinct fraction {d:.2f} >= {a.diverse_above:g} but zero-std fraction {z:.2f} < "
+                           f"{a.lower_below:g} and mean reward not improved for {self.stale} rounds: temperature "
+                           f"{t:g} -> {new:g}")
+            self._set_temperature(new)
+        self._decision = Decision(self.num_generations, self.temperature, "; ".join(reasons) or None)
+        return self._decision
+
+    def _set_temperature(self, value: float) -> None:
+        self.temperature, self.last_t_change, self.distinct_ema, self.stale = value, self.round, None, 0
+
+    def metrics(self) -> dict[str, float]:
+        """Current G, temperature and smoothed signals, for logging (a signal not measured yet is left out)."""
+        values = {"num_generations": self.num_generations, "temperature": self.temperature,
+                  "zero_std_ema": self.zero_std_ema, "distinct_ema": self.distinct_ema, "reward_ema": self.reward_ema}
+        return {k: float(v) for k, v in values.items() if v is not None}
+
+    def state_dict(self) -> dict:
+        """A JSON-serialisable snapshot; [`Policy.load_state_dict`] on a fresh policy continues identically."""
+        state = {"policy": self.name, "version": 1, **copy.deepcopy({k: getattr(self, k) for k in self._STATE})}
+        d = self._decision
+        state["decision"] = None if d is None else [d.num_generations, d.temperature, d.reason]
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("policy") != self.name or state.get("version") != 1:
+            raise ValueError(f"state is for policy {state.get('policy')!r} (version {state.get('version')!r}), "
+                             f"not {self.name!r} (version 1)")
+        if state["num_generations"] not in self.adaptive.num_generations:
+            raise ValueError(f"saved num_generations {state['num_generations']} is not one of the candidates "
+                             f"{list(self.adaptive.num_generations)}")
+        for k in self._STATE:
+            setattr(self, k, copy.deepcopy(state[k]))
+        self._decision = None if state["decision"] is None else Decision(*state["decision"])
+
+
+class HysteresisPolicy(Policy):
+    """
+    Move G one candidate up when the smoothed zero-std fraction stayed above `raise_above` for `patience` observed
+    rounds, one candidate down when it stayed below `lower_below` for `patience` rounds; counters restart on a change.
+    """
+
+    name = "hysteresis"
+    _STATE = Policy._STATE + ("above", "below")
+
+    def __init__(self, adaptive: Adaptive, num_generations: int, temperature: float):
+        super().__init__(adaptive, num_generations, temperature)
+        self.above = self.below = 0
+
+    def _observe(self, stats: RoundStats) -> None:
+        self.above = self.above + 1 if self.zero_std_ema > self.adaptive.raise_above else 0
+        self.below = self.below + 1 if self.zero_std_ema < self.adaptive.lower_below else 0
+
+    def _propose(self) -> tuple[int, str] | None:
+        a, g, z = self.adaptive, self.num_generations, self.zero_std_ema
+        i = a.num_generations.index(g)
+        if self.above >= a.patience and i + 1 < len(a.num_generations):
+            new = a.num_generations[i + 1]
+            return new, f"zero-std fraction {z:.2f} > {a.raise_above:g} for {self.above} rounds: G {g} -> {new}"
+        if self.below >= a.patience and i > 0:
+            new = a.num_generations[i - 1]
+            return new, f"zero-std fraction {z:.2f} < {a.lower_below:g} for {self.below} rounds: G {g} -> {new}"
+        return None
+
+    def _g_changed(self) -> None:
+        self.above = self.below = 0
+
+
+class SuccessRatePolicy(Policy):
+    """
+    Estimate each prompt's success rate p as `(successes + 1) / (trials + 2)` (a Beta(1, 1) prior, accumulated over
+    every time the prompt was seen; per group when prompt keys are absent), average the probability that a group of G
+    is informative, `1 - p^G - (1-p)^G`, over the prompts of the last `window` rounds, and pick the smallest candidate
+    reaching `target` (the largest when none does); lower G only to a candidate reaching `target + margin`.
+    """
+
+    name = "success_rate"
+    _STATE = Policy._STATE + ("counts", "window")
+
+    def __init__(self, adaptive: Adaptive, num_generations: int, temperature: float):
+        super().__init__(adaptive, num_generations, temperature)
+        self.counts: dict[str, list[int]] = {}  # prompt key -> [successes, trials], over the run
+        self._window: deque[list] = deque(maxlen=adaptive.window)  # per round: prompt keys, or [successes, trials]
+
+    @property
+    def window(self) -> list[list]:
+        return [list(entry) for entry in self._window]
+
+    @window.setter
+    def window(self, rounds: list[list]) -> None:
+        self._window = deque((list(r) for r in rounds), maxlen=self.adaptive.window)
+
+    def _observe(self, stats: RoundStats) -> None:
+        counts = stats.group_counts or (stats.num_generations,) * len(stats.group_success)
+        entries = []
+        for i, (success, n) in enumerate(zip(stats.group_success, counts)):
+            if n == 0 or not _usable(success):
+                continue
+            s = round(success * n)
+            if stats.prompt_keys is None:
+                entries.append([s, n])
+            else:
+                key = stats.prompt_keys[i]
+                total = self.counts.setdefault(key, [0, 0])
+                total[0], total[1] = total[0] + s, total[1] + n
+                entries.append(key)
+        self._window.append(entries)
+
+    def expected_informative(self, num_generations: int) -> float | None:
+        """Mean `1 - p^G - (1-p)^G` over the window's prompts (each prompt once), or `None` before any observation."""
+        keys = sorted({e for r in self._window for e in r if isinstance(e, str)})
+        pairs = [self.counts[k] for k in keys] + [e for r in self._window for e in r if not isinstance(e, str)]
+        if not pairs:
+            return None
+        ps = [(s + 1) / (n + 2) for s, n in pairs]
+        return math.fsum(1 - p**num_generations - (1 - p) ** num_generations for p in ps) / len(ps)
+
+    def _propose(self) -> tuple[int, str] | None:
+        a, g = self.adaptive, self.num_generations
+        f = {c: self.expected_informative(c) for c in a.num_generations}
+        if f[g] is None:
+            return None
+        if f[g] < a.target:
+            up = next((c for c in a.num_generations if c > g and f[c] >= a.target), None)
+            new = a.num_generations[-1] if up is None else up
+            if new == g:
+                return None
+            then = f"{f[new]:.2f} at G {new}" if up else f"no candidate reaches it (largest gives {f[new]:.2f})"
+            return new, f"expected informative fraction {f[g]:.2f} < target {a.target:g} at G {g}, {then}: G {g} -> {new}"
+        down = next((c for c in a.num_generations if c < g and f[c] >= a.target + a.margin), None)
+        if down is None:
+            return None
+        return down, (f"expected informative fraction {f[down]:.2f} >= {a.target + a.margin:g} (target + margin) "
+                      f"already at G {down}: G {g} -> {down}")
+
+    def metrics(self) -> dict[str, float]:
+        values = super().metrics()
+        for c in self.adaptive.num_generations:
+            f = self.expected_informative(c)
+            if f is not None:
+                values[f"expected_informative_g{c}"] = f
+                if c == self.num_generations:
+                    values["expected_informative"] = f
+        return values
+
+
+def make_policy(adaptive: Adaptive, num_generations: int, temperature: float) -> Policy:
+    """
+    The policy named by `adaptive.policy`, starting at G `num_generations` (one of the candidates) and `temperature`
+    (clamped to the bounds; the first decision then says so).
+    """
+    policies = {"hysteresis": HysteresisPolicy, "success_rate": SuccessRatePolicy}
+    return policies[adaptive.policy](adaptive, num_generations, temperature)
