@@ -46,18 +46,24 @@ def _is_real(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _range(key, value, low, high, low_open=False, high_open=False, integer=False) -> list[Problem]:
-    ok = (_is_int if integer else _is_real)(value)
-    ok = ok and (low is None or value > low or (value == low and not low_open))
-    ok = ok and (high is None or value < high or (value == high and not high_open))
-    if ok:
-        return []
-    what = "an integer" if integer else "a number"
-    if high is None:
-        rule = f"must be {what} {'>' if low_open else '>='} {low:g}"
+_KNOBS = {  # the rule of every numeric knob
+    "raise_above": "[0, 1]", "lower_below": "[0, 1]", "patience": "int >= 1", "cooldown": "int >= 0",
+    "smoothing": "(0, 1]", "target": "(0, 1)", "margin": "[0, 1)", "window": "int >= 1", "success_threshold": "finite",
+    "temperature_step": "> 0", "collapse_below": "[0, 1]", "diverse_above": "[0, 1]",
+}
+
+
+def _knob_problems(key: str, value, spec: str) -> list[Problem]:
+    if spec.startswith("int"):
+        ok, rule = _is_int(value) and value >= int(spec[-1]), f"must be an integer {spec[4:]}"
+    elif spec == "finite":
+        ok, rule = _is_real(value), "must be a finite number"
+    elif spec == "> 0":
+        ok, rule = _is_real(value) and value > 0, "must be a positive finite number"
     else:
-        rule = f"must be {what} in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-    return [Problem(key, value, rule)]
+        low = _is_real(value) and (value > 0 if spec[0] == "(" else value >= 0)
+        ok, rule = low and (value < 1 if spec[-1] == ")" else value <= 1), f"must be a number in {spec}"
+    return [] if ok else [Problem(key, value, rule)]
 
 
 def _applies(condition: str, values: Mapping) -> bool:
@@ -70,14 +76,14 @@ def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
     problems = []
     g = values.get("num_generations", MISSING)
     if g is MISSING:
-        problems.append(Problem(f"{key}.num_generations", None, "is required", "add e.g. `num_generations: [4, 8, 16]`"))
+        problems.append(Problem(f"{key}.num_generations", None, "is required", "e.g. `num_generations: [4, 8, 16]`"))
     elif not isinstance(g, (list, tuple)) or not g:
         problems.append(Problem(f"{key}.num_generations", g, "must be a non-empty list of candidate G values",
                                 "e.g. `num_generations: [4, 8, 16]`"))
     else:
-        bad = [Problem(f"{key}.num_generations[{i}]", v, "must be an integer >= 2 (GRPO needs 2 completions a prompt)",
-                       "use 2, 4, 8, ... (divisors of the generation batch)") for i, v in enumerate(g)
-               if not _is_int(v) or v < 2]
+        rule = "must be an integer >= 2 (GRPO needs 2 completions a prompt)"
+        bad = [Problem(f"{key}.num_generations[{i}]", v, rule, "use 2, 4, 8, ... (divisors of the generation batch)")
+               for i, v in enumerate(g) if not _is_int(v) or v < 2]
         problems += bad
         if not bad and list(g) != sorted(set(g)):
             problems.append(Problem(f"{key}.num_generations", g, "must be ascending without repeats",
@@ -98,15 +104,8 @@ def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
         close = difflib.get_close_matches(str(policy).replace("-", "_"), POLICIES, n=1, cutoff=0.6)
         problems.append(Problem(f"{key}.policy", policy, f"must be one of {list(POLICIES)}",
                                 f"did you mean `{close[0]}`?" if close else "use `hysteresis` or `success_rate`"))
-    checks = [("raise_above", 0, 1, False, False, False), ("lower_below", 0, 1, False, False, False),
-              ("patience", 1, None, False, False, True), ("cooldown", 0, None, False, False, True),
-              ("smoothing", 0, 1, True, False, False), ("target", 0, 1, True, True, False),
-              ("margin", 0, 1, False, True, False), ("window", 1, None, False, False, True),
-              ("success_threshold", -math.inf, math.inf, True, True, False),
-              ("temperature_step", 0, None, True, False, False), ("collapse_below", 0, 1, False, False, False),
-              ("diverse_above", 0, 1, False, False, False)]
-    for name, low, high, low_open, high_open, integer in checks:
-        problems += _range(f"{key}.{name}", values.get(name), low, high, low_open, high_open, integer)
+    for name, spec in _KNOBS.items():
+        problems += _knob_problems(f"{key}.{name}", values.get(name), spec)
     if not problems and values["lower_below"] >= values["raise_above"]:
         problems.append(Problem(f"{key}.lower_below", values["lower_below"],
                                 f"must be below `raise_above` ({values['raise_above']!r}), or G would flap"))
@@ -127,25 +126,34 @@ class Adaptive:
 
     Args:
         num_generations (`tuple[int, ...]`):
-            Candidate G values, each >= 2, ascending without repeats (an unsorted or repeated list is rejected, with the
-            sorted list as the fix). Every candidate must divide the generation batch.
+            Candidate G values, each >= 2, ascending without repeats: an unsorted or repeated list is rejected (the
+            fix names the sorted list), since the order is the order G moves in. Each must divide the generation
+            batch (checked with the batch geometry, not here).
         temperature (`tuple[float, float]`, *optional*):
             `(low, high)` bounds of the temperature, positive, `low <= high`. `None`: the temperature is not adapted.
-        policy (`str`, *optional*, defaults to `"hysteresis"`): `"hysteresis"` or `"success_rate"`.
-        raise_above (`float`, *optional*, defaults to `0.5`): Hysteresis: raise G while the smoothed zero-std fraction is above.
+        policy (`str`, *optional*, defaults to `"hysteresis"`):
+            `"hysteresis"` (thresholds on the zero-std fraction) or `"success_rate"` (per-prompt success model).
+        raise_above (`float`, *optional*, defaults to `0.5`):
+            Hysteresis: raise G while the smoothed zero-std fraction is above this.
         lower_below (`float`, *optional*, defaults to `0.1`):
-            Lower G (hysteresis) while the smoothed zero-std fraction is below; also the "rewards are noise" level
-            for lowering the temperature.
-        patience (`int`, *optional*, defaults to `3`): Consecutive observed rounds a condition must hold.
-        cooldown (`int`, *optional*, defaults to `5`): Least rounds between two G changes (and between two temperature changes).
+            Hysteresis: lower G while the smoothed zero-std fraction is below this. Both policies: the level below
+            which rewards count as noise when lowering the temperature.
+        patience (`int`, *optional*, defaults to `3`):
+            Consecutive observed rounds a condition must hold (hysteresis G; both policies, lowering the temperature).
+        cooldown (`int`, *optional*, defaults to `5`):
+            Least rounds between two G changes, and between two temperature changes (0 and 1: every round).
         smoothing (`float`, *optional*, defaults to `0.3`): EMA weight of the newest round, in (0, 1].
         target (`float`, *optional*, defaults to `0.8`): Success rate: wanted expected fraction of informative groups.
-        margin (`float`, *optional*, defaults to `0.05`): Success rate: lower G only when the smaller G reaches `target + margin`.
+        margin (`float`, *optional*, defaults to `0.05`):
+            Success rate: lower G only to a candidate expected to reach `target + margin`.
         window (`int`, *optional*, defaults to `8`): Success rate: rounds whose prompts the estimate averages over.
-        success_threshold (`float`, *optional*, defaults to `0.5`): Success rate: a reward `>=` this is a success.
+        success_threshold (`float`, *optional*, defaults to `0.5`):
+            Success rate: a reward `>=` this is a success (pass it to [`round_stats`]).
         temperature_step (`float`, *optional*, defaults to `0.1`): Temperature change per decision.
-        collapse_below (`float`, *optional*, defaults to `0.5`): Raise the temperature while the smoothed distinct fraction is below.
-        diverse_above (`float`, *optional*, defaults to `0.9`): Smoothed distinct fraction from which completions count as diverse.
+        collapse_below (`float`, *optional*, defaults to `0.5`):
+            Raise the temperature while the smoothed distinct-completion fraction is below this.
+        diverse_above (`float`, *optional*, defaults to `0.9`):
+            Smoothed distinct-completion fraction from which completions count as diverse.
     """
 
     num_generations: tuple[int, ...]
@@ -200,7 +208,9 @@ class Adaptive:
 
     def clamp(self, temperature: float) -> float:
         """`temperature` within the bounds (unchanged when the temperature is not adapted)."""
-        return temperature if self.temperature is None else min(max(temperature, self.temperature[0]), self.temperature[1])
+        if self.temperature is None:
+            return temperature
+        return min(max(temperature, self.temperature[0]), self.temperature[1])
 
 
 @dataclass(frozen=True)
@@ -232,9 +242,9 @@ class Policy:
     Base of the adaptive policies. Call [`Policy.observe`] with each finished round's [`RoundStats`] and
     [`Policy.decide`] at the start of each round (it returns the same [`Decision`] until the next `observe`).
 
-    Every signal is smoothed by an EMA (`smoothing`); the zero-std EMA restarts when G changes and the distinct EMA when
-    the temperature changes, since both measure the knob just changed. Rounds without any finite reward advance the
-    round count (cooldowns) but nothing else.
+    Every signal is smoothed by an EMA (`smoothing`). The zero-std EMA restarts when G changes and the distinct EMA
+    when the temperature changes, since each measures the knob just changed. Rounds without any finite reward advance
+    the round count (for cooldowns) but nothing else.
     """
 
     name = ""
@@ -307,7 +317,10 @@ class Policy:
         t_ready = self.last_t_change is None or self.round - self.last_t_change >= a.cooldown
         proposal = self._propose() if g_ready else None
         bounds, d, z = a.temperature, self.distinct_ema, self.zero_std_ema
-        if bounds and d is not None and d < a.collapse_below and t < bounds[1]:
+        collapsed = bounds is not None and d is not None and d < a.collapse_below
+        noise = (bounds is not None and d is not None and d >= a.diverse_above and z is not None
+                 and z < a.lower_below and self.stale >= a.patience)
+        if collapsed and t < bounds[1]:
             held = proposal is not None and proposal[0] > g
             proposal = None if held else proposal  # diversity first: raise T before raising G
             if t_ready:
@@ -315,13 +328,12 @@ class Policy:
                 reasons.append(f"distinct fraction {d:.2f} < {a.collapse_below:g} (completions collapse): temperature "
                                f"{t:g} -> {new:g}" + (", before raising G" if held else ""))
                 self._set_temperature(new)
-                proposal = None
+                proposal = None  # one change a round
         if proposal is not None:
             self.num_generations, self.last_g_change, self.zero_std_ema = proposal[0], self.round, None
             self._g_changed()
             reasons.append(proposal[1])
-        elif (bounds and t_ready and t > bounds[0] and self.temperature == t and d is not None and d >= a.diverse_above
-              and z is not None and z < a.lower_below and self.stale >= a.patience):
+        elif noise and t_ready and t > bounds[0]:  # (`collapsed` and `noise` exclude each other)
             new = max(bounds[0], round(t - a.temperature_step, 6))
             reasons.append(f"distinct fraction {d:.2f} >= {a.diverse_above:g} but zero-std fraction {z:.2f} < "
                            f"{a.lower_below:g} and mean reward not improved for {self.stale} rounds: temperature "
@@ -450,7 +462,8 @@ class SuccessRatePolicy(Policy):
             if new == g:
                 return None
             then = f"{f[new]:.2f} at G {new}" if up else f"no candidate reaches it (largest gives {f[new]:.2f})"
-            return new, f"expected informative fraction {f[g]:.2f} < target {a.target:g} at G {g}, {then}: G {g} -> {new}"
+            now = f"expected informative fraction {f[g]:.2f} < target {a.target:g} at G {g}"
+            return new, f"{now}, {then}: G {g} -> {new}"
         down = next((c for c in a.num_generations if c < g and f[c] >= a.target + a.margin), None)
         if down is None:
             return None

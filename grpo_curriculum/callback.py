@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 from transformers import TrainerCallback
 
+from . import tracking
 from .schedule import ResolvedSchedule, Setting, Stage, StageSchedule
 
 logger = logging.getLogger("grpo_curriculum")
@@ -105,6 +106,8 @@ class CurriculumCallback(TrainerCallback):
                     setting.temperature,
                     switch["reason"],
                 )
+            if self._trainer is not None and self._trainer.accelerator.is_main_process:
+                tracking.log_switches(self._trainer.args, self.switches, global_step)
         self.current = setting
         self.rounds += 1
         return setting
@@ -148,3 +151,8 @@ class CurriculumCallback(TrainerCallback):
         if state.is_world_process_zero:
             for line in self.resolved.describe():
                 logger.info("curriculum %s", line)
+            tracking.log_config(args, self)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero and self.switches:
+            tracking.log_switches(args, self.switches, state.global_step, commit=True)

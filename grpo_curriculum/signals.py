@@ -71,7 +71,7 @@ class RoundStats:
             Mean over all groups of `distinct completion keys / G` (1.0: all completions differ; `1/G`: all identical).
             `None` when no completion keys were given.
         nan_fraction (`float`): Fraction of the round's rewards that are missing (`None`, NaN or infinite).
-        group_means (`tuple[float, ...]`): Per group, in group order, the mean finite reward (NaN for an all-NaN group).
+        group_means (`tuple[float, ...]`): Per group, in group order, the mean finite reward (NaN: all-NaN group).
         group_success (`tuple[float, ...]`):
             Per group, the fraction of finite rewards `>= success_threshold` (NaN for an all-NaN group).
         prompt_keys (`tuple[str, ...]` or `None`): Per group, the prompt's key (converted with `str`), when given.
@@ -108,14 +108,15 @@ def round_stats(
         num_generations (`int`): The round's G; `len(rewards)` must be a multiple of it.
         prompt_keys (`Sequence[Hashable]`, *optional*): One key per group (e.g. the dataset index).
         completion_keys (`Sequence[Hashable]`, *optional*):
-            One hashable key per reward row (e.g. the completion's token ids as a tuple), to count distinct completions.
+            One hashable key per reward row (e.g. a completion's token ids as a tuple), to count distinct completions.
         success_threshold (`float`, *optional*, defaults to `0.5`): A reward `>=` this counts as a success.
 
     Returns:
         [`RoundStats`]
 
     Raises:
-        `ValueError`: if `len(rewards)` is not a multiple of G, or `prompt_keys` / `completion_keys` have the wrong length.
+        `ValueError`: if `len(rewards)` is not a multiple of G, or `prompt_keys` / `completion_keys` have the wrong
+        length.
     """
     groups = _split(rewards, num_generations)
     if prompt_keys is not None:
@@ -159,8 +160,8 @@ def round_stats(
 class PromptReport:
     """
     Per-prompt reward mean, variance and times seen across the run, merged round by round (Chan et al.'s parallel
-    Welford update, so memory is O(prompts)). Missing rewards are skipped. High-variance prompts are the uncertain ones,
-    worth a human look (the seeds' active-learning idea).
+    Welford update, so memory is O(prompts)). Missing rewards are skipped. High-variance prompts are the uncertain
+    ones, worth a human look (the seeds' active-learning idea).
 
     Example:
     ```python
@@ -233,7 +234,7 @@ class PromptReport:
         return sorted(rows, key=lambda r: (r["variance"] is None, -(r["variance"] or 0.0), r["prompt_key"]))
 
     def write_jsonl(self, path: str | os.PathLike) -> None:
-        """Write [`PromptReport.rows`] as JSON lines, atomically (a temporary file in the same folder, then `os.replace`)."""
+        """Write [`PromptReport.rows`] as JSON lines, atomically (a temporary file, then `os.replace`)."""
         path = os.fspath(path)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".prompt-report-", suffix=".tmp")
         try:

@@ -1,0 +1,39 @@
+"""wandb, for real, in offline mode: the curriculum in the run config, curriculum/* in the history, switches in a table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .test_trainer import TWO_STAGES, make_trainer
+from .wandb_records import read_run
+
+wandb = pytest.importorskip("wandb")
+
+
+def test_wandb_offline_run_holds_the_curriculum(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    trainer, _ = make_trainer(tmp_path / "out", TWO_STAGES, report_to=["wandb"], max_steps=6)
+    trainer.train()
+    run_dir = wandb.run.dir.rsplit("/files", 1)[0]
+    wandb.finish()
+
+    run = read_run(run_dir)
+    assert run["config"]["curriculum"] == {
+        "stages": [
+            {"num_generations": 2, "temperature": 0.7, "until_step": 3, "temperature_ramp": "linear", "steps": [0, 3]},
+            {"num_generations": 4, "temperature": 1.3, "temperature_ramp": "linear", "steps": [3, 6]},
+        ],
+        "vllm_num_engines": None,
+    }
+    steps = [row for row in run["history"] if "train/curriculum/num_generations" in row and "train/loss" in row]
+    assert [row["train/curriculum/num_generations"] for row in steps] == [2, 2, 2, 4, 4, 4]
+    assert [row["train/curriculum/temperature"] for row in steps] == [0.7] * 3 + [1.3] * 3
+    assert [row["train/curriculum/stage"] for row in steps] == [0, 0, 0, 1, 1, 1]
+
+    table = json.loads(run["tables"][-1].read_text())
+    assert table["columns"][:6] == ["step", "round", "stage_from", "stage_to", "G_from", "G_to"]
+    assert table["data"] == [[3, 3, 0, 1, 2, 4, 0.7, 1.3, "stage 1 starts at step 3"]]
