@@ -219,20 +219,55 @@ class PromptStream:
         return [self.dataset[i] for i in prompts]
 
 
-def local_round_rows(trainer, stream: PromptStream, num_generations: int) -> list[dict]:
+def local_round_rows(trainer, stream: PromptStream, prompts: list, num_generations: int) -> list[dict]:
     """
-    This process's rows for the next generation round at `num_generations`: the global round is
-    `generation_batch_size / G` prompts each repeated G times in a row, and process `i` takes the `i`-th contiguous
-    slice, exactly the layout `RepeatSampler` and accelerate's batch sharding give.
+    This process's rows of a generation round holding `prompts` (from [`PromptStream.take`]) at `num_generations`:
+    the global round is the prompts each repeated G times in a row, and process `i` takes the `i`-th contiguous slice,
+    exactly the layout `RepeatSampler` and accelerate's batch sharding give.
     """
-    generation_batch_size = trainer.args.generation_batch_size
-    prompts = stream.take(generation_batch_size // num_generations)
-    local = generation_batch_size // trainer.accelerator.num_processes
+    local = trainer.args.generation_batch_size // trainer.accelerator.num_processes
     start = trainer.accelerator.process_index * local
     first, last = start // num_generations, (start + local - 1) // num_generations
     rows = stream.materialize(prompts[first : last + 1])
     # A fresh dict for every repeat, as the data loader gives: TRL writes per-row fields into them.
     return [dict(rows[position // num_generations - first]) for position in range(start, start + local)]
+
+
+def prompt_keys(stream: PromptStream, prompts: list) -> list[str]:
+    """A stable key per prompt, identical on every process: the dataset index, or a digest of an iterable row's prompt."""
+    if not stream.iterable:
+        return [str(i) for i in prompts]
+    import hashlib
+    import json
+
+    return [hashlib.sha1(json.dumps(row.get("prompt"), sort_keys=True, default=str).encode()).hexdigest()[:16]
+            for row in prompts]  # fmt: skip
+
+
+def prompt_texts(stream: PromptStream, prompts: list) -> list:
+    """The `prompt` field of each prompt (text or chat messages), for reports."""
+    return [row.get("prompt") for row in stream.materialize(prompts)]
+
+
+def completion_keys(trainer, completion_ids_list) -> list[int]:
+    """A key per completion of the whole round (gathered from every process, in row order) to count distinct ones."""
+    from accelerate.utils import gather_object
+
+    local = [hash(tuple(ids)) for ids in completion_ids_list]  # int tuples hash the same on every process
+    return gather_object(local) if trainer.accelerator.num_processes > 1 else local
+
+
+def weighted_rewards(trainer, rewards_per_func) -> list[float]:
+    """The round's rewards as TRL combines them (weighted sum; NaN where every reward function returned None)."""
+    weights = trainer.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+    rewards = (rewards_per_func * weights).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return rewards.tolist()
+
+
+def is_training(trainer) -> bool:
+    """TRL's own test for a training (not evaluation) generation round."""
+    return trainer.model.training
 
 
 def all_processes_agree(trainer, fingerprint: tuple) -> None:

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from transformers import TrainerCallback
 
 from . import tracking
+from .adaptive import make_policy
 from .schedule import ResolvedSchedule, Setting, Stage, StageSchedule
 
 logger = logging.getLogger("grpo_curriculum")
@@ -49,6 +50,9 @@ class CurriculumCallback(TrainerCallback):
         self.current: Setting | None = None
         self.rounds = 0  # generation rounds started in this run
         self.switches: list[dict] = []
+        self.policy = None  # the adaptive policy of the current stage, if it is adaptive
+        self.policy_stage: int | None = None
+        self.last_stats = None  # signals of the last round (grpo_curriculum.signals.RoundStats)
         self._trainer = None
 
     @classmethod
@@ -77,50 +81,83 @@ class CurriculumCallback(TrainerCallback):
 
     def setting_for_round(self, global_step: int) -> Setting:
         """
-        The setting of the generation round that starts now, at optimizer step `global_step`. Records a switch when it
-        differs from the previous round's.
+        The setting of the generation round that starts now, at optimizer step `global_step`: the stage's, or for an
+        adaptive stage its policy's decision from the rounds observed so far. Records a switch when G, the stage, or an
+        adaptive temperature changes.
         """
         if self.resolved is None:
             raise RuntimeError("CurriculumCallback.resolve(total_steps) must run before the first generation round.")
         setting = self.resolved.setting_at(global_step)
+        stage = self.schedule.stages[setting.stage]
+        reason = f"stage {setting.stage} starts at step {self.resolved.start_of(setting.stage)}"
+        if stage.adaptive is not None:
+            if self.policy_stage != setting.stage:
+                self.policy = make_policy(stage.adaptive, stage.num_generations, stage.temperature)
+                self.policy_stage = setting.stage
+            decision = self.policy.decide()
+            setting = Setting(setting.stage, decision.num_generations, decision.temperature)
+            if decision.reason is not None:
+                reason = decision.reason
+        else:
+            self.policy, self.policy_stage = None, None
         previous = self.current
-        if previous is not None and (
-            setting.stage != previous.stage or setting.num_generations != previous.num_generations
-        ):
-            switch = {
-                "step": global_step,
-                "round": self.rounds,
-                "from": asdict(previous),
-                "to": asdict(setting),
-                "reason": f"stage {setting.stage} starts at step {self.resolved.start_of(setting.stage)}",
-            }
-            self.switches.append(switch)
-            if self._trainer is None or self._trainer.accelerator.is_main_process:
-                logger.info(
-                    "curriculum switch at step %d (round %d): G %d -> %d, temperature %.4g -> %.4g (%s)",
-                    global_step,
-                    self.rounds,
-                    previous.num_generations,
-                    setting.num_generations,
-                    previous.temperature,
-                    setting.temperature,
-                    switch["reason"],
-                )
-            if self._trainer is not None and self._trainer.accelerator.is_main_process:
-                tracking.log_switches(self._trainer.args, self.switches, global_step)
+        changed = previous is not None and (
+            setting.stage != previous.stage
+            or setting.num_generations != previous.num_generations
+            or (stage.adaptive is not None and setting.temperature != previous.temperature)
+        )
+        if changed:
+            self._record_switch(global_step, previous, setting, reason)
         self.current = setting
         self.rounds += 1
         return setting
+
+    def _record_switch(self, global_step: int, previous: Setting, setting: Setting, reason: str) -> None:
+        switch = {"step": global_step, "round": self.rounds, "from": asdict(previous), "to": asdict(setting),
+                  "reason": reason}  # fmt: skip
+        self.switches.append(switch)
+        main = self._trainer is None or self._trainer.accelerator.is_main_process
+        if main:
+            logger.info(
+                "curriculum switch at step %d (round %d): G %d -> %d, temperature %.4g -> %.4g (%s)",
+                global_step, self.rounds, previous.num_generations, setting.num_generations, previous.temperature,
+                setting.temperature, reason,
+            )  # fmt: skip
+        if main and self._trainer is not None:
+            tracking.log_switches(self._trainer.args, self.switches, global_step)
+
+    def observe_round(self, stats) -> None:
+        """Feed the statistics of the round that just got its rewards to the adaptive policy, if one is active."""
+        self.last_stats = stats
+        if self.policy is not None:
+            self.policy.observe(stats)
+
+    @property
+    def success_threshold(self) -> float:
+        return self.policy.adaptive.success_threshold if self.policy is not None else 0.5
+
+    @property
+    def needs_completion_keys(self) -> bool:
+        return self.policy is not None
 
     def log_metrics(self) -> dict[str, float]:
         """The `curriculum/*` values added to every training log line."""
         if self.current is None:
             return {}
-        return {
+        metrics = {
             "curriculum/num_generations": self.current.num_generations,
             "curriculum/temperature": self.current.temperature,
             "curriculum/stage": self.current.stage,
         }
+        stats = self.last_stats
+        if stats is not None:
+            metrics["curriculum/mean_group_std"] = stats.mean_group_std
+            if stats.distinct_fraction is not None:
+                metrics["curriculum/distinct_fraction"] = stats.distinct_fraction
+        if self.policy is not None:
+            metrics.update({f"curriculum/policy/{k}": v for k, v in self.policy.metrics().items()
+                            if k not in ("num_generations", "temperature")})  # fmt: skip
+        return metrics
 
     # --- checkpointing ---------------------------------------------------------------------------------------------
 
@@ -130,12 +167,20 @@ class CurriculumCallback(TrainerCallback):
             "current": asdict(self.current) if self.current is not None else None,
             "rounds": self.rounds,
             "switches": list(self.switches),
+            "policy_stage": self.policy_stage,
+            "policy": self.policy.state_dict() if self.policy is not None else None,
         }
 
     def load_state_dict(self, state: dict) -> None:
         self.current = Setting(**state["current"]) if state["current"] is not None else None
         self.rounds = state["rounds"]
         self.switches = list(state["switches"])
+        self.policy_stage = state.get("policy_stage")
+        self.policy = None
+        if self.policy_stage is not None:
+            stage = self.schedule.stages[self.policy_stage]
+            self.policy = make_policy(stage.adaptive, stage.num_generations, stage.temperature)
+            self.policy.load_state_dict(state["policy"])
 
     # --- callback events -------------------------------------------------------------------------------------------
 

@@ -117,7 +117,14 @@ def _stage_rows(recipe) -> list[tuple[str, int]]:
         if resolved is not None:
             ends += f" (steps {resolved.start_of(i)}-{resolved.ends[i]} of {max_steps})"
         label = f"stage {i}" + (f" ({stage.name})" if stage.name else "")
-        rows.append((f"{label}: G={stage.num_generations}, temperature {temperature}, {ends}", stage.num_generations))
+        if stage.adaptive is None:
+            rows.append((f"{label}: G={stage.num_generations}, temperature {temperature}, {ends}", stage.num_generations))
+            continue
+        bounds = stage.adaptive.temperature
+        temperature = f"{bounds[0]:g}-{bounds[1]:g}" if bounds else temperature
+        for g in stage.adaptive.num_generations:  # every candidate must fit the geometry
+            rows.append((f"{label}: adaptive ({stage.adaptive.policy}) candidate G={g}, temperature {temperature}, "
+                         f"{ends}", g))
     top = recipe.training.get("num_generations")
     if "num_generations" in recipe.raw and top not in {stage.num_generations for stage in stages}:
         rows.append((f"top-level num_generations: G={top} (GRPOConfig checks it when built, before the curriculum "

@@ -55,9 +55,7 @@ def validate_for_launch(recipe) -> None:
     from .recipe import geometry_of
 
     geometry = geometry_of(recipe, num_processes=int(os.environ.get("WORLD_SIZE", "1")))
-    problems = []
-    for i, stage in enumerate(recipe.curriculum.stages):
-        problems += geometry.problems(stage.num_generations, key=f"curriculum.stages[{i}].num_generations")
+    problems = recipe.curriculum.geometry_problems(geometry, key="curriculum.stages")
     raise_if_any(problems, context=f"{recipe.path}: {geometry.describe()}")
 
 
@@ -191,7 +189,10 @@ def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
         ("reward", [e.get("reward") for e in entries], "default"),
         ("zero-std group fraction", [e.get("frac_reward_zero_std") for e in entries], "default"),
     ]
-    boundaries = [b["step"] for a, b in zip(entries, entries[1:]) if a["curriculum/stage"] != b["curriculum/stage"]]
+    boundaries = [
+        b["step"] for a, b in zip(entries, entries[1:])
+        if a["curriculum/stage"] != b["curriculum/stage"] or a["curriculum/num_generations"] != b["curriculum/num_generations"]
+    ]  # fmt: skip
     figure, axes = plt.subplots(len(series), 1, figsize=(8, 8), sharex=True)
     for axis, (label, values, style) in zip(axes, series, strict=True):
         values = [float("nan") if v is None else v for v in values]
@@ -206,7 +207,8 @@ def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
         for boundary in boundaries:
             axis.axvline(boundary, color="grey", linestyle="--", linewidth=0.8)
     axes[-1].set_xlabel("optimizer step")
-    axes[0].set_title(title or "grpo-curriculum run (dashed: stage switches)")
+    axes[0].set_title(title or "grpo-curriculum run")
+    axes[-1].annotate("dashed: switches (stage or G)", xy=(1, -0.35), xycoords="axes fraction", ha="right", fontsize=7)
     figure.tight_layout()
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(output, dpi=100)
@@ -279,7 +281,12 @@ def demo_main(args) -> int:
     history = trainer.state.log_history
 
     print(f"\ntrained {trainer.state.global_step} steps in {elapsed:.1f} s")
-    for switch in trainer._curriculum.switches:
+    switches = trainer._curriculum.switches
+    shown = switches if len(switches) <= 8 else switches[:4] + [None] + switches[-3:]
+    for switch in shown:
+        if switch is None:
+            print(f"... {len(switches) - 7} more switches (all in trainer_state.json and the plot) ...")
+            continue
         print(
             f"switch at step {switch['step']}: G {switch['from']['num_generations']} -> {switch['to']['num_generations']},"
             f" temperature {switch['from']['temperature']:.2f} -> {switch['to']['temperature']:.2f} ({switch['reason']})"

@@ -13,8 +13,12 @@ import math
 import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 from .errors import Problem, raise_if_any
+
+if TYPE_CHECKING:
+    from .adaptive import Adaptive
 
 RAMPS = ("linear", "cosine")
 
@@ -33,6 +37,17 @@ def _positive_temperature_problems(key: str, value) -> list[Problem]:
     return []
 
 
+def _adaptive_of(value, key: str):
+    """The stage's [`Adaptive`] (from an instance or a mapping) and the problems found building it."""
+    from .adaptive import Adaptive
+
+    if value is None:
+        return None, []
+    if isinstance(value, Adaptive):
+        return value, []
+    return Adaptive.from_mapping(value, key=key)
+
+
 def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
     """
     Every problem with one stage's fields, given as a mapping (as read from YAML or passed to [`Stage`]).
@@ -47,8 +62,12 @@ def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
         `list[Problem]`: Empty when the stage is valid.
     """
     problems = []
+    adaptive, adaptive_problems = _adaptive_of(values.get("adaptive"), f"{key}.adaptive")
+    problems += adaptive_problems
     g = values.get("num_generations")
-    if "num_generations" not in values:
+    if g is None and "adaptive" in values:
+        pass  # an adaptive stage starts at its smallest candidate
+    elif "num_generations" not in values:
         problems.append(Problem(f"{key}.num_generations", None, "is required", "add e.g. `num_generations: 4`"))
     elif not _is_int(g) or g < 2:
         problems.append(
@@ -59,10 +78,25 @@ def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
                 "use 2, 4, 8, ... (a divisor of the generation batch)",
             )
         )
-    if "temperature" not in values:
+    elif adaptive is not None and g not in adaptive.num_generations:
+        problems.append(
+            Problem(f"{key}.num_generations", g, f"must be one of the adaptive candidates {list(adaptive.num_generations)}",
+                    "start the stage at a candidate, or omit `num_generations` to start at the smallest")
+        )
+    t = values.get("temperature")
+    if t is None and adaptive is not None and adaptive.temperature is not None:
+        pass  # starts at the lower bound
+    elif "temperature" not in values:
         problems.append(Problem(f"{key}.temperature", None, "is required", "add e.g. `temperature: 0.9`"))
     else:
-        problems += _positive_temperature_problems(f"{key}.temperature", values["temperature"])
+        problems += _positive_temperature_problems(f"{key}.temperature", t)
+        bounds = adaptive.temperature if adaptive is not None else None
+        if bounds is not None and _is_real(t) and not bounds[0] <= t <= bounds[1]:
+            problems.append(Problem(f"{key}.temperature", t, f"must lie within the adaptive bounds {list(bounds)}",
+                                    "start inside the bounds, or omit `temperature` to start at the lower bound"))
+    if values.get("adaptive") is not None and values.get("temperature_end") is not None:
+        problems.append(Problem(f"{key}.temperature_end", values["temperature_end"], "cannot be combined with "
+                                "`adaptive`: the policy sets the temperature", "remove `temperature_end`"))
     if values.get("temperature_end") is not None:
         problems += _positive_temperature_problems(f"{key}.temperature_end", values["temperature_end"])
     ramp = values.get("temperature_ramp", "linear")
@@ -130,21 +164,40 @@ class Stage:
             Shape of the ramp, `"linear"` or `"cosine"`.
         name (`str`, *optional*):
             A label for logs and plots.
+        adaptive ([`Adaptive`] or `dict`, *optional*):
+            Bounds and policy that make the stage adaptive: G (among the candidates) and the temperature (within the
+            bounds) then follow the reward-variance signals of past rounds, from the stage's `num_generations` and
+            `temperature` (default: the smallest candidate and the lower bound).
     """
 
-    num_generations: int
-    temperature: float
+    num_generations: int | None = None
+    temperature: float | None = None
     until_step: int | None = None
     until_fraction: float | None = None
     temperature_end: float | None = None
     temperature_ramp: str = "linear"
     name: str | None = None
+    adaptive: Adaptive | None = None
 
     def __post_init__(self):
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         if values["temperature_ramp"] == "linear":  # the default: don't complain that it lacks `temperature_end`
             values.pop("temperature_ramp")
+        for name in ("num_generations", "temperature", "adaptive"):
+            if values[name] is None:
+                values.pop(name)
         raise_if_any(stage_problems(values, key="Stage"))
+        adaptive, _ = _adaptive_of(self.adaptive, "Stage.adaptive")
+        object.__setattr__(self, "adaptive", adaptive)
+        if self.num_generations is None:
+            object.__setattr__(self, "num_generations", adaptive.num_generations[0])
+        if self.temperature is None:
+            object.__setattr__(self, "temperature", adaptive.temperature[0])
+
+    @property
+    def num_generations_values(self) -> tuple[int, ...]:
+        """Every G this stage can use: its own, or its adaptive candidates."""
+        return self.adaptive.num_generations if self.adaptive is not None else (self.num_generations,)
 
     @property
     def has_end(self) -> bool:
@@ -255,7 +308,23 @@ class StageSchedule:
     @property
     def num_generations_values(self) -> list[int]:
         """Every G the schedule can reach, ascending."""
-        return sorted({stage.num_generations for stage in self.stages})
+        return sorted({g for stage in self.stages for g in stage.num_generations_values})
+
+    def geometry_problems(self, geometry, key: str = "stages") -> list[Problem]:
+        """
+        Every G the schedule can reach checked against a [`BatchGeometry`]: each stage's G, or each adaptive candidate.
+
+        Returns:
+            `list[Problem]`: Empty when every G divides the generation batch.
+        """
+        problems = []
+        for i, stage in enumerate(self.stages):
+            if stage.adaptive is None:
+                problems += geometry.problems(stage.num_generations, key=f"{key}[{i}].num_generations")
+            else:
+                for j, g in enumerate(stage.adaptive.num_generations):
+                    problems += geometry.problems(g, key=f"{key}[{i}].adaptive.num_generations[{j}]")
+        return problems
 
     def resolve(self, total_steps: int) -> ResolvedSchedule:
         """
@@ -342,6 +411,10 @@ class ResolvedSchedule:
             temperature = f"{stage.temperature:g}"
             if stage.temperature_end is not None:
                 temperature += f" -> {stage.temperature_end:g} ({stage.temperature_ramp})"
+            if stage.adaptive is not None:
+                temperature += f" adaptive {stage.adaptive.policy}: G in {list(stage.adaptive.num_generations)}"
+                if stage.adaptive.temperature is not None:
+                    temperature += f", temperature in {list(stage.adaptive.temperature)}"
             label = f" {stage.name}" if stage.name else ""
             lines.append(
                 f"stage {i}{label}: steps [{self.start_of(i)}, {self.ends[i]}) G={stage.num_generations} "

@@ -11,10 +11,13 @@ from trl import GRPOTrainer
 
 from . import _trl
 from .callback import CurriculumCallback
-from .errors import Problem, raise_if_any
+from .errors import raise_if_any
 from .geometry import BatchGeometry
+from .signals import PromptReport, round_stats
 
 logger = logging.getLogger("grpo_curriculum")
+
+PROMPT_REPORT_FILE = "uncertain_prompts.jsonl"
 
 
 def _find_curriculum(callbacks) -> CurriculumCallback | None:
@@ -34,10 +37,7 @@ def validate_schedule_geometry(curriculum: CurriculumCallback, args, num_process
         [`CurriculumError`]: naming the geometry, the valid G values and the fixes for each invalid stage.
     """
     geometry = BatchGeometry.from_args(args, num_processes=num_processes)
-    problems: list[Problem] = []
-    for i, stage in enumerate(curriculum.schedule.stages):
-        problems += geometry.problems(stage.num_generations, key=f"stages[{i}].num_generations")
-    raise_if_any(problems, context=geometry.describe())
+    raise_if_any(curriculum.schedule.geometry_problems(geometry), context=geometry.describe())
 
 
 class CurriculumGRPOTrainer(GRPOTrainer):
@@ -71,6 +71,8 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         with _trl.record_fused_lm_head_temperature(self._temperature_cells):
             super().__init__(*args, **kwargs)
         self._prompt_stream = None
+        self._round_prompts = None
+        self._prompt_report = PromptReport()
         self._round_start_stream = None
         self._resumed_mid_round = False
         if self._curriculum is None:
@@ -115,7 +117,47 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         )
         self._apply(setting)
         self._round_start_stream = self._prompt_stream.state()
-        return _trl.local_round_rows(self, self._prompt_stream, setting.num_generations)
+        prompts = self._prompt_stream.take(self.args.generation_batch_size // setting.num_generations)
+        self._round_prompts = prompts
+        return _trl.local_round_rows(self, self._prompt_stream, prompts, setting.num_generations)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self._curriculum is not None and _trl.is_training(self):
+            self._observe_round(rewards_per_func, completion_ids_list)
+        return rewards_per_func
+
+    def _observe_round(self, rewards_per_func, completion_ids_list) -> None:
+        """Round statistics from the rewards of every process: the adaptive policy's input and the prompt report."""
+        rewards = _trl.weighted_rewards(self, rewards_per_func)
+        g = self.num_generations
+        keys = _trl.prompt_keys(self._prompt_stream, self._round_prompts)
+        completion_keys = None
+        if self._curriculum.needs_completion_keys:
+            completion_keys = _trl.completion_keys(self, completion_ids_list)
+        stats = round_stats(rewards, g, prompt_keys=keys, completion_keys=completion_keys,
+                            success_threshold=self._curriculum.success_threshold)  # fmt: skip
+        self._curriculum.observe_round(stats)
+        if self.accelerator.is_main_process:
+            unseen = [i for i, key in enumerate(keys) if key not in self._prompt_report]
+            texts = [None] * len(keys)
+            if unseen:
+                for i, text in zip(unseen, _trl.prompt_texts(self._prompt_stream, [self._round_prompts[i] for i in unseen])):
+                    texts[i] = text
+            self._prompt_report.update(keys, rewards, g, texts=texts)
+
+    def write_prompt_report(self, directory: str | None = None) -> str | None:
+        """
+        Write the uncertain-prompt report (`uncertain_prompts.jsonl`: per-prompt reward mean, variance and times seen,
+        highest variance first) to `directory` (default: `output_dir`). Main process only; returns the path.
+        """
+        if self._curriculum is None or not self.accelerator.is_main_process or not len(self._prompt_report):
+            return None
+        directory = directory or self.args.output_dir
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, PROMPT_REPORT_FILE)
+        self._prompt_report.write_jsonl(path)
+        return path
 
     # --- checkpoint and resume ---------------------------------------------------------------------------------------
 
@@ -131,10 +173,13 @@ class CurriculumGRPOTrainer(GRPOTrainer):
             "stream": self._prompt_stream.state() if self._prompt_stream is not None else None,
             "round_start_stream": self._round_start_stream,
         }
-        path = os.path.join(_trl.checkpoint_dir(self, trial), _trl.CURRICULUM_STATE_FILE)
+        state["prompt_report"] = self._prompt_report.state_dict()
+        folder = _trl.checkpoint_dir(self, trial)
+        path = os.path.join(folder, _trl.CURRICULUM_STATE_FILE)
         with open(path + ".tmp", "w") as f:
-            json.dump(state, f, indent=1)
+            json.dump(state, f)
         os.replace(path + ".tmp", path)
+        self.write_prompt_report(folder)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -149,6 +194,8 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         with open(path) as f:
             state = json.load(f)
         self._curriculum.load_state_dict(state["callback"])
+        if state.get("prompt_report") is not None:
+            self._prompt_report.load_state_dict(state["prompt_report"])
         _trl.restore_micro_step(self, state["micro_step"])
         self._prompt_stream = _trl.PromptStream(
             _trl.train_dataset_as_loaded(self), shuffle=self.shuffle_dataset, seed=self.args.seed
@@ -160,6 +207,11 @@ class CurriculumGRPOTrainer(GRPOTrainer):
             self._prompt_stream.load_state(state["stream"])
         if self._curriculum.current is not None:
             self._apply(self._curriculum.current)
+
+    def train(self, *args, **kwargs):
+        output = super().train(*args, **kwargs)
+        self.write_prompt_report()
+        return output
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self._curriculum is not None and self.model.training:

@@ -62,7 +62,7 @@ class RoundRecorder:
             entry["temperature"] = self.trainer.temperature
         self.calls.append(entry)
         if self.reward_fn is not None:
-            return self.reward_fn(prompts=prompts, completions=completions, **kwargs)
+            return self.reward_fn(prompts=prompts, completions=completions, idx=idx, **kwargs)
         return [float(i) for i in idx]
 
 

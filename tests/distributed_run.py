@@ -6,9 +6,11 @@ the step, the G and temperature in force, the rows' prompt indices and this rank
 """
 
 import json
+import os
 import sys
 
 from grpo_curriculum import Stage
+from grpo_curriculum.adaptive import Adaptive
 from grpo_curriculum.callback import CurriculumCallback
 from grpo_curriculum.tasks import build_model, build_tokenizer
 from grpo_curriculum.trainer import CurriculumGRPOTrainer
@@ -16,23 +18,34 @@ from tests.conftest import RoundRecorder, grpo_args, indexed_dataset
 
 
 def rank_dependent_reward(prompts, completions, **kwargs):
-    # Different on every rank's rows: the curriculum must still agree, from gathered rewards, on the round's setting.
-    return [float(len(c)) for c in completions]
+    # Each rank scores its own rows differently (rank 0: all equal; rank 1: by completion length). A curriculum that
+    # decided from its own rank's rewards would diverge; it must decide from the rewards gathered from every rank.
+    if os.environ.get("RANK") == "0":
+        return [1.0] * len(completions)
+    return [float(len(c) % 2) for c in completions]
 
 
-def main(output_dir: str) -> None:
-    recorder = RoundRecorder(reward_fn=rank_dependent_reward)
-    # per-device 4 x 2 processes = generation batch 8; G 8 makes every group span both processes.
-    stages = [
+def stages_for(mode: str):
+    if mode == "adaptive":
+        adaptive = Adaptive(num_generations=(2, 4, 8), policy="success_rate", cooldown=1, window=2, target=0.6)
+        return [Stage(num_generations=2, temperature=1.0, adaptive=adaptive)]
+    # G 8 makes every group span both processes (per-device 4 x 2 processes = generation batch 8).
+    return [
         Stage(num_generations=2, temperature=0.7, until_step=2),
         Stage(num_generations=8, temperature=1.2, until_step=4),
         Stage(num_generations=4, temperature=1.0),
     ]
+
+
+def main(output_dir: str, mode: str = "stages") -> None:
+    recorder = RoundRecorder(reward_fn=rank_dependent_reward)
+    stages = stages_for(mode)
     trainer = CurriculumGRPOTrainer(
         model=build_model(),
         processing_class=build_tokenizer(),
         reward_funcs=recorder,
-        args=grpo_args(output_dir, per_device_train_batch_size=4, max_steps=6, shuffle_dataset=True),
+        args=grpo_args(output_dir, per_device_train_batch_size=4, max_steps=6 if mode == "stages" else 10,
+                       shuffle_dataset=True),
         train_dataset=indexed_dataset(),
         callbacks=[CurriculumCallback(stages)],
     )
@@ -49,4 +62,4 @@ def main(output_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

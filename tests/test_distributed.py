@@ -11,13 +11,17 @@ from .conftest import assert_whole_groups
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_two_processes_switch_together(tmp_path):
+def run_two_processes(tmp_path, mode, port):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
-               str(ROOT / "tests" / "distributed_run.py"), str(tmp_path)]  # fmt: skip
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+               str(ROOT / "tests" / "distributed_run.py"), str(tmp_path), mode]  # fmt: skip
     result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def test_two_processes_switch_together(tmp_path):
+    ranks = run_two_processes(tmp_path, "stages", 29517)
 
     expected_g = [2, 2, 8, 8, 4, 4]
     for rank in ranks:
@@ -38,3 +42,13 @@ def test_two_processes_switch_together(tmp_path):
     assert len(seen) == len(set(seen))  # no prompt reused within the pass
     if_spanning = ranks[0]["calls"][2]["idx"] + ranks[1]["calls"][2]["idx"]
     assert len(set(if_spanning)) == 1  # G = 8 = the whole generation batch: one prompt across both processes
+
+
+def test_adaptive_decisions_agree_when_ranks_see_different_rewards(tmp_path):
+    """Each rank scores its rows differently; decisions come from the gathered rewards, so both ranks agree."""
+    ranks = run_two_processes(tmp_path, "adaptive", 29518)
+    settings = [[(c["step"], c["num_generations"], c["temperature"]) for c in rank["calls"]] for rank in ranks]
+    assert settings[0] == settings[1]
+    assert ranks[0]["switches"] == ranks[1]["switches"] and ranks[0]["switches"], "the policy never switched"
+    for a, b in zip(ranks[0]["calls"], ranks[1]["calls"], strict=True):
+        assert_whole_groups(a["idx"] + b["idx"], a["num_generations"])

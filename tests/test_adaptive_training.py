@@ -1,0 +1,85 @@
+"""Adaptive stages in real TRL training loops: decisions for the right reason, reports, resume, bad rewards."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from grpo_curriculum import Stage
+from grpo_curriculum.adaptive import Adaptive
+
+from .test_trainer import make_trainer, train_history
+from .conftest import RoundRecorder
+
+
+def constant_reward(prompts, completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+def test_all_equal_rewards_raise_g_for_the_right_reason(tmp_path):
+    adaptive = Adaptive(num_generations=(2, 4, 8), policy="hysteresis", patience=2, cooldown=2, smoothing=1.0)
+    recorder = RoundRecorder(reward_fn=constant_reward)
+    trainer, recorder = make_trainer(tmp_path, [Stage(temperature=1.0, adaptive=adaptive)], recorder=recorder, max_steps=7)
+    trainer.train()
+    # Every group has zero std: after 2 observed rounds G goes up, then again 2 rounds later (cooldown 2).
+    assert [c["num_generations"] for c in recorder.calls] == [2, 2, 4, 4, 8, 8, 8]
+    switches = trainer._curriculum.switches
+    assert [(s["step"], s["from"]["num_generations"], s["to"]["num_generations"]) for s in switches] == [
+        (2, 2, 4),
+        (4, 4, 8),
+    ]
+    assert all("zero-std" in s["reason"] for s in switches), switches
+    history = train_history(trainer)
+    assert [h["curriculum/num_generations"] for h in history] == [2, 2, 4, 4, 8, 8, 8]
+    assert all(h["curriculum/policy/zero_std_ema"] == 1.0 for h in history[1:])
+
+
+def test_uncertain_prompt_report(tmp_path):
+    def noisy_for_odd(prompts, completions, idx, **kwargs):  # odd prompts: reward depends on the completion
+        return [float(len(c) % 2) if i % 2 else 0.5 for c, i in zip(completions, idx, strict=True)]
+
+    recorder = RoundRecorder(reward_fn=noisy_for_odd)
+    trainer, _ = make_trainer(tmp_path, [Stage(num_generations=4, temperature=1.0)], recorder=recorder,
+                              max_steps=6, save_strategy="steps", save_steps=3)  # fmt: skip
+    trainer.train()
+    rows = [json.loads(line) for line in (tmp_path / "uncertain_prompts.jsonl").read_text().splitlines()]
+    assert len(rows) == 12  # 6 rounds x 2 prompts, one pass
+    assert [r["variance"] for r in rows] == sorted((r["variance"] for r in rows), reverse=True)
+    assert all(r["variance"] == 0.0 and r["mean"] == 0.5 for r in rows if int(r["prompt_key"]) % 2 == 0)
+    assert all(r["times_seen"] == 1 and r["completions"] == 4 and r["prompt"].startswith("echo :") for r in rows)
+    assert (tmp_path / "checkpoint-3" / "uncertain_prompts.jsonl").exists()
+
+
+def test_nan_and_none_rewards_do_not_break_the_policy(tmp_path):
+    def sometimes_none(prompts, completions, idx, **kwargs):
+        return [None if i % 3 == 0 else 1.0 for i in idx]
+
+    adaptive = Adaptive(num_generations=(2, 4), patience=1, cooldown=1, smoothing=1.0)
+    trainer, recorder = make_trainer(tmp_path, [Stage(temperature=1.0, adaptive=adaptive)], recorder=RoundRecorder(sometimes_none),
+                                     max_steps=4)  # fmt: skip
+    trainer.train()
+    stats = trainer._curriculum.last_stats
+    assert math.isfinite(stats.zero_std_fraction) and stats.nan_fraction > 0
+    assert recorder.calls[-1]["num_generations"] == 4
+
+
+def test_adaptive_resume_continues_the_policy(tmp_path):
+    adaptive = Adaptive(num_generations=(2, 4, 8), patience=2, cooldown=2, smoothing=1.0)
+    stages = [Stage(temperature=1.0, adaptive=adaptive)]
+    overrides = dict(max_steps=8, save_strategy="steps", save_steps=3)
+    full, full_recorder = make_trainer(tmp_path / "full", stages, recorder=RoundRecorder(constant_reward), **overrides)
+    full.train()
+    resumed, recorder = make_trainer(tmp_path / "resumed", stages, recorder=RoundRecorder(constant_reward), **overrides)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))
+    expected = [(c["step"], c["num_generations"], tuple(c["idx"])) for c in full_recorder.calls][3:]
+    assert [(c["step"], c["num_generations"], tuple(c["idx"])) for c in recorder.calls] == expected
+    assert resumed._curriculum.switches == full._curriculum.switches
+
+
+def test_adaptive_candidate_invalid_for_the_geometry(tmp_path):
+    from grpo_curriculum import CurriculumError
+
+    with pytest.raises(CurriculumError, match=r"stages\[0\]\.adaptive\.num_generations\[2\] = 16"):
+        make_trainer(tmp_path, [Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4, 16)))], per_device_train_batch_size=8)
