@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -56,6 +57,11 @@ def validate_for_launch(recipe) -> None:
 
     geometry = geometry_of(recipe, num_processes=int(os.environ.get("WORLD_SIZE", "1")))
     problems = recipe.curriculum.geometry_problems(geometry, key="curriculum.stages")
+    if recipe.training.get("use_vllm") and importlib.util.find_spec("vllm") is None:
+        problems.append(
+            Problem("use_vllm", True, "needs vLLM, which is not installed in this environment",
+                    "install it on a CUDA machine (`pip install 'grpo-curriculum[vllm]'`), or set `use_vllm: false`")
+        )  # fmt: skip
     raise_if_any(problems, context=f"{recipe.path}: {geometry.describe()}")
 
 

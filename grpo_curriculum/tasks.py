@@ -194,3 +194,47 @@ def warm_start(model, tokenizer, dataset, steps: int = 40, learning_rate: float 
         optimizer.step()
         optimizer.zero_grad()
     return model
+
+
+# --- mixed-difficulty variants (benchmarks) -----------------------------------------------------------------------
+
+
+def echo_mixed_dataset(num_prompts: int = 64, seed: int = 0, min_length: int = 1, max_length: int = 3):
+    """
+    The *echo* task with mixed difficulty: each prompt asks to repeat between `min_length` and `max_length` words
+    (drawn uniformly per prompt), so after a short warm start one-word prompts are nearly solved while three-word
+    prompts are mostly failed. Scored with [`echo_reward`] (partial credit: the fraction of words in place).
+
+    Returns:
+        [`~datasets.Dataset`]: Columns `prompt` (str) and `target` (str).
+    """
+    from datasets import Dataset
+
+    rng = random.Random(seed)
+    rows = {"prompt": [], "target": []}
+    for _ in range(num_prompts):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(min_length, max_length))]
+        rows["prompt"].append("echo : " + " ".join(words) + " =")
+        rows["target"].append(" ".join(words))
+    return Dataset.from_dict(rows)
+
+
+def count_mixed_dataset(num_prompts: int = 64, seed: int = 0):
+    """
+    The *count* task with mixed difficulty: counts from 1 to 9 (the digit words the vocabulary holds), binary reward
+    ([`exact_first_word_reward`]). Small counts are learnt first, large ones later.
+
+    Returns:
+        [`~datasets.Dataset`]: Columns `prompt` (str) and `target` (str).
+    """
+    return count_dataset(num_prompts, seed=seed, max_count=len(DIGITS) - 1)
+
+
+MIXED_TASKS: dict[str, tuple[Callable, Callable]] = {
+    "echo_mixed": (echo_mixed_dataset, echo_reward),
+    "count_mixed": (count_mixed_dataset, exact_first_word_reward),
+}
+"""Mixed-difficulty variants, kept apart from [`TASKS`] (the recipes' `builtin:` datasets)."""
+
+BENCHMARK_TASKS: dict[str, tuple[Callable, Callable]] = {**TASKS, **MIXED_TASKS}
+"""Every built-in task, for the benchmarks."""

@@ -99,3 +99,24 @@ def test_sigkill_then_resume_continues_the_schedule(tmp_path):
     after = [(r["step"], r["G"], r["T"], r["idx"]) for r in _read_rounds(killed / "rounds.jsonl")[before:]]
     assert after == expected[last:]  # one round per step: the resumed run redoes step `last` onwards
     assert {r[1] for r in after} >= {8}  # the schedule went on to its last stage
+
+
+def test_resume_on_another_geometry_revalidates(tmp_path):
+    """Resuming with another batch geometry (as on another process count): valid G continue, invalid ones stop first."""
+    overrides = dict(max_steps=9, save_strategy="steps", save_steps=4, shuffle_dataset=True)
+    full, _ = make_trainer(tmp_path / "full", STAGES, **overrides)
+    full.train()
+    checkpoint = str(tmp_path / "full" / "checkpoint-4")
+
+    from grpo_curriculum import CurriculumError
+
+    with pytest.raises(CurriculumError, match=r"stages\[2\]\.num_generations = 8.*generation batch 4") as error:
+        make_trainer(tmp_path / "smaller", STAGES, per_device_train_batch_size=4, **overrides)
+    assert "fix: use num_generations 4" in str(error.value)
+
+    bigger, recorder = make_trainer(tmp_path / "bigger", STAGES, per_device_train_batch_size=16, **overrides)
+    bigger.train(resume_from_checkpoint=checkpoint)
+    assert [(c["step"], c["num_generations"]) for c in recorder.calls] == [(4, 2), (5, 4), (6, 4), (7, 8), (8, 8)]
+    for call in recorder.calls:
+        assert len(call["idx"]) == 16
+        assert len(set(call["idx"])) == 16 // call["num_generations"]

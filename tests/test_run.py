@@ -62,3 +62,15 @@ def test_examples_differ_in_two_lines_and_run(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "'curriculum/num_generations': 8" in result.stdout  # the demo recipe's second stage was reached
+
+
+def test_train_refuses_vllm_when_it_is_not_installed(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
+    out = tmp_path / "run"
+    code = main(["train", str(ROOT / "recipes" / "demo.yaml"), "--use_vllm", "true", "--output_dir", str(out)])
+    error = capsys.readouterr().err
+    assert code == 2 and "use_vllm = True: needs vLLM, which is not installed" in error and "Traceback" not in error
+    assert not out.exists()
