@@ -15,6 +15,7 @@ import statistics
 import tempfile
 import time
 
+import torch
 from transformers import PrinterCallback, TrainerCallback, logging as hf_logging
 from trl import GRPOConfig
 
@@ -44,15 +45,31 @@ class Probe(TrainerCallback):
         self.rss.append(rss_mib())
 
 
+def timed(trainer, name: str) -> list[float]:
+    """Time every call of one of the trainer's curriculum hooks (our own code, apart from TRL and the model)."""
+    durations, original = [], getattr(trainer, name)
+
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            durations.append(time.perf_counter() - start)
+
+    setattr(trainer, name, wrapper)
+    return durations
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--switch-every", type=int, default=5)
+    parser.add_argument("--switch-every", type=int, default=5, help="0: one stage, no switch (the baseline)")
     options = parser.parse_args()
     hf_logging.set_verbosity_error()
+    torch.set_num_threads(1)  # one core: stable timings, and no thread oversubscription next to other processes
 
     cycle = [(2, 0.7), (4, 0.9), (8, 1.1)]
-    ends = range(options.switch_every, options.steps, options.switch_every)
+    ends = range(options.switch_every, options.steps, options.switch_every) if options.switch_every else []
     stages = [Stage(*cycle[i % 3], until_step=end) for i, end in enumerate(ends)]
     stages.append(Stage(*cycle[len(stages) % 3]))
     seen = []
@@ -72,6 +89,7 @@ def main():
     trainer = CurriculumGRPOTrainer(model=build_model(), processing_class=build_tokenizer(), reward_funcs=reward,
                                     args=args, train_dataset=dataset, callbacks=[curriculum, probe])  # fmt: skip
     trainer.remove_callback(PrinterCallback)
+    hooks = {name: timed(trainer, name) for name in ("_start_curriculum_round", "_observe_round")}
     start = time.perf_counter()
     trainer.train()
     elapsed = time.perf_counter() - start
@@ -85,6 +103,10 @@ def main():
           f"(ratio {last_t / first_t:.3f})")  # fmt: skip
     print(f"RSS, median of first vs last tenth: {first_m:.1f} MiB vs {last_m:.1f} MiB (+{last_m - first_m:.1f} MiB; "
           f"max {max(probe.rss):.1f} MiB)")  # fmt: skip
+
+    for name, durations in hooks.items():
+        a, b = statistics.median(durations[:tenth]), statistics.median(durations[-tenth:])
+        print(f"curriculum hook {name}: median {a * 1e6:.0f} us (first tenth) vs {b * 1e6:.0f} us (last tenth)")
 
     resolved = curriculum.resolved
     drift = [(step, g, t) for step, g, t, _ in seen

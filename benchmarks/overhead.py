@@ -17,6 +17,7 @@ import statistics
 import tempfile
 import time
 
+import torch
 from transformers import PrinterCallback, TrainerCallback, logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
 
@@ -60,6 +61,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     options = parser.parse_args()
     hf_logging.set_verbosity_error()
+    torch.set_num_threads(1)  # one core: stable timings, and no thread oversubscription next to other processes
     dataset = echo_dataset(4096)
 
     plain, curriculum = [], []

@@ -1,0 +1,600 @@
+"""
+Does the curriculum buy reward per completion? Static G, the seeds' stage schedule and the adaptive policies, side by
+side, at the same number of completions.
+
+Every arm trains the same warm-started tiny model (grpo_curriculum.tasks: build_model + warm_start) with
+`CurriculumGRPOTrainer` + `CurriculumCallback` on CPU, with the same generation batch (so the same completions per
+optimizer step) and the same number of optimizer steps:
+
+- `static_g{2,4,8,16}`: one stage, fixed G, temperature 0.9 (a one-stage schedule trains exactly like plain GRPO);
+- `schedule`: the seeds' stage schedule, G 4 at temperature 0.7 for the first half, then G 8 at temperature 0.9;
+- `hysteresis`, `success_rate`: one adaptive stage starting at G 4, temperature 0.9; G among {2, 4, 8, 16},
+  temperature within [0.7, 1.2], the policy's default knobs.
+
+A callback evaluates the policy greedily on a fixed set of 64 prompts (drawn with a different seed from the training
+prompts) at regular completion counts and records the training wall time (evaluation excluded). Results: eval reward
+vs completions and vs wall time, completions to reach a target, final reward mean +- std over seeds, fluctuation and
+the zero-std group fraction; a Markdown table and one PNG per task.
+
+    python benchmarks/sample_efficiency.py --quick          # 2 seeds, a few minutes on 2 CPU cores
+    python benchmarks/sample_efficiency.py                  # the full study (5 seeds)
+    python benchmarks/sample_efficiency.py --tasks echo_mixed --seeds 3 --steps 200 --arms static_g4 hysteresis
+
+Runs are sequential in one process on one thread (OMP_NUM_THREADS=1, torch.set_num_threads(1)).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+import argparse
+import copy
+import warnings
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+torch.set_num_threads(1)
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+from transformers import GenerationConfig, PrinterCallback, TrainerCallback  # noqa: E402
+from transformers import logging as hf_logging  # noqa: E402
+from trl import GRPOConfig  # noqa: E402
+
+from grpo_curriculum import Stage  # noqa: E402
+from grpo_curriculum.adaptive import Adaptive  # noqa: E402
+from grpo_curriculum.callback import CurriculumCallback  # noqa: E402
+from grpo_curriculum.tasks import BENCHMARK_TASKS, build_model, build_tokenizer, warm_start  # noqa: E402
+from grpo_curriculum.trainer import CurriculumGRPOTrainer  # noqa: E402
+
+GENERATION_BATCH = 16  # completions per optimizer step, every arm; G in {2, 4, 8, 16} all divide it
+MAX_COMPLETION_LENGTH = 4  # the longest answer (three words) plus <eos>
+STATIC_TEMPERATURE = 0.9
+LEARNING_RATE = 1e-3  # 2e-3 made the greedy eval of count_mixed drop for the first ~2000 completions
+WARM_START_STEPS = 40  # see benchmarks/task_spread.py: after 40 steps nearly every prompt has success in (0, 1)
+TRAIN_PROMPTS = 256
+EVAL_PROMPTS = 64
+EVAL_POINTS = 16  # evaluations per run after the one at step 0
+TARGET_FRACTION = 0.9  # secondary target: this fraction of the best static arm's final mean eval reward
+GOAL_SAVING = 0.30  # the goal: an adaptive arm reaches the best static arm's final reward with >= 30% fewer completions
+FLUCTUATION_TAIL = 0.25  # fluctuation of the training reward: std over the last quarter of the steps
+
+MODES = {  # seeds, optimizer steps
+    "quick": (2, 240),
+    "full": (5, 960),
+}
+DEFAULT_TASKS = ["echo_mixed", "count_mixed"]
+STATIC_ARMS = ["static_g2", "static_g4", "static_g8", "static_g16"]
+ADAPTIVE_ARMS = ["hysteresis", "success_rate"]
+ARMS = [*STATIC_ARMS, "schedule", *ADAPTIVE_ARMS]
+
+
+def arm_stages(arm: str) -> list[Stage]:
+    if arm.startswith("static_g"):
+        return [Stage(num_generations=int(arm.removeprefix("static_g")), temperature=STATIC_TEMPERATURE)]
+    if arm == "schedule":
+        return [Stage(num_generations=4, temperature=0.7, until_fraction=0.5, name="explore"),
+                Stage(num_generations=8, temperature=0.9, name="compare")]  # fmt: skip
+    if arm in ADAPTIVE_ARMS:
+        adaptive = Adaptive(num_generations=(2, 4, 8, 16), temperature=(0.7, 1.2), policy=arm)
+        return [Stage(num_generations=4, temperature=STATIC_TEMPERATURE, adaptive=adaptive, name=arm)]
+    raise ValueError(f"unknown arm {arm!r}; use one of {ARMS}")
+
+
+def arm_description(arm: str) -> str:
+    if arm.startswith("static_g"):
+        return f"G {arm.removeprefix('static_g')}, T {STATIC_TEMPERATURE:g}"
+    if arm == "schedule":
+        return "G 4 / T 0.7, then G 8 / T 0.9 from half the run"
+    return f"adaptive {arm}: G in {{2,4,8,16}} from 4, T in [0.7, 1.2] from {STATIC_TEMPERATURE:g}"
+
+
+# --- one run ---------------------------------------------------------------------------------------------------------
+
+
+class Evaluator(TrainerCallback):
+    """Greedy eval on a fixed prompt set every `every` optimizer steps; training wall time excludes evaluation."""
+
+    def __init__(self, tokenizer, dataset, reward, every: int):
+        self.tokenizer, self.reward, self.every = tokenizer, reward, every
+        self.targets = list(dataset["target"])
+        self.inputs = tokenizer(list(dataset["prompt"]), return_tensors="pt", padding=True)
+        self.config = GenerationConfig(do_sample=False, max_new_tokens=MAX_COMPLETION_LENGTH,
+                                       pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+        self.points: list[dict] = []
+        self.train_time = self.eval_time = 0.0
+        self._clock = None
+
+    def evaluate(self, model) -> float:
+        start = time.perf_counter()
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            out = model.generate(**self.inputs, generation_config=self.config)
+        if was_training:
+            model.train()
+        texts = self.tokenizer.batch_decode(out[:, self.inputs.input_ids.shape[1] :], skip_special_tokens=True)
+        rewards = self.reward(texts, self.targets)
+        self.eval_time += time.perf_counter() - start
+        return math.fsum(rewards) / len(rewards)
+
+    def _record(self, step: int, model) -> None:
+        self.points.append({"step": step, "completions": step * GENERATION_BATCH, "train_time": self.train_time,
+                            "reward": self.evaluate(model)})  # fmt: skip
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._record(0, model)
+        self._clock = time.perf_counter()
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % self.every == 0 or state.global_step == state.max_steps:
+            self.train_time += time.perf_counter() - self._clock
+            self._record(state.global_step, model)
+            self._clock = time.perf_counter()
+
+
+def warm_model(task: str, seed: int):
+    """The warm-started model, tokenizer, training and eval prompt sets of one (task, seed)."""
+    make_dataset, _ = BENCHMARK_TASKS[task]
+    tokenizer = build_tokenizer()
+    train = make_dataset(TRAIN_PROMPTS, seed=seed)
+    held_out = make_dataset(EVAL_PROMPTS, seed=10_000 + seed)
+    model = build_model(seed=seed)
+    warm_start(model, tokenizer, train, steps=WARM_START_STEPS, seed=seed)
+    return model, tokenizer, train, held_out
+
+
+def run_arm(task: str, arm: str, seed: int, steps: int, warm) -> dict:
+    start = time.perf_counter()
+    base_model, tokenizer, train, held_out = warm
+    _, reward = BENCHMARK_TASKS[task]
+    stages = arm_stages(arm)
+    evaluator = Evaluator(tokenizer, held_out, reward, every=max(1, steps // EVAL_POINTS))
+    with tempfile.TemporaryDirectory() as output_dir:
+        args = GRPOConfig(
+            output_dir=output_dir, per_device_train_batch_size=GENERATION_BATCH, num_generations=stages[0].num_generations,
+            temperature=stages[0].temperature, max_completion_length=MAX_COMPLETION_LENGTH, max_steps=steps,
+            learning_rate=LEARNING_RATE, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False,
+            seed=seed, disable_tqdm=True,
+        )  # fmt: skip
+        curriculum = CurriculumCallback(stages)
+        trainer = CurriculumGRPOTrainer(model=copy.deepcopy(base_model), processing_class=tokenizer, reward_funcs=reward,
+                                        args=args, train_dataset=train, callbacks=[curriculum, evaluator])  # fmt: skip
+        trainer.remove_callback(PrinterCallback)
+        loop_start = time.perf_counter()
+        trainer.train()
+        loop_time = time.perf_counter() - loop_start
+    history = [h for h in trainer.state.log_history if "reward" in h and "curriculum/num_generations" in h]
+    return {
+        "task": task, "arm": arm, "seed": seed, "steps": steps, "completions": steps * GENERATION_BATCH,
+        "eval": evaluator.points,
+        "train_reward": [h["reward"] for h in history],
+        "zero_std": [h["frac_reward_zero_std"] for h in history],
+        "G": [int(h["curriculum/num_generations"]) for h in history],
+        "T": [h["curriculum/temperature"] for h in history],
+        "switches": len(curriculum.switches),
+        "train_time": evaluator.train_time, "eval_time": evaluator.eval_time, "loop_time": loop_time,
+        "run_time": time.perf_counter() - start,
+    }  # fmt: skip
+
+
+# --- statistics ------------------------------------------------------------------------------------------------------
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return float("nan"), float("nan")
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def first_reaching(points: list[dict], target: float) -> dict | None:
+    """The first evaluation point whose reward is >= target (None: never within the run)."""
+    return next((p for p in points if p["reward"] >= target - 1e-12), None)
+
+
+def completions_of(point: dict | None) -> int | None:
+    return None if point is None else point["completions"]
+
+
+def mean_curve(runs: list[dict]) -> list[dict]:
+    """Per evaluation index: completions, mean and std over seeds of the eval reward, and the mean training wall time."""
+    curve = []
+    for points in zip(*(r["eval"] for r in runs), strict=True):
+        m, s = mean_std([p["reward"] for p in points])
+        curve.append({"completions": points[0]["completions"], "reward": m, "std": s,
+                      "train_time": statistics.fmean(p["train_time"] for p in points)})  # fmt: skip
+    return curve
+
+
+def fluctuation_train(run: dict) -> float:
+    """Std of the per-step training reward (mean over the round's completions) over the last quarter of the steps."""
+    tail = run["train_reward"][-max(2, int(len(run["train_reward"]) * FLUCTUATION_TAIL)) :]
+    return statistics.pstdev(tail)
+
+
+def fluctuation_eval(run: dict) -> float:
+    """Std of the change in eval reward between consecutive evaluations, over the whole run."""
+    rewards = [p["reward"] for p in run["eval"]]
+    return statistics.pstdev([b - a for a, b in zip(rewards, rewards[1:])])
+
+
+def summarise(task_runs: dict[str, list[dict]]) -> dict:
+    """Per arm: final reward, completions to the targets, fluctuation, zero-std fraction, G used, times."""
+    finals = {arm: mean_std([r["eval"][-1]["reward"] for r in runs]) for arm, runs in task_runs.items()}
+    statics = [arm for arm in STATIC_ARMS if arm in task_runs]
+    best = max(statics or list(task_runs), key=lambda arm: finals[arm][0])
+    best_final = finals[best][0]
+    targets = {"100%": best_final, f"{TARGET_FRACTION:.0%}": TARGET_FRACTION * best_final}
+    rows = {}
+    for arm, runs in task_runs.items():
+        curve = mean_curve(runs)
+        row = {"final": finals[arm], "curve": curve, "reach": {}, "reach_seeds": {}}
+        for name, target in targets.items():
+            row["reach"][name] = first_reaching(curve, target)
+            row["reach_seeds"][name] = [completions_of(first_reaching(r["eval"], target)) for r in runs]
+        row["fluct_train"] = mean_std([fluctuation_train(r) for r in runs])
+        row["fluct_eval"] = mean_std([fluctuation_eval(r) for r in runs])
+        row["zero_std"] = mean_std([statistics.fmean(r["zero_std"]) for r in runs])
+        row["mean_G"] = mean_std([statistics.fmean(r["G"]) for r in runs])
+        row["final_G"] = [r["G"][-1] for r in runs]
+        row["G_range"] = (min(min(r["G"]) for r in runs), max(max(r["G"]) for r in runs))
+        row["switches"] = mean_std([r["switches"] for r in runs])
+        row["train_time"] = mean_std([r["train_time"] for r in runs])
+        row["seeds"] = [r["seed"] for r in runs]
+        rows[arm] = row
+    return {"best_static": best, "best_final": best_final, "targets": targets, "rows": rows}
+
+
+def goal_verdict(summary: dict) -> dict:
+    """
+    The goal on one task: an adaptive arm whose seed-mean eval curve reaches the best static arm's final mean reward
+    after <= 70% of the completions the best static arm's own seed-mean curve needed to reach it. The uncertainty: the
+    same ratio per seed (paired: same seed, same warm start and prompts), over the seeds where both arms reach it.
+    """
+    rows, best = summary["rows"], summary["best_static"]
+    base = completions_of(rows[best]["reach"]["100%"])
+    verdict = {"best_static": best, "static_completions": base, "arms": {}}
+    for arm in ADAPTIVE_ARMS:
+        if arm not in rows:
+            continue
+        reached = completions_of(rows[arm]["reach"]["100%"])
+        ratio = reached / base if reached is not None and base else None
+        pairs = [(a, b) for a, b in zip(rows[arm]["reach_seeds"]["100%"], rows[best]["reach_seeds"]["100%"], strict=True)]
+        seed_ratios = [a / b for a, b in pairs if a is not None and b]
+        verdict["arms"][arm] = {"completions": reached, "ratio": ratio, "seed_ratios": seed_ratios,
+                                "seeds_met": sum(bool(a is not None and b and a / b <= 1 - GOAL_SAVING) for a, b in pairs),
+                                "seeds": len(pairs), "met": ratio is not None and ratio <= 1 - GOAL_SAVING}  # fmt: skip
+    verdict["met"] = any(a["met"] for a in verdict["arms"].values())
+    verdict["degenerate"] = base == 0  # the warm-started model already scores the target: no saving is measurable
+    return verdict
+
+
+# --- output ----------------------------------------------------------------------------------------------------------
+
+
+def fmt_ms(value: tuple[float, float], digits: int = 3) -> str:
+    m, s = value
+    return "n/a" if math.isnan(m) else f"{m:.{digits}f} ± {s:.{digits}f}"
+
+
+def fmt_reach(point: dict | None, per_seed: list[int | None]) -> str:
+    reached = [v for v in per_seed if v is not None]
+    head = "not reached" if point is None else f"{point['completions']} ({point['train_time']:.1f} s)"
+    if not reached:
+        return f"{head}; seeds: 0/{len(per_seed)}"
+    m, s = mean_std(reached)
+    return f"{head}; seeds: {m:.0f} ± {s:.0f}, {len(reached)}/{len(per_seed)}"
+
+
+def task_table(task: str, summary: dict) -> str:
+    t100, t90 = summary["targets"]["100%"], summary["targets"][f"{TARGET_FRACTION:.0%}"]
+    header = ("| arm | G used: mean (range) | final eval reward | completions (train s) to 100% target "
+              f"{t100:.3f} | completions (train s) to {TARGET_FRACTION:.0%} target {t90:.3f} | train wall s | "
+              "fluct. train | fluct. eval | zero-std frac |")  # fmt: skip
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for arm, row in summary["rows"].items():
+        g_lo, g_hi = row["G_range"]
+        g = f"{row['mean_G'][0]:.1f} ({g_lo}-{g_hi})" if g_lo != g_hi else f"{g_lo}"
+        mark = " (best static)" if arm == summary["best_static"] else ""
+        lines.append(
+            f"| {arm}{mark} | {g} | {fmt_ms(row['final'])} | {fmt_reach(row['reach']['100%'], row['reach_seeds']['100%'])} | "
+            f"{fmt_reach(row['reach'][f'{TARGET_FRACTION:.0%}'], row['reach_seeds'][f'{TARGET_FRACTION:.0%}'])} | "
+            f"{fmt_ms(row['train_time'], 1)} | {fmt_ms(row['fluct_train'])} | {fmt_ms(row['fluct_eval'])} | "
+            f"{fmt_ms(row['zero_std'], 2)} |"
+        )  # fmt: skip
+    return "\n".join(lines)
+
+
+def fmt_ratios(ratios: list[float]) -> str:
+    if not ratios:
+        return "no seed where both reach it"
+    m, s = mean_std(ratios)
+    return f"{m:.2f} ± {s:.2f} over {len(ratios)} seed(s) (" + ", ".join(f"{r:.2f}" for r in ratios) + ")"
+
+
+def explain(task: str, summary: dict, verdict: dict) -> list[str]:
+    """Measured facts behind a task's verdict (every number below comes from this run)."""
+    rows, best = summary["rows"], summary["best_static"]
+    base = verdict["static_completions"]
+    lines = [f"- Best static arm: `{best}`, final eval reward {fmt_ms(rows[best]['final'])}; its seed-mean curve first "
+             f"reaches that value at {base} of {rows[best]['curve'][-1]['completions']} completions."]  # fmt: skip
+    statics = sorted((a for a in STATIC_ARMS if a in rows), key=lambda a: -rows[a]["final"][0])
+    if statics:
+        lines.append("- Static arms by final eval reward: "
+                     + ", ".join(f"`{a}` {fmt_ms(rows[a]['final'])}" for a in statics) + ".")  # fmt: skip
+    if verdict["degenerate"]:
+        lines.append(f"- The warm-started model (step 0) already scores `{best}`'s final reward on average: the goal "
+                     "cannot be met on this task in this run (no completions can be saved).")  # fmt: skip
+    for arm, v in verdict["arms"].items():
+        row = rows[arm]
+        if v["completions"] is None:
+            reached = "its seed-mean curve never reaches it"
+        elif v["ratio"] is None:
+            reached = f"its seed-mean curve reaches it at {v['completions']} completions (no ratio: the target is met at step 0)"
+        else:
+            reached = (f"its seed-mean curve reaches it at {v['completions']} completions, ratio {v['ratio']:.2f} "
+                       f"(goal <= {1 - GOAL_SAVING:.2f})")  # fmt: skip
+        (ma, sa), (mb, sb) = row["final"], rows[best]["final"]
+        lines.append(
+            f"- `{arm}`: {reached}; paired per-seed ratio {fmt_ratios(v['seed_ratios'])}; goal met on "
+            f"{v['seeds_met']}/{v['seeds']} seeds. Final {fmt_ms(row['final'])} ({ma - mb:+.3f} vs `{best}`, "
+            f"{'within' if abs(ma - mb) <= max(sa, sb) else 'beyond'} one std across seeds). G: mean "
+            f"{row['mean_G'][0]:.1f} (range {row['G_range'][0]}-{row['G_range'][1]}, last G per seed "
+            f"{row['final_G']}), {row['switches'][0]:.1f} switches a run; zero-std fraction "
+            f"{fmt_ms(row['zero_std'], 2)} vs {fmt_ms(rows[best]['zero_std'], 2)} for `{best}`."
+        )  # fmt: skip
+    return lines
+
+
+def plot_task(task: str, summary: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
+    styles = {arm: ("-" if arm in STATIC_ARMS else "--" if arm == "schedule" else "-.") for arm in ARMS}
+    for arm, row in summary["rows"].items():
+        curve = row["curve"]
+        means = [c["reward"] for c in curve]
+        lo = [c["reward"] - c["std"] for c in curve]
+        hi = [c["reward"] + c["std"] for c in curve]
+        for axis, x in zip(axes, ([c["completions"] for c in curve], [c["train_time"] for c in curve]), strict=True):
+            (line,) = axis.plot(x, means, styles[arm], label=arm, linewidth=1.6)
+            axis.fill_between(x, lo, hi, color=line.get_color(), alpha=0.12)
+    for axis in axes:
+        axis.axhline(summary["best_final"], color="black", linewidth=0.7, linestyle=":")
+        axis.grid(alpha=0.3)
+    axes[0].set_xlabel("completions (optimizer steps x generation batch)")
+    axes[1].set_xlabel("training wall time, s (mean over seeds; evaluation excluded)")
+    axes[0].set_ylabel(f"greedy eval reward ({EVAL_PROMPTS} fixed prompts)")
+    axes[0].legend(fontsize=8, loc="lower right")
+    figure.suptitle(f"{title}: mean ± std over seeds; dotted: best static arm's final mean", fontsize=10)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def estimate_full(runs: list[dict], warm_times: list[float], seeds: int, steps: int) -> float:
+    """Seconds a study with `seeds` seeds and `steps` steps would take, scaled from measured runs (same evals a run)."""
+    total = 0.0
+    for run in runs:
+        fixed = run["run_time"] - run["train_time"] - run["eval_time"]
+        total += fixed + run["train_time"] * steps / run["steps"] + run["eval_time"]
+    per_seed = total / len({r["seed"] for r in runs})
+    warm = statistics.fmean(warm_times) * len({r["task"] for r in runs}) if warm_times else 0.0
+    return (per_seed + warm) * seeds
+
+
+def markdown(mode: str, options, summaries: dict, verdicts: dict, wall: float, estimate: float, full_seeds: int,
+             full_steps: int, command: str) -> str:  # fmt: skip
+    tasks = list(summaries)
+    completions = options.steps * GENERATION_BATCH
+    met = all(v["met"] for v in verdicts.values())
+    suffix = "_quick" if options.quick else ""
+    lines = [
+        f"# Sample efficiency: curriculum vs static G ({mode} run)",
+        "",
+        f"Generated by `{command.strip()}`. Every number below was measured by that invocation.",
+        "",
+        "## What was measured",
+        "",
+        f"- Mode: **{mode}**; {len(options.seed_list)} seeds {options.seed_list}; tasks "
+        + ", ".join(f"`{t}`" for t in tasks) + ".",
+        f"- Every arm: **{options.steps} optimizer steps x generation batch {GENERATION_BATCH} = {completions} "
+        "completions**, the same for every arm; `CurriculumGRPOTrainer` + `CurriculumCallback` for every arm (a "
+        "one-stage schedule trains exactly like plain GRPO).",
+        "- Arms: " + "; ".join(f"`{a}` ({arm_description(a)})" for a in options.arms) + ". The adaptive policies use "
+        "their default knobs (not tuned on these tasks).",
+        f"- Model: the tiny built-in Llama (hidden 32, 2 layers), per seed warm-started by {WARM_START_STEPS} supervised "
+        f"steps (`grpo_curriculum.tasks.warm_start`) on the {TRAIN_PROMPTS} training prompts, the same start for every "
+        f"arm; learning rate {LEARNING_RATE:g}, max completion length {MAX_COMPLETION_LENGTH}, beta 0 (TRL default); "
+        "CPU, one thread, one run at a time. Per-prompt success after the warm start: `benchmarks/task_spread.py`.",
+        f"- Eval: greedy decoding of {EVAL_PROMPTS} fixed prompts (drawn with another seed than the training prompts; "
+        "the tasks' prompt spaces are small, so they overlap with training prompts), scored with the task's reward, "
+        f"at step 0 and every {max(1, options.steps // EVAL_POINTS)} steps "
+        f"({max(1, options.steps // EVAL_POINTS) * GENERATION_BATCH} completions). Wall time: training only, "
+        "evaluation excluded.",
+        f"- Targets: **100%** = the best static arm's final mean eval reward; **{TARGET_FRACTION:.0%}** of it. "
+        "'Completions (train s) to target': the first evaluation at which the seed-mean curve reaches it, and the mean "
+        "training wall time there; then per seed: mean ± std of the completions over the seeds that reach it, and "
+        "how many do.",
+        "- Fluctuation: **train** = std of the per-step training reward (mean over the round's 16 completions) over "
+        f"the last {FLUCTUATION_TAIL:.0%} of the steps; **eval** = std of the change in eval reward between "
+        "consecutive evaluations. At a fixed generation batch a G 16 step holds one prompt, so the training-reward "
+        "fluctuation grows with G by construction; the eval one does not.",
+        "- Zero-std frac: mean over steps of TRL's `frac_reward_zero_std` (groups whose rewards are all equal: no "
+        "advantage, no gradient).",
+        "- ± is the std across seeds throughout.",
+        f"- Wall time of this invocation: {wall:.0f} s. Estimated full study ({full_seeds} seeds x {full_steps} steps, "
+        f"scaled from this invocation's per-step timings): {estimate / 60:.1f} min"
+        + (" (not run)." if options.quick else "."),
+        "",
+        "## Goal",
+        "",
+        f"An adaptive policy (`hysteresis` or `success_rate`) reaches the best static arm's final reward with "
+        f">= {GOAL_SAVING:.0%} fewer completions than that static arm needed (seed-mean curves), on every task. "
+        f"**{'Met' if met else 'Not met'} in this {mode} run**"
+        + ("" if met else " (" + ", ".join(f"`{t}`: {'met' if v['met'] else 'not met'}" for t, v in verdicts.items())
+           + ")") + ".",
+        "",
+    ]  # fmt: skip
+    for task in tasks:
+        lines += [f"## `{task}`: goal {'met' if verdicts[task]['met'] else 'not met'}", "",
+                  task_table(task, summaries[task]), "", f"![{task}](sample_efficiency{suffix}_{task}.png)", "",
+                  "Measured facts behind the verdict:", "", *explain(task, summaries[task], verdicts[task]), ""]  # fmt: skip
+    lines += ["## Reading", "", *reading(summaries, verdicts, mode, options), ""]
+    return "\n".join(lines)
+
+
+def reading(summaries: dict, verdicts: dict, mode: str, options) -> list[str]:
+    """The verdict in words, from this run's numbers; then what could change it (not measured here)."""
+    out = []
+    for task, v in verdicts.items():
+        rows, best = summaries[task]["rows"], v["best_static"]
+        for arm, a in v["arms"].items():
+            (ma, sa), (mb, sb) = rows[arm]["final"], rows[best]["final"]
+            noise = ("the final rewards differ by less than one std across seeds, so with these seeds the two arms "
+                     "are not distinguishable" if abs(ma - mb) <= max(sa, sb) else
+                     f"the final rewards differ by {ma - mb:+.3f}, more than one std across seeds")  # fmt: skip
+            mean_g, best_g = rows[arm]["mean_G"][0], rows[best]["mean_G"][0]
+            g = ("ran at the best static arm's G on average" if math.isclose(mean_g, best_g) else
+                 f"ran at a {'larger' if mean_g > best_g else 'smaller'} G on average ({mean_g:.1f}) than the best "
+                 f"static arm ({best_g:.0f})")  # fmt: skip
+            if v["degenerate"]:
+                out.append(f"- `{task}`, `{arm}`: no verdict: the warm-started model already scores `{best}`'s final "
+                           f"reward, so RL made no measurable progress over the start on the best static arm; {noise}.")  # fmt: skip
+            elif a["met"]:
+                out.append(f"- `{task}`, `{arm}`: **wins** (ratio {a['ratio']:.2f}; per seed {fmt_ratios(a['seed_ratios'])}); "
+                           f"it {g}; {noise}.")  # fmt: skip
+            elif a["completions"] is None:
+                out.append(f"- `{task}`, `{arm}`: **loses**: its seed-mean curve never reaches `{best}`'s final reward "
+                           f"in {options.steps * GENERATION_BATCH} completions; it {g}; {noise}.")  # fmt: skip
+            else:
+                out.append(f"- `{task}`, `{arm}`: **loses**: ratio {a['ratio']:.2f} (goal <= {1 - GOAL_SAVING:.2f}; "
+                           f"per seed {fmt_ratios(a['seed_ratios'])}); it {g}; {noise}.")  # fmt: skip
+    lost = any(not a["met"] for v in verdicts.values() for a in v["arms"].values())
+    out += [
+        "",
+        "Why an adaptive policy can lose here: both choose G to keep groups informative (the zero-std fraction, or the "
+        "expected fraction of informative groups), not to maximise reward per completion; at a fixed generation batch "
+        "a larger G means fewer prompts per round. The '100%' target is also the best of four static arms' noisy "
+        "final values, which an arm of equal quality reaches only late or not at all.",
+        "",
+    ] if lost else [""]
+    out += [
+        "What could change the outcome (not measured here): more seeds, longer runs, a larger generation batch (a "
+        "large G would still hold several prompts a round), knobs "
+        "tuned towards reward per completion (e.g. a lower `target` for `success_rate`, a higher `raise_above` for "
+        "`hysteresis`), and tasks where most prompts are all-0 or all-1 at small G, where only a larger G yields a "
+        "gradient." + (" This quick run has 2 seeds and a short run: read it as a smoke test of the study, not as its "
+                      "result." if options.quick else ""),
+    ]  # fmt: skip
+    return out
+
+
+# --- main ------------------------------------------------------------------------------------------------------------
+
+
+def report(raw: dict, out: Path) -> str:
+    """Tables, plots and the Markdown file from the raw results of an invocation; returns the Markdown."""
+    options = argparse.Namespace(**raw["options"])
+    suffix = "_quick" if options.quick else ""
+    summaries, verdicts = {}, {}
+    for task in options.tasks:
+        task_runs = {arm: [r for r in raw["runs"] if r["task"] == task and r["arm"] == arm] for arm in options.arms}
+        summaries[task] = summarise(task_runs)
+        verdicts[task] = goal_verdict(summaries[task])
+        plot_task(task, summaries[task], out / f"sample_efficiency{suffix}_{task}.png",
+                  f"{task}, {raw['mode']}: {len(options.seed_list)} seeds x {options.steps} steps")  # fmt: skip
+    full_seeds, full_steps = MODES["full"]
+    text = markdown(raw["mode"], options, summaries, verdicts, raw["wall_time_s"], raw["full_estimate_s"], full_seeds,
+                    full_steps, raw["command"])  # fmt: skip
+    (out / f"sample_efficiency{suffix}.md").write_text(text)
+    return text
+
+
+def main(argv=None) -> int:
+    global LEARNING_RATE, WARM_START_STEPS
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=f"(seeds, steps) {MODES['quick']} instead of {MODES['full']}")
+    parser.add_argument("--seeds", type=int, help="number of seeds (seeds 0, 1, ...)")
+    parser.add_argument("--steps", type=int, help=f"optimizer steps per run (completions = steps x {GENERATION_BATCH})")
+    parser.add_argument("--tasks", nargs="+", default=DEFAULT_TASKS, choices=list(BENCHMARK_TASKS))
+    parser.add_argument("--arms", nargs="+", default=ARMS, choices=ARMS)
+    parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
+    parser.add_argument("--warm-start-steps", type=int, default=WARM_START_STEPS)
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"), help="output folder")
+    parser.add_argument("--from-json", help="rebuild the report from a saved sample_efficiency*.json (no training)")
+    options = parser.parse_args(argv)
+    out = Path(options.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if options.from_json:
+        text = report(json.loads(Path(options.from_json).read_text()), out)
+        print(text)
+        return 0
+
+    mode = "quick" if options.quick else "full"
+    default_seeds, default_steps = MODES[mode]
+    options.seeds = options.seeds or default_seeds
+    options.steps = options.steps or default_steps
+    options.seed_list = list(range(options.seeds))
+    if options.steps < EVAL_POINTS:
+        parser.error(f"--steps must be at least {EVAL_POINTS}")
+    custom = ((options.seeds, options.steps) != (default_seeds, default_steps) or options.arms != ARMS
+              or options.tasks != DEFAULT_TASKS or options.learning_rate != LEARNING_RATE
+              or options.warm_start_steps != WARM_START_STEPS)  # fmt: skip
+    mode += ", custom" if custom else ""
+    LEARNING_RATE, WARM_START_STEPS = options.learning_rate, options.warm_start_steps
+    hf_logging.set_verbosity_error()
+    suffix = "_quick" if options.quick else ""
+
+    print(f"mode {mode}: tasks {options.tasks}, arms {options.arms}, seeds {options.seed_list}, {options.steps} steps "
+          f"x {GENERATION_BATCH} = {options.steps * GENERATION_BATCH} completions per arm; torch threads "
+          f"{torch.get_num_threads()}", flush=True)  # fmt: skip
+    start = time.perf_counter()
+    runs, warm_times = [], []
+    for task in options.tasks:
+        for seed in options.seed_list:
+            t0 = time.perf_counter()
+            warm = warm_model(task, seed)
+            warm_times.append(time.perf_counter() - t0)
+            for arm in options.arms:
+                run = run_arm(task, arm, seed, options.steps, warm)
+                runs.append(run)
+                print(f"  {task} seed {seed} {arm:>13}: final eval {run['eval'][-1]['reward']:.3f}, mean G "
+                      f"{statistics.fmean(run['G']):.1f}, train {run['train_time']:.1f} s "
+                      f"({run['train_time'] / run['steps'] * 1e3:.0f} ms/step), run {run['run_time']:.1f} s", flush=True)  # fmt: skip
+    wall = time.perf_counter() - start
+    full_seeds, full_steps = MODES["full"]
+    estimate = estimate_full(runs, warm_times, full_seeds, full_steps)
+    raw = {"mode": mode, "command": "python benchmarks/sample_efficiency.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "options": {k: v for k, v in vars(options).items() if k != "from_json"}, "generation_batch": GENERATION_BATCH,
+           "wall_time_s": wall, "warm_start_s": warm_times, "full_estimate_s": estimate, "runs": runs}  # fmt: skip
+    (out / f"sample_efficiency{suffix}.json").write_text(json.dumps(raw, indent=1))
+    text = report(raw, out)
+    print()
+    print(text)
+    print(f"wall time {wall:.0f} s; estimated full study ({full_seeds} seeds x {full_steps} steps, scaled from this "
+          f"run's per-step timings): {estimate / 60:.1f} min")  # fmt: skip
+    print(f"wrote {out / f'sample_efficiency{suffix}.md'}, {out / f'sample_efficiency{suffix}.json'} and "
+          + ", ".join(str(out / f"sample_efficiency{suffix}_{t}.png") for t in options.tasks))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
