@@ -75,6 +75,7 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         self._prompt_report = PromptReport()
         self._round_start_stream = None
         self._resumed_mid_round = False
+        self._observe_this_round = True
         if self._curriculum is None:
             return
         if training_args is None:  # GRPOTrainer built default args from the model name
@@ -96,17 +97,21 @@ class CurriculumGRPOTrainer(GRPOTrainer):
             _trl.set_temperature(self, setting.temperature, self._temperature_cells)
 
     def _generate_and_score_completions(self, inputs):
-        if self._curriculum is not None and self.model.training:
+        if self._curriculum is not None and _trl.is_training(self):
             inputs = self._start_curriculum_round()
         return super()._generate_and_score_completions(inputs)
 
+    def _new_prompt_stream(self) -> _trl.PromptStream:
+        return _trl.PromptStream(_trl.train_dataset_as_loaded(self), shuffle=self.shuffle_dataset, seed=self.args.seed)
+
     def _start_curriculum_round(self) -> list[dict]:
         if self._prompt_stream is None:
-            self._prompt_stream = _trl.PromptStream(
-                _trl.train_dataset_as_loaded(self), shuffle=self.shuffle_dataset, seed=self.args.seed
-            )
-        if self._resumed_mid_round:
-            # Resumed from a checkpoint taken inside a round: TRL regenerates the round; keep its setting and prompts.
+            self._prompt_stream = self._new_prompt_stream()
+        # Resumed from a checkpoint taken inside a round, TRL regenerates that round: it keeps its setting and prompts,
+        # and is not observed again (the checkpoint's policy state and prompt report already hold it).
+        regenerated = self._resumed_mid_round
+        self._observe_this_round = not regenerated
+        if regenerated:
             setting = self._curriculum.current
             self._prompt_stream.load_state(self._round_start_stream)
         else:
@@ -123,7 +128,7 @@ class CurriculumGRPOTrainer(GRPOTrainer):
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if self._curriculum is not None and _trl.is_training(self):
+        if self._curriculum is not None and _trl.is_training(self) and self._observe_this_round:
             self._observe_round(rewards_per_func, completion_ids_list)
         return rewards_per_func
 
@@ -138,12 +143,12 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         stats = round_stats(rewards, g, prompt_keys=keys, completion_keys=completion_keys,
                             success_threshold=self._curriculum.success_threshold)  # fmt: skip
         self._curriculum.observe_round(stats)
-        if self.accelerator.is_main_process:
+        if self.accelerator.is_main_process:  # prompt texts are read once, the first time a prompt is seen
             unseen = [i for i, key in enumerate(keys) if key not in self._prompt_report]
             texts = [None] * len(keys)
-            if unseen:
-                for i, text in zip(unseen, _trl.prompt_texts(self._prompt_stream, [self._round_prompts[i] for i in unseen])):
-                    texts[i] = text
+            new_texts = _trl.prompt_texts(self._prompt_stream, [self._round_prompts[i] for i in unseen]) if unseen else []
+            for i, text in zip(unseen, new_texts, strict=True):
+                texts[i] = text
             self._prompt_report.update(keys, rewards, g, texts=texts)
 
     def write_prompt_report(self, directory: str | None = None) -> str | None:
@@ -172,8 +177,8 @@ class CurriculumGRPOTrainer(GRPOTrainer):
             "callback": self._curriculum.state_dict(),
             "stream": self._prompt_stream.state() if self._prompt_stream is not None else None,
             "round_start_stream": self._round_start_stream,
+            "prompt_report": self._prompt_report.state_dict(),
         }
-        state["prompt_report"] = self._prompt_report.state_dict()
         folder = _trl.checkpoint_dir(self, trial)
         path = os.path.join(folder, _trl.CURRICULUM_STATE_FILE)
         with open(path + ".tmp", "w") as f:
@@ -197,9 +202,7 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         if state.get("prompt_report") is not None:
             self._prompt_report.load_state_dict(state["prompt_report"])
         _trl.restore_micro_step(self, state["micro_step"])
-        self._prompt_stream = _trl.PromptStream(
-            _trl.train_dataset_as_loaded(self), shuffle=self.shuffle_dataset, seed=self.args.seed
-        )
+        self._prompt_stream = self._new_prompt_stream()
         self._resumed_mid_round = _trl.round_in_progress(self) and state["round_start_stream"] is not None
         if self._resumed_mid_round:
             self._round_start_stream = state["round_start_stream"]
@@ -214,6 +217,6 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         return output
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self._curriculum is not None and self.model.training:
+        if self._curriculum is not None and _trl.is_training(self):
             logs.update(self._curriculum.log_metrics())
         super().log(logs, start_time)
