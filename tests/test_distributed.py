@@ -52,3 +52,23 @@ def test_adaptive_decisions_agree_when_ranks_see_different_rewards(tmp_path):
     assert ranks[0]["switches"] == ranks[1]["switches"] and ranks[0]["switches"], "the policy never switched"
     for a, b in zip(ranks[0]["calls"], ranks[1]["calls"], strict=True):
         assert_whole_groups(a["idx"] + b["idx"], a["num_generations"])
+
+
+def test_train_command_under_torchrun_validates_the_real_world_size(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    base = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519",
+            "-m", "grpo_curriculum.cli", "train", str(ROOT / "recipes" / "demo.yaml"), "--max_steps", "2",
+            "--warm_start_steps", "0"]  # fmt: skip
+    # 2 processes x 8 = generation batch 16: G 2 and 8 fit.
+    ok = subprocess.run(base + ["--output_dir", str(tmp_path / "ok"), "--per_device_train_batch_size", "8"],
+                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    state = json.loads((tmp_path / "ok" / "trainer_state.json").read_text())
+    assert [h["curriculum/num_generations"] for h in state["log_history"] if "loss" in h] == [2, 8]
+    # 2 processes x 3 = generation batch 6: G 8 does not fit; refused before anything is built or written.
+    bad = subprocess.run(base + ["--output_dir", str(tmp_path / "bad"), "--per_device_train_batch_size", "3"],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert bad.returncode != 0
+    assert "curriculum.stages[1].num_generations = 8" in bad.stderr and "2 processes x 3 per-device batch" in bad.stderr
+    # torchrun's launcher prints its own traceback for a failed child; none may come from our code.
+    assert 'grpo_curriculum/' not in "".join(bad.stderr.split("Traceback")[1:]) and not (tmp_path / "bad").exists()

@@ -239,3 +239,23 @@ def test_temperature_ramp_is_held_per_round(tmp_path):
     assert [c["temperature"] for c in recorder.calls] == pytest.approx([0.5, 0.625, 0.75, 0.875, 1.0, 1.0])
     assert all(math.isclose(h["curriculum/temperature"], c["temperature"]) for h, c in
                zip(train_history(trainer), recorder.calls, strict=True))  # fmt: skip
+
+
+@pytest.mark.parametrize("variant", ["no-shuffle", "iterable"])
+def test_switch_with_unshuffled_and_iterable_datasets(tmp_path, variant):
+    dataset = indexed_dataset(num_prompts=30)
+    overrides = dict(max_steps=6, shuffle_dataset=variant != "no-shuffle")
+    if variant == "iterable":
+        dataset = dataset.to_iterable_dataset()
+    stages = [Stage(num_generations=2, temperature=0.7, until_step=3), Stage(num_generations=8, temperature=1.1)]
+    trainer, recorder = make_trainer(tmp_path, stages, dataset=dataset, **overrides)
+    trainer.train()
+    prompts = []
+    for call in recorder.calls:
+        assert call["num_generations"] == (2 if call["step"] < 3 else 8)
+        assert_whole_groups(call["idx"], call["num_generations"])
+        prompts += call["idx"][:: call["num_generations"]]
+    if variant == "no-shuffle":
+        assert prompts == list(range(15))  # 3 rounds x 4 prompts, then 3 x 1: in dataset order, none skipped
+    else:
+        assert len(prompts) == len(set(prompts)) == 15
