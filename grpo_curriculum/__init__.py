@@ -2,10 +2,14 @@
 
 __version__ = "0.1.0"
 
+from .adaptive import Adaptive
 from .errors import CurriculumError, Problem
+from .geometry import BatchGeometry
 from .schedule import ResolvedSchedule, Setting, Stage, StageSchedule
 
 __all__ = [
+    "Adaptive",
+    "BatchGeometry",
     "CurriculumCallback",
     "CurriculumError",
     "CurriculumGRPOTrainer",
