@@ -601,11 +601,11 @@ def _build_fake_vllm_module(engine: FakeVLLMColocate) -> types.ModuleType:
 _INIT_VLLM_ENVIRONMENT = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-@pytest.fixture
-def fake_vllm_colocate(monkeypatch):
+def install_fake_vllm_colocate(monkeypatch) -> FakeVLLMColocate:
     """
-    A [`FakeVLLMColocate`] recorder behind TRL's real colocate path. Build trainers with `use_vllm=True,
-    vllm_mode="colocate"`.
+    Put a fake `vllm` module behind TRL's real colocate path (see the module docstring for the exact patch points) and
+    return its [`FakeVLLMColocate`] recorder. `monkeypatch` is pytest's fixture, or a `pytest.MonkeyPatch()` outside
+    pytest (e.g. in a `torchrun` worker). The environment variables `_init_vllm` writes are not restored here.
     """
     from trl.generation import vllm_generation as generation_module
 
@@ -619,6 +619,16 @@ def fake_vllm_colocate(monkeypatch):
     monkeypatch.setattr(
         generation_module, "StructuredOutputsParams", module.sampling_params.StructuredOutputsParams, raising=False
     )
+    return engine
+
+
+@pytest.fixture
+def fake_vllm_colocate(monkeypatch):
+    """
+    A [`FakeVLLMColocate`] recorder behind TRL's real colocate path. Build trainers with `use_vllm=True,
+    vllm_mode="colocate"`.
+    """
+    engine = install_fake_vllm_colocate(monkeypatch)
     saved = {key: os.environ.get(key) for key in _INIT_VLLM_ENVIRONMENT}
     yield engine
     for key, value in saved.items():
