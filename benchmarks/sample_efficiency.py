@@ -11,13 +11,14 @@ optimizer step) and the same number of optimizer steps:
 - `hysteresis`, `success_rate`: one adaptive stage starting at G 4, temperature 0.9; G among {2, 4, 8, 16},
   temperature within [0.7, 1.2], the policy's default knobs.
 
-A callback evaluates the policy greedily on a fixed set of 64 prompts (drawn with a different seed from the training
-prompts) at regular completion counts and records the training wall time (evaluation excluded). Results: eval reward
-vs completions and vs wall time, completions to reach a target, final reward mean +- std over seeds, fluctuation and
-the zero-std group fraction; a Markdown table and one PNG per task.
+A callback evaluates the policy on a fixed set of 64 prompts (drawn with a different seed from the training prompts;
+8 samples a prompt at temperature 0.5, fixed seed) at regular completion counts and records the training wall time
+(evaluation excluded). Results: eval reward vs completions and vs wall time, completions to reach a target, final
+reward mean +- std over seeds, fluctuation and the zero-std group fraction; a Markdown report with a table per task,
+one PNG per task and the raw numbers as JSON (`--from-json` rebuilds the report from them without training).
 
-    python benchmarks/sample_efficiency.py --quick          # 2 seeds, a few minutes on 2 CPU cores
-    python benchmarks/sample_efficiency.py                  # the full study (5 seeds)
+    python benchmarks/sample_efficiency.py --quick          # 2 seeds x 240 steps, about 3 minutes on one core
+    python benchmarks/sample_efficiency.py                  # the full study: 5 seeds x 960 steps
     python benchmarks/sample_efficiency.py --tasks echo_mixed --seeds 3 --steps 200 --arms static_g4 hysteresis
 
 Runs are sequential in one process on one thread (OMP_NUM_THREADS=1, torch.set_num_threads(1)).
@@ -35,13 +36,13 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import argparse
 import copy
-import warnings
 import json
 import math
 import statistics
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -62,13 +63,18 @@ from grpo_curriculum.trainer import CurriculumGRPOTrainer  # noqa: E402
 GENERATION_BATCH = 16  # completions per optimizer step, every arm; G in {2, 4, 8, 16} all divide it
 MAX_COMPLETION_LENGTH = 4  # the longest answer (three words) plus <eos>
 STATIC_TEMPERATURE = 0.9
-LEARNING_RATE = 1e-3  # 2e-3 made the greedy eval of count_mixed drop for the first ~2000 completions
-WARM_START_STEPS = 40  # see benchmarks/task_spread.py: after 40 steps nearly every prompt has success in (0, 1)
+LEARNING_RATE = 1e-3  # at 2e-3 the greedy eval of count_mixed first fell well below its start (one-seed probe)
+WARM_START_STEPS = 40  # benchmarks/task_spread.py: at 40 most prompts have success rates in (0, 1)
 TRAIN_PROMPTS = 256
 EVAL_PROMPTS = 64
+EVAL_TEMPERATURE = 0.5  # eval: low-temperature samples, EVAL_SAMPLES a prompt, fixed seed (see Evaluator)
+EVAL_SAMPLES = 8
+EVAL_SEED = 1234
+EVAL_PROMPT_SEED = 10_000
+SPREAD_SAMPLES = 16  # completions a prompt when measuring the per-prompt success spread after the warm start
 EVAL_POINTS = 16  # evaluations per run after the one at step 0
 TARGET_FRACTION = 0.9  # secondary target: this fraction of the best static arm's final mean eval reward
-GOAL_SAVING = 0.30  # the goal: an adaptive arm reaches the best static arm's final reward with >= 30% fewer completions
+GOAL_SAVING = 0.30  # goal: an adaptive arm reaches the best static arm's final reward with >= 30% fewer completions
 FLUCTUATION_TAIL = 0.25  # fluctuation of the training reward: std over the last quarter of the steps
 
 MODES = {  # seeds, optimizer steps
@@ -76,6 +82,12 @@ MODES = {  # seeds, optimizer steps
     "full": (5, 960),
 }
 DEFAULT_TASKS = ["echo_mixed", "count_mixed"]
+TASK_DESCRIPTIONS = {
+    "echo": "repeat 2 words; partial credit",
+    "count": "name how often a word is repeated, 1-5; binary reward",
+    "echo_mixed": "mixed difficulty: repeat 1-3 words; partial credit",
+    "count_mixed": "mixed difficulty: name how often a word is repeated, 1-9; binary reward",
+}
 STATIC_ARMS = ["static_g2", "static_g4", "static_g8", "static_g16"]
 ADAPTIVE_ARMS = ["hysteresis", "success_rate"]
 ARMS = [*STATIC_ARMS, "schedule", *ADAPTIVE_ARMS]
@@ -105,34 +117,53 @@ def arm_description(arm: str) -> str:
 
 
 class Evaluator(TrainerCallback):
-    """Greedy eval on a fixed prompt set every `every` optimizer steps; training wall time excludes evaluation."""
+    """
+    Eval on a fixed prompt set every `every` optimizer steps; training wall time excludes evaluation.
+
+    The reward recorded is the mean over `EVAL_SAMPLES` completions a prompt sampled at the low temperature
+    `EVAL_TEMPERATURE` with a fixed seed (the same random numbers at every evaluation and in every arm; the global RNG
+    is restored afterwards, so evaluating does not change the training run). The greedy reward is recorded too
+    (`greedy`): it moves in jumps (a prompt's argmax flips), the low-temperature mean moves smoothly.
+    """
 
     def __init__(self, tokenizer, dataset, reward, every: int):
         self.tokenizer, self.reward, self.every = tokenizer, reward, every
         self.targets = list(dataset["target"])
         self.inputs = tokenizer(list(dataset["prompt"]), return_tensors="pt", padding=True)
-        self.config = GenerationConfig(do_sample=False, max_new_tokens=MAX_COMPLETION_LENGTH,
-                                       pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+        common = dict(max_new_tokens=MAX_COMPLETION_LENGTH, pad_token_id=tokenizer.pad_token_id,
+                      eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+        self.greedy = GenerationConfig(do_sample=False, **common)
+        self.sampled = GenerationConfig(do_sample=True, temperature=EVAL_TEMPERATURE, top_k=0, top_p=1.0,
+                                        num_return_sequences=EVAL_SAMPLES, **common)  # fmt: skip
         self.points: list[dict] = []
         self.train_time = self.eval_time = 0.0
         self._clock = None
 
-    def evaluate(self, model) -> float:
+    def _score(self, model, config, copies: int) -> float:
+        with torch.no_grad():
+            out = model.generate(**self.inputs, generation_config=config)
+        texts = self.tokenizer.batch_decode(out[:, self.inputs.input_ids.shape[1] :], skip_special_tokens=True)
+        rewards = self.reward(texts, [t for t in self.targets for _ in range(copies)])
+        return math.fsum(rewards) / len(rewards)
+
+    def evaluate(self, model) -> tuple[float, float]:
         start = time.perf_counter()
         was_training = model.training
         model.eval()
-        with torch.no_grad():
-            out = model.generate(**self.inputs, generation_config=self.config)
+        greedy = self._score(model, self.greedy, 1)
+        rng = torch.get_rng_state()
+        torch.manual_seed(EVAL_SEED)
+        sampled = self._score(model, self.sampled, EVAL_SAMPLES)
+        torch.set_rng_state(rng)
         if was_training:
             model.train()
-        texts = self.tokenizer.batch_decode(out[:, self.inputs.input_ids.shape[1] :], skip_special_tokens=True)
-        rewards = self.reward(texts, self.targets)
         self.eval_time += time.perf_counter() - start
-        return math.fsum(rewards) / len(rewards)
+        return sampled, greedy
 
     def _record(self, step: int, model) -> None:
+        reward, greedy = self.evaluate(model)
         self.points.append({"step": step, "completions": step * GENERATION_BATCH, "train_time": self.train_time,
-                            "reward": self.evaluate(model)})  # fmt: skip
+                            "reward": reward, "greedy": greedy})  # fmt: skip
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._record(0, model)
@@ -146,14 +177,43 @@ class Evaluator(TrainerCallback):
 
 
 def warm_model(task: str, seed: int):
-    """The warm-started model, tokenizer, training and eval prompt sets of one (task, seed)."""
+    """The warm-started model, tokenizer, training prompts and the fixed eval prompts of one (task, seed)."""
     make_dataset, _ = BENCHMARK_TASKS[task]
     tokenizer = build_tokenizer()
     train = make_dataset(TRAIN_PROMPTS, seed=seed)
-    held_out = make_dataset(EVAL_PROMPTS, seed=10_000 + seed)
+    held_out = make_dataset(EVAL_PROMPTS, seed=EVAL_PROMPT_SEED)  # the same eval prompts for every seed and arm
     model = build_model(seed=seed)
     warm_start(model, tokenizer, train, steps=WARM_START_STEPS, seed=seed)
     return model, tokenizer, train, held_out
+
+
+def success_spread(task: str, warm) -> dict:
+    """
+    Per-prompt success of the warm-started model on the eval prompts: `SPREAD_SAMPLES` completions a prompt at the
+    static arms' temperature (fixed seed, global RNG restored); success = reward >= 0.5 (the adaptive default).
+    """
+    model, tokenizer, _, held_out = warm
+    _, reward = BENCHMARK_TASKS[task]
+    inputs = tokenizer(list(held_out["prompt"]), return_tensors="pt", padding=True)
+    config = GenerationConfig(do_sample=True, temperature=STATIC_TEMPERATURE, top_k=0, top_p=1.0,
+                              num_return_sequences=SPREAD_SAMPLES, max_new_tokens=MAX_COMPLETION_LENGTH,
+                              pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    rng = torch.get_rng_state()
+    torch.manual_seed(EVAL_SEED)
+    model.eval()
+    with torch.no_grad():
+        out = model.generate(**inputs, generation_config=config)
+    model.train()
+    torch.set_rng_state(rng)
+    texts = tokenizer.batch_decode(out[:, inputs.input_ids.shape[1] :], skip_special_tokens=True)
+    rewards = reward(texts, [t for t in held_out["target"] for _ in range(SPREAD_SAMPLES)])
+    groups = [rewards[i : i + SPREAD_SAMPLES] for i in range(0, len(rewards), SPREAD_SAMPLES)]
+    rates = [sum(r >= 0.5 for r in g) / len(g) for g in groups]
+    n = len(groups)
+    return {"mean_reward": statistics.fmean(rewards), "mean_success": statistics.fmean(rates),
+            "all_0": sum(p == 0 for p in rates) / n, "all_1": sum(p == 1 for p in rates) / n,
+            "mixed": sum(0 < p < 1 for p in rates) / n,
+            "equal_rewards": sum(max(g) - min(g) < 1e-9 for g in groups) / n}  # fmt: skip
 
 
 def run_arm(task: str, arm: str, seed: int, steps: int, warm) -> dict:
@@ -164,14 +224,15 @@ def run_arm(task: str, arm: str, seed: int, steps: int, warm) -> dict:
     evaluator = Evaluator(tokenizer, held_out, reward, every=max(1, steps // EVAL_POINTS))
     with tempfile.TemporaryDirectory() as output_dir:
         args = GRPOConfig(
-            output_dir=output_dir, per_device_train_batch_size=GENERATION_BATCH, num_generations=stages[0].num_generations,
-            temperature=stages[0].temperature, max_completion_length=MAX_COMPLETION_LENGTH, max_steps=steps,
-            learning_rate=LEARNING_RATE, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False,
-            seed=seed, disable_tqdm=True,
+            output_dir=output_dir, per_device_train_batch_size=GENERATION_BATCH,
+            num_generations=stages[0].num_generations, temperature=stages[0].temperature,
+            max_completion_length=MAX_COMPLETION_LENGTH, max_steps=steps, learning_rate=LEARNING_RATE, logging_steps=1,
+            save_strategy="no", report_to=[], use_cpu=True, bf16=False, seed=seed, disable_tqdm=True,
         )  # fmt: skip
         curriculum = CurriculumCallback(stages)
-        trainer = CurriculumGRPOTrainer(model=copy.deepcopy(base_model), processing_class=tokenizer, reward_funcs=reward,
-                                        args=args, train_dataset=train, callbacks=[curriculum, evaluator])  # fmt: skip
+        trainer = CurriculumGRPOTrainer(model=copy.deepcopy(base_model), processing_class=tokenizer,
+                                        reward_funcs=reward, args=args, train_dataset=train,
+                                        callbacks=[curriculum, evaluator])  # fmt: skip
         trainer.remove_callback(PrinterCallback)
         loop_start = time.perf_counter()
         trainer.train()
@@ -210,7 +271,7 @@ def completions_of(point: dict | None) -> int | None:
 
 
 def mean_curve(runs: list[dict]) -> list[dict]:
-    """Per evaluation index: completions, mean and std over seeds of the eval reward, and the mean training wall time."""
+    """Per evaluation: completions, mean and std over seeds of the eval reward, and the mean training wall time."""
     curve = []
     for points in zip(*(r["eval"] for r in runs), strict=True):
         m, s = mean_std([p["reward"] for p in points])
@@ -272,11 +333,13 @@ def goal_verdict(summary: dict) -> dict:
             continue
         reached = completions_of(rows[arm]["reach"]["100%"])
         ratio = reached / base if reached is not None and base else None
-        pairs = [(a, b) for a, b in zip(rows[arm]["reach_seeds"]["100%"], rows[best]["reach_seeds"]["100%"], strict=True)]
+        pairs = list(zip(rows[arm]["reach_seeds"]["100%"], rows[best]["reach_seeds"]["100%"], strict=True))
         seed_ratios = [a / b for a, b in pairs if a is not None and b]
-        verdict["arms"][arm] = {"completions": reached, "ratio": ratio, "seed_ratios": seed_ratios,
-                                "seeds_met": sum(bool(a is not None and b and a / b <= 1 - GOAL_SAVING) for a, b in pairs),
-                                "seeds": len(pairs), "met": ratio is not None and ratio <= 1 - GOAL_SAVING}  # fmt: skip
+        verdict["arms"][arm] = {
+            "completions": reached, "ratio": ratio, "seed_ratios": seed_ratios, "seeds": len(pairs),
+            "seeds_met": sum(r <= 1 - GOAL_SAVING for r in seed_ratios),
+            "met": ratio is not None and ratio <= 1 - GOAL_SAVING,
+        }  # fmt: skip
     verdict["met"] = any(a["met"] for a in verdict["arms"].values())
     verdict["degenerate"] = base == 0  # the warm-started model already scores the target: no saving is measurable
     return verdict
@@ -295,6 +358,8 @@ def fmt_reach(point: dict | None, per_seed: list[int | None]) -> str:
     head = "not reached" if point is None else f"{point['completions']} ({point['train_time']:.1f} s)"
     if not reached:
         return f"{head}; seeds: 0/{len(per_seed)}"
+    if len(reached) == 1:
+        return f"{head}; seeds: {reached[0]}, 1/{len(per_seed)}"
     m, s = mean_std(reached)
     return f"{head}; seeds: {m:.0f} ± {s:.0f}, {len(reached)}/{len(per_seed)}"
 
@@ -309,9 +374,11 @@ def task_table(task: str, summary: dict) -> str:
         g_lo, g_hi = row["G_range"]
         g = f"{row['mean_G'][0]:.1f} ({g_lo}-{g_hi})" if g_lo != g_hi else f"{g_lo}"
         mark = " (best static)" if arm == summary["best_static"] else ""
+        t90 = f"{TARGET_FRACTION:.0%}"
         lines.append(
-            f"| {arm}{mark} | {g} | {fmt_ms(row['final'])} | {fmt_reach(row['reach']['100%'], row['reach_seeds']['100%'])} | "
-            f"{fmt_reach(row['reach'][f'{TARGET_FRACTION:.0%}'], row['reach_seeds'][f'{TARGET_FRACTION:.0%}'])} | "
+            f"| {arm}{mark} | {g} | {fmt_ms(row['final'])} | "
+            f"{fmt_reach(row['reach']['100%'], row['reach_seeds']['100%'])} | "
+            f"{fmt_reach(row['reach'][t90], row['reach_seeds'][t90])} | "
             f"{fmt_ms(row['train_time'], 1)} | {fmt_ms(row['fluct_train'])} | {fmt_ms(row['fluct_eval'])} | "
             f"{fmt_ms(row['zero_std'], 2)} |"
         )  # fmt: skip
@@ -321,6 +388,8 @@ def task_table(task: str, summary: dict) -> str:
 def fmt_ratios(ratios: list[float]) -> str:
     if not ratios:
         return "no seed where both reach it"
+    if len(ratios) == 1:
+        return f"{ratios[0]:.2f} (the 1 seed where both reach it)"
     m, s = mean_std(ratios)
     return f"{m:.2f} ± {s:.2f} over {len(ratios)} seed(s) (" + ", ".join(f"{r:.2f}" for r in ratios) + ")"
 
@@ -329,8 +398,9 @@ def explain(task: str, summary: dict, verdict: dict) -> list[str]:
     """Measured facts behind a task's verdict (every number below comes from this run)."""
     rows, best = summary["rows"], summary["best_static"]
     base = verdict["static_completions"]
-    lines = [f"- Best static arm: `{best}`, final eval reward {fmt_ms(rows[best]['final'])}; its seed-mean curve first "
-             f"reaches that value at {base} of {rows[best]['curve'][-1]['completions']} completions."]  # fmt: skip
+    total = rows[best]["curve"][-1]["completions"]
+    lines = [f"- Best static arm: `{best}`, final eval reward {fmt_ms(rows[best]['final'])}; its seed-mean curve "
+             f"first reaches that value at {base} of {total} completions."]  # fmt: skip
     statics = sorted((a for a in STATIC_ARMS if a in rows), key=lambda a: -rows[a]["final"][0])
     if statics:
         lines.append("- Static arms by final eval reward: "
@@ -343,7 +413,8 @@ def explain(task: str, summary: dict, verdict: dict) -> list[str]:
         if v["completions"] is None:
             reached = "its seed-mean curve never reaches it"
         elif v["ratio"] is None:
-            reached = f"its seed-mean curve reaches it at {v['completions']} completions (no ratio: the target is met at step 0)"
+            reached = (f"its seed-mean curve reaches it at {v['completions']} completions (no ratio: the best "
+                       "static arm meets it at step 0)")  # fmt: skip
         else:
             reached = (f"its seed-mean curve reaches it at {v['completions']} completions, ratio {v['ratio']:.2f} "
                        f"(goal <= {1 - GOAL_SAVING:.2f})")  # fmt: skip
@@ -380,7 +451,7 @@ def plot_task(task: str, summary: dict, path: Path, title: str) -> None:
         axis.grid(alpha=0.3)
     axes[0].set_xlabel("completions (optimizer steps x generation batch)")
     axes[1].set_xlabel("training wall time, s (mean over seeds; evaluation excluded)")
-    axes[0].set_ylabel(f"greedy eval reward ({EVAL_PROMPTS} fixed prompts)")
+    axes[0].set_ylabel(f"eval reward ({EVAL_PROMPTS} prompts x {EVAL_SAMPLES} samples, T {EVAL_TEMPERATURE:g})")
     axes[0].legend(fontsize=8, loc="lower right")
     figure.suptitle(f"{title}: mean ± std over seeds; dotted: best static arm's final mean", fontsize=10)
     figure.tight_layout()
@@ -390,7 +461,7 @@ def plot_task(task: str, summary: dict, path: Path, title: str) -> None:
 
 
 def estimate_full(runs: list[dict], warm_times: list[float], seeds: int, steps: int) -> float:
-    """Seconds a study with `seeds` seeds and `steps` steps would take, scaled from measured runs (same evals a run)."""
+    """Seconds a study of `seeds` seeds x `steps` steps would take, scaled from measured runs (same evals a run)."""
     total = 0.0
     for run in runs:
         fixed = run["run_time"] - run["train_time"] - run["eval_time"]
@@ -401,7 +472,7 @@ def estimate_full(runs: list[dict], warm_times: list[float], seeds: int, steps: 
 
 
 def markdown(mode: str, options, summaries: dict, verdicts: dict, wall: float, estimate: float, full_seeds: int,
-             full_steps: int, command: str) -> str:  # fmt: skip
+             full_steps: int, command: str, spreads: list[dict]) -> str:  # fmt: skip
     tasks = list(summaries)
     completions = options.steps * GENERATION_BATCH
     met = all(v["met"] for v in verdicts.values())
@@ -414,25 +485,29 @@ def markdown(mode: str, options, summaries: dict, verdicts: dict, wall: float, e
         "## What was measured",
         "",
         f"- Mode: **{mode}**; {len(options.seed_list)} seeds {options.seed_list}; tasks "
-        + ", ".join(f"`{t}`" for t in tasks) + ".",
+        + ", ".join(f"`{t}` ({TASK_DESCRIPTIONS[t]})" for t in tasks) + " from `grpo_curriculum.tasks` (the "
+        "single-difficulty `echo` and `count` run with `--tasks echo count`).",
         f"- Every arm: **{options.steps} optimizer steps x generation batch {GENERATION_BATCH} = {completions} "
         "completions**, the same for every arm; `CurriculumGRPOTrainer` + `CurriculumCallback` for every arm (a "
         "one-stage schedule trains exactly like plain GRPO).",
         "- Arms: " + "; ".join(f"`{a}` ({arm_description(a)})" for a in options.arms) + ". The adaptive policies use "
         "their default knobs (not tuned on these tasks).",
-        f"- Model: the tiny built-in Llama (hidden 32, 2 layers), per seed warm-started by {WARM_START_STEPS} supervised "
-        f"steps (`grpo_curriculum.tasks.warm_start`) on the {TRAIN_PROMPTS} training prompts, the same start for every "
-        f"arm; learning rate {LEARNING_RATE:g}, max completion length {MAX_COMPLETION_LENGTH}, beta 0 (TRL default); "
-        "CPU, one thread, one run at a time. Per-prompt success after the warm start: `benchmarks/task_spread.py`.",
-        f"- Eval: greedy decoding of {EVAL_PROMPTS} fixed prompts (drawn with another seed than the training prompts; "
-        "the tasks' prompt spaces are small, so they overlap with training prompts), scored with the task's reward, "
+        f"- Model: the tiny built-in Llama (hidden 32, 2 layers), per seed warm-started by {WARM_START_STEPS} "
+        f"supervised steps (`grpo_curriculum.tasks.warm_start`) on the {TRAIN_PROMPTS} training prompts, the same "
+        f"start for every arm; learning rate {LEARNING_RATE:g}, max completion length {MAX_COMPLETION_LENGTH}, beta 0 "
+        "(TRL default); CPU, one thread, one run at a time. Per-prompt success after the warm start: next section "
+        "(`benchmarks/task_spread.py` compares warm-start lengths).",
+        f"- Eval reward: mean task reward of {EVAL_SAMPLES} completions a prompt sampled at temperature "
+        f"{EVAL_TEMPERATURE:g} with a fixed seed (the same random numbers at every evaluation, in every arm), on "
+        f"{EVAL_PROMPTS} fixed prompts drawn with another seed than the training prompts (the tasks' prompt spaces "
+        "are small, so they overlap with training prompts); the greedy reward is in the JSON too (it moves in jumps), "
         f"at step 0 and every {max(1, options.steps // EVAL_POINTS)} steps "
         f"({max(1, options.steps // EVAL_POINTS) * GENERATION_BATCH} completions). Wall time: training only, "
         "evaluation excluded.",
         f"- Targets: **100%** = the best static arm's final mean eval reward; **{TARGET_FRACTION:.0%}** of it. "
-        "'Completions (train s) to target': the first evaluation at which the seed-mean curve reaches it, and the mean "
-        "training wall time there; then per seed: mean ± std of the completions over the seeds that reach it, and "
-        "how many do.",
+        "'Completions (train s) to target': the first evaluation at which the seed-mean curve reaches it, and the "
+        "mean training wall time there; then per seed: mean ± std of the completions over the seeds that reach it, "
+        "and how many do.",
         "- Fluctuation: **train** = std of the per-step training reward (mean over the round's 16 completions) over "
         f"the last {FLUCTUATION_TAIL:.0%} of the steps; **eval** = std of the change in eval reward between "
         "consecutive evaluations. At a fixed generation batch a G 16 step holds one prompt, so the training-reward "
@@ -440,9 +515,23 @@ def markdown(mode: str, options, summaries: dict, verdicts: dict, wall: float, e
         "- Zero-std frac: mean over steps of TRL's `frac_reward_zero_std` (groups whose rewards are all equal: no "
         "advantage, no gradient).",
         "- ± is the std across seeds throughout.",
-        f"- Wall time of this invocation: {wall:.0f} s. Estimated full study ({full_seeds} seeds x {full_steps} steps, "
-        f"scaled from this invocation's per-step timings): {estimate / 60:.1f} min"
+        f"- Wall time of this invocation: {wall:.0f} s. Estimated full study ({full_seeds} seeds x {full_steps} "
+        f"steps, same tasks and arms, scaled from this invocation's per-step timings): {estimate / 60:.1f} min"
         + (" (not run)." if options.quick else "."),
+        "",
+    ]  # fmt: skip
+    lines += [
+        "## The regime after the warm start",
+        "",
+        f"Per-prompt success on the {EVAL_PROMPTS} eval prompts, {SPREAD_SAMPLES} samples a prompt at temperature "
+        f"{STATIC_TEMPERATURE:g} (success: reward >= 0.5); all-0 / all-1 / mixed: fraction of prompts with no, only, "
+        f"some successes; equal rewards: fraction of prompts whose {SPREAD_SAMPLES} rewards are all equal (a "
+        f"zero-std group at G {SPREAD_SAMPLES}).",
+        "",
+        "| task | seed | mean reward | mean success | all-0 | all-1 | mixed | equal rewards |",
+        "|---|---|---|---|---|---|---|---|",
+        *(f"| {d['task']} | {d['seed']} | {d['mean_reward']:.3f} | {d['mean_success']:.3f} | {d['all_0']:.2f} | "
+          f"{d['all_1']:.2f} | {d['mixed']:.2f} | {d['equal_rewards']:.2f} |" for d in spreads),
         "",
         "## Goal",
         "",
@@ -456,7 +545,8 @@ def markdown(mode: str, options, summaries: dict, verdicts: dict, wall: float, e
     for task in tasks:
         lines += [f"## `{task}`: goal {'met' if verdicts[task]['met'] else 'not met'}", "",
                   task_table(task, summaries[task]), "", f"![{task}](sample_efficiency{suffix}_{task}.png)", "",
-                  "Measured facts behind the verdict:", "", *explain(task, summaries[task], verdicts[task]), ""]  # fmt: skip
+                  "Measured facts behind the verdict:", "", *explain(task, summaries[task], verdicts[task]),
+                  ""]  # fmt: skip
     lines += ["## Reading", "", *reading(summaries, verdicts, mode, options), ""]
     return "\n".join(lines)
 
@@ -476,32 +566,50 @@ def reading(summaries: dict, verdicts: dict, mode: str, options) -> list[str]:
                  f"ran at a {'larger' if mean_g > best_g else 'smaller'} G on average ({mean_g:.1f}) than the best "
                  f"static arm ({best_g:.0f})")  # fmt: skip
             if v["degenerate"]:
-                out.append(f"- `{task}`, `{arm}`: no verdict: the warm-started model already scores `{best}`'s final "
-                           f"reward, so RL made no measurable progress over the start on the best static arm; {noise}.")  # fmt: skip
+                out.append(f"- `{task}`, `{arm}`: no verdict: the warm-started model already scores `{best}`'s "
+                           f"final reward (no progress over the start to save completions on); {noise}.")  # fmt: skip
             elif a["met"]:
-                out.append(f"- `{task}`, `{arm}`: **wins** (ratio {a['ratio']:.2f}; per seed {fmt_ratios(a['seed_ratios'])}); "
-                           f"it {g}; {noise}.")  # fmt: skip
+                out.append(f"- `{task}`, `{arm}`: **wins** (ratio {a['ratio']:.2f}; per seed "
+                           f"{fmt_ratios(a['seed_ratios'])}); it {g}; {noise}.")  # fmt: skip
             elif a["completions"] is None:
-                out.append(f"- `{task}`, `{arm}`: **loses**: its seed-mean curve never reaches `{best}`'s final reward "
-                           f"in {options.steps * GENERATION_BATCH} completions; it {g}; {noise}.")  # fmt: skip
+                out.append(f"- `{task}`, `{arm}`: **loses**: its seed-mean curve never reaches `{best}`'s final "
+                           f"reward in {options.steps * GENERATION_BATCH} completions; it {g}; {noise}.")  # fmt: skip
             else:
                 out.append(f"- `{task}`, `{arm}`: **loses**: ratio {a['ratio']:.2f} (goal <= {1 - GOAL_SAVING:.2f}; "
                            f"per seed {fmt_ratios(a['seed_ratios'])}); it {g}; {noise}.")  # fmt: skip
     lost = any(not a["met"] for v in verdicts.values() for a in v["arms"].values())
+    out.append("")
+    for task, v in verdicts.items():
+        rows, best = summaries[task]["rows"], v["best_static"]
+        statics = [a for a in STATIC_ARMS if a in rows]
+        finals = [rows[a]["final"][0] for a in statics]
+        stds = [rows[a]["final"][1] for a in [*statics, *v["arms"]]]
+        (mb, sb) = rows[best]["final"]
+        within = sum(abs(rows[a]["final"][0] - mb) <= max(rows[a]["final"][1], sb) for a in v["arms"])
+        out.append(f"- `{task}`: the static arms' final rewards span {min(finals):.3f}-{max(finals):.3f} (G "
+                   f"{', '.join(a.removeprefix('static_g') for a in statics)}), against stds across seeds of "
+                   f"{min(stds):.3f}-{max(stds):.3f}; {within} of {len(v['arms'])} adaptive arms end within one std "
+                   f"of `{best}`.")  # fmt: skip
     out += [
         "",
-        "Why an adaptive policy can lose here: both choose G to keep groups informative (the zero-std fraction, or the "
-        "expected fraction of informative groups), not to maximise reward per completion; at a fixed generation batch "
-        "a larger G means fewer prompts per round. The '100%' target is also the best of four static arms' noisy "
-        "final values, which an arm of equal quality reaches only late or not at all.",
+        "To save 30% of the completions against the *best* static arm, a policy must pick a better G than the best "
+        "single G for the whole run; where the choice of a fixed G moves the final reward by about the seed noise "
+        "(compare the two ranges above), there is little to gain from choosing G at all, and a policy that runs "
+        "near the best static G for most of the run can be expected to roughly match it, not to beat it by 30%.",
+        "",
+        "Why an adaptive policy can lose here: both choose G to keep groups informative (the zero-std fraction, or "
+        "the expected fraction of informative groups), not to maximise reward per completion; at a fixed generation "
+        "batch a larger G means fewer prompts per round. The '100%' target is also the best of "
+        f"{sum(a in STATIC_ARMS for a in options.arms)} static arms' noisy final values, which an arm of equal "
+        "quality reaches only late or not at all.",
         "",
     ] if lost else [""]
     out += [
         "What could change the outcome (not measured here): more seeds, longer runs, a larger generation batch (a "
-        "large G would still hold several prompts a round), knobs "
-        "tuned towards reward per completion (e.g. a lower `target` for `success_rate`, a higher `raise_above` for "
-        "`hysteresis`), and tasks where most prompts are all-0 or all-1 at small G, where only a larger G yields a "
-        "gradient." + (" This quick run has 2 seeds and a short run: read it as a smoke test of the study, not as its "
+        "large G would still hold several prompts a round), knobs tuned towards reward per completion (e.g. a lower "
+        "`target` for `success_rate`, a higher `raise_above` for `hysteresis`), and tasks where most prompts are "
+        "all-0 or all-1 at small G, where only a larger G yields a gradient."
+        + (" This quick run has 2 seeds and a short run: read it as a smoke test of the study, not as its "
                       "result." if options.quick else ""),
     ]  # fmt: skip
     return out
@@ -523,7 +631,7 @@ def report(raw: dict, out: Path) -> str:
                   f"{task}, {raw['mode']}: {len(options.seed_list)} seeds x {options.steps} steps")  # fmt: skip
     full_seeds, full_steps = MODES["full"]
     text = markdown(raw["mode"], options, summaries, verdicts, raw["wall_time_s"], raw["full_estimate_s"], full_seeds,
-                    full_steps, raw["command"])  # fmt: skip
+                    full_steps, raw["command"], raw["spread"])  # fmt: skip
     (out / f"sample_efficiency{suffix}.md").write_text(text)
     return text
 
@@ -531,9 +639,11 @@ def report(raw: dict, out: Path) -> str:
 def main(argv=None) -> int:
     global LEARNING_RATE, WARM_START_STEPS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help=f"(seeds, steps) {MODES['quick']} instead of {MODES['full']}")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"(seeds, steps) {MODES['quick']} instead of {MODES['full']}")  # fmt: skip
     parser.add_argument("--seeds", type=int, help="number of seeds (seeds 0, 1, ...)")
-    parser.add_argument("--steps", type=int, help=f"optimizer steps per run (completions = steps x {GENERATION_BATCH})")
+    parser.add_argument("--steps", type=int,
+                        help=f"optimizer steps per run (completions = steps x {GENERATION_BATCH})")  # fmt: skip
     parser.add_argument("--tasks", nargs="+", default=DEFAULT_TASKS, choices=list(BENCHMARK_TASKS))
     parser.add_argument("--arms", nargs="+", default=ARMS, choices=ARMS)
     parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
@@ -567,24 +677,28 @@ def main(argv=None) -> int:
           f"x {GENERATION_BATCH} = {options.steps * GENERATION_BATCH} completions per arm; torch threads "
           f"{torch.get_num_threads()}", flush=True)  # fmt: skip
     start = time.perf_counter()
-    runs, warm_times = [], []
+    runs, warm_times, spreads = [], [], []
     for task in options.tasks:
         for seed in options.seed_list:
             t0 = time.perf_counter()
             warm = warm_model(task, seed)
             warm_times.append(time.perf_counter() - t0)
+            spreads.append({"task": task, "seed": seed, **success_spread(task, warm)})
             for arm in options.arms:
                 run = run_arm(task, arm, seed, options.steps, warm)
                 runs.append(run)
                 print(f"  {task} seed {seed} {arm:>13}: final eval {run['eval'][-1]['reward']:.3f}, mean G "
                       f"{statistics.fmean(run['G']):.1f}, train {run['train_time']:.1f} s "
-                      f"({run['train_time'] / run['steps'] * 1e3:.0f} ms/step), run {run['run_time']:.1f} s", flush=True)  # fmt: skip
+                      f"({run['train_time'] / run['steps'] * 1e3:.0f} ms/step), run {run['run_time']:.1f} s",
+                      flush=True)  # fmt: skip
     wall = time.perf_counter() - start
     full_seeds, full_steps = MODES["full"]
     estimate = estimate_full(runs, warm_times, full_seeds, full_steps)
-    raw = {"mode": mode, "command": "python benchmarks/sample_efficiency.py " + " ".join(sys.argv[1:] if argv is None else argv),
-           "options": {k: v for k, v in vars(options).items() if k != "from_json"}, "generation_batch": GENERATION_BATCH,
-           "wall_time_s": wall, "warm_start_s": warm_times, "full_estimate_s": estimate, "runs": runs}  # fmt: skip
+    command = "python benchmarks/sample_efficiency.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    raw = {"mode": mode, "command": command.strip(), "generation_batch": GENERATION_BATCH,
+           "options": {k: v for k, v in vars(options).items() if k != "from_json"},
+           "wall_time_s": wall, "warm_start_s": warm_times, "full_estimate_s": estimate, "spread": spreads,
+           "runs": runs}  # fmt: skip
     (out / f"sample_efficiency{suffix}.json").write_text(json.dumps(raw, indent=1))
     text = report(raw, out)
     print()

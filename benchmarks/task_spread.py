@@ -6,7 +6,7 @@ For each task and warm-start length, sample `--samples` completions per prompt (
 `--prompts` distinct prompts and print the fraction of prompts whose groups would be all-0, all-1 or mixed, and the
 expected fraction of informative groups `1 - p^G - (1-p)^G` for G in {2, 4, 8, 16}. Single thread, CPU, seeded.
 
-    OMP_NUM_THREADS=1 python benchmarks/task_spread.py [--tasks echo count echo_mixed count_mixed] [--warm 20 40]
+    OMP_NUM_THREADS=1 python benchmarks/task_spread.py [--tasks echo count echo_mixed count_mixed] [--warm 20 40 80]
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def main():
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", default=list(TASKS))
-    parser.add_argument("--warm", nargs="+", type=int, default=[20, 40])
+    parser.add_argument("--warm", nargs="+", type=int, default=[20, 40, 80])
     parser.add_argument("--prompts", type=int, default=48)
     parser.add_argument("--samples", type=int, default=16)
     parser.add_argument("--temperature", type=float, default=0.8)
