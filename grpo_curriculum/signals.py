@@ -236,6 +236,16 @@ class PromptReport:
             })
         return sorted(rows, key=lambda r: (r["variance"] is None, -(r["variance"] or 0.0), r["prompt_key"]))
 
+    def missing_texts(self) -> list[str]:
+        """Keys of the prompts whose text was never given (to be filled with [`set_texts`] before writing)."""
+        return [key for key, e in self._prompts.items() if e["prompt"] is None]
+
+    def set_texts(self, texts: dict) -> None:
+        """Store prompt texts by key (keys not in the report are ignored)."""
+        for key, text in texts.items():
+            if str(key) in self._prompts:
+                self._prompts[str(key)]["prompt"] = text
+
     def write_jsonl(self, path: str | os.PathLike) -> None:
         """Write [`PromptReport.rows`] as JSON lines, atomically (a temporary file, then `os.replace`)."""
         path = os.fspath(path)

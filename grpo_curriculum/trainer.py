@@ -143,12 +143,8 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         stats = round_stats(rewards, g, prompt_keys=keys, completion_keys=completion_keys,
                             success_threshold=self._curriculum.success_threshold)  # fmt: skip
         self._curriculum.observe_round(stats)
-        if self.accelerator.is_main_process:  # prompt texts are read once, the first time a prompt is seen
-            unseen = [i for i, key in enumerate(keys) if key not in self._prompt_report]
-            texts = [None] * len(keys)
-            new_texts = _trl.prompt_texts(self._prompt_stream, [self._round_prompts[i] for i in unseen]) if unseen else []
-            for i, text in zip(unseen, new_texts, strict=True):
-                texts[i] = text
+        if self.accelerator.is_main_process:  # map-style prompt texts are read when the report is written
+            texts = _trl.prompt_texts(self._prompt_stream, self._round_prompts) if self._prompt_stream.iterable else None
             self._prompt_report.update(keys, rewards, g, texts=texts)
 
     def write_prompt_report(self, directory: str | None = None) -> str | None:
@@ -159,6 +155,10 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         if self._curriculum is None or not self.accelerator.is_main_process or not len(self._prompt_report):
             return None
         directory = directory or self.args.output_dir
+        missing = self._prompt_report.missing_texts()
+        if missing and self._prompt_stream is not None and not self._prompt_stream.iterable:
+            indices = [int(key) for key in missing]
+            self._prompt_report.set_texts(dict(zip(missing, _trl.prompt_texts(self._prompt_stream, indices), strict=True)))
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, PROMPT_REPORT_FILE)
         self._prompt_report.write_jsonl(path)
