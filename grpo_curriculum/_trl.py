@@ -416,3 +416,49 @@ def install_request_plan(trainer, num_engines: int | None) -> None:
     generate._grpo_curriculum_original = original
     generate._grpo_curriculum_num_engines = num_engines
     client.generate = generate
+
+
+# --- the GRPOTrainer methods the curriculum hooks into ---------------------------------------------------------------
+
+
+class GRPOHooks:
+    """
+    Mixin placed before `trl.GRPOTrainer`: maps the (private) `GRPOTrainer` methods of TRL 1.16 to curriculum events
+    that [`CurriculumGRPOTrainer`] implements, so the trainer itself names no TRL internals.
+
+    Events (called only when `_curriculum_active()`):
+    - `_curriculum_round_rows() -> list[dict]`: a training generation round starts; returns this process's rows.
+    - `_curriculum_round_rewards(rewards, completion_ids)`: the round's rewards, from every process, in row order.
+    - `_curriculum_save(checkpoint_dir)` / `_curriculum_load(checkpoint_dir)`: a checkpoint is written / resumed.
+    """
+
+    def _generate_and_score_completions(self, inputs):
+        if self._curriculum_active() and is_training(self):
+            inputs = self._curriculum_round_rows()
+        return super()._generate_and_score_completions(inputs)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self._curriculum_active() and is_training(self):
+            self._curriculum_round_rewards(weighted_rewards(self, rewards_per_func), completion_ids_list)
+        return rewards_per_func
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self._curriculum_active() and self.args.should_save:
+            self._curriculum_save(checkpoint_dir(self, trial))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if self._curriculum_active() and checkpoint is not None:
+            self._curriculum_load(checkpoint)
+
+
+def current_sampling(trainer) -> tuple[int, float]:
+    """The G and temperature the next round would use."""
+    return trainer.num_generations, trainer.temperature
+
+
+def new_prompt_stream(trainer) -> PromptStream:
+    """A prompt stream over the train dataset as the data loader reads it, shuffled like TRL's sampler."""
+    return PromptStream(train_dataset_as_loaded(trainer), shuffle=trainer.shuffle_dataset, seed=trainer.args.seed)

@@ -40,7 +40,7 @@ def validate_schedule_geometry(curriculum: CurriculumCallback, args, num_process
     raise_if_any(curriculum.schedule.geometry_problems(geometry), context=geometry.describe())
 
 
-class CurriculumGRPOTrainer(GRPOTrainer):
+class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
     """
     [`~trl.GRPOTrainer`] whose `num_generations` (G) and sampling temperature follow a [`CurriculumCallback`].
 
@@ -90,23 +90,20 @@ class CurriculumGRPOTrainer(GRPOTrainer):
             self._curriculum.resolve(self.args.max_steps)  # stage ends are known: check them now
         self._apply(self._curriculum.initial_setting())
 
+    def _curriculum_active(self) -> bool:
+        return self._curriculum is not None
+
     def _apply(self, setting) -> None:
-        if setting.num_generations != self.num_generations:
+        num_generations, temperature = _trl.current_sampling(self)
+        if setting.num_generations != num_generations:
             _trl.set_num_generations(self, setting.num_generations)
-        if setting.temperature != self.temperature or self._curriculum.current is None:
+        if setting.temperature != temperature or self._curriculum.current is None:
             _trl.set_temperature(self, setting.temperature, self._temperature_cells)
 
-    def _generate_and_score_completions(self, inputs):
-        if self._curriculum is not None and _trl.is_training(self):
-            inputs = self._start_curriculum_round()
-        return super()._generate_and_score_completions(inputs)
-
-    def _new_prompt_stream(self) -> _trl.PromptStream:
-        return _trl.PromptStream(_trl.train_dataset_as_loaded(self), shuffle=self.shuffle_dataset, seed=self.args.seed)
-
-    def _start_curriculum_round(self) -> list[dict]:
+    def _curriculum_round_rows(self) -> list[dict]:
+        """A training generation round starts: decide its setting, apply it, and build this process's rows."""
         if self._prompt_stream is None:
-            self._prompt_stream = self._new_prompt_stream()
+            self._prompt_stream = _trl.new_prompt_stream(self)
         # Resumed from a checkpoint taken inside a round, TRL regenerates that round: it keeps its setting and prompts,
         # and is not observed again (the checkpoint's policy state and prompt report already hold it).
         regenerated = self._resumed_mid_round
@@ -126,16 +123,11 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         self._round_prompts = prompts
         return _trl.local_round_rows(self, self._prompt_stream, prompts, setting.num_generations)
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if self._curriculum is not None and _trl.is_training(self) and self._observe_this_round:
-            self._observe_round(rewards_per_func, completion_ids_list)
-        return rewards_per_func
-
-    def _observe_round(self, rewards_per_func, completion_ids_list) -> None:
+    def _curriculum_round_rewards(self, rewards: list[float], completion_ids_list) -> None:
         """Round statistics from the rewards of every process: the adaptive policy's input and the prompt report."""
-        rewards = _trl.weighted_rewards(self, rewards_per_func)
-        g = self.num_generations
+        if not self._observe_this_round:
+            return
+        g = self._curriculum.current.num_generations
         keys = _trl.prompt_keys(self._prompt_stream, self._round_prompts)
         completion_keys = None
         if self._curriculum.needs_completion_keys:
@@ -166,10 +158,7 @@ class CurriculumGRPOTrainer(GRPOTrainer):
 
     # --- checkpoint and resume ---------------------------------------------------------------------------------------
 
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        if self._curriculum is None or not self.args.should_save:
-            return
+    def _curriculum_save(self, folder: str) -> None:
         state = {
             "version": 1,
             "global_step": self.state.global_step,
@@ -179,17 +168,13 @@ class CurriculumGRPOTrainer(GRPOTrainer):
             "round_start_stream": self._round_start_stream,
             "prompt_report": self._prompt_report.state_dict(),
         }
-        folder = _trl.checkpoint_dir(self, trial)
         path = os.path.join(folder, _trl.CURRICULUM_STATE_FILE)
         with open(path + ".tmp", "w") as f:
             json.dump(state, f)
         os.replace(path + ".tmp", path)
         self.write_prompt_report(folder)
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if self._curriculum is None or checkpoint is None:
-            return
+    def _curriculum_load(self, checkpoint: str) -> None:
         path = os.path.join(checkpoint, _trl.CURRICULUM_STATE_FILE)
         if not os.path.exists(path):
             raise FileNotFoundError(
@@ -202,7 +187,7 @@ class CurriculumGRPOTrainer(GRPOTrainer):
         if state.get("prompt_report") is not None:
             self._prompt_report.load_state_dict(state["prompt_report"])
         _trl.restore_micro_step(self, state["micro_step"])
-        self._prompt_stream = self._new_prompt_stream()
+        self._prompt_stream = _trl.new_prompt_stream(self)
         self._resumed_mid_round = _trl.round_in_progress(self) and state["round_start_stream"] is not None
         if self._resumed_mid_round:
             self._round_start_stream = state["round_start_stream"]
