@@ -15,7 +15,7 @@ from .errors import CurriculumError, Problem
 
 logger = logging.getLogger("grpo_curriculum")
 
-DEMO_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "demo.yaml"
+DEMO_RECIPE = Path(__file__).resolve().parent / "recipes" / "demo.yaml"  # shipped in the package (recipes/ links it)
 
 
 # --- building a run ----------------------------------------------------------------------------------------------
