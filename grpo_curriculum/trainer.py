@@ -11,7 +11,7 @@ from trl import GRPOTrainer
 
 from . import _trl
 from .callback import CurriculumCallback
-from .errors import raise_if_any
+from .errors import Problem, raise_if_any
 from .geometry import BatchGeometry
 from .signals import PromptReport, round_stats
 
@@ -37,7 +37,15 @@ def validate_schedule_geometry(curriculum: CurriculumCallback, args, num_process
         [`CurriculumError`]: naming the geometry, the valid G values and the fixes for each invalid stage.
     """
     geometry = BatchGeometry.from_args(args, num_processes=num_processes)
-    raise_if_any(curriculum.schedule.geometry_problems(geometry), context=geometry.describe())
+    problems = curriculum.schedule.geometry_problems(geometry)
+    overrides = getattr(args, "generation_kwargs", None) or {}
+    if "temperature" in overrides:  # TRL applies generation_kwargs last: it would pin every round's temperature
+        problems.append(
+            Problem("generation_kwargs.temperature", overrides["temperature"], "would override the curriculum's "
+                    "temperature in every round (TRL applies `generation_kwargs` last)",
+                    "remove `temperature` from `generation_kwargs`; set it per stage instead")
+        )  # fmt: skip
+    raise_if_any(problems, context=geometry.describe())
 
 
 class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):

@@ -259,3 +259,8 @@ def test_switch_with_unshuffled_and_iterable_datasets(tmp_path, variant):
         assert prompts == list(range(15))  # 3 rounds x 4 prompts, then 3 x 1: in dataset order, none skipped
     else:
         assert len(prompts) == len(set(prompts)) == 15
+
+
+def test_generation_kwargs_temperature_conflicts_with_the_curriculum(tmp_path):
+    with pytest.raises(CurriculumError, match=r"generation_kwargs\.temperature = 0\.5: would override"):
+        make_trainer(tmp_path, TWO_STAGES, generation_kwargs={"temperature": 0.5})
