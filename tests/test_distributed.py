@@ -11,9 +11,9 @@ from .conftest import assert_whole_groups
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_two_processes(tmp_path, mode, port):
+def run_two_processes(tmp_path, mode):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
                str(ROOT / "tests" / "distributed_run.py"), str(tmp_path), mode]  # fmt: skip
     result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -21,7 +21,7 @@ def run_two_processes(tmp_path, mode, port):
 
 
 def test_two_processes_switch_together(tmp_path):
-    ranks = run_two_processes(tmp_path, "stages", 29517)
+    ranks = run_two_processes(tmp_path, "stages")
 
     expected_g = [2, 2, 8, 8, 4, 4]
     for rank in ranks:
@@ -46,7 +46,7 @@ def test_two_processes_switch_together(tmp_path):
 
 def test_adaptive_decisions_agree_when_ranks_see_different_rewards(tmp_path):
     """Each rank scores its rows differently; decisions come from the gathered rewards, so both ranks agree."""
-    ranks = run_two_processes(tmp_path, "adaptive", 29518)
+    ranks = run_two_processes(tmp_path, "adaptive")
     settings = [[(c["step"], c["num_generations"], c["temperature"]) for c in rank["calls"]] for rank in ranks]
     assert settings[0] == settings[1]
     assert ranks[0]["switches"] == ranks[1]["switches"] and ranks[0]["switches"], "the policy never switched"
@@ -56,7 +56,7 @@ def test_adaptive_decisions_agree_when_ranks_see_different_rewards(tmp_path):
 
 def test_train_command_under_torchrun_validates_the_real_world_size(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-    base = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519",
+    base = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
             "-m", "grpo_curriculum.cli", "train", str(ROOT / "recipes" / "demo.yaml"), "--max_steps", "2",
             "--warm_start_steps", "0"]  # fmt: skip
     # 2 processes x 8 = generation batch 16: G 2 and 8 fit.

@@ -7,7 +7,6 @@ sampling parameters must follow the schedule on both ranks at the same round. Se
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,17 +20,11 @@ PER_DEVICE = 4
 EXPECTED = [(0, 2, 0.7), (1, 2, 0.7), (2, 8, 1.2), (3, 8, 1.2)]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_colocate_tp(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline",
            "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-               str(free_port()), str(ROOT / "tests" / "colocate_tp_run.py"), str(tmp_path)]  # fmt: skip
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+               str(ROOT / "tests" / "colocate_tp_run.py"), str(tmp_path)]  # fmt: skip
     result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
