@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import importlib
 import itertools
+import json
 import logging
 import os
 
@@ -54,8 +57,6 @@ def record_fused_lm_head_temperature(cells: list):
     While the parent `GRPOTrainer.__init__` runs, record the closure cell holding the temperature of every fused LM
     head it adds (policy and reference model), so [`set_temperature`] can change it later.
     """
-    import importlib
-
     module = importlib.import_module(_GRPO_MODULE)
     original = getattr(module, "add_fused_lm_head", None)
     if original is None:
@@ -155,9 +156,6 @@ class PromptStream:
             if shuffle:
                 self._generator.manual_seed(seed)
 
-    def __len__(self) -> int:
-        return len(self.dataset)
-
     def _start_pass(self) -> None:
         if self.iterable:
             stream = self.dataset.shuffle(seed=self.seed) if self.shuffle else self.dataset
@@ -237,9 +235,6 @@ def prompt_keys(stream: PromptStream, prompts: list) -> list[str]:
     """A stable key per prompt, identical on every process: the dataset index, or a digest of an iterable row's prompt."""
     if not stream.iterable:
         return [str(i) for i in prompts]
-    import hashlib
-    import json
-
     return [hashlib.sha1(json.dumps(row.get("prompt"), sort_keys=True, default=str).encode()).hexdigest()[:16]
             for row in prompts]  # fmt: skip
 
@@ -371,7 +366,7 @@ def _expand(values, k: int):
     return None if values is None else [value for value in values for _ in range(k)]
 
 
-def install_request_plan(trainer, num_engines: int | None) -> None:
+def install_request_plan(trainer, num_engines: int | str | None) -> None:
     """
     Balance the trainer's vLLM server requests over `num_engines` data-parallel engines.
 
@@ -391,10 +386,13 @@ def install_request_plan(trainer, num_engines: int | None) -> None:
     Args:
         trainer ([`~trl.GRPOTrainer`]):
             A trainer built with `use_vllm=True`.
-        num_engines (`int` or `None`):
-            Data-parallel engines behind the server (see [`vllm_num_engines_from_server`]), `None` when unknown.
+        num_engines (`int`, `"auto"` or `None`):
+            Data-parallel engines behind the server; `"auto"` asks the server ([`vllm_num_engines_from_server`]);
+            `None` when unknown.
     """
     client = _server_client(trainer)
+    if num_engines == "auto" and client is not None:
+        num_engines = vllm_num_engines_from_server(trainer)
     if client is None or num_engines is None:
         return
     original = getattr(client.generate, "_grpo_curriculum_original", client.generate)

@@ -175,9 +175,6 @@ class PromptReport:
     def __init__(self):
         self._prompts: dict[str, dict] = {}
 
-    def __contains__(self, prompt_key) -> bool:
-        return str(prompt_key) in self._prompts
-
     def __len__(self) -> int:
         return len(self._prompts)
 

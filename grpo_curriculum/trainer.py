@@ -29,14 +29,14 @@ def _find_curriculum(callbacks) -> CurriculumCallback | None:
     return found[0] if found else None
 
 
-def validate_schedule_geometry(curriculum: CurriculumCallback, args, num_processes: int | None = None) -> None:
+def validate_schedule_geometry(curriculum: CurriculumCallback, args) -> None:
     """
     Check every G the curriculum can reach against the run's batch geometry.
 
     Raises:
         [`CurriculumError`]: naming the geometry, the valid G values and the fixes for each invalid stage.
     """
-    geometry = BatchGeometry.from_args(args, num_processes=num_processes)
+    geometry = BatchGeometry.from_args(args)
     problems = curriculum.schedule.geometry_problems(geometry)
     overrides = getattr(args, "generation_kwargs", None) or {}
     if "temperature" in overrides:  # TRL applies generation_kwargs last: it would pin every round's temperature
@@ -89,11 +89,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         if training_args is None:  # GRPOTrainer built default args from the model name
             validate_schedule_geometry(self._curriculum, self.args)
         self._curriculum._trainer = self
-        if getattr(self, "use_vllm", False) and self._curriculum.vllm_num_engines is not None:
-            engines = self._curriculum.vllm_num_engines
-            if engines == "auto":
-                engines = _trl.vllm_num_engines_from_server(self)
-            _trl.install_request_plan(self, engines)
+        _trl.install_request_plan(self, self._curriculum.vllm_num_engines)  # a no-op unless vLLM server mode
         if self.args.max_steps > 0:
             self._curriculum.resolve(self.args.max_steps)  # stage ends are known: check them now
         self._apply(self._curriculum.initial_setting())
