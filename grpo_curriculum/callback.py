@@ -25,10 +25,6 @@ class CurriculumCallback(TrainerCallback):
     Args:
         schedule ([`StageSchedule`] or `list[Stage]`):
             The stages.
-        vllm_num_engines (`int` or `"auto"`, *optional*):
-            With `use_vllm=True` and `vllm_mode="server"`: the data-parallel engines behind the server (`"auto"` asks
-            the server). Each round's requests are then split so every engine samples the same number of completions.
-            Unset: requests are laid out exactly as TRL does.
 
     Example:
     ```python
@@ -40,12 +36,8 @@ class CurriculumCallback(TrainerCallback):
     ```
     """
 
-    def __init__(self, schedule: StageSchedule | list[Stage], vllm_num_engines: int | str | None = None):
+    def __init__(self, schedule: StageSchedule | list[Stage]):
         self.schedule = schedule if isinstance(schedule, StageSchedule) else StageSchedule(schedule)
-        if vllm_num_engines is not None and vllm_num_engines != "auto":
-            if isinstance(vllm_num_engines, bool) or not isinstance(vllm_num_engines, int) or vllm_num_engines < 1:
-                raise ValueError(f"vllm_num_engines must be a positive integer or 'auto', got {vllm_num_engines!r}.")
-        self.vllm_num_engines = vllm_num_engines
         self.resolved: ResolvedSchedule | None = None
         self.current: Setting | None = None
         self.rounds = 0  # generation rounds started in this run

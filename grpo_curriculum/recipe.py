@@ -9,8 +9,6 @@ fields such as `model_name_or_path`, `ScriptArguments` fields such as `dataset_n
 - `dataset_num_prompts`: how many prompts a built-in dataset (`builtin:echo`, `builtin:count`) holds;
 - `dataset_prompt_column`: the dataset column holding the prompt, renamed to `prompt` (e.g. `question` for GSM8K);
 - `warm_start_steps`: supervised steps given to the built-in model (`builtin:tiny`) before RL (default 0);
-- `vllm_num_engines`: data-parallel engines behind a vLLM server (`use_vllm`, `vllm_mode: server`), an integer or
-  `auto` (ask the server); requests are then split so every engine gets the same number of completions;
 - `curriculum`: a mapping with `stages:`, a list of [`Stage`] fields.
 
 ```yaml
@@ -53,7 +51,7 @@ from .schedule import Stage, StageSchedule, stage_problems
 BUILTIN = "builtin:"
 BUILTIN_MODELS = ("tiny",)
 RECIPE_KEYS = (
-    "reward_funcs", "num_processes", "dataset_num_prompts", "dataset_prompt_column", "warm_start_steps", "vllm_num_engines", "curriculum"
+    "reward_funcs", "num_processes", "dataset_num_prompts", "dataset_prompt_column", "warm_start_steps", "curriculum"
 )
 STAGE_KEYS = tuple(f.name for f in dataclasses.fields(Stage))
 UNSUPPORTED = {
@@ -79,7 +77,6 @@ class Recipe:
         reward_funcs (`list[str]`): Import paths of the reward functions (see [`import_reward`]).
         num_processes (`int` or `None`): World size the recipe was written for.
         warm_start_steps (`int`): Supervised warm-start steps for the built-in model.
-        vllm_num_engines (`int`, `"auto"` or `None`): vLLM server engines to balance requests over.
         training (`dict`): `GRPOConfig` keyword arguments. When the recipe does not set `num_generations` or
             `temperature`, they are the first stage's, so that `GRPOConfig` accepts the geometry the run starts in.
         model (`dict`): Other `ModelConfig` keyword arguments given (e.g. `dtype`).
@@ -104,7 +101,6 @@ class Recipe:
     script: dict = field(default_factory=dict)
     warm_start_steps: int = 0
     dataset_prompt_column: str = "prompt"
-    vllm_num_engines: int | str | None = None
 
 
 # --- YAML --------------------------------------------------------------------------------------------------------
@@ -457,10 +453,6 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
     if not isinstance(prompt_column, str) or not prompt_column:
         problems.append(Problem("dataset_prompt_column", prompt_column, "must be a column name",
                                 "e.g. `dataset_prompt_column: question`"))
-    engines = data.get("vllm_num_engines")
-    if engines is not None and engines != "auto" and (not _is_int(engines) or engines < 1):
-        problems.append(Problem("vllm_num_engines", engines, "must be a positive integer or `auto`",
-                                "set it to the server's `--data-parallel-size`, or `auto` to ask the server"))
     problems += _reward_problems(data.get("reward_funcs"))
 
     if "curriculum" in data:
@@ -491,7 +483,7 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         dataset_train_split=script.pop("dataset_train_split", "train"),
         dataset_num_prompts=num_prompts, reward_funcs=list(data["reward_funcs"]),
         num_processes=data.get("num_processes"), training=training, model=model, curriculum=schedule, raw=data,
-        script=script, warm_start_steps=data.get("warm_start_steps", 0), vllm_num_engines=engines,
+        script=script, warm_start_steps=data.get("warm_start_steps", 0),
         dataset_prompt_column=prompt_column,
     )
 

@@ -92,7 +92,7 @@ def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=()):
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=[CurriculumCallback(recipe.curriculum, vllm_num_engines=recipe.vllm_num_engines), *extra_callbacks],
+        callbacks=[CurriculumCallback(recipe.curriculum), *extra_callbacks],
     )
 
 

@@ -25,14 +25,14 @@ def _wandb_run(args):
 
 
 def curriculum_config(callback) -> dict:
-    """The curriculum as a JSON-serialisable mapping: stages (with their resolved step ranges) and vLLM balancing."""
+    """The curriculum as a JSON-serialisable mapping: the stages, with their resolved step ranges."""
     stages = []
     for i, stage in enumerate(callback.schedule.stages):
         entry = {k: v for k, v in asdict(stage).items() if v is not None}
         if callback.resolved is not None:
             entry["steps"] = [callback.resolved.start_of(i), callback.resolved.ends[i]]
         stages.append(entry)
-    return {"stages": stages, "vllm_num_engines": callback.vllm_num_engines}
+    return {"stages": stages}
 
 
 def log_config(args, callback) -> None:

@@ -89,7 +89,6 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         if training_args is None:  # GRPOTrainer built default args from the model name
             validate_schedule_geometry(self._curriculum, self.args)
         self._curriculum._trainer = self
-        _trl.install_request_plan(self, self._curriculum.vllm_num_engines)  # a no-op unless vLLM server mode
         if self.args.max_steps > 0:
             self._curriculum.resolve(self.args.max_steps)  # stage ends are known: check them now
         self._apply(self._curriculum.initial_setting())

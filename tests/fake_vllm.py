@@ -132,7 +132,6 @@ class CompletionRequest:
     temperature: float | None
     max_tokens: int
     payload: dict
-    engine_loads: list[int]
     features: list | None = None
 
 
@@ -158,8 +157,7 @@ class FakeResponse:
 
 class FakeVLLMServer:
     """
-    An in-process stand-in for `vllm serve` with TRL's flags, answering the HTTP endpoints `VLLMClient` uses, with
-    `data_parallel_size` engines that take a call's requests (one per prompt) round-robin, in order.
+    An in-process stand-in for `vllm serve` with TRL's flags, answering the HTTP endpoints `VLLMClient` uses.
 
     Attributes:
         requests (`list[tuple[str, str, dict | None]]`):
@@ -269,12 +267,6 @@ class FakeVLLMServer:
             if update is not None:
                 update.received.append((name, tuple(tensor.shape)))
 
-    def _engine_loads(self, num_requests: int, n: int) -> list[int]:
-        loads = [0] * self.data_parallel_size
-        for request in range(num_requests):
-            loads[request % self.data_parallel_size] += n
-        return loads
-
     def _completions(self, body):
         prompts = body["prompt"]
         if prompts and isinstance(prompts[0], int):
@@ -300,9 +292,8 @@ class FakeVLLMServer:
         with self._lock:
             self.completions.append(
                 CompletionRequest(
-                    "/v1/completions", [list(p) for p in prompts], n, body.get("temperature"), max_tokens, body,
-                    self._engine_loads(len(prompts), n),
-                )  # fmt: skip
+                    "/v1/completions", [list(p) for p in prompts], n, body.get("temperature"), max_tokens, body
+                )
             )
         body = {"id": "cmpl-fake", "object": "text_completion", "model": self.model, "choices": choices}
         return FakeResponse(200, body)
@@ -321,8 +312,8 @@ class FakeVLLMServer:
             self.completions.append(
                 CompletionRequest(
                     "/inference/v1/generate", [list(prompt_ids)], n, params.get("temperature"), max_tokens, body,
-                    self._engine_loads(1, n), features=[body.get("features")],
-                )  # fmt: skip
+                    features=[body.get("features")],
+                )
             )
         return FakeResponse(200, {"request_id": body.get("request_id"), "choices": choices})
 

@@ -87,7 +87,7 @@ def test_demo_recipe_fields():
     recipe = load_recipe(str(ROOT / "recipes" / "demo.yaml"))
     assert (recipe.model_name_or_path, recipe.dataset_name) == ("builtin:tiny", "builtin:echo")
     assert recipe.reward_funcs == ["grpo_curriculum.tasks:echo_reward"] and recipe.dataset_num_prompts == 256
-    assert recipe.warm_start_steps == 20 and recipe.vllm_num_engines is None
+    assert recipe.warm_start_steps == 20
     assert recipe.dataset_config is None and recipe.dataset_train_split == "train" and recipe.model == {}
     assert recipe.training["use_cpu"] is True and recipe.training["report_to"] == []
     assert recipe.training["learning_rate"] == pytest.approx(2e-3)

@@ -27,7 +27,6 @@ def test_wandb_offline_run_holds_the_curriculum(tmp_path, monkeypatch):
             {"num_generations": 2, "temperature": 0.7, "until_step": 3, "temperature_ramp": "linear", "steps": [0, 3]},
             {"num_generations": 4, "temperature": 1.3, "temperature_ramp": "linear", "steps": [3, 6]},
         ],
-        "vllm_num_engines": None,
     }
     steps = [row for row in run["history"] if "train/curriculum/num_generations" in row and "train/loss" in row]
     assert [row["train/curriculum/num_generations"] for row in steps] == [2, 2, 2, 4, 4, 4]
