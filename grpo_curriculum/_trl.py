@@ -19,6 +19,8 @@ Tested against TRL 1.16. What the curriculum relies on:
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import hashlib
 import importlib
 import itertools
@@ -75,7 +77,8 @@ def record_fused_lm_head_temperature(cells: list):
 
 
 def set_num_generations(trainer, num_generations: int) -> None:
-    """Make the next generation round sample `num_generations` completions per prompt and group rewards by it."""
+    """Make the next generation round sample `num_generations` completions per prompt and group rewards by it (`1`:
+    every row on its own, for a round of mixed group sizes)."""
     trainer.num_generations = int(num_generations)
 
 
@@ -128,7 +131,7 @@ class PromptStream:
     `repeat_iterable_dataset` (iterable datasets) would: a fresh permutation (seeded with `seed`) a pass, consumed in
     order, a pass's tail too short for a whole round dropped. With a changing G, each round takes
     `generation_batch_size / G` prompts from where the last round stopped, so no prompt is skipped or repeated within a
-    pass whatever the switches.
+    pass whatever the switches. A per-prompt round looks ahead ([`upcoming`]) and consumes what it took ([`consume`]).
 
     Args:
         dataset (`Dataset` or `IterableDataset`):
@@ -148,6 +151,7 @@ class PromptStream:
         self.position = 0  # prompts consumed in the current pass
         self._order = None  # map-style: the current pass's permutation
         self._iterator = None  # iterable: the current pass's stream
+        self._lookahead: list = []  # iterable: rows read from the stream but not consumed yet
         if not self.iterable:
             self._generator = torch.Generator()
             if shuffle:
@@ -162,24 +166,46 @@ class PromptStream:
             self._order = torch.randperm(len(self.dataset), generator=self._generator).tolist()
         else:
             self._order = list(range(len(self.dataset)))
+        self._lookahead = []
         self.epoch += 1
         self.position = 0
+
+    def upcoming(self):
+        """The prompts left in the current pass, in order, without consuming them (opens a pass if none is open)."""
+        if self._order is None and self._iterator is None:
+            self._start_pass()
+        if not self.iterable:
+            yield from self._order[self.position :]
+            return
+        for i in itertools.count():
+            if i == len(self._lookahead):
+                row = next(self._iterator, _END)
+                if row is _END:
+                    return
+                self._lookahead.append(row)
+            yield self._lookahead[i]
+
+    def consume(self, num_prompts: int) -> list:
+        """Consume the next `num_prompts` prompts of the pass (all offered by [`upcoming`]) and return them."""
+        if self.iterable:
+            taken, self._lookahead = self._lookahead[:num_prompts], self._lookahead[num_prompts:]
+        else:
+            taken = self._order[self.position : self.position + num_prompts]
+        if len(taken) != num_prompts:
+            raise RuntimeError(f"the pass has {len(taken)} prompts left, {num_prompts} were asked for")
+        self.position += num_prompts
+        return taken
+
+    def end_pass(self) -> None:
+        """Drop the rest of the current pass (too short for a round); the next prompts come from a new pass."""
+        self._order, self._iterator, self._lookahead = None, None, []
 
     def take(self, num_prompts: int) -> list:
         """The next `num_prompts` unique prompts: dataset indices (map-style) or rows (iterable)."""
         for _ in range(3):  # a pass too short for one round is an error, not an endless loop
-            if self._order is None and self._iterator is None:
-                self._start_pass()
-            if self.iterable:
-                rows = list(itertools.islice(self._iterator, num_prompts))
-                if len(rows) == num_prompts:
-                    self.position += num_prompts
-                    return rows
-            elif self.position + num_prompts <= len(self._order):
-                indices = self._order[self.position : self.position + num_prompts]
-                self.position += num_prompts
-                return indices
-            self._order, self._iterator = None, None
+            if len(list(itertools.islice(self.upcoming(), num_prompts))) == num_prompts:
+                return self.consume(num_prompts)
+            self.end_pass()
         raise ValueError(
             f"The train dataset has fewer prompts than one generation round needs ({num_prompts}): "
             "use a larger dataset, a smaller generation batch, or a larger num_generations."
@@ -191,7 +217,7 @@ class PromptStream:
 
     def load_state(self, state: dict) -> None:
         """Restore a [`state`]: replay the pass's permutation (or stream) and skip what was consumed."""
-        self.epoch, self.position, self._order, self._iterator = 0, 0, None, None
+        self.epoch, self.position, self._order, self._iterator, self._lookahead = 0, 0, None, None, []
         if self.iterable:
             if state["epoch"] > 0:
                 self.epoch = state["epoch"] - 1
@@ -214,18 +240,23 @@ class PromptStream:
         return [self.dataset[i] for i in prompts]
 
 
-def local_round_rows(trainer, stream: PromptStream, prompts: list, num_generations: int) -> list[dict]:
+_END = object()
+
+
+def local_round_rows(trainer, stream: PromptStream, prompts: list, group_sizes: list[int]) -> list[dict]:
     """
-    This process's rows of a generation round holding `prompts` (from [`PromptStream.take`]) at `num_generations`:
-    the global round is the prompts each repeated G times in a row, and process `i` takes the `i`-th contiguous slice,
-    exactly the layout `RepeatSampler` and accelerate's batch sharding give.
+    This process's rows of a generation round holding `prompts` (from [`PromptStream.take`]), prompt `i` repeated
+    `group_sizes[i]` times in a row: process `p` takes the `p`-th contiguous slice of the round's rows, exactly the
+    layout `RepeatSampler` and accelerate's batch sharding give (groups may span processes).
     """
     local = trainer.args.generation_batch_size // trainer.accelerator.num_processes
     start = trainer.accelerator.process_index * local
-    first, last = start // num_generations, (start + local - 1) // num_generations
-    rows = stream.materialize(prompts[first : last + 1])
-    # A fresh dict for every repeat, as the data loader gives: TRL writes per-row fields into them.
-    return [dict(rows[position // num_generations - first]) for position in range(start, start + local)]
+    owner = [i for i, size in enumerate(group_sizes) for _ in range(size)][start : start + local]
+    first = owner[0]
+    rows = stream.materialize(prompts[first : owner[-1] + 1])
+    # A fresh copy for every repeat, as the data loader gives: TRL writes per-row fields into them, and a reward
+    # function mutating one row's fields must not change the other rows of its group.
+    return [copy.deepcopy(rows[i - first]) for i in owner]
 
 
 def prompt_keys(stream: PromptStream, prompts: list) -> list[str]:
@@ -276,10 +307,134 @@ def all_processes_agree(trainer, fingerprint: tuple) -> None:
         )
 
 
-def is_grpo_trainer(trainer) -> bool:
-    from trl import GRPOTrainer
+# --- rounds whose groups differ in size (per-prompt G) -------------------------------------------------------------
+# TRL groups a round's rewards with `rewards.view(-1, num_generations)` and, in vLLM server mode, sends
+# `all_prompts[::num_generations]` with `n=num_generations`. A round whose prompts have different G runs with
+# `num_generations = 1` (every row its own prompt as far as TRL's grouping goes); its advantages are then recomputed
+# per real group ([`group_advantages`]) and the server requests regrouped ([`install_variable_group_requests`]).
 
-    return isinstance(trainer, GRPOTrainer)
+
+def _segment_nanmean(values, group, num_groups: int):
+    mask = ~torch.isnan(values)
+    shape = (num_groups, *values.shape[1:])
+    sums = torch.zeros(shape, dtype=values.dtype, device=values.device).index_add_(0, group, values.nan_to_num(0.0))
+    counts = torch.zeros(shape, dtype=values.dtype, device=values.device).index_add_(0, group, mask.to(values.dtype))
+    return sums / counts, counts
+
+
+def _segment_nanstd(values, group, num_groups: int):
+    """TRL's `nanstd` (NaN-aware, Bessel-corrected; NaN for fewer than 2 values) of each group."""
+    mean, counts = _segment_nanmean(values, group, num_groups)
+    squares = ((values - mean[group]) ** 2).nan_to_num(0.0)
+    total = torch.zeros_like(mean).index_add_(0, group, squares)
+    variance = torch.where(counts > 1, total / (counts - 1), torch.full_like(total, float("nan")))
+    return torch.sqrt(variance)
+
+
+def group_advantages(trainer, rewards_per_func, group_sizes: list[int]):
+    """
+    The advantages `GRPOTrainer._generate_and_score_completions` computes, with each group of its own size: a group's
+    mean and std are over its own rewards; `scale_rewards` ("group", "batch", "none") and `multi_objective_aggregation`
+    ("sum_then_normalize", "normalize_then_sum") mean what they mean in TRL; rows every reward function left unscored
+    get advantage 0.
+
+    Args:
+        trainer ([`~trl.GRPOTrainer`]): For its reward weights, `scale_rewards` and `multi_objective_aggregation`.
+        rewards_per_func (`torch.Tensor`): `(rows, reward functions)`, gathered from every process, in row order.
+        group_sizes (`list[int]`): Each group's size, in row order (they add up to the rows).
+
+    Returns:
+        `tuple[torch.Tensor, torch.Tensor]`: Per row, the advantage and whether its std counts as zero (TRL's
+        `is_std_zero`, the source of `frac_reward_zero_std`).
+    """
+    from trl.trainer.utils import nanstd
+
+    device = rewards_per_func.device
+    num_groups = len(group_sizes)
+    group = torch.repeat_interleave(torch.arange(num_groups, device=device), torch.tensor(group_sizes, device=device))
+    weights = trainer.reward_weights.to(device).unsqueeze(0)
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)
+    if trainer.multi_objective_aggregation == "sum_then_normalize":
+        rewards = (rewards_per_func * weights).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        mean = _segment_nanmean(rewards, group, num_groups)[0][group]
+        if trainer.scale_rewards in ("group", "none"):
+            std = _segment_nanstd(rewards, group, num_groups)[group]
+        elif trainer.scale_rewards == "batch":
+            std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+        else:
+            raise ValueError(f"Invalid value for scale_rewards: {trainer.scale_rewards}.")
+        advantages = rewards - mean
+        if trainer.scale_rewards != "none":
+            advantages = advantages / (std + 1e-4)
+    elif trainer.multi_objective_aggregation == "normalize_then_sum":
+        mean = _segment_nanmean(rewards_per_func, group, num_groups)[0][group]
+        std_k = _segment_nanstd(rewards_per_func, group, num_groups)[group]
+        rewards = (((rewards_per_func - mean) / (std_k + 1e-4)) * weights).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+        advantages = (rewards - torch.nanmean(rewards)) / (std + 1e-4)
+    else:
+        raise ValueError(f"Invalid multi_objective_aggregation: {trainer.multi_objective_aggregation}.")
+    return torch.nan_to_num(advantages, nan=0.0), torch.isclose(std, torch.zeros_like(std))
+
+
+def regroup_round_output(trainer, output: dict, rewards_per_func, group_sizes: list[int]) -> None:
+    """
+    Replace what TRL computed for a round of mixed group sizes (it ran with `num_generations = 1`) by the values of
+    the real groups: this process's `advantages` in `output`, the logged `frac_reward_zero_std` and the advantages of
+    the completion log.
+    """
+    advantages, is_std_zero = group_advantages(trainer, rewards_per_func, group_sizes)
+    local = len(output["advantages"])
+    start = trainer.accelerator.process_index * local
+    output["advantages"] = advantages[start : start + local].to(output["advantages"].device)
+    trainer._metrics["train"]["frac_reward_zero_std"][-1] = is_std_zero.float().mean().item()
+    trainer._logs["advantages"].clear()
+    trainer._logs["advantages"].extend(advantages.tolist())
+
+
+def install_variable_group_requests(trainer) -> None:
+    """
+    In vLLM server mode (main process), make a round of mixed group sizes send TRL's kind of requests: each unique
+    prompt once with `n` = its group's size. TRL sends such a round row by row (`num_generations = 1`, `n=1`); the
+    wrapper around `VLLMClient.generate` sends one request per distinct size instead (`n` = that size, its prompts in
+    round order), and hands the completions back row by row, in group order. With a fixed sampling seed, vLLM then
+    gives each completion of a group its own seed (`seed + index`), as in TRL; rows sent with `n=1` would all repeat it.
+    Calls outside such a round (a round of one G, evaluation) pass through unchanged.
+    """
+    if not getattr(trainer, "use_vllm", False) or not trainer.accelerator.is_main_process:
+        return
+    generation = getattr(trainer, "vllm_generation", None)
+    client = getattr(generation, "vllm_client", None) if getattr(generation, "mode", None) == "server" else None
+    if client is None:
+        return
+    original = client.generate
+
+    @functools.wraps(original)
+    def generate(prompts, features=None, n=1, **kwargs):
+        sizes = getattr(trainer, "_round_group_sizes", None)
+        if sizes is None or n != 1 or len(prompts) != sum(sizes):
+            return original(prompts=prompts, features=features, n=n, **kwargs)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        rows: list = [None] * len(sizes)  # per group: (prompt_ids, completions, logprobs, logprob_token_ids)
+        for size in sorted(set(sizes)):
+            groups = [i for i, s in enumerate(sizes) if s == size]
+            output = original(prompts=[prompts[starts[i]] for i in groups],
+                              features=None if features is None else [features[starts[i]] for i in groups],
+                              n=size, **kwargs)  # fmt: skip
+            for j, i in enumerate(groups):
+                part = slice(j * size, (j + 1) * size)
+                rows[i] = (output["prompt_ids"][j], output["completion_ids"][part],
+                           None if output.get("logprobs") is None else output["logprobs"][part],
+                           None if output.get("logprob_token_ids") is None else output["logprob_token_ids"][part])
+        result = {"prompt_ids": [row[0] for row, size in zip(rows, sizes) for _ in range(size)],
+                  "completion_ids": [c for row in rows for c in row[1]]}  # fmt: skip
+        for k, name in ((2, "logprobs"), (3, "logprob_token_ids")):
+            result[name] = None if rows[0][k] is None else [value for row in rows for value in row[k]]
+        return result
+
+    client.generate = generate
 
 
 # --- checkpoints ---------------------------------------------------------------------------------------------------
@@ -319,19 +474,34 @@ class GRPOHooks:
     that [`CurriculumGRPOTrainer`] implements, so the trainer itself names no TRL internals.
 
     Events (called only when `_curriculum_active()`):
-    - `_curriculum_round_rows() -> list[dict]`: a training generation round starts; returns this process's rows.
+    - `_curriculum_round_rows() -> (list[dict], list[int])`: a training generation round starts; returns this
+      process's rows and the round's group sizes (each prompt's G, in row order).
     - `_curriculum_round_rewards(rewards, completion_ids)`: the round's rewards, from every process, in row order.
     - `_curriculum_save(checkpoint_dir)` / `_curriculum_load(checkpoint_dir)`: a checkpoint is written / resumed.
     """
 
+    _round_group_sizes = None  # during the generation of a round of mixed group sizes: its group sizes
+
     def _generate_and_score_completions(self, inputs):
-        if self._curriculum_active() and is_training(self):
-            inputs = self._curriculum_round_rows()
-        return super()._generate_and_score_completions(inputs)
+        if not (self._curriculum_active() and is_training(self)):
+            return super()._generate_and_score_completions(inputs)
+        inputs, sizes = self._curriculum_round_rows()
+        mixed = list(sizes) if len(set(sizes)) > 1 else None
+        set_num_generations(self, 1 if mixed else sizes[0])
+        self._round_group_sizes = mixed
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._round_group_sizes = None
+        if mixed:
+            regroup_round_output(self, output, self._round_rewards_per_func, mixed)
+        self._round_rewards_per_func = None
+        return output
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self._curriculum_active() and is_training(self):
+            self._round_rewards_per_func = rewards_per_func
             self._curriculum_round_rewards(weighted_rewards(self, rewards_per_func), completion_ids_list)
         return rewards_per_func
 
@@ -349,6 +519,16 @@ class GRPOHooks:
 def current_sampling(trainer) -> tuple[int, float]:
     """The G and temperature the next round would use."""
     return trainer.num_generations, trainer.temperature
+
+
+def prompt_slots(trainer, stream: PromptStream) -> dict:
+    """What a per-prompt policy needs to key its statistics: a slot per dataset row, or hash buckets when iterable."""
+    if stream.iterable:
+        return {"num_slots": ITERABLE_SLOTS, "indexed": False}
+    return {"num_slots": len(stream.dataset), "indexed": True}
+
+
+ITERABLE_SLOTS = 2**20  # hash buckets of per-prompt statistics for iterable datasets (5 MiB; collisions merge prompts)
 
 
 def new_prompt_stream(trainer) -> PromptStream:

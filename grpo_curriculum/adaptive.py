@@ -7,11 +7,13 @@ gathered from every process, so every process feeds the same stream to its polic
 Decisions are deterministic (no randomness, order-independent sums), never leave the candidate G values, and G and the
 temperature each change at most once every `cooldown` rounds; at most one of the two changes in a round.
 
-Two policies:
+Three policies:
 
 - `hysteresis`: raise G when the smoothed share of zero-std groups stays high, lower it when it stays low.
 - `success_rate`: model each prompt's success rate p and pick the smallest G whose groups are expected to be
   informative (probability `1 - p^G - (1-p)^G`, as in Knapsack RL), like GRESO's prediction of zero-variance prompts.
+- `per_prompt`: no round-wide G: each prompt of a round gets its own G under the round's fixed budget, and prompts
+  predicted to give zero-variance groups are deferred ([`grpo_curriculum.allocation`]).
 
 Both optionally adapt the temperature within bounds (as POLARIS tunes it to keep rollouts diverse): raise it when the
 completions of a group collapse to identical ones, lower it when completions are diverse but rewards stop improving.
@@ -30,10 +32,12 @@ from dataclasses import MISSING, dataclass, fields
 from .errors import Problem, raise_if_any
 from .signals import RoundStats
 
-POLICIES = ("hysteresis", "success_rate")
-_ONLY = {  # knobs that only mean something with a policy, or with temperature bounds
-    "raise_above": "policy: hysteresis",
-    **dict.fromkeys(("target", "margin", "window", "success_threshold"), "policy: success_rate"),
+POLICIES = ("hysteresis", "success_rate", "per_prompt")
+_ONLY = {  # knobs that only mean something with some policies, or with temperature bounds
+    "raise_above": ("hysteresis",),
+    **dict.fromkeys(("margin", "window"), ("success_rate",)),
+    **dict.fromkeys(("target", "success_threshold"), ("success_rate", "per_prompt")),
+    **dict.fromkeys(("defer", "revisit", "decay"), ("per_prompt",)),
     **dict.fromkeys(("temperature_step", "collapse_below", "diverse_above"), "temperature: [low, high]"),
 }
 
@@ -49,12 +53,15 @@ def _is_real(value) -> bool:
 _KNOBS = {  # the rule of every numeric knob
     "raise_above": "[0, 1]", "lower_below": "[0, 1]", "patience": "int >= 1", "cooldown": "int >= 0",
     "smoothing": "(0, 1]", "target": "(0, 1)", "margin": "[0, 1)", "window": "int >= 1", "success_threshold": "finite",
-    "temperature_step": "> 0", "collapse_below": "[0, 1]", "diverse_above": "[0, 1]",
+    "temperature_step": "> 0", "collapse_below": "[0, 1]", "diverse_above": "[0, 1]", "defer": "bool",
+    "revisit": "[0, 1]", "decay": "[0, 1)",
 }
 
 
 def _knob_problems(key: str, value, spec: str) -> list[Problem]:
-    if spec.startswith("int"):
+    if spec == "bool":
+        ok, rule = isinstance(value, bool), "must be true or false"
+    elif spec.startswith("int"):
         ok, rule = _is_int(value) and value >= int(spec[-1]), f"must be an integer {spec[4:]}"
     elif spec == "finite":
         ok, rule = _is_real(value), "must be a finite number"
@@ -66,10 +73,16 @@ def _knob_problems(key: str, value, spec: str) -> list[Problem]:
     return [] if ok else [Problem(key, value, rule)]
 
 
-def _applies(condition: str, values: Mapping) -> bool:
-    if condition.startswith("policy"):  # an unknown policy is reported on its own
-        return values.get("policy") not in POLICIES or values["policy"] == condition.split(": ")[1]
+def _applies(condition, values: Mapping) -> bool:
+    if isinstance(condition, tuple):  # an unknown policy is reported on its own
+        return values.get("policy") not in POLICIES or values["policy"] in condition
     return values.get("temperature") is not None
+
+
+def _condition(condition) -> str:
+    if isinstance(condition, tuple):
+        return " or ".join(f"`policy: {policy}`" for policy in condition)
+    return f"`{condition}`"
 
 
 def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
@@ -114,8 +127,9 @@ def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
                                 f"must not exceed `diverse_above` ({values['diverse_above']!r})"))
     for name in given:
         if name in _ONLY and not _applies(_ONLY[name], values):
-            problems.append(Problem(f"{key}.{name}", values[name], f"only applies with `{_ONLY[name]}`",
-                                    f"drop `{name}`, or set `{_ONLY[name]}`"))
+            needs = _condition(_ONLY[name])
+            problems.append(Problem(f"{key}.{name}", values[name], f"only applies with {needs}",
+                                    f"drop `{name}`, or set {needs}"))
     return problems
 
 
@@ -132,7 +146,10 @@ class Adaptive:
         temperature (`tuple[float, float]`, *optional*):
             `(low, high)` bounds of the temperature, positive, `low <= high`. `None`: the temperature is not adapted.
         policy (`str`, *optional*, defaults to `"hysteresis"`):
-            `"hysteresis"` (thresholds on the zero-std fraction) or `"success_rate"` (per-prompt success model).
+            `"hysteresis"` (thresholds on the zero-std fraction), `"success_rate"` (one G a round from a per-prompt
+            success model) or `"per_prompt"` (a G per prompt under the round's budget, see
+            [`grpo_curriculum.allocation`]). With `per_prompt` the candidates need not divide the generation batch:
+            each must fit in it, and some combination of them must add up to it.
         raise_above (`float`, *optional*, defaults to `0.5`):
             Hysteresis: raise G while the smoothed zero-std fraction is above this.
         lower_below (`float`, *optional*, defaults to `0.1`):
@@ -143,17 +160,27 @@ class Adaptive:
         cooldown (`int`, *optional*, defaults to `5`):
             Least rounds between two G changes, and between two temperature changes (0 and 1: every round).
         smoothing (`float`, *optional*, defaults to `0.3`): EMA weight of the newest round, in (0, 1].
-        target (`float`, *optional*, defaults to `0.8`): Success rate: wanted expected fraction of informative groups.
+        target (`float`, *optional*, defaults to `0.8`):
+            Success rate: wanted expected fraction of informative groups. Per prompt: wanted probability that a
+            prompt's group is informative.
         margin (`float`, *optional*, defaults to `0.05`):
             Success rate: lower G only to a candidate expected to reach `target + margin`.
         window (`int`, *optional*, defaults to `8`): Success rate: rounds whose prompts the estimate averages over.
         success_threshold (`float`, *optional*, defaults to `0.5`):
-            Success rate: a reward `>=` this is a success (pass it to [`round_stats`]).
+            Success rate and per prompt: a reward `>=` this is a success (pass it to [`round_stats`]).
         temperature_step (`float`, *optional*, defaults to `0.1`): Temperature change per decision.
         collapse_below (`float`, *optional*, defaults to `0.5`):
             Raise the temperature while the smoothed distinct-completion fraction is below this.
         diverse_above (`float`, *optional*, defaults to `0.9`):
             Smoothed distinct-completion fraction from which completions count as diverse.
+        defer (`bool`, *optional*, defaults to `True`):
+            Per prompt: defer a prompt whose last visit gave a zero-std group (skipped for the rest of the pass over
+            the dataset, reconsidered at the next pass), unless a draw with probability `revisit` keeps it.
+        revisit (`float`, *optional*, defaults to `0.2`):
+            Per prompt: probability that a prompt predicted to give a zero-std group is trained anyway.
+        decay (`float`, *optional*, defaults to `0.5`):
+            Per prompt: weight of a prompt's earlier visits when a new one is counted, in [0, 1) (the policy changes,
+            so old outcomes fade).
     """
 
     num_generations: tuple[int, ...]
@@ -171,6 +198,9 @@ class Adaptive:
     temperature_step: float = 0.1
     collapse_below: float = 0.5
     diverse_above: float = 0.9
+    defer: bool = True
+    revisit: float = 0.2
+    decay: float = 0.5
 
     def __post_init__(self):
         if isinstance(self.num_generations, list):
@@ -180,8 +210,11 @@ class Adaptive:
         raise_if_any(self.problems(key="Adaptive"), context="Adaptive")
 
     def problems(self, key: str = "adaptive") -> list[Problem]:
-        """Every problem with the fields, each named `f"{key}.<field>"`; empty when valid."""
-        return _adaptive_problems({f.name: getattr(self, f.name) for f in fields(self)}, key)
+        """Every problem with the fields, each named `f"{key}.<field>"`; empty when valid (a knob set away from its
+        default counts as given: it must apply to the policy)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        given = [f.name for f in fields(self) if f.default is not MISSING and values[f.name] != f.default]
+        return _adaptive_problems(values, key, given=given)
 
     @classmethod
     def from_mapping(cls, values: Mapping, key: str = "adaptive") -> tuple[Adaptive | None, list[Problem]]:
@@ -205,6 +238,11 @@ class Adaptive:
         merged = {f.name: f.default for f in fields(cls) if f.default is not MISSING} | known
         problems += _adaptive_problems(merged, key, given=list(known))
         return (None, problems) if problems else (cls(**known), [])
+
+    @property
+    def per_prompt(self) -> bool:
+        """Whether each prompt gets its own G (`policy="per_prompt"`)."""
+        return self.policy == "per_prompt"
 
     def clamp(self, temperature: float) -> float:
         """`temperature` within the bounds (unchanged when the temperature is not adapted)."""
@@ -427,9 +465,8 @@ class SuccessRatePolicy(Policy):
         self._window = deque((list(r) for r in rounds), maxlen=self.adaptive.window)
 
     def _observe(self, stats: RoundStats) -> None:
-        counts = stats.group_counts or (stats.num_generations,) * len(stats.group_success)
         entries = []
-        for i, (success, n) in enumerate(zip(stats.group_success, counts)):
+        for i, (success, n) in enumerate(zip(stats.group_success, stats.group_counts)):
             if n == 0 or not _usable(success):
                 continue
             s = round(success * n)
@@ -481,10 +518,65 @@ class SuccessRatePolicy(Policy):
         return values
 
 
+class PerPromptPolicy(Policy):
+    """
+    A G per prompt: [`PerPromptPolicy.plan`] allocates each round (see [`grpo_curriculum.allocation`]) from per-prompt
+    statistics that [`Policy.observe`] updates with every round's groups. There is no round-wide G to propose; the
+    temperature adapts within its bounds as with the other policies.
+
+    Call [`PerPromptPolicy.bind`] once the round's budget and the prompts' slots are known (the trainer does).
+    """
+
+    name = "per_prompt"
+
+    def __init__(self, adaptive: Adaptive, num_generations: int, temperature: float):
+        super().__init__(adaptive, num_generations, temperature)
+        self.allocator = None
+        self.indexed = True
+
+    def bind(self, budget: int, num_slots: int, seed: int, indexed: bool) -> None:
+        """
+        Args:
+            budget (`int`): Completions per round (the generation batch).
+            num_slots (`int`): Slots of the per-prompt statistics (the dataset's size, or a hash table's).
+            seed (`int`): Seed of the deferral draws.
+            indexed (`bool`): Prompt keys are dataset indices (else hex digests, hashed into the slots).
+        """
+        from .allocation import PerPromptAllocator, PromptStats
+
+        a = self.adaptive
+        stats = PromptStats(num_slots, a.num_generations, decay=a.decay, smoothing=a.smoothing)
+        self.allocator = PerPromptAllocator(a.num_generations, budget, stats, a.target, a.defer, a.revisit, seed)
+        self.indexed = indexed
+
+    def slot_of(self, key: str) -> int:
+        """The statistics slot of a prompt key ([`round_stats`]'s `prompt_keys`)."""
+        return int(key) if self.indexed else int(key, 16) % self.allocator.stats.size
+
+    def _observe(self, stats: RoundStats) -> None:
+        if stats.prompt_keys is None:
+            raise ValueError("the per-prompt policy needs the round's prompt keys")
+        successes = [0.0 if n == 0 else round(s * n) for s, n in zip(stats.group_success, stats.group_counts)]
+        self.allocator.stats.observe([self.slot_of(k) for k in stats.prompt_keys], successes, stats.group_counts,
+                                     stats.group_zero_std)  # fmt: skip
+
+    def metrics(self) -> dict[str, float]:
+        values = super().metrics()
+        values.pop("num_generations")
+        return values
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "stats": self.allocator.stats.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.allocator.stats.load_state_dict(state["stats"])
+
+
 def make_policy(adaptive: Adaptive, num_generations: int, temperature: float) -> Policy:
     """
     The policy named by `adaptive.policy`, starting at G `num_generations` (one of the candidates) and `temperature`
     (clamped to the bounds; the first decision then says so).
     """
-    policies = {"hysteresis": HysteresisPolicy, "success_rate": SuccessRatePolicy}
+    policies = {"hysteresis": HysteresisPolicy, "success_rate": SuccessRatePolicy, "per_prompt": PerPromptPolicy}
     return policies[adaptive.policy](adaptive, num_generations, temperature)

@@ -14,6 +14,32 @@ from .schedule import ResolvedSchedule, Setting, Stage, StageSchedule
 logger = logging.getLogger("grpo_curriculum")
 
 
+class _RoundCounts:
+    """Rounds, prompts, completions and deferred prompts counted over some rounds."""
+
+    def __init__(self):
+        self.rounds = self.prompts = self.completions = self.deferred = 0
+        self.sizes: list[int] = []
+
+    def add(self, group_sizes, deferred: int, keep_sizes: bool) -> None:
+        self.rounds += 1
+        self.prompts += len(group_sizes)
+        self.completions += sum(group_sizes)
+        self.deferred += deferred
+        if keep_sizes:
+            self.sizes += list(group_sizes)
+
+    @property
+    def mean_g(self) -> float:
+        mean = self.completions / self.prompts
+        return int(mean) if mean.is_integer() else mean
+
+
+def describe_g(num_generations: int | None) -> str:
+    """`"8"`, or `"per prompt"` for a per-prompt round."""
+    return "per prompt" if num_generations is None else str(num_generations)
+
+
 class CurriculumCallback(TrainerCallback):
     """
     A [`~transformers.TrainerCallback`] carrying a curriculum over `num_generations` (G) and `temperature`.
@@ -45,6 +71,10 @@ class CurriculumCallback(TrainerCallback):
         self.policy = None  # the adaptive policy of the current stage, if it is adaptive
         self.policy_stage: int | None = None
         self.last_stats = None  # signals of the last round (grpo_curriculum.signals.RoundStats)
+        self.round_context: dict | None = None  # what a per-prompt policy needs: budget, num_slots, seed, indexed
+        self.deferred_total = 0  # prompts deferred by per-prompt stages in this run
+        self._since_log = _RoundCounts()
+        self._last_round = _RoundCounts()
         self._trainer = None
 
     @classmethod
@@ -69,7 +99,8 @@ class CurriculumCallback(TrainerCallback):
     def initial_setting(self) -> Setting:
         """The setting before the first round: the first stage's."""
         stage = self.schedule.stages[0]
-        return Setting(0, stage.num_generations, stage.temperature_at(0.0))
+        per_prompt = stage.adaptive is not None and stage.adaptive.per_prompt
+        return Setting(0, None if per_prompt else stage.num_generations, stage.temperature_at(0.0))
 
     def setting_for_round(self, global_step: int) -> Setting:
         """
@@ -84,10 +115,11 @@ class CurriculumCallback(TrainerCallback):
         reason = f"stage {setting.stage} starts at step {self.resolved.start_of(setting.stage)}"
         if stage.adaptive is not None:
             if self.policy_stage != setting.stage:
-                self.policy = make_policy(stage.adaptive, stage.num_generations, stage.temperature)
+                self.policy = self._make_policy(setting.stage)
                 self.policy_stage = setting.stage
             decision = self.policy.decide()
-            setting = Setting(setting.stage, decision.num_generations, decision.temperature)
+            g = None if stage.adaptive.per_prompt else decision.num_generations
+            setting = Setting(setting.stage, g, decision.temperature)
             if decision.reason is not None:
                 reason = decision.reason
         else:
@@ -104,6 +136,31 @@ class CurriculumCallback(TrainerCallback):
         self.rounds += 1
         return setting
 
+    def _make_policy(self, index: int):
+        stage = self.schedule.stages[index]
+        policy = make_policy(stage.adaptive, stage.num_generations, stage.temperature)
+        if stage.adaptive.per_prompt:
+            if self.round_context is None:
+                raise RuntimeError("a per-prompt stage needs CurriculumGRPOTrainer (it sets the round's budget)")
+            policy.bind(**self.round_context)
+        return policy
+
+    @property
+    def per_prompt(self) -> bool:
+        """Whether the current round is allocated per prompt."""
+        return self.current is not None and self.current.num_generations is None
+
+    def record_round(self, group_sizes, deferred: int = 0) -> None:
+        """The trainer reports the round it built: each prompt's G and how many prompts were deferred."""
+        self._last_round = _RoundCounts()
+        for counts in (self._since_log, self._last_round):
+            counts.add(group_sizes, deferred, keep_sizes=self.per_prompt)
+        self.deferred_total += deferred
+
+    def round_sizes_since_log(self) -> list[int]:
+        """Each prompt's G in the per-prompt rounds since the last log line (for a histogram)."""
+        return list(self._since_log.sizes)
+
     def _record_switch(self, global_step: int, previous: Setting, setting: Setting, reason: str) -> None:
         switch = {"step": global_step, "round": self.rounds, "from": asdict(previous), "to": asdict(setting),
                   "reason": reason}  # fmt: skip
@@ -111,9 +168,9 @@ class CurriculumCallback(TrainerCallback):
         main = self._trainer is None or self._trainer.accelerator.is_main_process
         if main:
             logger.info(
-                "curriculum switch at step %d (round %d): G %d -> %d, temperature %.4g -> %.4g (%s)",
-                global_step, self.rounds, previous.num_generations, setting.num_generations, previous.temperature,
-                setting.temperature, reason,
+                "curriculum switch at step %d (round %d): G %s -> %s, temperature %.4g -> %.4g (%s)",
+                global_step, self.rounds, describe_g(previous.num_generations), describe_g(setting.num_generations),
+                previous.temperature, setting.temperature, reason,
             )  # fmt: skip
         if main and self._trainer is not None:
             tracking.log_switches(self._trainer.args, self.switches, global_step)
@@ -133,14 +190,24 @@ class CurriculumCallback(TrainerCallback):
         return self.policy is not None
 
     def log_metrics(self) -> dict[str, float]:
-        """The `curriculum/*` values added to every training log line."""
+        """
+        The `curriculum/*` values added to a training log line, over the rounds since the previous one (then reset):
+        `num_generations` (mean G over the rounds' prompts), `prompts` (per round), `temperature` and `stage` (the
+        current round's), and in per-prompt stages `deferred` (prompts deferred) and `deferred_total` (in the run).
+        """
         if self.current is None:
             return {}
+        since = self._since_log if self._since_log.rounds else self._last_round  # a round can outlast a log line
+        self._since_log = _RoundCounts()
         metrics = {
-            "curriculum/num_generations": self.current.num_generations,
+            "curriculum/num_generations": since.mean_g if since.rounds else self.current.num_generations,
             "curriculum/temperature": self.current.temperature,
             "curriculum/stage": self.current.stage,
+            "curriculum/prompts": since.prompts / since.rounds if since.rounds else None,
         }
+        if self.per_prompt or self.deferred_total:
+            metrics["curriculum/deferred"] = since.deferred if since is not self._last_round else 0
+            metrics["curriculum/deferred_total"] = self.deferred_total
         stats = self.last_stats
         if stats is not None:
             metrics["curriculum/mean_group_std"] = stats.mean_group_std
@@ -149,7 +216,7 @@ class CurriculumCallback(TrainerCallback):
         if self.policy is not None:
             metrics.update({f"curriculum/policy/{k}": v for k, v in self.policy.metrics().items()
                             if k not in ("num_generations", "temperature")})  # fmt: skip
-        return metrics
+        return {k: v for k, v in metrics.items() if v is not None}
 
     # --- checkpointing ---------------------------------------------------------------------------------------------
 
@@ -161,6 +228,7 @@ class CurriculumCallback(TrainerCallback):
             "switches": list(self.switches),
             "policy_stage": self.policy_stage,
             "policy": self.policy.state_dict() if self.policy is not None else None,
+            "deferred_total": self.deferred_total,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -168,10 +236,10 @@ class CurriculumCallback(TrainerCallback):
         self.rounds = state["rounds"]
         self.switches = list(state["switches"])
         self.policy_stage = state.get("policy_stage")
+        self.deferred_total = state.get("deferred_total", 0)
         self.policy = None
         if self.policy_stage is not None:
-            stage = self.schedule.stages[self.policy_stage]
-            self.policy = make_policy(stage.adaptive, stage.num_generations, stage.temperature)
+            self.policy = self._make_policy(self.policy_stage)
             self.policy.load_state_dict(state["policy"])
 
     # --- callback events -------------------------------------------------------------------------------------------

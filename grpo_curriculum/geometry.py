@@ -249,6 +249,33 @@ class BatchGeometry:
         rule = f"must divide the generation batch ({self.describe()}); valid num_generations: {listed}"
         return [Problem(key, num_generations, rule, "; ".join(self.fixes(num_generations).lines(self)))]
 
+    def per_prompt_problems(self, candidates, key: str = "num_generations") -> list[Problem]:
+        """
+        Check the candidates of a per-prompt stage: the divisibility rule does not bind (each prompt gets its own G),
+        but every candidate must fit in the generation batch and some combination of them must fill it exactly.
+
+        Args:
+            candidates (`Sequence[int]`): The candidate G values.
+            key (`str`, *optional*, defaults to `"num_generations"`): Where the candidates live.
+
+        Returns:
+            `list[Problem]`: Empty when a round can be allocated.
+        """
+        from .allocation import reachable_sums
+
+        batch = self.generation_batch_size
+        too_large = [g for g in candidates if g > batch]
+        if too_large:
+            return [Problem(key, list(candidates), f"holds {too_large}, larger than the generation batch "
+                            f"({self.describe()}): such a group never fits in a round",
+                            f"drop them, or grow the generation batch to at least {max(too_large)}")]
+        if not reachable_sums(candidates, batch)[batch]:
+            return [Problem(key, list(candidates), f"cannot fill the generation batch ({self.describe()}): no sum of "
+                            "the candidates makes it, and a round holds exactly that many completions",
+                            f"add a candidate that divides {batch} (valid: "
+                            f"{', '.join(map(str, self.valid_num_generations()))})")]
+        return []
+
     def eval_problems(self, key: str = "num_generations_eval") -> list[Problem]:
         """
         Check TRL's eval rule: `per_device_eval_batch_size x num_processes` divisible by `num_generations_eval`.

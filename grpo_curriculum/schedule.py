@@ -231,10 +231,13 @@ class Stage:
 
 @dataclass(frozen=True)
 class Setting:
-    """What applies to one generation round: the stage index, G and the temperature."""
+    """
+    What applies to one generation round: the stage index, G and the temperature. `num_generations` is `None` in a
+    per-prompt stage (each prompt of the round gets its own G, see [`grpo_curriculum.allocation`]).
+    """
 
     stage: int
-    num_generations: int
+    num_generations: int | None
     temperature: float
 
 
@@ -312,15 +315,19 @@ class StageSchedule:
 
     def geometry_problems(self, geometry, key: str = "stages") -> list[Problem]:
         """
-        Every G the schedule can reach checked against a [`BatchGeometry`]: each stage's G, or each adaptive candidate.
+        Every G the schedule can reach checked against a [`BatchGeometry`]: each stage's G, or each adaptive candidate
+        (a per-prompt stage's candidates need only fill the generation batch together).
 
         Returns:
-            `list[Problem]`: Empty when every G divides the generation batch.
+            `list[Problem]`: Empty when every round the schedule can build fits the geometry.
         """
         problems = []
         for i, stage in enumerate(self.stages):
             if stage.adaptive is None:
                 problems += geometry.problems(stage.num_generations, key=f"{key}[{i}].num_generations")
+            elif stage.adaptive.per_prompt:
+                problems += geometry.per_prompt_problems(stage.adaptive.num_generations,
+                                                         key=f"{key}[{i}].adaptive.num_generations")
             else:
                 for j, g in enumerate(stage.adaptive.num_generations):
                     problems += geometry.problems(g, key=f"{key}[{i}].adaptive.num_generations[{j}]")

@@ -6,8 +6,9 @@ and passes them here as flat lists, so every process computes the same [`RoundSt
 ([`grpo_curriculum.adaptive`]) take the same decisions. A group whose rewards are all equal has zero advantage in GRPO
 and wastes its completions; the share of such groups is the main signal.
 
-Missing rewards: TRL turns a reward function's `None` into NaN. Here `None`, NaN and infinities are *missing*: they are
-counted in `nan_fraction` and left out of every other statistic.
+Groups are given by their sizes (G per prompt, in row order), so a round whose prompts have different G is described
+by its real groups. Missing rewards: TRL turns a reward function's `None` into NaN. Here `None`, NaN and infinities
+are *missing*: they are left out of every statistic.
 """
 
 from __future__ import annotations
@@ -42,16 +43,41 @@ def _check_groups(name: str, length: int, groups: int) -> None:
         raise ValueError(f"{name} has {length} entries, but the round has {groups} groups")
 
 
-def _split(rewards: Sequence, num_generations: int) -> list[list[float | None]]:
-    if isinstance(num_generations, bool) or not isinstance(num_generations, int) or num_generations < 1:
-        raise ValueError(f"num_generations must be a positive integer, got {num_generations!r}")
-    if len(rewards) % num_generations:
+def group_sizes_of(num_generations, num_rows: int) -> tuple[int, ...]:
+    """
+    The group sizes of a round of `num_rows` rows: `num_generations` is one G for every group, or the G of each group.
+
+    Raises:
+        `ValueError`: if a size is not a positive integer or the sizes do not add up to `num_rows`.
+    """
+    if isinstance(num_generations, Sequence):
+        sizes = tuple(num_generations)
+    else:
+        if isinstance(num_generations, bool) or not isinstance(num_generations, int) or num_generations < 1:
+            raise ValueError(f"num_generations must be a positive integer, got {num_generations!r}")
+        sizes = (num_generations,) * (num_rows // num_generations)
+    if any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in sizes):
+        raise ValueError(f"group sizes must be positive integers, got {list(sizes)}")
+    if sum(sizes) != num_rows:
         raise ValueError(
-            f"{len(rewards)} rewards do not split into groups of num_generations={num_generations} "
-            "(rewards must be flat, in group order: G consecutive rows per prompt)"
+            f"{num_rows} rewards do not split into groups of {_describe_sizes(sizes)} (rewards must be flat, in group "
+            "order: G consecutive rows per prompt)"
         )
-    values = [_finite(r) for r in rewards]
-    return [values[i : i + num_generations] for i in range(0, len(values), num_generations)]
+    return sizes
+
+
+def _describe_sizes(sizes: tuple[int, ...]) -> str:
+    if len(set(sizes)) == 1:
+        return f"num_generations={sizes[0]}"
+    return f"sizes {list(sizes)} (sum {sum(sizes)})"
+
+
+def _split(rewards: Sequence, sizes: tuple[int, ...]) -> list[list[float | None]]:
+    values, groups, start = [_finite(r) for r in rewards], [], 0
+    for size in sizes:
+        groups.append(values[start : start + size])
+        start += size
+    return groups
 
 
 @dataclass(frozen=True)
@@ -60,7 +86,7 @@ class RoundStats:
     Reward-variance statistics of one generation round, from the rewards of every process.
 
     Args:
-        num_generations (`int`): The round's G.
+        group_sizes (`tuple[int, ...]`): Each group's G, in row order.
         num_groups (`int`): Groups (prompts) with at least one finite reward.
         zero_std_fraction (`float`):
             Among those groups, the fraction whose finite rewards are all equal (within `1e-6`) or that have fewer
@@ -70,30 +96,33 @@ class RoundStats:
         distinct_fraction (`float` or `None`):
             Mean over all groups of `distinct completion keys / G` (1.0: all completions differ; `1/G`: all identical).
             `None` when no completion keys were given.
-        nan_fraction (`float`): Fraction of the round's rewards that are missing (`None`, NaN or infinite).
-        group_means (`tuple[float, ...]`): Per group, in group order, the mean finite reward (NaN: all-NaN group).
         group_success (`tuple[float, ...]`):
             Per group, the fraction of finite rewards `>= success_threshold` (NaN for an all-NaN group).
+        group_counts (`tuple[int, ...]`): Per group, the number of finite rewards.
+        group_zero_std (`tuple[bool, ...]`): Per group, whether it gives zero advantage (see `zero_std_fraction`).
         prompt_keys (`tuple[str, ...]` or `None`): Per group, the prompt's key (converted with `str`), when given.
-        group_counts (`tuple[int, ...]`): Per group, the number of finite rewards (empty when not computed).
     """
 
-    num_generations: int
+    group_sizes: tuple[int, ...]
     num_groups: int
     zero_std_fraction: float
     mean_group_std: float
     mean_reward: float
     distinct_fraction: float | None
-    nan_fraction: float
-    group_means: tuple[float, ...]
     group_success: tuple[float, ...]
+    group_counts: tuple[int, ...]
+    group_zero_std: tuple[bool, ...]
     prompt_keys: tuple[str, ...] | None = None
-    group_counts: tuple[int, ...] = ()
+
+    @property
+    def num_generations(self) -> int | None:
+        """The round's G when every group has the same size, else `None`."""
+        return self.group_sizes[0] if len(set(self.group_sizes)) == 1 else None  # (None for an empty round too)
 
 
 def round_stats(
     rewards: Sequence,
-    num_generations: int,
+    num_generations: int | Sequence[int],
     prompt_keys: Sequence[Hashable] | None = None,
     completion_keys: Sequence[Hashable] | None = None,
     success_threshold: float = 0.5,
@@ -103,9 +132,10 @@ def round_stats(
 
     Args:
         rewards (`Sequence[float | None]`):
-            Flat rewards of the whole round (all processes), in group order: `num_generations` consecutive rows belong
-            to one prompt. `None` and NaN are allowed.
-        num_generations (`int`): The round's G; `len(rewards)` must be a multiple of it.
+            Flat rewards of the whole round (all processes), in group order: each group's G consecutive rows belong to
+            one prompt. `None` and NaN are allowed.
+        num_generations (`int` or `Sequence[int]`): The round's G, or each group's G; they must add up to
+            `len(rewards)`.
         prompt_keys (`Sequence[Hashable]`, *optional*): One key per group (e.g. the dataset index).
         completion_keys (`Sequence[Hashable]`, *optional*):
             One hashable key per reward row (e.g. a completion's token ids as a tuple), to count distinct completions.
@@ -115,45 +145,44 @@ def round_stats(
         [`RoundStats`]
 
     Raises:
-        `ValueError`: if `len(rewards)` is not a multiple of G, or `prompt_keys` / `completion_keys` have the wrong
-        length.
+        `ValueError`: if the group sizes do not add up to `len(rewards)`, or `prompt_keys` / `completion_keys` have the
+        wrong length.
     """
-    groups = _split(rewards, num_generations)
+    sizes = group_sizes_of(num_generations, len(rewards))
+    groups = _split(rewards, sizes)
     if prompt_keys is not None:
         _check_groups("prompt_keys", len(prompt_keys), len(groups))
     if completion_keys is not None and len(completion_keys) != len(rewards):
         raise ValueError(f"completion_keys has {len(completion_keys)} entries, but there are {len(rewards)} rewards")
-    means, success, counts, stds, zero, finite_all = [], [], [], [], 0, []
+    success, counts, stds, zero_std, finite_all = [], [], [], [], []
     for group in groups:
         finite = [v for v in group if v is not None]
-        count, mean, m2 = _moments(finite)
+        count, _, m2 = _moments(finite)
         counts.append(count)
-        means.append(mean if count else math.nan)
         success.append(sum(v >= success_threshold for v in finite) / count if count else math.nan)
+        zero_std.append(count > 0 and (count < 2 or max(finite) - min(finite) <= ZERO_STD_TOLERANCE))
         if count:
             finite_all += finite
             stds.append(math.sqrt(m2 / count))
-            zero += count < 2 or max(finite) - min(finite) <= ZERO_STD_TOLERANCE
     n = len(stds)
     distinct = None
-    if completion_keys is not None:
-        per_group = [
-            len(set(completion_keys[i : i + num_generations])) / num_generations
-            for i in range(0, len(completion_keys), num_generations)
-        ]
-        distinct = math.fsum(per_group) / len(per_group) if per_group else None
+    if completion_keys is not None and sizes:
+        per_group, start = [], 0
+        for size in sizes:
+            per_group.append(len(set(completion_keys[start : start + size])) / size)
+            start += size
+        distinct = math.fsum(per_group) / len(per_group)
     return RoundStats(
-        num_generations=num_generations,
+        group_sizes=sizes,
         num_groups=n,
-        zero_std_fraction=zero / n if n else math.nan,
+        zero_std_fraction=sum(zero_std) / n if n else math.nan,
         mean_group_std=math.fsum(stds) / n if n else math.nan,
         mean_reward=_moments(finite_all)[1] if finite_all else math.nan,
         distinct_fraction=distinct,
-        nan_fraction=(len(rewards) - len(finite_all)) / len(rewards) if len(rewards) else 0.0,
-        group_means=tuple(means),
         group_success=tuple(success),
-        prompt_keys=None if prompt_keys is None else tuple(str(k) for k in prompt_keys),
         group_counts=tuple(counts),
+        group_zero_std=tuple(zero_std),
+        prompt_keys=None if prompt_keys is None else tuple(str(k) for k in prompt_keys),
     )
 
 
@@ -182,7 +211,7 @@ class PromptReport:
         self,
         prompt_keys: Sequence[Hashable],
         rewards: Sequence,
-        num_generations: int,
+        num_generations: int | Sequence[int],
         texts: Sequence | None = None,
     ) -> None:
         """
@@ -191,11 +220,11 @@ class PromptReport:
         Args:
             prompt_keys (`Sequence[Hashable]`): One key per group (converted with `str`).
             rewards (`Sequence[float | None]`): Flat rewards in group order, as for [`round_stats`].
-            num_generations (`int`): The round's G.
+            num_generations (`int` or `Sequence[int]`): The round's G, or each group's G.
             texts (`Sequence`, *optional*):
                 One JSON-serialisable prompt (text or chat messages) per group, stored the first time it is given.
         """
-        groups = _split(rewards, num_generations)
+        groups = _split(rewards, group_sizes_of(num_generations, len(rewards)))
         _check_groups("prompt_keys", len(prompt_keys), len(groups))
         if texts is not None:
             _check_groups("texts", len(texts), len(groups))

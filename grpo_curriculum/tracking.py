@@ -57,3 +57,10 @@ def log_switches(args, switches: list[dict], step: int, commit: bool = False) ->
         return
     table = wandb.Table(columns=SWITCH_COLUMNS, data=switch_rows(switches))
     wandb.log({"curriculum/switches": table, "train/global_step": step}, commit=commit)
+
+
+def log_histogram(args, key: str, values: list, step: int) -> None:
+    """Log `values` as a wandb histogram under `key` (e.g. each prompt's G in the rounds since the last log line)."""
+    wandb = _wandb_run(args)
+    if wandb is not None:
+        wandb.log({key: wandb.Histogram(values), "train/global_step": step}, commit=False)

@@ -7,9 +7,10 @@ import json
 import logging
 import os
 
+import numpy as np
 from trl import GRPOTrainer
 
-from . import _trl
+from . import _trl, tracking
 from .callback import CurriculumCallback
 from .errors import Problem, raise_if_any
 from .geometry import BatchGeometry
@@ -18,6 +19,7 @@ from .signals import PromptReport, round_stats
 logger = logging.getLogger("grpo_curriculum")
 
 PROMPT_REPORT_FILE = "uncertain_prompts.jsonl"
+ARRAYS_FILE = "curriculum_arrays.npz"  # per-prompt statistics, next to the curriculum state
 
 
 def _find_curriculum(callbacks) -> CurriculumCallback | None:
@@ -80,6 +82,8 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             super().__init__(*args, **kwargs)
         self._prompt_stream = None
         self._round_prompts = None
+        self._round_sizes = None  # each prompt's G in the current round
+        self._round_plan = None  # a per-prompt round's allocation, to regenerate it after a mid-round resume
         self._prompt_report = PromptReport()
         self._round_start_stream = None
         self._resumed_mid_round = False
@@ -89,6 +93,10 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         if training_args is None:  # GRPOTrainer built default args from the model name
             validate_schedule_geometry(self._curriculum, self.args)
         self._curriculum._trainer = self
+        self._prompt_stream = _trl.new_prompt_stream(self)
+        self._curriculum.round_context = {"budget": self.args.generation_batch_size, "seed": self.args.seed,
+                                          **_trl.prompt_slots(self, self._prompt_stream)}  # fmt: skip
+        _trl.install_variable_group_requests(self)  # a no-op unless vLLM server mode
         if self.args.max_steps > 0:
             self._curriculum.resolve(self.args.max_steps)  # stage ends are known: check them now
         self._apply(self._curriculum.initial_setting())
@@ -98,49 +106,81 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
 
     def _apply(self, setting) -> None:
         num_generations, temperature = _trl.current_sampling(self)
-        if setting.num_generations != num_generations:
+        if setting.num_generations is not None and setting.num_generations != num_generations:
             _trl.set_num_generations(self, setting.num_generations)
         if setting.temperature != temperature or self._curriculum.current is None:
             _trl.set_temperature(self, setting.temperature, self._temperature_cells)
 
-    def _curriculum_round_rows(self) -> list[dict]:
-        """A training generation round starts: decide its setting, apply it, and build this process's rows."""
-        if self._prompt_stream is None:
-            self._prompt_stream = _trl.new_prompt_stream(self)
+    def _curriculum_round_rows(self) -> tuple[list[dict], list[int]]:
+        """
+        A training generation round starts: decide its setting, apply it, choose its prompts (and, in a per-prompt
+        stage, each prompt's G); return this process's rows and the round's group sizes.
+        """
+        stream = self._prompt_stream
         # Resumed from a checkpoint taken inside a round, TRL regenerates that round: it keeps its setting and prompts,
         # and is not observed again (the checkpoint's policy state and prompt report already hold it).
         regenerated = self._resumed_mid_round
         self._observe_this_round = not regenerated
+        self._resumed_mid_round = False
         if regenerated:
             setting = self._curriculum.current
-            self._prompt_stream.load_state(self._round_start_stream)
+            stream.load_state(self._round_start_stream)
         else:
             setting = self._curriculum.setting_for_round(self.state.global_step)
-        self._resumed_mid_round = False
-        _trl.all_processes_agree(
-            self, (self._curriculum.rounds, setting.stage, setting.num_generations, setting.temperature)
-        )
         self._apply(setting)
-        self._round_start_stream = self._prompt_stream.state()
-        prompts = self._prompt_stream.take(self.args.generation_batch_size // setting.num_generations)
-        self._round_prompts = prompts
-        return _trl.local_round_rows(self, self._prompt_stream, prompts, setting.num_generations)
+        deferred = 0
+        if regenerated and self._round_plan is not None:  # a per-prompt round: replay its allocation
+            consumed = stream.consume(self._round_plan["consumed"])
+            prompts = [consumed[offset] for offset in self._round_plan["offsets"]]
+            sizes = list(self._round_plan["sizes"])
+        elif setting.num_generations is None:
+            prompts, sizes, deferred = self._per_prompt_round()
+        else:
+            self._round_start_stream, self._round_plan = stream.state(), None
+            prompts = stream.take(self.args.generation_batch_size // setting.num_generations)
+            sizes = [setting.num_generations] * len(prompts)
+        self._round_prompts, self._round_sizes = prompts, sizes
+        keys = _trl.prompt_keys(stream, prompts)
+        _trl.all_processes_agree(self, (self._curriculum.rounds, setting.stage, setting.num_generations,
+                                        setting.temperature, tuple(sizes), tuple(keys)))  # fmt: skip
+        if not regenerated:
+            self._curriculum.record_round(sizes, deferred)
+        return _trl.local_round_rows(self, stream, prompts, sizes), sizes
+
+    def _per_prompt_round(self) -> tuple[list, list[int], int]:
+        """Allocate a per-prompt round from the stream: its prompts, their G and how many prompts were deferred."""
+        stream, policy = self._prompt_stream, self._curriculum.policy
+        # The rest of this pass; else a new pass; else a new pass without deferral (every prompt of a pass deferred).
+        for defer in (True, True, False):
+            slots = (policy.slot_of(_trl.prompt_keys(stream, [prompt])[0]) for prompt in stream.upcoming())
+            plan = policy.allocator.plan(slots, epoch=stream.epoch, defer=defer)
+            if plan is not None:
+                self._round_start_stream = stream.state()
+                self._round_plan = {"consumed": plan.consumed, "offsets": list(plan.offsets),
+                                    "sizes": list(plan.sizes)}  # fmt: skip
+                consumed = stream.consume(plan.consumed)
+                return [consumed[offset] for offset in plan.offsets], list(plan.sizes), plan.deferred
+            stream.end_pass()  # its remaining prompts cannot fill a round: dropped for this pass, as TRL does
+        raise ValueError(
+            f"The train dataset has too few prompts to fill one generation round of {self.args.generation_batch_size} "
+            "completions: use a larger dataset, a smaller generation batch, or larger num_generations candidates."
+        )
 
     def _curriculum_round_rewards(self, rewards: list[float], completion_ids_list) -> None:
         """Round statistics from the rewards of every process: the adaptive policy's input and the prompt report."""
         if not self._observe_this_round:
             return
-        g = self._curriculum.current.num_generations
+        sizes = self._round_sizes
         keys = _trl.prompt_keys(self._prompt_stream, self._round_prompts)
         completion_keys = None
         if self._curriculum.needs_completion_keys:
             completion_keys = _trl.completion_keys(self, completion_ids_list)
-        stats = round_stats(rewards, g, prompt_keys=keys, completion_keys=completion_keys,
+        stats = round_stats(rewards, sizes, prompt_keys=keys, completion_keys=completion_keys,
                             success_threshold=self._curriculum.success_threshold)  # fmt: skip
         self._curriculum.observe_round(stats)
         if self.accelerator.is_main_process:  # map-style prompt texts are read when the report is written
             texts = _trl.prompt_texts(self._prompt_stream, self._round_prompts) if self._prompt_stream.iterable else None
-            self._prompt_report.update(keys, rewards, g, texts=texts)
+            self._prompt_report.update(keys, rewards, sizes, texts=texts)
 
     def write_prompt_report(self, directory: str | None = None) -> str | None:
         """
@@ -167,10 +207,16 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             "global_step": self.state.global_step,
             "micro_step": _trl.micro_step(self),
             "callback": self._curriculum.state_dict(),
-            "stream": self._prompt_stream.state() if self._prompt_stream is not None else None,
+            "stream": self._prompt_stream.state(),
             "round_start_stream": self._round_start_stream,
+            "round_plan": self._round_plan,
             "prompt_report": self._prompt_report.state_dict(),
         }
+        state, arrays = _split_arrays(state)
+        if arrays:
+            with open(os.path.join(folder, ARRAYS_FILE + ".tmp"), "wb") as f:
+                np.savez_compressed(f, **arrays)
+            os.replace(os.path.join(folder, ARRAYS_FILE + ".tmp"), os.path.join(folder, ARRAYS_FILE))
         path = os.path.join(folder, _trl.CURRICULUM_STATE_FILE)
         with open(path + ".tmp", "w") as f:
             json.dump(state, f)
@@ -186,6 +232,10 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             )
         with open(path) as f:
             state = json.load(f)
+        arrays_path = os.path.join(checkpoint, ARRAYS_FILE)
+        if os.path.exists(arrays_path):
+            with np.load(arrays_path) as arrays:
+                state = _join_arrays(state, dict(arrays))
         self._curriculum.load_state_dict(state["callback"])
         if state.get("prompt_report") is not None:
             self._prompt_report.load_state_dict(state["prompt_report"])
@@ -193,8 +243,8 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         self._prompt_stream = _trl.new_prompt_stream(self)
         self._resumed_mid_round = _trl.round_in_progress(self) and state["round_start_stream"] is not None
         if self._resumed_mid_round:
-            self._round_start_stream = state["round_start_stream"]
-        elif state["stream"] is not None:
+            self._round_start_stream, self._round_plan = state["round_start_stream"], state.get("round_plan")
+        else:
             self._prompt_stream.load_state(state["stream"])
         if self._curriculum.current is not None:
             self._apply(self._curriculum.current)
@@ -206,5 +256,30 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self._curriculum is not None and _trl.is_training(self):
+            sizes = self._curriculum.round_sizes_since_log()
             logs.update(self._curriculum.log_metrics())
+            if sizes and self.accelerator.is_main_process:
+                tracking.log_histogram(self.args, "curriculum/num_generations_per_prompt", sizes, self.state.global_step)
         super().log(logs, start_time)
+
+
+def _split_arrays(state, path: str = "") -> tuple[object, dict[str, np.ndarray]]:
+    """`state` with every numpy array replaced by a reference `{"__array__": name}`, and the arrays by name."""
+    if isinstance(state, np.ndarray):
+        return {"__array__": path}, {path: state}
+    if isinstance(state, dict):
+        out, arrays = {}, {}
+        for key, value in state.items():
+            out[key], found = _split_arrays(value, f"{path}.{key}" if path else str(key))
+            arrays.update(found)
+        return out, arrays
+    return state, {}
+
+
+def _join_arrays(state, arrays: dict[str, np.ndarray]):
+    """Undo [`_split_arrays`]."""
+    if isinstance(state, dict):
+        if set(state) == {"__array__"}:
+            return arrays[state["__array__"]]
+        return {key: _join_arrays(value, arrays) for key, value in state.items()}
+    return state

@@ -61,7 +61,7 @@ def test_nan_and_none_rewards_do_not_break_the_policy(tmp_path):
                                      max_steps=4)  # fmt: skip
     trainer.train()
     stats = trainer._curriculum.last_stats
-    assert math.isfinite(stats.zero_std_fraction) and stats.nan_fraction > 0
+    assert math.isfinite(stats.zero_std_fraction) and sum(stats.group_counts) < sum(stats.group_sizes)  # some missing
     assert recorder.calls[-1]["num_generations"] == 4
 
 

@@ -27,32 +27,43 @@ def same(a, b):
     [
         # all equal within each group: every group wastes its completions
         ([1.0, 1.0, 0.0, 0.0], 2, dict(num_groups=2, zero_std_fraction=1.0, mean_group_std=0.0, mean_reward=0.5,
-                                       group_means=(1.0, 0.0), group_success=(1.0, 0.0), nan_fraction=0.0)),
+                                       group_success=(1.0, 0.0), group_zero_std=(True, True))),
         ([1.0, 0.0, 1.0, 1.0], 2, dict(num_groups=2, zero_std_fraction=0.5, mean_group_std=0.25, mean_reward=0.75,
-                                       group_means=(0.5, 1.0), group_success=(0.5, 1.0))),
+                                       group_success=(0.5, 1.0), group_zero_std=(False, True))),
         # equal within 1e-6 counts as zero std
         ([1.0, 1.0 + 1e-7, 0.2, 0.4], 2, dict(zero_std_fraction=0.5, group_success=(1.0, 0.0))),
         # None and NaN are missing; a group with < 2 finite rewards has zero std; an all-NaN group is not counted
         ([None, 1.0, NAN, NAN], 2, dict(num_groups=1, zero_std_fraction=1.0, mean_group_std=0.0, mean_reward=1.0,
-                                        nan_fraction=0.75, group_means=(1.0, NAN), group_success=(1.0, NAN),
-                                        group_counts=(1, 0))),
-        ([0.0, float("inf"), 1.0, None, 0.0, 1.0], 3, dict(num_groups=2, zero_std_fraction=0.0, nan_fraction=2 / 6,
-                                                             group_means=(0.5, 0.5), group_counts=(2, 2))),
+                                        group_success=(1.0, NAN), group_counts=(1, 0), group_zero_std=(True, False))),
+        ([0.0, float("inf"), 1.0, None, 0.0, 1.0], 3, dict(num_groups=2, zero_std_fraction=0.0, group_counts=(2, 2))),
         # an all-NaN round: no group, NaN statistics, no crash
         ([None, NAN, None, NAN], 2, dict(num_groups=0, zero_std_fraction=NAN, mean_group_std=NAN, mean_reward=NAN,
-                                         nan_fraction=1.0, group_means=(NAN, NAN), group_success=(NAN, NAN))),
-        ([], 4, dict(num_groups=0, zero_std_fraction=NAN, nan_fraction=0.0, group_means=())),
+                                         group_success=(NAN, NAN), group_counts=(0, 0))),
+        ([], 4, dict(num_groups=0, zero_std_fraction=NAN, group_sizes=())),
         # population std: (0, 1, 2) has std sqrt(2/3)
         ([0, 1, 2], 3, dict(num_groups=1, zero_std_fraction=0.0, mean_group_std=math.sqrt(2 / 3), mean_reward=1.0,
                             group_success=(2 / 3,))),
+        # groups of different sizes: each group's statistics over its own rows
+        ([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0], (2, 4, 2), dict(
+            num_groups=3, zero_std_fraction=2 / 3, mean_group_std=math.sqrt(3 / 16) / 3, mean_reward=3 / 8,
+            group_success=(1.0, 0.25, 0.0), group_counts=(2, 4, 2), group_zero_std=(True, False, True))),
     ],
 )
 def test_round_stats(rewards, G, expected):
     stats = round_stats(rewards, G)
-    assert isinstance(stats, RoundStats) and stats.num_generations == G
+    assert isinstance(stats, RoundStats)
+    sizes = G if isinstance(G, tuple) else (G,) * (len(rewards) // G)
+    assert stats.group_sizes == sizes
+    assert stats.num_generations == (sizes[0] if len(set(sizes)) == 1 else None)
     assert stats.distinct_fraction is None and stats.prompt_keys is None
     for name, value in expected.items():
         assert same(getattr(stats, name), value), (name, getattr(stats, name), value)
+
+
+@pytest.mark.parametrize("rewards, G", [([1.0] * 6, 4), ([1.0] * 6, (2, 2)), ([1.0] * 4, (2, 0, 2)), ([1.0] * 4, 0)])
+def test_round_stats_rejects_groups_that_do_not_tile_the_round(rewards, G):
+    with pytest.raises(ValueError, match="group|num_generations"):
+        round_stats(rewards, G)
 
 
 @pytest.mark.parametrize(

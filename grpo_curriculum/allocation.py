@@ -1,0 +1,240 @@
+"""
+Per-prompt `num_generations`: give each prompt of a generation round its own G under the round's fixed budget.
+
+Pure logic: numpy, no torch. The trainer feeds every process the same statistics (rewards gathered from all
+processes), so every process computes the same allocation.
+
+The rule, per round (budget `B` = the generation batch, candidates `c_1 < ... < c_k`):
+
+1. Prompts come from the prompt stream in order. A prompt whose last visit gave a zero-std group (all rewards equal:
+   solved or hopeless for now) is *deferred* with probability `1 - revisit` (GRESO-style): it is skipped for the rest
+   of the current pass over the dataset and reconsidered, with a fresh draw, when the next pass reaches it. The draw
+   is a hash of (seed, prompt, pass), so every process and a resumed run draw the same. With `defer=False`, nothing
+   is deferred.
+2. Each accepted prompt wants the smallest candidate G whose expected probability of an informative group (rewards
+   not all equal, `1 - p^G - (1-p)^G` for a success rate `p`) reaches `target`. `p` is uncertain: it has a Beta
+   posterior from the prompt's discounted successes and failures (prior Beta(1, 1), old visits weighted by `decay` per
+   new visit), and the expectation is taken over it. A prompt that no candidate makes informative with probability
+   `target` gets the largest candidate if that one still reaches `target / 2` (rare successes, or rare failures, that
+   many samples can catch), else the smallest (confidently solved or hopeless: settled for now). An unseen prompt is judged by the population:
+   the informative probabilities of recently observed prompts, averaged (an empirical-Bayes prior), Beta(1, 1) before
+   any observation. So a prompt whose outcome is mixed gets just enough samples to expect a contrast, a rarely (or
+   almost always) solved one gets more, and a settled one the fewest.
+3. Prompts are taken in stream order, each with the largest candidate up to the G it wants that keeps the rest of
+   the budget fillable, until exactly `B` completions are allocated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+PRIOR = (1.0, 1.0)  # Beta(1, 1): uniform success rate for an unseen prompt
+
+
+def reachable_sums(candidates: Sequence[int], budget: int) -> np.ndarray:
+    """
+    `reachable[r]` is `True` when `r` completions can be split into groups whose sizes are all candidates.
+
+    Args:
+        candidates (`Sequence[int]`): Group sizes, positive.
+        budget (`int`): The largest sum of interest.
+
+    Returns:
+        `np.ndarray`: Boolean array of length `budget + 1`.
+    """
+    reachable = np.zeros(budget + 1, dtype=bool)
+    reachable[0] = True
+    for r in range(1, budget + 1):
+        reachable[r] = any(c <= r and reachable[r - c] for c in candidates)
+    return reachable
+
+
+def informative_probability(successes, failures, num_generations: Sequence[int]) -> np.ndarray:
+    """
+    Expected probability that a group is informative (its binary rewards are not all equal), `E[1 - p^G - (1-p)^G]`
+    with `p ~ Beta(successes + 1, failures + 1)`.
+
+    Uses `E[p^G] = prod_{j<G} (a + j) / (a + b + j)` for `p ~ Beta(a, b)`.
+
+    Args:
+        successes, failures (array-like): Per prompt, the (discounted) observed successes and failures.
+        num_generations (`Sequence[int]`): The G values to evaluate.
+
+    Returns:
+        `np.ndarray`: Shape `(prompts, len(num_generations))`.
+
+    Example:
+    ```python
+    >>> informative_probability([0], [0], [2, 4]).round(3).tolist()  # unseen: (G - 1) / (G + 1)
+    [[0.333, 0.6]]
+    ```
+    """
+    a = np.asarray(successes, dtype=np.float64)[:, None] + PRIOR[0]
+    b = np.asarray(failures, dtype=np.float64)[:, None] + PRIOR[1]
+    j = np.arange(max(num_generations), dtype=np.float64)[None, :]
+    moment_p = np.cumprod((a + j) / (a + b + j), axis=1)  # E[p^(j+1)]
+    moment_q = np.cumprod((b + j) / (a + b + j), axis=1)  # E[(1-p)^(j+1)]
+    columns = [g - 1 for g in num_generations]
+    return 1.0 - moment_p[:, columns] - moment_q[:, columns]
+
+
+def wanted_num_generations(probability: np.ndarray, candidates: Sequence[int], target: float) -> np.ndarray:
+    """
+    Per row of `probability` (informative probabilities at each candidate, ascending), the G a prompt wants: the
+    smallest candidate reaching `target`; when none does, the largest if it reaches `target / 2`, else the smallest.
+    """
+    probability = np.asarray(probability)
+    reaches = probability >= target
+    fallback = np.where(probability[:, -1] >= target / 2, len(candidates) - 1, 0)
+    return np.asarray(candidates)[np.where(reaches.any(axis=1), reaches.argmax(axis=1), fallback)]
+
+
+def uniform_draw(seed: int, slot: int, epoch: int) -> float:
+    """A uniform number in [0, 1) that depends only on its arguments (the same on every process, after a resume)."""
+    digest = hashlib.blake2b(f"{seed}:{slot}:{epoch}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2**64
+
+
+class PromptStats:
+    """
+    Per-prompt statistics in compact arrays, indexed by a slot (a map-style dataset's row index, or a hash bucket of
+    an iterable dataset's prompt): discounted successes and failures (`float16`) and the number of consecutive visits
+    that gave a zero-std group (`uint8`), 5 bytes a prompt; and the population's informative probability at each
+    candidate G (an EMA over rounds), the prior of unseen prompts.
+
+    Args:
+        size (`int`): Number of slots.
+        candidates (`Sequence[int]`): Candidate G values, ascending.
+        decay (`float`): Weight of the past when a new visit is added (`0`: only the last visit counts).
+        smoothing (`float`): EMA weight of the newest round in the population estimate.
+    """
+
+    ARRAYS = ("successes", "failures", "zero_streak", "population")
+
+    def __init__(self, size: int, candidates: Sequence[int], decay: float, smoothing: float):
+        self.size, self.candidates, self.decay, self.smoothing = int(size), tuple(candidates), decay, smoothing
+        self.successes = np.zeros(self.size, dtype=np.float16)
+        self.failures = np.zeros(self.size, dtype=np.float16)
+        self.zero_streak = np.zeros(self.size, dtype=np.uint8)
+        self.population = informative_probability([0.0], [0.0], self.candidates)[0]  # Beta(1, 1) before any data
+
+    def informative(self, slots: Sequence[int]) -> np.ndarray:
+        """Per slot, the expected informative probability at each candidate (the population's for unseen slots)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        s, f = self.successes[slots].astype(np.float64), self.failures[slots].astype(np.float64)
+        probability = informative_probability(s, f, self.candidates)
+        probability[(s + f) == 0] = self.population
+        return probability
+
+    def observe(self, slots: Sequence[int], successes: Sequence[float], trials: Sequence[int],
+                zero_std: Sequence[bool]) -> None:  # fmt: skip
+        """
+        Add one visit per slot. `successes[i]` of `trials[i]` finite rewards were successes; `zero_std[i]` says the
+        group's rewards were all equal. A slot seen twice in one call (two groups of one prompt) adds both visits.
+        """
+        seen = []
+        for slot, s, n, zero in zip(slots, successes, trials, zero_std, strict=True):
+            if n == 0:
+                continue  # no finite reward: nothing learned
+            self.successes[slot] = np.float16(self.decay * float(self.successes[slot]) + s)
+            self.failures[slot] = np.float16(self.decay * float(self.failures[slot]) + (n - s))
+            self.zero_streak[slot] = min(int(self.zero_streak[slot]) + 1, 255) if zero else 0
+            seen.append(slot)
+        if seen:
+            mean = self.informative(seen).mean(axis=0)
+            self.population = self.smoothing * mean + (1 - self.smoothing) * self.population
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in self.ARRAYS}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        for name in self.ARRAYS:
+            array, own = np.asarray(state[name]), getattr(self, name)
+            if array.shape != own.shape:
+                raise ValueError(f"per-prompt statistics `{name}` have shape {array.shape}, expected {own.shape}")
+            setattr(self, name, array.astype(own.dtype))
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """
+    One round's allocation.
+
+    Args:
+        offsets (`tuple[int, ...]`): Positions, among the prompts the stream offered, of the prompts taken.
+        sizes (`tuple[int, ...]`): G of each prompt taken (candidates summing to the budget).
+        consumed (`int`): Prompts consumed from the stream: the taken ones and those deferred before the last taken.
+        deferred (`int`): Prompts deferred while building the round.
+    """
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    consumed: int
+    deferred: int
+
+
+class PerPromptAllocator:
+    """
+    Chooses the prompts of each round and their G (see the module docstring for the rule).
+
+    Args:
+        candidates (`Sequence[int]`): Candidate G values, ascending.
+        budget (`int`): Completions per round (the generation batch); must be reachable as a sum of candidates.
+        stats ([`PromptStats`]): Per-prompt statistics.
+        target (`float`): Wanted probability of an informative group.
+        defer (`bool`): Whether to defer prompts whose last visit gave a zero-std group.
+        revisit (`float`): Probability that such a prompt is trained anyway when the stream reaches it.
+        seed (`int`): Seed of the deferral draws.
+    """
+
+    def __init__(self, candidates: Sequence[int], budget: int, stats: PromptStats, target: float, defer: bool,
+                 revisit: float, seed: int):  # fmt: skip
+        self.candidates = tuple(int(c) for c in candidates)
+        self.budget = int(budget)
+        self.stats, self.target, self.defer, self.revisit, self.seed = stats, target, defer, revisit, seed
+        self._reachable = reachable_sums(self.candidates, self.budget)
+        if not self._reachable[self.budget]:
+            raise ValueError(f"no sum of {list(self.candidates)} makes {self.budget}")
+
+    def deferred(self, slot: int, epoch: int) -> bool:
+        """Whether the stream's prompt in `slot`, met during pass `epoch`, is deferred for the rest of that pass."""
+        if not self.defer or self.stats.zero_streak[slot] == 0:
+            return False
+        return uniform_draw(self.seed, slot, epoch) >= self.revisit
+
+    def wanted(self, slot: int) -> int:
+        """The G the prompt in `slot` wants (before the budget is applied)."""
+        return int(wanted_num_generations(self.stats.informative([slot]), self.candidates, self.target)[0])
+
+    def plan(self, offered: Iterable[int], epoch: int, defer: bool = True) -> RoundPlan | None:
+        """
+        Allocate one round from the slots the stream offers, in order.
+
+        Args:
+            offered (`Iterable[int]`): Slots of the upcoming prompts of the current pass, in stream order.
+            epoch (`int`): The pass they belong to (for the deferral draws).
+            defer (`bool`): `False` disables deferral for this round (used when a whole pass was deferred).
+
+        Returns:
+            [`RoundPlan`], or `None` when the offered prompts run out before the budget is filled.
+        """
+        remaining, offsets, sizes, deferred = self.budget, [], [], 0
+        iterator: Iterator[int] = iter(offered)
+        for offset, slot in enumerate(iterator):
+            if defer and self.deferred(slot, epoch):
+                deferred += 1
+                continue
+            wanted = self.wanted(slot)
+            fits = [c for c in self.candidates if c <= remaining and self._reachable[remaining - c]]
+            below = [c for c in fits if c <= wanted]
+            size = below[-1] if below else fits[0]
+            offsets.append(offset)
+            sizes.append(size)
+            remaining -= size
+            if remaining == 0:
+                return RoundPlan(tuple(offsets), tuple(sizes), offset + 1, deferred)
+        return None

@@ -1,0 +1,232 @@
+"""
+Per-prompt G in real TRL training loops: rounds of mixed group sizes are laid out, scored and trained per real group.
+
+Where a test needs known group sizes it fixes the G each prompt wants by its dataset index (the allocation rule itself
+is tested with tables in `tests/test_allocation.py`); the trainer must realise whatever the allocator decides.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from trl import GRPOTrainer
+
+from grpo_curriculum import Adaptive, CurriculumError, Stage
+from grpo_curriculum._trl import group_advantages
+from grpo_curriculum.allocation import PerPromptAllocator
+from grpo_curriculum.tasks import build_model, build_tokenizer, echo_reward
+
+from .conftest import RoundRecorder, grpo_args, indexed_dataset
+from .test_trainer import make_trainer, train_history
+
+
+def per_prompt(candidates=(2, 4, 8), **knobs):
+    return [Stage(temperature=1.0, adaptive=Adaptive(num_generations=candidates, policy="per_prompt", **knobs))]
+
+
+@pytest.fixture
+def wanted_by_index(monkeypatch):
+    """Make each prompt want a G given by its dataset index: `wanted_by_index(lambda index: G)`."""
+
+    def fix(rule):
+        monkeypatch.setattr(PerPromptAllocator, "wanted", lambda self, slot: rule(slot))
+
+    return fix
+
+
+def record_rounds(trainer):
+    """Spy on each training round: its group sizes and the advantages TRL trains on (this process, row order)."""
+    rounds, original = [], trainer._generate_and_score_completions
+
+    def spy(inputs):
+        output = original(inputs)
+        rounds.append({"sizes": list(trainer._round_sizes), "advantages": output["advantages"].tolist()})
+        return output
+
+    trainer._generate_and_score_completions = spy
+    return rounds
+
+
+def runs_of(idx):
+    """Lengths of the runs of equal consecutive values: the groups as laid out."""
+    lengths = []
+    for i, value in enumerate(idx):
+        if i and value == idx[i - 1]:
+            lengths[-1] += 1
+        else:
+            lengths.append(1)
+    return lengths
+
+
+def first_row_of_each_group(prompts, completions, idx, **kwargs):
+    """Reward 1 for the first row of each group, 0 for the others; prompts with index % 4 == 3 always get 1."""
+    return [1.0 if i % 4 == 3 or j == 0 or idx[j - 1] != i else 0.0 for j, i in enumerate(idx)]
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+def test_mixed_groups_are_contiguous_and_get_per_group_advantages(tmp_path, wanted_by_index, scale_rewards):
+    wanted_by_index(lambda index: (2, 4, 8)[index % 3])
+    recorder = RoundRecorder(reward_fn=first_row_of_each_group)
+    trainer, recorder = make_trainer(tmp_path, per_prompt(defer=False), recorder=recorder, max_steps=4,
+                                     per_device_train_batch_size=16, shuffle_dataset=False,
+                                     scale_rewards=scale_rewards)  # fmt: skip
+    rounds = record_rounds(trainer)
+    trainer.train()
+    assert [r["sizes"] for r in rounds] == [[2, 4, 8, 2], [4, 8, 2, 2], [8, 2, 4, 2], [2, 4, 8, 2]]
+    for call, round_ in zip(recorder.calls, rounds, strict=True):
+        sizes = round_["sizes"]
+        assert runs_of(call["idx"]) == sizes  # each prompt's rows are contiguous, one group per prompt
+        wanted = [(2, 4, 8)[call["idx"][sum(sizes[:i])] % 3] for i in range(len(sizes))]
+        assert sizes[:-1] == wanted[:-1] and sizes[-1] <= wanted[-1]  # the last prompt gets what the budget leaves
+        rewards = first_row_of_each_group(None, None, call["idx"])
+        expected = []
+        all_std = torch.tensor(rewards).std().item()  # "batch": one std over the round (Bessel-corrected, as TRL)
+        start = 0
+        for g in sizes:
+            group = rewards[start : start + g]
+            mean = sum(group) / g
+            std = math.sqrt(sum((r - mean) ** 2 for r in group) / (g - 1))  # (G-1)/G... -> 1/sqrt(G) for 1, 0, ...
+            scale = {"group": std + 1e-4, "batch": all_std + 1e-4, "none": 1.0}[scale_rewards]
+            expected += [(r - mean) / scale for r in group]
+            start += g
+        assert round_["advantages"] == pytest.approx(expected, abs=1e-5)
+    history = train_history(trainer)
+    # TRL's grouping metric describes the real groups: the share of completions in zero-std groups (with "batch"
+    # scaling TRL measures the one batch std, as here).
+    for h, call in zip(history, recorder.calls, strict=True):
+        zero = sum(1 for i in call["idx"] if i % 4 == 3) / len(call["idx"]) if scale_rewards != "batch" else 0.0
+        assert h["frac_reward_zero_std"] == pytest.approx(zero)
+        assert h["curriculum/num_generations"] == pytest.approx(4.0) and h["curriculum/prompts"] == 4
+        assert h["curriculum/deferred"] == 0
+
+
+def test_closed_form_advantages_of_one_hot_groups(tmp_path, wanted_by_index):
+    """A group of G rewards (1, 0, ..., 0) has advantages (G - 1) / sqrt(G) and -1 / sqrt(G): check it per G."""
+    wanted_by_index(lambda index: (2, 4, 8)[index % 3])
+    recorder = RoundRecorder(reward_fn=lambda prompts, completions, idx, **kw: [
+        1.0 if j == 0 or idx[j - 1] != i else 0.0 for j, i in enumerate(idx)])  # fmt: skip
+    trainer, _ = make_trainer(tmp_path, per_prompt(defer=False), recorder=recorder, max_steps=2,
+                              per_device_train_batch_size=16, shuffle_dataset=False)  # fmt: skip
+    rounds = record_rounds(trainer)
+    trainer.train()
+    for round_ in rounds:
+        start = 0
+        for g in round_["sizes"]:
+            first, *rest = round_["advantages"][start : start + g]
+            assert first == pytest.approx((g - 1) / math.sqrt(g), rel=1e-3)
+            assert rest == pytest.approx([-1 / math.sqrt(g)] * (g - 1), rel=1e-3)
+            start += g
+
+
+SCORES = [0.3, None, 1.0, 0.0, 0.5, 0.5, None, 0.9]
+
+
+def scored(offset):
+    def reward(prompts, completions, idx, **kwargs):
+        return [SCORES[(i * 3 + j + offset) % len(SCORES)] for j, i in enumerate(idx)]
+
+    reward.__name__ = f"scored{offset}"
+    return reward
+
+
+@pytest.mark.parametrize("aggregation", ["sum_then_normalize", "normalize_then_sum"])
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+def test_group_advantages_equal_trl_on_equal_groups(tmp_path, aggregation, scale_rewards):
+    """Our per-group arithmetic, given TRL's round with equal groups, gives TRL's advantages (NaN rewards included)."""
+    args = grpo_args(tmp_path, num_generations=4, scale_rewards=scale_rewards, multi_objective_aggregation=aggregation,
+                     reward_weights=[1.0, 0.5])  # fmt: skip
+    trainer = GRPOTrainer(model=build_model(), processing_class=build_tokenizer(), reward_funcs=[scored(0), scored(5)],
+                          args=args, train_dataset=indexed_dataset())  # fmt: skip
+    captured, original = {}, trainer._calculate_rewards
+
+    def spy(*args):
+        captured["rewards_per_func"] = original(*args)
+        return captured["rewards_per_func"]
+
+    trainer._calculate_rewards = spy
+    trainer.model.train()
+    batch = next(iter(trainer.get_train_dataloader()))
+    output = trainer._generate_and_score_completions(batch)
+    ours, _ = group_advantages(trainer, captured["rewards_per_func"], [4] * 2)
+    assert torch.isnan(captured["rewards_per_func"]).any()
+    torch.testing.assert_close(ours, output["advantages"], atol=1e-5, rtol=1e-5)
+
+
+def test_one_candidate_without_deferral_trains_like_plain_grpo(tmp_path):
+    """`per_prompt` with one candidate G and `defer: false` is plain GRPO at that G: same prompts, rewards, losses."""
+    overrides = dict(gradient_accumulation_steps=2, num_generations=4, temperature=0.9, max_steps=8, seed=3)
+    dataset = indexed_dataset(num_prompts=20).map(lambda row: {"target": row["prompt"].split(" : ")[1][:-2]})
+    runs = {}
+    for name, cls, stages in [
+        ("plain", GRPOTrainer, None),
+        ("per_prompt", None, [Stage(temperature=0.9, adaptive=Adaptive((4,), policy="per_prompt", defer=False))]),
+    ]:
+        kwargs = {"cls": cls} if cls else {}
+        trainer, recorder = make_trainer(tmp_path / name, stages, recorder=RoundRecorder(reward_fn=echo_reward),
+                                         dataset=dataset, **kwargs, **overrides)  # fmt: skip
+        trainer.train()
+        runs[name] = (recorder.calls, train_history(trainer))
+    (plain_calls, plain_hist), (ours_calls, ours_hist) = runs["plain"], runs["per_prompt"]
+    assert [c["idx"] for c in ours_calls] == [c["idx"] for c in plain_calls]
+    assert [c["completions"] for c in ours_calls] == [c["completions"] for c in plain_calls]
+    for ours, theirs in zip(ours_hist, plain_hist, strict=True):
+        assert (ours["reward"], ours["loss"], ours["frac_reward_zero_std"]) == (
+            theirs["reward"], theirs["loss"], theirs["frac_reward_zero_std"])  # fmt: skip
+
+
+def test_deferral_skips_settled_prompts_for_a_pass_and_logs_it(tmp_path):
+    """Prompts whose groups had zero std are deferred on the next pass (revisit 0 here) and counted in the logs."""
+    recorder = RoundRecorder(reward_fn=lambda prompts, completions, idx, **kw: [
+        float(i % 2) if i < 6 else float(j % 2) for j, i in enumerate(idx)])  # fmt: skip
+    # 12 prompts, G 2, 4 prompts a round: pass 1 is rounds 0-2. Prompts 0-5 have constant rewards (zero std).
+    trainer, recorder = make_trainer(tmp_path, per_prompt(candidates=(2,), revisit=0.0), recorder=recorder,
+                                     dataset=indexed_dataset(12), max_steps=6, shuffle_dataset=False)  # fmt: skip
+    trainer.train()
+    seen = [sorted(set(c["idx"])) for c in recorder.calls]
+    assert seen[:3] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    # Every later pass: 0-5 deferred (revisit 0), 6-9 trained, and 10-11, too few for a round, dropped as TRL drops a
+    # pass's tail (with shuffling, the default, the tail is different prompts every pass).
+    assert seen[3:] == [[6, 7, 8, 9]] * 3
+    history = train_history(trainer)
+    assert [h["curriculum/deferred"] for h in history] == [0, 0, 0, 6, 6, 6]
+    assert history[-1]["curriculum/deferred_total"] == 18 == trainer._curriculum.deferred_total
+
+
+def test_bad_per_prompt_settings_fail_before_any_step(tmp_path):
+    with pytest.raises(CurriculumError) as error:
+        make_trainer(tmp_path, per_prompt(candidates=(4, 5)), per_device_train_batch_size=6, num_generations=2)
+    assert "stages[0].adaptive.num_generations" in str(error.value) and "cannot fill the generation batch" in str(
+        error.value)  # fmt: skip
+    with pytest.raises(CurriculumError, match="larger than the generation batch"):
+        make_trainer(tmp_path, per_prompt(candidates=(2, 16)), per_device_train_batch_size=8)
+    for knobs, match in [(dict(defer="yes"), "defer"), (dict(revisit=1.5), "revisit"), (dict(decay=1.0), "decay"),
+                         (dict(window=3), "only applies with `policy: success_rate`")]:  # fmt: skip
+        with pytest.raises(CurriculumError, match=match):
+            Adaptive((2, 4), policy="per_prompt", **knobs)
+    with pytest.raises(CurriculumError, match="only applies with `policy: per_prompt`"):
+        Adaptive((2, 4), policy="success_rate", defer=False)
+
+
+def test_candidates_need_not_divide_the_batch(tmp_path, wanted_by_index):
+    wanted_by_index(lambda index: 3)
+    trainer, recorder = make_trainer(tmp_path, per_prompt(candidates=(3, 4)), per_device_train_batch_size=16,
+                                     num_generations=4, max_steps=3)  # fmt: skip
+    rounds = record_rounds(trainer)
+    trainer.train()
+    assert [r["sizes"] for r in rounds] == [[3, 3, 3, 3, 4]] * 3  # 16 = 3 x 4 + 4: the last prompt takes 4
+    for call in recorder.calls:
+        assert runs_of(call["idx"]) == [3, 3, 3, 3, 4]
+
+
+def test_variable_group_metrics_for_a_fake_trainer():
+    """`group_advantages` on hand-made rewards: NaN rows get 0, a single-valued group has zero std."""
+    trainer = SimpleNamespace(reward_weights=torch.tensor([1.0]), scale_rewards="group",
+                              multi_objective_aggregation="sum_then_normalize")  # fmt: skip
+    rewards = torch.tensor([[1.0], [0.0], [float("nan")], [2.0], [2.0], [2.0], [5.0], [1.0]])
+    advantages, zero = group_advantages(trainer, rewards, [3, 3, 2])
+    assert advantages[2] == 0 and advantages[3:6].tolist() == [0.0] * 3
+    assert zero.tolist() == [False] * 3 + [True] * 3 + [False] * 2
+    assert advantages[6].item() == pytest.approx(2 / (math.sqrt(8) + 1e-4))
