@@ -150,12 +150,16 @@ class CurriculumCallback(TrainerCallback):
         """Whether the current round is allocated per prompt."""
         return self.current is not None and self.current.num_generations is None
 
-    def record_round(self, group_sizes, deferred: int = 0) -> None:
-        """The trainer reports the round it built: each prompt's G and how many prompts were deferred."""
+    def record_round(self, group_sizes, deferred: int = 0, replayed: bool = False) -> None:
+        """
+        The trainer reports the round it built: each prompt's G and how many prompts were deferred. A round replayed
+        after a resume (its first build was counted before the checkpoint) only sets what later log lines repeat.
+        """
         self._last_round = _RoundCounts()
-        for counts in (self._since_log, self._last_round):
-            counts.add(group_sizes, deferred, keep_sizes=self.per_prompt)
-        self.deferred_total += deferred
+        self._last_round.add(group_sizes, 0, keep_sizes=False)
+        if not replayed:
+            self._since_log.add(group_sizes, deferred, keep_sizes=self.per_prompt)
+            self.deferred_total += deferred
 
     def round_sizes_since_log(self) -> list[int]:
         """Each prompt's G in the per-prompt rounds since the last log line (for a histogram)."""

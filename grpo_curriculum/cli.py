@@ -122,6 +122,10 @@ def _stage_rows(recipe) -> list[tuple[str, int]]:
             continue
         bounds = stage.adaptive.temperature
         temperature = f"{bounds[0]:g}-{bounds[1]:g}" if bounds else temperature
+        if stage.adaptive.per_prompt:  # the candidates together must fill the round
+            rows.append((f"{label}: per-prompt G from {list(stage.adaptive.num_generations)}, temperature "
+                         f"{temperature}, {ends}", stage.adaptive.num_generations))
+            continue
         for g in stage.adaptive.num_generations:  # every candidate must fit the geometry
             rows.append((f"{label}: adaptive ({stage.adaptive.policy}) candidate G={g}, temperature {temperature}, "
                          f"{ends}", g))
@@ -174,7 +178,15 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     invalid = 0
     batch = geometry.generation_batch_size
     for label, G in rows:
-        if geometry.is_valid(G):
+        if isinstance(G, tuple):
+            problems = geometry.per_prompt_problems(G)
+            invalid += bool(problems)
+            if problems:
+                lines += [f"{label}: INVALID ({problems[0].rule})", f"  {problems[0].fix}"]
+            else:
+                lines.append(f"{label}: valid (each prompt gets its own G: the candidates need not divide the "
+                             f"generation batch {batch}, only fill it together)")
+        elif geometry.is_valid(G):
             lines.append(f"{label}: valid ({batch} / {G} = {_plural(batch // G, 'prompt')} per "
                          "generation round)")
             note = geometry.per_step_note(G)

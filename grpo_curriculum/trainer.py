@@ -143,8 +143,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         keys = _trl.prompt_keys(stream, prompts)
         _trl.all_processes_agree(self, (self._curriculum.rounds, setting.stage, setting.num_generations,
                                         setting.temperature, tuple(sizes), tuple(keys)))  # fmt: skip
-        if not regenerated:
-            self._curriculum.record_round(sizes, deferred)
+        self._curriculum.record_round(sizes, deferred, replayed=regenerated)
         return _trl.local_round_rows(self, stream, prompts, sizes), sizes
 
     def _per_prompt_round(self) -> tuple[list, list[int], int]:

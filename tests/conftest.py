@@ -60,6 +60,7 @@ class RoundRecorder:
         if self.trainer is not None:
             entry["num_generations"] = self.trainer.num_generations
             entry["temperature"] = self.trainer.temperature
+            entry["sizes"] = list(getattr(self.trainer, "_round_sizes", None) or [])
         self.calls.append(entry)
         if self.reward_fn is not None:
             return self.reward_fn(prompts=prompts, completions=completions, idx=idx, **kwargs)
@@ -79,3 +80,36 @@ def assert_whole_groups(idx, num_generations):
     for start in range(0, len(idx), num_generations):
         group = idx[start : start + num_generations]
         assert len(set(group)) == 1, f"group {group} at {start} mixes prompts (G={num_generations}): {idx}"
+
+
+@pytest.fixture
+def wanted_by_index(monkeypatch):
+    """
+    In per-prompt stages, make each prompt want the G given by its dataset index: `wanted_by_index(lambda i: G)`.
+    The allocation rule itself is tested with tables (tests/test_allocation.py); integration tests use this to know
+    the group sizes a round must realise.
+    """
+    from grpo_curriculum.allocation import PerPromptAllocator
+
+    def fix(rule):
+        monkeypatch.setattr(PerPromptAllocator, "wanted", lambda self, slot: rule(slot))
+
+    return fix
+
+
+def per_prompt_stages(candidates=(2, 4, 8), temperature=1.0, **knobs):
+    """One per-prompt stage over `candidates`."""
+    from grpo_curriculum import Adaptive, Stage
+
+    return [Stage(temperature=temperature, adaptive=Adaptive(num_generations=candidates, policy="per_prompt", **knobs))]
+
+
+def group_runs(idx):
+    """Lengths of the runs of equal consecutive values: a round's groups as laid out."""
+    lengths = []
+    for i, value in enumerate(idx):
+        if i and value == idx[i - 1]:
+            lengths[-1] += 1
+        else:
+            lengths.append(1)
+    return lengths

@@ -14,7 +14,7 @@ from grpo_curriculum.adaptive import Adaptive
 from grpo_curriculum.callback import CurriculumCallback
 from grpo_curriculum.tasks import build_model, build_tokenizer
 from grpo_curriculum.trainer import CurriculumGRPOTrainer
-from tests.conftest import RoundRecorder, grpo_args, indexed_dataset
+from tests.conftest import RoundRecorder, grpo_args, indexed_dataset, per_prompt_stages
 
 
 def rank_dependent_reward(prompts, completions, **kwargs):
@@ -26,6 +26,8 @@ def rank_dependent_reward(prompts, completions, **kwargs):
 
 
 def stages_for(mode: str):
+    if mode == "per_prompt":
+        return per_prompt_stages((2, 4, 8), revisit=0.5)
     if mode == "adaptive":
         adaptive = Adaptive(num_generations=(2, 4, 8), policy="success_rate", cooldown=1, window=2, target=0.6)
         return [Stage(num_generations=2, temperature=1.0, adaptive=adaptive)]
@@ -44,9 +46,10 @@ def main(output_dir: str, mode: str = "stages") -> None:
         model=build_model(),
         processing_class=build_tokenizer(),
         reward_funcs=recorder,
-        args=grpo_args(output_dir, per_device_train_batch_size=4, max_steps=6 if mode == "stages" else 10,
-                       shuffle_dataset=True),
-        train_dataset=indexed_dataset(),
+        args=grpo_args(output_dir, per_device_train_batch_size=8 if mode == "per_prompt" else 4,
+                       num_generations=8 if mode == "per_prompt" else 2,  # TRL's loader: 16 / 8 prompts a batch
+                       max_steps={"stages": 6, "adaptive": 10}.get(mode, 12), shuffle_dataset=True),
+        train_dataset=indexed_dataset(6 if mode == "per_prompt" else 48),
         callbacks=[CurriculumCallback(stages)],
     )
     recorder.trainer = trainer
@@ -58,7 +61,8 @@ def main(output_dir: str, mode: str = "stages") -> None:
         if "loss" in h
     ]
     with open(f"{output_dir}/rank{rank}.json", "w") as f:
-        json.dump({"calls": recorder.calls, "history": history, "switches": trainer._curriculum.switches}, f)
+        json.dump({"calls": recorder.calls, "history": history, "switches": trainer._curriculum.switches,
+                   "deferred_total": trainer._curriculum.deferred_total}, f)
 
 
 if __name__ == "__main__":

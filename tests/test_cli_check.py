@@ -115,6 +115,32 @@ def test_eval_constraint(capsys, tmp_path):
                          "processes = 6)" in out
 
 
+PER_PROMPT_RECIPE = """
+model_name_or_path: builtin:tiny
+dataset_name: builtin:echo
+reward_funcs: [grpo_curriculum.tasks:echo_reward]
+per_device_train_batch_size: 12
+num_generations: 4
+curriculum:
+  stages:
+    - adaptive: {policy: per_prompt, num_generations: CANDIDATES, defer: false}
+      temperature: 1.0
+"""
+
+
+@pytest.mark.parametrize("candidates, code", [("[3, 5, 8]", 0), ("[5, 7]", 0), ("[5, 8]", 1), ("[2, 16]", 1)])
+def test_per_prompt_stage_needs_its_candidates_to_fill_the_batch_not_divide_it(capsys, tmp_path, candidates, code):
+    recipe = tmp_path / "per_prompt.yaml"
+    recipe.write_text(PER_PROMPT_RECIPE.replace("CANDIDATES", candidates))
+    got, out, _ = check(capsys, recipe)
+    assert got == code, out
+    assert f"stage 0: per-prompt G from {candidates}" in out
+    if code == 0:  # 5 and 7 do not divide 12; 5 + 7 does make it
+        assert "valid (each prompt gets its own G: the candidates need not divide the generation batch 12" in out
+    else:
+        assert "INVALID" in out and ("cannot fill the generation batch" in out or "larger than the generation" in out)
+
+
 def test_top_level_num_generations_is_checked(capsys, tmp_path):
     recipe = tmp_path / "top.yaml"
     recipe.write_text((ROOT / "recipes" / "2gpu.yaml").read_text() + "num_generations: 8\n")

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import assert_whole_groups
+from .conftest import assert_whole_groups, group_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,6 +52,19 @@ def test_adaptive_decisions_agree_when_ranks_see_different_rewards(tmp_path):
     assert ranks[0]["switches"] == ranks[1]["switches"] and ranks[0]["switches"], "the policy never switched"
     for a, b in zip(ranks[0]["calls"], ranks[1]["calls"], strict=True):
         assert_whole_groups(a["idx"] + b["idx"], a["num_generations"])
+
+
+def test_per_prompt_allocation_agrees_when_ranks_see_different_rewards(tmp_path):
+    """Per-prompt rounds from gathered rewards: both ranks build the same prompts and G, groups span the ranks."""
+    ranks = run_two_processes(tmp_path, "per_prompt")
+    rounds = [[(c["step"], c["sizes"]) for c in rank["calls"]] for rank in ranks]
+    assert rounds[0] == rounds[1] and ranks[0]["deferred_total"] == ranks[1]["deferred_total"]
+    assert any(len(set(sizes)) > 1 for _, sizes in rounds[0]), rounds[0]  # some round mixes group sizes
+    for a, b in zip(ranks[0]["calls"], ranks[1]["calls"], strict=True):
+        assert len(a["idx"]) == len(b["idx"]) == 8
+        assert group_runs(a["idx"] + b["idx"]) == a["sizes"]  # the global round: contiguous groups, in order
+    assert [h["curriculum/num_generations"] for h in ranks[0]["history"]] == [
+        h["curriculum/num_generations"] for h in ranks[1]["history"]]  # fmt: skip
 
 
 def test_train_command_under_torchrun_validates_the_real_world_size(tmp_path):

@@ -16,25 +16,13 @@ from trl import GRPOTrainer
 
 from grpo_curriculum import Adaptive, CurriculumError, Stage
 from grpo_curriculum._trl import group_advantages
-from grpo_curriculum.allocation import PerPromptAllocator
 from grpo_curriculum.tasks import build_model, build_tokenizer, echo_reward
 
-from .conftest import RoundRecorder, grpo_args, indexed_dataset
+from .conftest import RoundRecorder, group_runs, grpo_args, indexed_dataset, per_prompt_stages
 from .test_trainer import make_trainer, train_history
 
 
-def per_prompt(candidates=(2, 4, 8), **knobs):
-    return [Stage(temperature=1.0, adaptive=Adaptive(num_generations=candidates, policy="per_prompt", **knobs))]
-
-
-@pytest.fixture
-def wanted_by_index(monkeypatch):
-    """Make each prompt want a G given by its dataset index: `wanted_by_index(lambda index: G)`."""
-
-    def fix(rule):
-        monkeypatch.setattr(PerPromptAllocator, "wanted", lambda self, slot: rule(slot))
-
-    return fix
+per_prompt = per_prompt_stages
 
 
 def record_rounds(trainer):
@@ -48,17 +36,6 @@ def record_rounds(trainer):
 
     trainer._generate_and_score_completions = spy
     return rounds
-
-
-def runs_of(idx):
-    """Lengths of the runs of equal consecutive values: the groups as laid out."""
-    lengths = []
-    for i, value in enumerate(idx):
-        if i and value == idx[i - 1]:
-            lengths[-1] += 1
-        else:
-            lengths.append(1)
-    return lengths
 
 
 def first_row_of_each_group(prompts, completions, idx, **kwargs):
@@ -78,7 +55,7 @@ def test_mixed_groups_are_contiguous_and_get_per_group_advantages(tmp_path, want
     assert [r["sizes"] for r in rounds] == [[2, 4, 8, 2], [4, 8, 2, 2], [8, 2, 4, 2], [2, 4, 8, 2]]
     for call, round_ in zip(recorder.calls, rounds, strict=True):
         sizes = round_["sizes"]
-        assert runs_of(call["idx"]) == sizes  # each prompt's rows are contiguous, one group per prompt
+        assert group_runs(call["idx"]) == sizes  # each prompt's rows are contiguous, one group per prompt
         wanted = [(2, 4, 8)[call["idx"][sum(sizes[:i])] % 3] for i in range(len(sizes))]
         assert sizes[:-1] == wanted[:-1] and sizes[-1] <= wanted[-1]  # the last prompt gets what the budget leaves
         rewards = first_row_of_each_group(None, None, call["idx"])
@@ -218,7 +195,7 @@ def test_candidates_need_not_divide_the_batch(tmp_path, wanted_by_index):
     trainer.train()
     assert [r["sizes"] for r in rounds] == [[3, 3, 3, 3, 4]] * 3  # 16 = 3 x 4 + 4: the last prompt takes 4
     for call in recorder.calls:
-        assert runs_of(call["idx"]) == [3, 3, 3, 3, 4]
+        assert group_runs(call["idx"]) == [3, 3, 3, 3, 4]
 
 
 def test_variable_group_metrics_for_a_fake_trainer():

@@ -14,6 +14,7 @@ import pytest
 
 from grpo_curriculum import Stage
 
+from .conftest import RoundRecorder, indexed_dataset, per_prompt_stages
 from .test_trainer import make_trainer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,6 +57,41 @@ def test_resume_sees_the_same_rounds(tmp_path, geometry, resume_step):
     assert [h.get("curriculum/num_generations") for h in resumed.state.log_history if "loss" in h] == [
         h.get("curriculum/num_generations") for h in full.state.log_history if "loss" in h
     ]
+
+
+def settled_or_mixed(prompts, completions, idx, **kwargs):
+    """Prompts with index % 3 == 0 always score 1 (solved), == 1 always 0 (hopeless), the others alternate (mixed)."""
+    return [1.0 if i % 3 == 0 else 0.0 if i % 3 == 1 else float(j % 2) for j, i in enumerate(idx)]
+
+
+@pytest.mark.parametrize(
+    ("geometry", "resume_step"),
+    [(dict(max_steps=14), 8),
+     (dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=4, max_steps=24), 17)],
+    ids=["at-round-boundary", "mid-round"],
+)
+def test_per_prompt_resume_replays_the_same_rounds(tmp_path, geometry, resume_step):
+    """Prompts, each prompt's G and the deferrals after a resume are those of the run that never stopped."""
+    stages = per_prompt_stages((2, 4, 8), revisit=0.3)
+    overrides = dict(save_strategy="steps", save_steps=1, shuffle_dataset=True,
+                     per_device_train_batch_size=geometry.pop("per_device_train_batch_size", 8), **geometry)  # fmt: skip
+    make = lambda name: make_trainer(tmp_path / name, stages, recorder=RoundRecorder(settled_or_mixed),  # noqa: E731
+                                     dataset=indexed_dataset(12), **overrides)  # fmt: skip
+    full, full_recorder = make("full")
+    full.train()
+    expected = [(c["step"], tuple(c["sizes"]), tuple(c["idx"])) for c in full_recorder.calls]
+    assert len({sizes for _, sizes, _ in expected}) > 1 and full._curriculum.deferred_total > 0  # things happen
+
+    resumed, recorder = make("resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / f"checkpoint-{resume_step}"))
+    got = [(c["step"], tuple(c["sizes"]), tuple(c["idx"])) for c in recorder.calls]
+    first = max(i for i, r in enumerate(expected) if r[0] <= resume_step)
+    assert got[0][1:] == expected[first][1:]  # a round in progress is regenerated with its prompts and sizes
+    assert got[1:] == expected[first + 1 :]
+    assert resumed._curriculum.deferred_total == full._curriculum.deferred_total
+    logged = lambda trainer: [(h["step"], h["curriculum/num_generations"], h["curriculum/prompts"])  # noqa: E731
+                              for h in trainer.state.log_history if "loss" in h]  # fmt: skip
+    assert logged(resumed) == logged(full)
 
 
 def test_resume_from_a_checkpoint_without_curriculum_state_fails_clearly(tmp_path):

@@ -12,7 +12,9 @@ from grpo_curriculum.callback import CurriculumCallback
 from grpo_curriculum.tasks import build_model, build_tokenizer
 from grpo_curriculum.trainer import CurriculumGRPOTrainer
 
-from .conftest import RoundRecorder, assert_whole_groups, grpo_args, indexed_dataset
+import pytest
+
+from .conftest import RoundRecorder, assert_whole_groups, group_runs, grpo_args, indexed_dataset, per_prompt_stages
 from .fake_vllm import (  # noqa: F401 - fixtures
     FakeVLLMServer,
     decode_fake_completion,
@@ -121,3 +123,65 @@ def test_colocate_mode_sampling_params_follow_the_schedule(tmp_path, fake_vllm_c
     names = [name for name, _ in trainer.model.named_parameters()]
     assert [name for name, _ in fake_vllm_colocate.loaded_weights] == names * 4  # one sync a step
     assert fake_vllm_colocate.prefix_cache_resets == 4
+
+
+# --- per-prompt rounds: groups of different sizes ---------------------------------------------------------------
+
+
+def mixed_round_trainer(tmp_path, mode, wanted_by_index, **overrides):
+    wanted_by_index(lambda index: (2, 4)[index % 2])
+    trainer, recorder, dataset = make_vllm_trainer(
+        tmp_path, per_prompt_stages((2, 4), defer=False), mode, max_steps=3, per_device_train_batch_size=12,
+        num_generations=4, shuffle_dataset=False, **overrides,
+    )  # fmt: skip
+    sizes = []
+    original = trainer._curriculum_round_rows
+
+    def spy():
+        rows, round_sizes = original()
+        sizes.append(list(round_sizes))
+        return rows, round_sizes
+
+    trainer._curriculum_round_rows = spy
+    return trainer, recorder, dataset, sizes
+
+
+@pytest.mark.parametrize("seed", [None, 7])
+def test_server_mode_sends_each_group_size_as_one_request(tmp_path, fake_vllm_server, wanted_by_index, seed):
+    """A round of G 2 and G 4 groups: one request per size with n = that size, completions back in group order."""
+    extra = {"generation_kwargs": {"seed": seed}} if seed is not None else {}
+    trainer, recorder, dataset, sizes = mixed_round_trainer(tmp_path, "server", wanted_by_index, **extra)
+    trainer.train()
+    assert sizes == [[2, 4, 2, 4]] * 3  # prompts 0-3, 4-7, 8-11 in order: even indices want 2, odd ones 4
+    requests = iter(fake_vllm_server.generation_requests)
+    for call, round_sizes in zip(recorder.calls, sizes, strict=True):
+        assert group_runs(call["idx"]) == round_sizes
+        starts = [sum(round_sizes[:i]) for i in range(len(round_sizes))]
+        groups = [call["idx"][s] for s in starts]
+        for size in (2, 4):  # one request per distinct size, in ascending order
+            request = next(requests)
+            same = [prompt for prompt, g in zip(groups, round_sizes, strict=True) if g == size]
+            assert (request.n, request.temperature) == (size, 1.0)
+            assert request.prompts == prompt_ids_of(dataset, same)
+            if seed is not None:
+                assert request.payload["seed"] == seed  # vLLM gives each of the n completions seed + index
+        # Row r of the round holds a completion of its own prompt: sample j of its group, from its size's request.
+        for group, (start, size) in enumerate(zip(starts, round_sizes, strict=True)):
+            rank = sum(1 for g in round_sizes[:group] if g == size)
+            for j in range(size):
+                completion = decode_fake_completion(call["completions"][start + j])
+                assert completion.words == tuple(dataset[call["idx"][start]]["target"].split())
+                assert (completion.sample, completion.position) == (j, rank * size + j)
+    assert next(requests, None) is None
+    assert [h["curriculum/num_generations"] for h in train_history(trainer)] == [3] * 3
+
+
+def test_colocate_mode_samples_every_row_of_a_mixed_round(tmp_path, fake_vllm_colocate, wanted_by_index):
+    trainer, recorder, dataset, sizes = mixed_round_trainer(tmp_path, "colocate", wanted_by_index)
+    trainer.train()
+    calls = fake_vllm_colocate.generate_calls
+    assert [c.sampling_params.n for c in calls] == [1, 1, 1]
+    for generate_call, call, round_sizes in zip(calls, recorder.calls, sizes, strict=True):
+        assert group_runs(call["idx"]) == round_sizes == [2, 4, 2, 4]
+        assert generate_call.prompts == prompt_ids_of(dataset, call["idx"])  # every row, each group contiguous
+        assert_completions_in_group_order(call, dataset, n_per_request=1)
