@@ -6,6 +6,8 @@ Both trainers run the same config on the tiny built-in model, interleaved (plain
 noise hits both alike; per-step wall times are collected with a callback, the first steps of each run dropped as
 warm-up, and the ratio of medians printed. The switch cost is measured two ways: the time `_apply` takes to change G
 and temperature everywhere, and the time of the first steps after a switch against steady-state steps at the new G.
+The per-prompt allocation is timed inside a per-prompt run (choosing the round's prompts and G, and taking in the
+round's outcomes), per round, against that run's own median step.
 
     python benchmarks/overhead.py [--repeats 5] [--steps 40]
 """
@@ -21,7 +23,7 @@ import torch
 from transformers import PrinterCallback, TrainerCallback, logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
 
-from grpo_curriculum import Stage
+from grpo_curriculum import Adaptive, Stage
 from grpo_curriculum.callback import CurriculumCallback
 from grpo_curriculum.schedule import Setting
 from grpo_curriculum.tasks import build_model, build_tokenizer, echo_dataset, echo_reward
@@ -39,7 +41,7 @@ class StepTimer(TrainerCallback):
         self.times.append(time.perf_counter() - self._start)
 
 
-def run(cls, stages, steps, seed=0, dataset=None):
+def run(cls, stages, steps, seed=0, dataset=None, setup=None):
     timer = StepTimer()
     callbacks = [timer] + ([CurriculumCallback(stages)] if stages else [])
     args = GRPOConfig(
@@ -50,6 +52,8 @@ def run(cls, stages, steps, seed=0, dataset=None):
     trainer = cls(model=build_model(hidden_size=64), processing_class=build_tokenizer(), reward_funcs=echo_reward,
                   args=args, train_dataset=dataset, callbacks=callbacks)  # fmt: skip
     trainer.remove_callback(PrinterCallback)
+    if setup is not None:
+        setup(trainer)
     trainer.train()
     return timer.times, trainer
 
@@ -99,6 +103,34 @@ def main():
         before_switch.append(statistics.median(times[half + options.warmup :]))
     print(f"first step after the switch: median {statistics.median(after) * 1e3:.2f} ms vs steady steps at the new G "
           f"{statistics.median(before_switch) * 1e3:.2f} ms (ratio {statistics.median(after) / statistics.median(before_switch):.3f})")  # fmt: skip
+
+    # Per-prompt G: the allocation's own work a round, inside real runs (4096 prompts, several passes' worth of state).
+    allocation, steps = [], []
+    for repeat in range(options.repeats):
+        stage = Stage(temperature=1.0, adaptive=Adaptive((2, 4, 8, 16), policy="per_prompt"))
+        timed = {}
+
+        def wrap(owner, name):
+            original = getattr(owner, name)
+
+            def timed_call(*args, **kwargs):
+                start = time.perf_counter()
+                result = original(*args, **kwargs)
+                timed.setdefault(name, []).append(time.perf_counter() - start)
+                return result
+
+            setattr(owner, name, timed_call)
+
+        times, trainer = run(CurriculumGRPOTrainer, [stage], options.steps, seed=repeat, dataset=dataset,
+                             setup=lambda t: [wrap(t, "_per_prompt_round"), wrap(t._curriculum, "observe_round")])  # fmt: skip
+        rounds = [a + b for a, b in zip(timed["_per_prompt_round"], timed["observe_round"], strict=True)]
+        allocation.append(statistics.median(rounds[options.warmup :]))
+        steps.append(statistics.median(times[options.warmup :]))
+    ratios = [a / s for a, s in zip(allocation, steps, strict=True)]
+    print(f"per-prompt allocation a round (choose prompts and G, take in the outcomes): median "
+          f"{statistics.median(allocation) * 1e6:.0f} us (runs: {', '.join(f'{a * 1e6:.0f}' for a in allocation)}) "
+          f"= {statistics.median(ratios):.2%} of the run's median step {statistics.median(steps) * 1e3:.2f} ms "
+          f"(per run: {', '.join(f'{r:.2%}' for r in ratios)}); target <= 2%")  # fmt: skip
 
 
 if __name__ == "__main__":

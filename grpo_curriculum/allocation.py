@@ -11,15 +11,14 @@ The rule, per round (budget `B` = the generation batch, candidates `c_1 < ... < 
    of the current pass over the dataset and reconsidered, with a fresh draw, when the next pass reaches it. The draw
    is a hash of (seed, prompt, pass), so every process and a resumed run draw the same. With `defer=False`, nothing
    is deferred.
-2. Each accepted prompt wants the smallest candidate G whose expected probability of an informative group (rewards
-   not all equal, `1 - p^G - (1-p)^G` for a success rate `p`) reaches `target`. `p` is uncertain: it has a Beta
-   posterior from the prompt's discounted successes and failures (prior Beta(1, 1), old visits weighted by `decay` per
-   new visit), and the expectation is taken over it. A prompt that no candidate makes informative with probability
-   `target` gets the largest candidate if that one still reaches `target / 2` (rare successes, or rare failures, that
-   many samples can catch), else the smallest (confidently solved or hopeless: settled for now). An unseen prompt is judged by the population:
-   the informative probabilities of recently observed prompts, averaged (an empirical-Bayes prior), Beta(1, 1) before
-   any observation. So a prompt whose outcome is mixed gets just enough samples to expect a contrast, a rarely (or
-   almost always) solved one gets more, and a settled one the fewest.
+2. Each accepted prompt wants the smallest candidate G whose probability of an informative group (rewards not all
+   equal), `1 - p^G - (1-p)^G`, reaches `target`, else the smallest candidate. `p` is the prompt's estimated success
+   rate: the mean of its Beta posterior, from its discounted successes and failures (old visits weighted by `decay`
+   per new visit) and the population's prior (empirical Bayes: a Beta fitted by moments to the success fractions of
+   recently observed groups, corrected for their binomial noise; Beta(1, 1) before any observation). An unseen prompt
+   gets the population's mean rate; a prompt seen a few times is pulled towards it, the more so the more alike the
+   population's prompts are. So a mixed prompt gets enough samples to expect a contrast, more when its successes
+   (or failures) are rare, and a settled one (solved or hopeless: no candidate reaches `target`) the fewest.
 3. Prompts are taken in stream order, each with the largest candidate up to the G it wants that keeps the rest of
    the budget fillable, until exactly `B` completions are allocated.
 """
@@ -32,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-PRIOR = (1.0, 1.0)  # Beta(1, 1): uniform success rate for an unseen prompt
+FLAT_MOMENTS = (0.5, 1 / 3, 0.0)  # E[x], E[x^2], E[1/n] of Beta(1, 1) seen without noise: the prior before any data
 
 
 def reachable_sums(candidates: Sequence[int], budget: int) -> np.ndarray:
@@ -53,15 +52,13 @@ def reachable_sums(candidates: Sequence[int], budget: int) -> np.ndarray:
     return reachable
 
 
-def informative_probability(successes, failures, num_generations: Sequence[int]) -> np.ndarray:
+def informative_probability(success_rate, num_generations: Sequence[int]) -> np.ndarray:
     """
-    Expected probability that a group is informative (its binary rewards are not all equal), `E[1 - p^G - (1-p)^G]`
-    with `p ~ Beta(successes + 1, failures + 1)`.
-
-    Uses `E[p^G] = prod_{j<G} (a + j) / (a + b + j)` for `p ~ Beta(a, b)`.
+    Probability that a group of G binary rewards with success rate `p` is informative (not all equal):
+    `1 - p^G - (1-p)^G`.
 
     Args:
-        successes, failures (array-like): Per prompt, the (discounted) observed successes and failures.
+        success_rate (array-like): Per prompt, `p`.
         num_generations (`Sequence[int]`): The G values to evaluate.
 
     Returns:
@@ -69,28 +66,36 @@ def informative_probability(successes, failures, num_generations: Sequence[int])
 
     Example:
     ```python
-    >>> informative_probability([0], [0], [2, 4]).round(3).tolist()  # unseen: (G - 1) / (G + 1)
-    [[0.333, 0.6]]
+    >>> informative_probability([0.5], [2, 4]).tolist()
+    [[0.5, 0.875]]
     ```
     """
-    a = np.asarray(successes, dtype=np.float64)[:, None] + PRIOR[0]
-    b = np.asarray(failures, dtype=np.float64)[:, None] + PRIOR[1]
-    j = np.arange(max(num_generations), dtype=np.float64)[None, :]
-    moment_p = np.cumprod((a + j) / (a + b + j), axis=1)  # E[p^(j+1)]
-    moment_q = np.cumprod((b + j) / (a + b + j), axis=1)  # E[(1-p)^(j+1)]
-    columns = [g - 1 for g in num_generations]
-    return 1.0 - moment_p[:, columns] - moment_q[:, columns]
+    p = np.asarray(success_rate, dtype=np.float64)[:, None]
+    g = np.asarray(num_generations)[None, :]
+    return 1.0 - p**g - (1.0 - p) ** g
 
 
 def wanted_num_generations(probability: np.ndarray, candidates: Sequence[int], target: float) -> np.ndarray:
     """
     Per row of `probability` (informative probabilities at each candidate, ascending), the G a prompt wants: the
-    smallest candidate reaching `target`; when none does, the largest if it reaches `target / 2`, else the smallest.
+    smallest candidate reaching `target`, else the smallest candidate.
     """
-    probability = np.asarray(probability)
-    reaches = probability >= target
-    fallback = np.where(probability[:, -1] >= target / 2, len(candidates) - 1, 0)
-    return np.asarray(candidates)[np.where(reaches.any(axis=1), reaches.argmax(axis=1), fallback)]
+    reaches = np.asarray(probability) >= target
+    return np.asarray(candidates)[np.where(reaches.any(axis=1), reaches.argmax(axis=1), 0)]
+
+
+def beta_prior(moments: Sequence[float]) -> tuple[float, float]:
+    """
+    The Beta prior of the success rate fitted by moments to observed group success fractions `x = k / n`: from
+    `E[x]`, `E[x^2]` and `E[1/n]`, the spread of the true rates is `Var[x]` minus the binomial noise
+    `E[x](1 - E[x]) E[1/n]`, rescaled by `1 / (1 - E[1/n])`; strength `a + b` clipped to [0.2, 50].
+    """
+    first, second, inverse_n = moments
+    mean = min(max(first, 0.01), 0.99)
+    spread = (second - first**2 - mean * (1 - mean) * inverse_n) / (1 - inverse_n)
+    spread = min(max(spread, 1e-6), mean * (1 - mean) * 0.999)
+    strength = min(max(mean * (1 - mean) / spread - 1, 0.2), 50.0)
+    return mean * strength, (1 - mean) * strength
 
 
 def uniform_draw(seed: int, slot: int, epoch: int) -> float:
@@ -103,8 +108,8 @@ class PromptStats:
     """
     Per-prompt statistics in compact arrays, indexed by a slot (a map-style dataset's row index, or a hash bucket of
     an iterable dataset's prompt): discounted successes and failures (`float16`) and the number of consecutive visits
-    that gave a zero-std group (`uint8`), 5 bytes a prompt; and the population's informative probability at each
-    candidate G (an EMA over rounds), the prior of unseen prompts.
+    that gave a zero-std group (`uint8`), 5 bytes a prompt; and the population's moments (an EMA over rounds of the
+    observed groups' `E[x]`, `E[x^2]`, `E[1/n]`), from which the prior of every prompt is fitted ([`beta_prior`]).
 
     Args:
         size (`int`): Number of slots.
@@ -113,22 +118,21 @@ class PromptStats:
         smoothing (`float`): EMA weight of the newest round in the population estimate.
     """
 
-    ARRAYS = ("successes", "failures", "zero_streak", "population")
+    ARRAYS = ("successes", "failures", "zero_streak", "moments")
 
     def __init__(self, size: int, candidates: Sequence[int], decay: float, smoothing: float):
         self.size, self.candidates, self.decay, self.smoothing = int(size), tuple(candidates), decay, smoothing
         self.successes = np.zeros(self.size, dtype=np.float16)
         self.failures = np.zeros(self.size, dtype=np.float16)
         self.zero_streak = np.zeros(self.size, dtype=np.uint8)
-        self.population = informative_probability([0.0], [0.0], self.candidates)[0]  # Beta(1, 1) before any data
+        self.moments = np.array(FLAT_MOMENTS)
 
-    def informative(self, slots: Sequence[int]) -> np.ndarray:
-        """Per slot, the expected informative probability at each candidate (the population's for unseen slots)."""
+    def success_rate(self, slots: Sequence[int]) -> np.ndarray:
+        """Per slot, the estimated success rate: the posterior mean under the population prior."""
         slots = np.asarray(slots, dtype=np.int64)
+        a, b = beta_prior(self.moments)
         s, f = self.successes[slots].astype(np.float64), self.failures[slots].astype(np.float64)
-        probability = informative_probability(s, f, self.candidates)
-        probability[(s + f) == 0] = self.population
-        return probability
+        return (s + a) / (s + f + a + b)
 
     def observe(self, slots: Sequence[int], successes: Sequence[float], trials: Sequence[int],
                 zero_std: Sequence[bool]) -> None:  # fmt: skip
@@ -136,17 +140,16 @@ class PromptStats:
         Add one visit per slot. `successes[i]` of `trials[i]` finite rewards were successes; `zero_std[i]` says the
         group's rewards were all equal. A slot seen twice in one call (two groups of one prompt) adds both visits.
         """
-        seen = []
+        fractions = []
         for slot, s, n, zero in zip(slots, successes, trials, zero_std, strict=True):
             if n == 0:
                 continue  # no finite reward: nothing learned
             self.successes[slot] = np.float16(self.decay * float(self.successes[slot]) + s)
             self.failures[slot] = np.float16(self.decay * float(self.failures[slot]) + (n - s))
             self.zero_streak[slot] = min(int(self.zero_streak[slot]) + 1, 255) if zero else 0
-            seen.append(slot)
-        if seen:
-            mean = self.informative(seen).mean(axis=0)
-            self.population = self.smoothing * mean + (1 - self.smoothing) * self.population
+            fractions.append((s / n, (s / n) ** 2, 1 / n))
+        if fractions:
+            self.moments = self.smoothing * np.mean(fractions, axis=0) + (1 - self.smoothing) * self.moments
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {name: getattr(self, name) for name in self.ARRAYS}
@@ -208,7 +211,8 @@ class PerPromptAllocator:
 
     def wanted(self, slot: int) -> int:
         """The G the prompt in `slot` wants (before the budget is applied)."""
-        return int(wanted_num_generations(self.stats.informative([slot]), self.candidates, self.target)[0])
+        probability = informative_probability(self.stats.success_rate([slot]), self.candidates)
+        return int(wanted_num_generations(probability, self.candidates, self.target)[0])
 
     def plan(self, offered: Iterable[int], epoch: int, defer: bool = True) -> RoundPlan | None:
         """

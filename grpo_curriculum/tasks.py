@@ -232,9 +232,36 @@ def count_mixed_dataset(num_prompts: int = 64, seed: int = 0):
     return count_dataset(num_prompts, seed=seed, max_count=len(DIGITS) - 1)
 
 
+def echo_tiers_dataset(num_prompts: int = 64, seed: int = 0, weights: tuple[int, ...] = (45, 25, 10, 20)):
+    """
+    The *echo* task in difficulty tiers, like real RL data: each prompt asks to repeat 1, 2, 3 or 4 words (drawn with
+    `weights`), scored by [`exact_echo_reward`] (all words, nothing else). Warm-started on the one- and two-word
+    prompts only (`benchmarks/sample_efficiency.py` does), most one-word prompts are solved at G 16, the three- and
+    four-word ones hopeless, the two-word ones mixed; as training goes on, two-word prompts get solved.
+
+    Returns:
+        [`~datasets.Dataset`]: Columns `prompt` (str) and `target` (str).
+    """
+    from datasets import Dataset
+
+    rng = random.Random(seed)
+    rows = {"prompt": [], "target": []}
+    for _ in range(num_prompts):
+        words = [rng.choice(WORDS) for _ in range(rng.choices(range(1, len(weights) + 1), weights=weights)[0])]
+        rows["prompt"].append("echo : " + " ".join(words) + " =")
+        rows["target"].append(" ".join(words))
+    return Dataset.from_dict(rows)
+
+
+def exact_echo_reward(completions: list[str], target: list[str], **kwargs) -> list[float]:
+    """1.0 when the completion's words are exactly the target's, else 0.0."""
+    return [float(c.split() == t.split()) for c, t in zip(completions, target, strict=True)]
+
+
 MIXED_TASKS: dict[str, tuple[Callable, Callable]] = {
     "echo_mixed": (echo_mixed_dataset, echo_reward),
     "count_mixed": (count_mixed_dataset, exact_first_word_reward),
+    "echo_tiers": (echo_tiers_dataset, exact_echo_reward),
 }
 """Mixed-difficulty variants, kept apart from [`TASKS`] (the recipes' `builtin:` datasets)."""
 

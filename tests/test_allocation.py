@@ -10,8 +10,10 @@ import pytest
 
 from grpo_curriculum.adaptive import Adaptive, make_policy
 from grpo_curriculum.allocation import (
+    FLAT_MOMENTS,
     PerPromptAllocator,
     PromptStats,
+    beta_prior,
     informative_probability,
     reachable_sums,
     uniform_draw,
@@ -28,26 +30,23 @@ def allocator(size=64, candidates=CANDIDATES, budget=16, target=0.8, defer=True,
 
 
 @pytest.mark.parametrize(
-    "successes, failures, expected",
+    "p, expected",
     [
-        (0, 0, [1 / 3, 3 / 5, 7 / 9, 15 / 17]),  # unseen, Beta(1, 1): (G - 1) / (G + 1)
-        (1, 1, [1 - 2 * 6 / 20, 1 - 2 * (2 * 3 * 4 * 5) / (4 * 5 * 6 * 7), None, None]),  # Beta(2, 2)
-        (1000, 1000, [0.5, 0.875, 1 - 2 * 0.5**8, 1 - 2 * 0.5**16]),  # p known to be 1/2: 1 - 2 * 0.5^G
+        (0.5, [0.5, 0.875, 1 - 2 * 0.5**8, 1 - 2 * 0.5**16]),  # 1 - 2 * 0.5^G
+        (0.0, [0.0] * 4),
+        (1.0, [0.0] * 4),
+        (0.1, [1 - 0.1**g - 0.9**g for g in CANDIDATES]),
     ],
 )
-def test_informative_probability_closed_forms(successes, failures, expected):
-    got = informative_probability([successes], [failures], CANDIDATES)[0]
-    for value, want in zip(got, expected, strict=True):
-        if want is not None:
-            assert value == pytest.approx(want, abs=2e-3 if successes == 1000 else 1e-12)
+def test_informative_probability(p, expected):
+    assert informative_probability([p], CANDIDATES)[0].tolist() == pytest.approx(expected, abs=1e-12)
 
 
 def test_informative_probability_grows_with_g_and_is_symmetric():
-    rng = np.random.default_rng(0)
-    s, f = rng.uniform(0, 20, 50), rng.uniform(0, 20, 50)
-    p = informative_probability(s, f, CANDIDATES)
-    assert np.all(np.diff(p, axis=1) >= 0) and np.all((p >= 0) & (p <= 1))
-    np.testing.assert_allclose(p, informative_probability(f, s, CANDIDATES))
+    p = np.random.default_rng(0).uniform(0, 1, 50)
+    probability = informative_probability(p, CANDIDATES)
+    assert np.all(np.diff(probability, axis=1) >= 0) and np.all((probability >= 0) & (probability <= 1))
+    np.testing.assert_allclose(probability, informative_probability(1 - p, CANDIDATES))
 
 
 @pytest.mark.parametrize(
@@ -64,20 +63,52 @@ def test_reachable_sums(candidates, budget, reachable):
 
 
 @pytest.mark.parametrize(
-    "successes, failures, target, wanted",
+    "p, target, wanted",
     [
-        (0, 0, 0.8, 16),  # unseen (flat prior before any observation): only 16 reaches 0.8
-        (0, 0, 0.95, 16),  # ... nothing reaches 0.95, but 16 reaches half of it: the largest
-        (8, 8, 0.8, 4),  # mixed outcome, p near 1/2: 4 samples give a contrast with probability ~0.87
-        (3, 13, 0.8, 8),  # p near 0.2: rare successes need more samples
-        (1, 15, 0.8, 16),  # p near 0.1: 16 gives a contrast with probability 0.74, short of 0.8: still the largest
-        (0, 32, 0.8, 2),  # hopeless: even 16 samples rarely contrast (0.35 < 0.4), the smallest
-        (32, 0, 0.8, 2),  # solved: the smallest
+        (0.5, 0.8, 4),  # mixed outcome: 4 samples give a contrast with probability 0.875
+        (0.5, 0.9, 8),
+        (0.2, 0.8, 8),  # rare successes need more samples
+        (0.1, 0.8, 16),  # 16 samples: 0.81
+        (0.05, 0.8, 2),  # even 16 samples contrast with probability 0.56 < 0.8: settled for now, the smallest
+        (0.97, 0.8, 2),  # (nearly) solved: the smallest
     ],
 )
-def test_wanted_g(successes, failures, target, wanted):
-    probability = informative_probability([successes], [failures], CANDIDATES)
+def test_wanted_g(p, target, wanted):
+    probability = informative_probability([p], CANDIDATES)
     assert wanted_num_generations(probability, CANDIDATES, target).tolist() == [wanted]
+
+
+@pytest.mark.parametrize(
+    "moments, prior",
+    [
+        (FLAT_MOMENTS, (1.0, 1.0)),  # before any observation
+        ((0.5, 0.5, 0.25), (0.1, 0.1)),  # every group all 0 or all 1 (4 samples): as U-shaped as allowed
+        ((0.5, 0.25 + 0.25 / 4, 0.25), (25.0, 25.0)),  # exactly the binomial noise of p = 1/2: concentrated (clipped)
+        ((0.5, 0.3, 0.125), (16 / 3, 16 / 3)),
+    ],
+)
+def test_beta_prior_from_population_moments(moments, prior):
+    assert beta_prior(moments) == pytest.approx(prior, rel=1e-6)
+
+
+def test_estimates_follow_the_population():
+    a = allocator(size=40)
+    a.stats.smoothing = 1.0  # the population is the last round's
+    assert a.stats.success_rate([39]).tolist() == [0.5] and a.wanted(39) == 4  # before any observation: Beta(1, 1)
+    # Two thirds of the groups settled (8 of 8 right, or 8 of 8 wrong), a third mixed: a U-shaped prior, which barely
+    # pulls the prompts seen once: settled ones get the smallest, the mixed ones what they need for a contrast.
+    a.stats.observe(range(30), [8] * 10 + [0] * 10 + [4] * 10, [8] * 30, [True] * 20 + [False] * 10)
+    assert sum(beta_prior(a.stats.moments)) < 1
+    assert (a.wanted(0), a.wanted(15), a.wanted(25)) == (2, 2, 4)
+    # A population of alike prompts (success 3/8 to 5/8) pulls a prompt seen once at 1 of 8 towards one half.
+    b = allocator(size=40)
+    b.stats.smoothing = 1.0
+    b.stats.observe(range(30), [4, 3, 5] * 10, [8] * 30, [False] * 30)
+    for stats in (a.stats, b.stats):  # prompt 39 was seen once: 1 success in 8
+        stats.successes[39], stats.failures[39] = 1, 7
+    assert sum(beta_prior(b.stats.moments)) > 10
+    assert b.stats.success_rate([39])[0] > 0.35 and a.stats.success_rate([39])[0] < 0.2
+    assert (b.wanted(39), a.wanted(39)) == (4, 16)  # p 0.125: 16 samples contrast with probability 0.88
 
 
 def test_single_candidate_without_deferral_is_trl_layout():
@@ -104,9 +135,9 @@ def test_every_round_is_exactly_the_budget_in_candidates(candidates, budget, see
 
 
 def test_prompts_get_the_g_they_want_until_the_budget_binds():
-    a = allocator(size=8)
-    a.stats.successes[:4] = [8, 3, 1, 0]
-    a.stats.failures[:4] = [8, 13, 15, 0]  # wants 4, 8, 16, and unseen (flat prior: 16)
+    a = allocator(size=8)  # flat prior: Beta(1, 1) + the counts
+    a.stats.successes[:4] = [7, 2, 1, 1]
+    a.stats.failures[:4] = [7, 14, 14, 14]  # rates 0.5, 0.17, 0.12, 0.12: want 4, 8, 16, 16
     plan = a.plan(range(8), epoch=1)
     # 4 + 8 fit; 16 does not fit in the 4 left: the largest candidate that keeps the rest fillable.
     assert plan.sizes == (4, 8, 4) and plan.offsets == (0, 1, 2)
@@ -137,12 +168,13 @@ def test_deferred_prompts_are_counted_and_skipped_for_the_pass():
 def test_prompt_stats_observe_decay_streak_and_population():
     stats = PromptStats(4, CANDIDATES, decay=0.5, smoothing=1.0)
     stats.observe([0, 1, 2], [4, 0, 2], [4, 4, 4], [True, True, False])
+    np.testing.assert_allclose(stats.moments, [(1 + 0 + 0.5) / 3, (1 + 0 + 0.25) / 3, 1 / 4])
     stats.observe([0, 3], [2, 0], [2, 0], [True, False])  # slot 3: no finite reward, nothing learned
     assert stats.successes.tolist() == [4.0, 0.0, 2.0, 0.0] and stats.failures.tolist() == [0.0, 4.0, 2.0, 0.0]
     assert stats.zero_streak.tolist() == [2, 1, 0, 0]
-    # The population (prior of unseen prompts) is the mean informative probability of the prompts just observed.
-    np.testing.assert_allclose(stats.population, informative_probability([4.0], [0.0], CANDIDATES)[0])
-    np.testing.assert_allclose(stats.informative([3])[0], stats.population)
+    np.testing.assert_allclose(stats.moments, [1, 1, 1 / 2])  # the last round's groups (smoothing 1)
+    a, b = beta_prior(stats.moments)
+    np.testing.assert_allclose(stats.success_rate([3, 0]), [a / (a + b), (a + 4) / (a + b + 4)])
     assert stats.successes.nbytes + stats.failures.nbytes + stats.zero_streak.nbytes == 5 * 4  # 5 bytes a prompt
 
 
