@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import hashlib
 import importlib
@@ -439,14 +440,37 @@ def install_variable_group_requests(trainer) -> None:
 
 # --- checkpoints ---------------------------------------------------------------------------------------------------
 
-CURRICULUM_STATE_FILE = "curriculum_state.json"
-
-
 def checkpoint_dir(trainer, trial) -> str:
     """The folder `Trainer._save_checkpoint` writes the current checkpoint to."""
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     return os.path.join(trainer._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}")
+
+
+@contextlib.contextmanager
+def curriculum_state_before_trainer_state(trainer, folder: str, save):
+    """
+    While `Trainer._save_checkpoint` runs: when it writes the checkpoint's `trainer_state.json` (after the model,
+    optimizer and RNG states, before rotating old checkpoints away), call `save(folder)` first and write the trainer
+    state atomically. A checkpoint whose `trainer_state.json` parses is then complete, curriculum state included, and
+    no older checkpoint is deleted before it is.
+    """
+    from .checkpoint import atomic_json
+
+    state = trainer.state
+    target = os.path.abspath(os.path.join(folder, "trainer_state.json"))
+
+    def save_to_json(json_path: str) -> None:
+        if os.path.abspath(json_path) != target:
+            return type(state).save_to_json(state, json_path)
+        save(folder)
+        atomic_json(json_path, dataclasses.asdict(state))
+
+    state.save_to_json = save_to_json
+    try:
+        yield
+    finally:
+        del state.save_to_json
 
 
 def micro_step(trainer) -> int:
@@ -506,9 +530,10 @@ class GRPOHooks:
         return rewards_per_func
 
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        if self._curriculum_active() and self.args.should_save:
-            self._curriculum_save(checkpoint_dir(self, trial))
+        if not (self._curriculum_active() and self.args.should_save):
+            return super()._save_checkpoint(model, trial)
+        with curriculum_state_before_trainer_state(self, checkpoint_dir(self, trial), self._curriculum_save):
+            super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)

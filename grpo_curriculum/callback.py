@@ -224,9 +224,16 @@ class CurriculumCallback(TrainerCallback):
 
     # --- checkpointing ---------------------------------------------------------------------------------------------
 
+    def stage_signature(self) -> list[dict]:
+        """What a checkpoint's state depends on in each stage: a fixed G, or an adaptive policy and its candidates."""
+        return [{"num_generations": stage.num_generations} if stage.adaptive is None else
+                {"policy": stage.adaptive.policy, "num_generations": list(stage.adaptive.num_generations)}
+                for stage in self.schedule.stages]  # fmt: skip
+
     def state_dict(self) -> dict:
-        """What a checkpoint must hold to continue the curriculum exactly (JSON-serialisable)."""
+        """What a checkpoint must hold to continue the curriculum exactly (JSON-serialisable but for numpy arrays)."""
         return {
+            "stages": self.stage_signature(),
             "current": asdict(self.current) if self.current is not None else None,
             "rounds": self.rounds,
             "switches": list(self.switches),
@@ -236,6 +243,18 @@ class CurriculumCallback(TrainerCallback):
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """
+        Restore a [`state_dict`].
+
+        Raises:
+            `ValueError`: when the schedule's stages no longer match the ones the state was saved with (their number,
+            a fixed G, an adaptive policy or its candidates), naming what changed.
+        """
+        saved, now = state["stages"], self.stage_signature()
+        if saved != now:
+            changes = [f"{len(saved)} stages saved, {len(now)} now"] if len(saved) != len(now) else []
+            changes += [f"stage {i}: {a} saved, {b} now" for i, (a, b) in enumerate(zip(saved, now)) if a != b]
+            raise ValueError("the curriculum's stages changed since the checkpoint (" + "; ".join(changes) + ")")
         self.current = Setting(**state["current"]) if state["current"] is not None else None
         self.rounds = state["rounds"]
         self.switches = list(state["switches"])

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import os
 
-import numpy as np
 from trl import GRPOTrainer
 
 from . import _trl, tracking
 from .callback import CurriculumCallback
+from .checkpoint import STATE_FILE, CurriculumStateError, newest_complete_checkpoint, read_state, write_state
 from .errors import Problem, raise_if_any
 from .geometry import BatchGeometry
 from .signals import PromptReport, round_stats
@@ -19,7 +18,6 @@ from .signals import PromptReport, round_stats
 logger = logging.getLogger("grpo_curriculum")
 
 PROMPT_REPORT_FILE = "uncertain_prompts.jsonl"
-ARRAYS_FILE = "curriculum_arrays.npz"  # per-prompt statistics, next to the curriculum state
 
 
 def _find_curriculum(callbacks) -> CurriculumCallback | None:
@@ -201,55 +199,59 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
     # --- checkpoint and resume ---------------------------------------------------------------------------------------
 
     def _curriculum_save(self, folder: str) -> None:
-        state = {
-            "version": 1,
+        write_state(folder, {
             "global_step": self.state.global_step,
             "micro_step": _trl.micro_step(self),
+            "geometry": self._geometry(),
             "callback": self._curriculum.state_dict(),
             "stream": self._prompt_stream.state(),
             "round_start_stream": self._round_start_stream,
             "round_plan": self._round_plan,
             "prompt_report": self._prompt_report.state_dict(),
-        }
-        state, arrays = _split_arrays(state)
-        if arrays:
-            with open(os.path.join(folder, ARRAYS_FILE + ".tmp"), "wb") as f:
-                np.savez_compressed(f, **arrays)
-            os.replace(os.path.join(folder, ARRAYS_FILE + ".tmp"), os.path.join(folder, ARRAYS_FILE))
-        path = os.path.join(folder, _trl.CURRICULUM_STATE_FILE)
-        with open(path + ".tmp", "w") as f:
-            json.dump(state, f)
-        os.replace(path + ".tmp", path)
+        })  # fmt: skip
         self.write_prompt_report(folder)
 
+    def _geometry(self) -> dict:
+        return {"generation_batch_size": self.args.generation_batch_size,
+                "num_processes": self.accelerator.num_processes}  # fmt: skip
+
     def _curriculum_load(self, checkpoint: str) -> None:
-        path = os.path.join(checkpoint, _trl.CURRICULUM_STATE_FILE)
-        if not os.path.exists(path):
-            raise FileNotFoundError(
-                f"{checkpoint} holds no {_trl.CURRICULUM_STATE_FILE}: it was not written by CurriculumGRPOTrainer, so "
-                "the curriculum cannot continue where it stopped. Resume from a checkpoint of a curriculum run."
-            )
-        with open(path) as f:
-            state = json.load(f)
-        arrays_path = os.path.join(checkpoint, ARRAYS_FILE)
-        if os.path.exists(arrays_path):
-            with np.load(arrays_path) as arrays:
-                state = _join_arrays(state, dict(arrays))
-        self._curriculum.load_state_dict(state["callback"])
-        if state.get("prompt_report") is not None:
+        state = read_state(checkpoint, global_step=self.state.global_step)
+        try:
+            self._curriculum.load_state_dict(state["callback"])
             self._prompt_report.load_state_dict(state["prompt_report"])
+        except (ValueError, KeyError, TypeError, IndexError) as error:
+            raise CurriculumStateError(
+                f"{os.path.join(checkpoint, STATE_FILE)} does not fit this run: {error}. Fix: resume with the recipe "
+                "(curriculum) the checkpoint was written with, or start a new run from the model weights in it."
+            ) from None
         _trl.restore_micro_step(self, state["micro_step"])
         self._prompt_stream = _trl.new_prompt_stream(self)
-        self._resumed_mid_round = _trl.round_in_progress(self) and state["round_start_stream"] is not None
-        if self._resumed_mid_round:
-            self._round_start_stream, self._round_plan = state["round_start_stream"], state.get("round_plan")
+        in_round = _trl.round_in_progress(self) and state["round_start_stream"] is not None
+        if in_round and state["geometry"] == self._geometry():
+            # TRL regenerates the round the checkpoint was taken in: the same setting, prompts and group sizes.
+            self._resumed_mid_round = True
+            self._round_start_stream, self._round_plan = state["round_start_stream"], state["round_plan"]
+        elif in_round:
+            # Another geometry: the round's rows no longer fit. Its prompts start a new round, built for this one.
+            logger.info("resumed inside a round on another geometry (%s, was %s): the round is rebuilt for it",
+                        self._geometry(), state["geometry"])  # fmt: skip
+            self._prompt_stream.load_state(state["round_start_stream"])
         else:
             self._prompt_stream.load_state(state["stream"])
         if self._curriculum.current is not None:
             self._apply(self._curriculum.current)
 
-    def train(self, *args, **kwargs):
-        output = super().train(*args, **kwargs)
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        """
+        [`~transformers.Trainer.train`]. With a curriculum, `resume_from_checkpoint=True` resumes from the newest
+        *complete* checkpoint in `output_dir` (one a run stopped while writing is skipped, with a warning naming it).
+        """
+        if resume_from_checkpoint is True and self._curriculum is not None:
+            resume_from_checkpoint = newest_complete_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir})")
+        output = super().train(resume_from_checkpoint, *args, **kwargs)
         self.write_prompt_report()
         return output
 
@@ -260,25 +262,3 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             if sizes and self.accelerator.is_main_process:
                 tracking.log_histogram(self.args, "curriculum/num_generations_per_prompt", sizes, self.state.global_step)
         super().log(logs, start_time)
-
-
-def _split_arrays(state, path: str = "") -> tuple[object, dict[str, np.ndarray]]:
-    """`state` with every numpy array replaced by a reference `{"__array__": name}`, and the arrays by name."""
-    if isinstance(state, np.ndarray):
-        return {"__array__": path}, {path: state}
-    if isinstance(state, dict):
-        out, arrays = {}, {}
-        for key, value in state.items():
-            out[key], found = _split_arrays(value, f"{path}.{key}" if path else str(key))
-            arrays.update(found)
-        return out, arrays
-    return state, {}
-
-
-def _join_arrays(state, arrays: dict[str, np.ndarray]):
-    """Undo [`_split_arrays`]."""
-    if isinstance(state, dict):
-        if set(state) == {"__array__"}:
-            return arrays[state["__array__"]]
-        return {key: _join_arrays(value, arrays) for key, value in state.items()}
-    return state

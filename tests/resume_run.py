@@ -2,13 +2,20 @@
 Train the tiny model with a curriculum, appending one JSON line per generation round to `rounds.jsonl`; used by
 tests/test_resume.py in a subprocess that is killed with SIGKILL and then resumed.
 
-    python tests/resume_run.py OUTPUT_DIR [--resume] [--sleep SECONDS]
+    python tests/resume_run.py OUTPUT_DIR [--resume] [--sleep SECONDS] [--kill-at POINT:STEP] [--save-total-limit N]
+
+`--kill-at` sends SIGKILL to this process at a point of writing checkpoint-STEP: `after-model` (the model is written,
+nothing else), `after-curriculum` (model, optimizer, RNG and curriculum state written, not `trainer_state.json`) or
+`before-rotation` (the checkpoint is complete, older ones not rotated away yet).
 """
 
 import argparse
 import json
 import os
+import signal
 import time
+
+import transformers.trainer
 
 from grpo_curriculum import Stage
 from grpo_curriculum.callback import CurriculumCallback
@@ -28,6 +35,8 @@ def main():
     parser.add_argument("output_dir")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--kill-at")
+    parser.add_argument("--save-total-limit", type=int)
     options = parser.parse_args()
     log = open(os.path.join(options.output_dir, "rounds.jsonl"), "a")
     trainer = None
@@ -43,11 +52,45 @@ def main():
         model=build_model(),
         processing_class=build_tokenizer(),
         reward_funcs=reward,
-        args=grpo_args(options.output_dir, max_steps=12, save_strategy="steps", save_steps=2, shuffle_dataset=True),
+        args=grpo_args(options.output_dir, max_steps=12, save_strategy="steps", save_steps=2, shuffle_dataset=True,
+                       save_total_limit=options.save_total_limit),
         train_dataset=indexed_dataset(),
         callbacks=[CurriculumCallback(STAGES)],
     )
+    if options.kill_at:
+        kill_at(trainer, *options.kill_at.split(":"))
     trainer.train(resume_from_checkpoint=True if options.resume else None)
+
+
+def kill_at(trainer, point: str, step: str) -> None:
+    """SIGKILL this process at `point` of writing checkpoint-`step`."""
+
+    def after(owner, name, when):
+        original = getattr(owner, name)
+
+        def call(*args, **kwargs):
+            result = original(*args, **kwargs)
+            if when() and trainer.state.global_step == int(step):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return result
+
+        setattr(owner, name, call)
+
+    if point == "after-model":
+        after(trainer, "save_model", lambda: True)
+    elif point == "after-curriculum":
+        after(trainer, "_curriculum_save", lambda: True)
+    elif point == "before-rotation":
+        original = transformers.trainer.rotate_checkpoints
+
+        def rotate(*args, **kwargs):
+            if trainer.state.global_step == int(step):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return original(*args, **kwargs)
+
+        transformers.trainer.rotate_checkpoints = rotate
+    else:
+        raise SystemExit(f"unknown kill point {point!r}")
 
 
 if __name__ == "__main__":

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from grpo_curriculum import Stage
+from grpo_curriculum import Adaptive, Stage
+from grpo_curriculum.checkpoint import CurriculumStateError
 
-from .conftest import RoundRecorder, indexed_dataset, per_prompt_stages
+from .conftest import RoundRecorder, assert_whole_groups, indexed_dataset, per_prompt_stages
 from .test_trainer import make_trainer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,7 +99,7 @@ def test_resume_from_a_checkpoint_without_curriculum_state_fails_clearly(tmp_pat
     plain, _ = make_trainer(tmp_path / "plain", None, max_steps=2, save_strategy="steps", save_steps=2)
     plain.train()
     trainer, recorder = make_trainer(tmp_path / "cur", STAGES, max_steps=9)
-    with pytest.raises(FileNotFoundError, match="curriculum_state.json"):
+    with pytest.raises(CurriculumStateError, match="holds no curriculum_state.json.*not written by CurriculumGRPOTrainer"):
         trainer.train(resume_from_checkpoint=str(tmp_path / "plain" / "checkpoint-2"))
     assert recorder.calls == []
 
@@ -137,6 +138,38 @@ def test_sigkill_then_resume_continues_the_schedule(tmp_path):
     assert {r[1] for r in after} >= {8}  # the schedule went on to its last stage
 
 
+@pytest.mark.parametrize(("point", "resumes_at"), [("after-model", 4), ("after-curriculum", 4), ("before-rotation", 6)])
+def test_sigkill_while_writing_a_checkpoint_never_loses_the_run(tmp_path, point, resumes_at):
+    """
+    SIGKILL inside the writing of checkpoint-6 (save_total_limit 1): `resume_from_checkpoint=True` resumes from the
+    newest complete checkpoint (4 when 6 was half-written, with a warning naming it; 6 once complete) and the run
+    continues exactly as the run that never stopped.
+    """
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    script = [sys.executable, str(ROOT / "tests" / "resume_run.py")]
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    subprocess.run([*script, str(reference)], env=env, check=True, timeout=300, capture_output=True)
+    expected = [(r["step"], r["G"], r["T"], r["idx"]) for r in _read_rounds(reference / "rounds.jsonl")]
+
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    run = subprocess.run([*script, str(killed), "--kill-at", f"{point}:6", "--save-total-limit", "1"], env=env,
+                         timeout=300, capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
+    newest = killed / "checkpoint-6"
+    assert newest.is_dir() and (newest / "trainer_state.json").exists() == (point == "before-rotation")
+    assert (newest / "curriculum_state.json").exists() == (point != "after-model")
+    before = len(_read_rounds(killed / "rounds.jsonl"))
+
+    resumed = subprocess.run([*script, str(killed), "--resume", "--save-total-limit", "1"], env=env, timeout=300,
+                             capture_output=True, text=True)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (f"skipping {newest}: it was not completely written" in resumed.stderr) == (resumes_at == 4)
+    after = [(r["step"], r["G"], r["T"], r["idx"]) for r in _read_rounds(killed / "rounds.jsonl")[before:]]
+    assert after == expected[resumes_at:]  # one round per step
+
+
 def test_resume_on_another_geometry_revalidates(tmp_path):
     """Resuming with another batch geometry (as on another process count): valid G continue, invalid ones stop first."""
     overrides = dict(max_steps=9, save_strategy="steps", save_steps=4, shuffle_dataset=True)
@@ -156,3 +189,103 @@ def test_resume_on_another_geometry_revalidates(tmp_path):
     for call in recorder.calls:
         assert len(call["idx"]) == 16
         assert len(set(call["idx"])) == 16 // call["num_generations"]
+
+
+# --- damaged or mismatched curriculum state ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory):
+    """A finished run with checkpoints at steps 2, 4, 6, 8 and 9 (the schedule of `STAGES`)."""
+    folder = tmp_path_factory.mktemp("saved")
+    trainer, _ = make_trainer(folder, STAGES, max_steps=9, save_strategy="steps", save_steps=2)
+    trainer.train()
+    return folder
+
+
+def damaged_copy(saved_run, tmp_path, edit):
+    import shutil
+
+    checkpoint = tmp_path / "checkpoint-4"
+    shutil.copytree(saved_run / "checkpoint-4", checkpoint)
+    path = checkpoint / "curriculum_state.json"
+    edit(path)
+    return checkpoint
+
+
+def set_field(key, value):
+    def edit(path):
+        state = json.loads(path.read_text())
+        state[key] = value
+        path.write_text(json.dumps(state))
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda p: p.write_text(p.read_text()[:50]), r"cannot be read .*the file is damaged"),
+        (lambda p: p.write_text('{"version": 2}'), r"lacks global_step, micro_step, .*the file is damaged"),
+        (set_field("version", 99), r"has version 99; this grpo-curriculum reads version 2"),
+        (set_field("version", 1), r"has version 1"),
+        (set_field("global_step", 2), r"saved at step 2, but the checkpoint's trainer state is at step 4"),
+        (lambda p: p.write_bytes(b"\xff\xfe\x00binary"), r"cannot be read"),
+    ],
+    ids=["truncated", "missing-keys", "future-version", "old-version", "other-step", "binary"],
+)
+def test_damaged_state_fails_clearly_before_any_step(saved_run, tmp_path, edit, message):
+    checkpoint = damaged_copy(saved_run, tmp_path, edit)
+    trainer, recorder = make_trainer(tmp_path / "resumed", STAGES, max_steps=9)
+    with pytest.raises(CurriculumStateError, match=message) as error:
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    assert str(checkpoint) in str(error.value) and "Fix:" in str(error.value)
+    assert recorder.calls == []
+
+
+@pytest.mark.parametrize(
+    ("stages", "message"),
+    [
+        ([STAGES[0], Stage(num_generations=4, temperature=1.1)], r"3 stages saved, 2 now"),
+        ([STAGES[0], Stage(temperature=1.0, adaptive=Adaptive((2, 4)), until_step=7), STAGES[2]],
+         r"stage 1: \{'num_generations': 4\} saved, \{'policy': 'hysteresis', 'num_generations': \[2, 4\]\} now"),
+        ([STAGES[0], STAGES[1], Stage(num_generations=4, temperature=1.3)], r"stage 2: .*8.* saved, .*4.* now"),
+    ],
+    ids=["fewer-stages", "fixed-made-adaptive", "other-g"],
+)
+def test_resume_with_an_edited_schedule_fails_clearly(saved_run, tmp_path, stages, message):
+    trainer, recorder = make_trainer(tmp_path / "resumed", stages, max_steps=9)
+    with pytest.raises(CurriculumStateError, match=message) as error:
+        trainer.train(resume_from_checkpoint=str(saved_run / "checkpoint-4"))
+    assert "resume with the recipe (curriculum) the checkpoint was written with" in str(error.value)
+    assert recorder.calls == []
+
+
+def test_resume_true_skips_a_half_written_newest_checkpoint(saved_run, tmp_path, caplog):
+    import shutil
+
+    output = tmp_path / "run"
+    shutil.copytree(saved_run, output)
+    (output / "checkpoint-9" / "trainer_state.json").write_text('{"global_step": 9, "log_hi')  # cut while writing
+    (output / "checkpoint-8" / "curriculum_state.json").unlink()  # killed before the curriculum state
+    trainer, recorder = make_trainer(output, STAGES, max_steps=9, save_strategy="steps", save_steps=2)
+    with caplog.at_level("WARNING", logger="grpo_curriculum"):
+        trainer.train(resume_from_checkpoint=True)
+    for step in (9, 8):
+        assert f"skipping {output / f'checkpoint-{step}'}: it was not completely written" in caplog.text
+    assert [c["step"] for c in recorder.calls] == [6, 7, 8]  # resumed from checkpoint-6
+
+
+def test_mid_round_checkpoint_resumes_on_another_valid_geometry(tmp_path):
+    """Generation batch 16 -> 12 (steps_per_generation 4 -> 3): the round in progress is rebuilt for the new batch."""
+    stages = [Stage(num_generations=2, temperature=0.7, until_step=4), Stage(num_generations=4, temperature=1.0)]
+    geometry = dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, save_strategy="steps", save_steps=1,
+                    max_steps=8)  # fmt: skip
+    full, _ = make_trainer(tmp_path / "full", stages, steps_per_generation=4, **geometry)
+    full.train()  # rounds at steps 0, 2, 4, 6: checkpoint-3 is inside the round started at step 2
+    resumed, recorder = make_trainer(tmp_path / "resumed", stages, steps_per_generation=3, **geometry)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))
+    assert recorder.calls and all(len(c["idx"]) == 12 for c in recorder.calls)
+    assert [c["num_generations"] for c in recorder.calls][-1] == 4
+    for call in recorder.calls:
+        assert_whole_groups(call["idx"], call["num_generations"])
