@@ -26,10 +26,9 @@ import dataclasses
 import math
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, fields
 
-from . import errors
-from .errors import Problem, raise_if_any
+from .errors import MISSING, Problem, raise_if_any
 from .rules import MAX_STEPS, NUM_GENERATIONS, POSITIVE, Rule, fraction, integer, is_int, is_number, unknown_keys
 from .signals import RoundStats
 
@@ -44,7 +43,8 @@ _ONLY = {  # knobs that only mean something with some policies, or with temperat
 MAX_CANDIDATES = 64
 """Most candidate G values an adaptive stage may hold."""
 
-_CANDIDATES = Rule("list", low=1, high=MAX_CANDIDATES, why="the candidate G values", fix="e.g. `num_generations: [4, 8, 16]`")
+_CANDIDATES = Rule("list", low=1, high=MAX_CANDIDATES, why="the candidate G values",
+                   fix="e.g. `num_generations: [4, 8, 16]`")
 _POLICY = Rule("choice", choices=POLICIES)
 _KNOBS = {  # the rule of every knob
     "raise_above": fraction(False, False), "lower_below": fraction(False, False), "patience": integer(1, MAX_STEPS),
@@ -69,9 +69,9 @@ def _condition(condition) -> str:
 
 def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
     problems = []
-    g = values.get("num_generations", MISSING)
-    if g is MISSING:
-        problems.append(Problem(f"{key}.num_generations", errors.MISSING, "is required", _CANDIDATES.fix))
+    g = values.get("num_generations")
+    if "num_generations" not in values:
+        problems.append(Problem(f"{key}.num_generations", MISSING, "is required", _CANDIDATES.fix))
     elif _CANDIDATES.broken(g):
         problems += _CANDIDATES.problems(f"{key}.num_generations", g)
     else:
@@ -93,7 +93,8 @@ def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
     problems += _POLICY.problems(f"{key}.policy", values.get("policy"))
     defaults = {f.name: f.default for f in fields(Adaptive)}
     for name, rule in _KNOBS.items():  # (a knob's fix: its default)
-        example = f"e.g. `{name}: {str(defaults[name]).lower() if name == 'defer' else defaults[name]}` (the default)"
+        default = str(defaults[name]).lower() if isinstance(defaults[name], bool) else defaults[name]
+        example = f"e.g. `{name}: {default}` (the default)"
         problems += [dataclasses.replace(p, fix=example) for p in rule.problems(f"{key}.{name}", values.get(name))]
     if not problems and values["lower_below"] >= values["raise_above"]:
         problems.append(Problem(f"{key}.lower_below", values["lower_below"],
@@ -193,7 +194,7 @@ class Adaptive:
         """Every problem with the fields, each named `f"{key}.<field>"`; empty when valid (a knob set away from its
         default counts as given: it must apply to the policy)."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
-        given = [f.name for f in fields(self) if f.default is not MISSING and values[f.name] != f.default]
+        given = [f.name for f in fields(self) if f.default is not dataclasses.MISSING and values[f.name] != f.default]
         return _adaptive_problems(values, key, given=given)
 
     @classmethod
@@ -210,7 +211,7 @@ class Adaptive:
         names = [f.name for f in fields(cls)]
         problems = unknown_keys(values, names, key, "an adaptive setting", f"use one of {names}")
         known = {name: values[name] for name in names if name in values}
-        merged = {f.name: f.default for f in fields(cls) if f.default is not MISSING} | known
+        merged = {f.name: f.default for f in fields(cls) if f.default is not dataclasses.MISSING} | known
         problems += _adaptive_problems(merged, key, given=list(known))
         return (None, problems) if problems else (cls(**known), [])
 

@@ -117,11 +117,12 @@ _TYPES = {"bool": Rule("bool"), "int": Rule("int"), "float": Rule("number", fini
 
 def _trl_rule(name: str, spec: dict) -> Rule:
     """The rule of a TRL field from its snapshot entry: its type, with TRL's default as the example fix."""
-    options = tuple(_TYPES[t] if isinstance(t, str) else Rule("choice", choices=tuple(t["choice"])) for t in spec["type"])
-    rule = Rule("any_of", options=options, why=f"{spec['owner']}.{name}")
-    default = spec["default"]
-    example = f"e.g. `{name}: {default!r}` (TRL's default)" if default is not None and not rule.broken(default) else None
-    return dataclasses.replace(rule, fix=example)
+    options = tuple(_TYPES[t] if isinstance(t, str) else Rule("choice", choices=tuple(t["choice"]))
+                    for t in spec["type"])
+    rule, default = Rule("any_of", options=options, why=f"{spec['owner']}.{name}"), spec["default"]
+    if default is None or rule.broken(default):
+        return rule
+    return dataclasses.replace(rule, fix=f"e.g. `{name}: {default!r}` (TRL's default)")
 
 
 # --- parts of a recipe -------------------------------------------------------------------------------------------
@@ -167,8 +168,9 @@ _DOTTED = rf"{_IDENT}(?:\.{_IDENT})*"
 def _reward_problems(value) -> list[Problem]:
     example = "e.g. `reward_funcs: [grpo_curriculum.tasks:echo_reward]`"
     if not isinstance(value, list) or not value:
-        rule, shown = ("is required", MISSING) if value is None else ("must be a non-empty list of import paths", value)
-        return [Problem("reward_funcs", shown, rule, example)]
+        if value is None:
+            return [Problem("reward_funcs", MISSING, "is required", example)]
+        return [Problem("reward_funcs", value, "must be a non-empty list of import paths", example)]
     problems = []
     for i, path in enumerate(value):
         if isinstance(path, str) and (re.fullmatch(rf"{_DOTTED}:{_DOTTED}", path) or
@@ -260,7 +262,7 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
 
     problems += _builtin_problems("model_name_or_path", model_name, BUILTIN_MODELS)
     problems += _builtin_problems("dataset_name", dataset_name, list(TASKS))
-    problems += check(RECIPE_RULES, {k: v for k, v in data.items() if k in RECIPE_RULES and v is not None})  # null: unset
+    problems += check(RECIPE_RULES, {k: v for k, v in data.items() if v is not None})  # null: not given
     num_prompts, warm_start = data.get("dataset_num_prompts"), data.get("warm_start_steps") or 0
     if num_prompts is not None and isinstance(dataset_name, str) and not dataset_name.startswith(BUILTIN):
         problems.append(Problem("dataset_num_prompts", num_prompts, "only applies to built-in datasets "
@@ -300,7 +302,8 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         dataset_train_split=script.pop("dataset_train_split", "train"),
         dataset_num_prompts=num_prompts, reward_funcs=list(data["reward_funcs"]),
         num_processes=data.get("num_processes"), training=training, model=model, curriculum=schedule, raw=data,
-        script=script, warm_start_steps=warm_start, dataset_prompt_column=data.get("dataset_prompt_column") or "prompt",
+        script=script, warm_start_steps=warm_start,
+        dataset_prompt_column=data.get("dataset_prompt_column") or "prompt",
     )
 
 

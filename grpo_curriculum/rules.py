@@ -16,7 +16,7 @@ import difflib
 import math
 import numbers
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .errors import Problem
 
@@ -91,7 +91,7 @@ class Rule:
     finite: bool = True
     choices: tuple = ()
     item: Rule | None = None
-    options: tuple = field(default=())
+    options: tuple = ()
     why: str | None = None
     fix: str | None = None
 
@@ -130,16 +130,9 @@ class Rule:
             return f"must be at most {self.high} (a bound on the input)"
         if self.kind == "list" and not self._below_high(size):
             return f"must hold at most {self.high} values"
-        if self.kind == "list" and self.item is not None:
-            broken = [self.item.broken(v) for v in value]
-            return next((f"must be a list of {self._items()}" for b in broken if b is not None), None)
+        if self.kind == "list" and self.item is not None and any(self.item.broken(v) for v in value):
+            return self.describe()
         return None
-
-    def _items(self) -> str:
-        item = self.item
-        if item is not None and item.kind in _PLURALS and item.low is None and item.high is None:
-            return _PLURALS[item.kind]
-        return "values each of which " + item.describe() if item is not None else "values"
 
     def noun(self) -> str:
         """What the rule accepts, as a noun phrase ("an integer", "a list of strings", ...)."""
@@ -150,10 +143,10 @@ class Rule:
         if self.kind == "number":
             return "a number"
         if self.kind == "choice":
-            shown = ", ".join(map(repr, self.choices[:12])) + (f", ... ({len(self.choices)} in all)" * (len(self.choices) > 12))
-            return f"one of [{shown}]"
+            more = f", ... ({len(self.choices)} in all)" if len(self.choices) > 12 else ""
+            return f"one of [{', '.join(map(repr, self.choices[:12]))}{more}]"
         if self.kind == "list":
-            return f"a list of {self._items()}"
+            return f"a list of {_PLURALS.get(self.item.kind, 'values') if self.item else 'values'}"
         return _TYPE_NAMES[self.kind]
 
     def describe(self) -> str:
@@ -164,7 +157,8 @@ class Rule:
         elif self.kind == "number" and self.low == 0 and self.open_low and self.high is None:
             text = "a positive finite number"
         elif self.kind == "number" and self.low is not None and self.high is not None:
-            text = f"a number in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}{')' if self.open_high else ']'}"
+            left, right = "(" if self.open_low else "[", ")" if self.open_high else "]"
+            text = f"a number in {left}{self.low:g}, {self.high:g}{right}"
         elif self.kind == "number" and self.finite:
             text = "a finite number"
         elif self.kind == "list" and self.low:
@@ -211,7 +205,7 @@ def unknown_keys(values: Mapping, known, key: str | None, what: str, otherwise: 
     """
     known, prefix = list(known), f"{key}." if key else ""
     unknown = [(name, value) for name, value in values.items() if name not in known]
-    return [Problem(f"{prefix}{name}", value, f"is not {what}",  # (a did-you-mean costs ~0.3 ms: the first 100 get one)
+    return [Problem(f"{prefix}{name}", value, f"is not {what}",  # a did-you-mean costs ~0.3 ms: the first 100 get one
                     f"did you mean `{close}`?" if i < 100 and (close := suggest(name, known)) else otherwise)
             for i, (name, value) in enumerate(unknown)]
 

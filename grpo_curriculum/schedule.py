@@ -84,8 +84,8 @@ def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
                                 "add `temperature_end`, or drop `temperature_ramp`"))
     if "until_step" in given and "until_fraction" in given:
         problems.append(Problem(f"{at}until_step", given["until_step"], "cannot be combined with `until_fraction` "
-                                f"({given['until_fraction']!r}): a stage ends in one unit",
-                                "keep either `until_step` (optimizer steps) or `until_fraction` (fraction of the run)"))
+                                f"({given['until_fraction']!r}): a stage ends in one unit", "keep either `until_step` "
+                                "(optimizer steps) or `until_fraction` (fraction of the run)"))
     return problems
 
 

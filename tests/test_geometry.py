@@ -337,7 +337,8 @@ def test_bounds_are_checked_before_any_arithmetic():
         BatchGeometry.from_values(num_processes=1000003, per_device_train_batch_size=1000033)
     (problem,) = info.value.problems
     assert problem.key == "generation_batch_size" and problem.value == 1000003 * 1000033
-    assert f"more than the {MAX_COUNT}" in problem.rule and "1000003 processes x 1000033 per-device batch" in problem.rule
+    assert f"more than the {MAX_COUNT}" in problem.rule
+    assert "1000003 processes x 1000033 per-device batch" in problem.rule
     with pytest.raises(CurriculumError, match="per_device_eval_batch_size"):
         BatchGeometry(1024, 1, 1, per_device_eval_batch_size=1025, num_generations_eval=2)
     largest = BatchGeometry(1, MAX_COUNT, 1)  # the largest batch still answers at once

@@ -1,4 +1,4 @@
-"""The snapshot of TRL's config fields: identical to the installed TRL's, read without importing TRL, live otherwise."""
+"""The snapshot of TRL's config fields: what the installed TRL generates, read without importing TRL, else live."""
 
 import json
 import subprocess
