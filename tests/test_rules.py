@@ -8,6 +8,7 @@ import pytest
 
 from grpo_curriculum import Adaptive, BatchGeometry, CurriculumError, Stage, StageSchedule
 from grpo_curriculum.errors import MISSING, Problem, shorten
+from grpo_curriculum.recipe import geometry_of, parse_recipe
 from grpo_curriculum.rules import (
     COUNT,
     MAX_COUNT,
@@ -115,6 +116,11 @@ def test_numpy_integers_accepted_everywhere_and_stored_as_int():
                   geometry.num_processes, geometry.generation_batch_size):
         assert type(value) is int
     json.dumps([stage.num_generations, stage.temperature, stage.until_step, list(adaptive.num_generations)])
+    recipe = parse_recipe({"model_name_or_path": "builtin:tiny", "dataset_name": "builtin:echo", "reward_funcs": ["m:f"],
+                           "per_device_train_batch_size": np.int64(4), "num_processes": np.int64(2),
+                           "max_steps": np.int64(10), "curriculum": {"stages": [{"num_generations": np.int64(4),
+                                                                                 "temperature": 1.0}]}})
+    assert geometry_of(recipe).generation_batch_size == 8 and recipe.curriculum.stages[0].num_generations == 4
 
 
 def test_numpy_floats_and_bools_rejected_everywhere():
