@@ -22,14 +22,14 @@ completions of a group collapse to identical ones, lower it when completions are
 from __future__ import annotations
 
 import copy
-import difflib
+import dataclasses
 import math
-import numbers
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, fields
 
-from .errors import Problem, raise_if_any
+from .errors import MISSING, Problem, raise_if_any
+from .rules import MAX_STEPS, NUM_GENERATIONS, POSITIVE, Rule, fraction, integer, is_int, is_number, unknown_keys
 from .signals import RoundStats
 
 POLICIES = ("hysteresis", "success_rate", "per_prompt")
@@ -40,37 +40,19 @@ _ONLY = {  # knobs that only mean something with some policies, or with temperat
     **dict.fromkeys(("defer", "revisit", "decay"), ("per_prompt",)),
     **dict.fromkeys(("temperature_step", "collapse_below", "diverse_above"), "temperature: [low, high]"),
 }
+MAX_CANDIDATES = 64
+"""Most candidate G values an adaptive stage may hold."""
 
-
-def _is_int(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_real(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
-_KNOBS = {  # the rule of every numeric knob
-    "raise_above": "[0, 1]", "lower_below": "[0, 1]", "patience": "int >= 1", "cooldown": "int >= 0",
-    "smoothing": "(0, 1]", "target": "(0, 1)", "margin": "[0, 1)", "window": "int >= 1", "success_threshold": "finite",
-    "temperature_step": "> 0", "collapse_below": "[0, 1]", "diverse_above": "[0, 1]", "defer": "bool",
-    "revisit": "[0, 1]", "decay": "[0, 1)",
+_CANDIDATES = Rule("list", low=1, high=MAX_CANDIDATES, why="the candidate G values",
+                   fix="e.g. `num_generations: [4, 8, 16]`")
+_POLICY = Rule("choice", choices=POLICIES)
+_KNOBS = {  # the rule of every knob
+    "raise_above": fraction(False, False), "lower_below": fraction(False, False), "patience": integer(1, MAX_STEPS),
+    "cooldown": integer(0, MAX_STEPS), "smoothing": fraction(True, False), "target": fraction(True, True),
+    "margin": fraction(False, True), "window": integer(1, MAX_STEPS), "success_threshold": Rule("number"),
+    "temperature_step": POSITIVE, "collapse_below": fraction(False, False), "diverse_above": fraction(False, False),
+    "defer": Rule("bool"), "revisit": fraction(False, False), "decay": fraction(False, True),
 }
-
-
-def _knob_problems(key: str, value, spec: str) -> list[Problem]:
-    if spec == "bool":
-        ok, rule = isinstance(value, bool), "must be true or false"
-    elif spec.startswith("int"):
-        ok, rule = _is_int(value) and value >= int(spec[-1]), f"must be an integer {spec[4:]}"
-    elif spec == "finite":
-        ok, rule = _is_real(value), "must be a finite number"
-    elif spec == "> 0":
-        ok, rule = _is_real(value) and value > 0, "must be a positive finite number"
-    else:
-        low = _is_real(value) and (value > 0 if spec[0] == "(" else value >= 0)
-        ok, rule = low and (value < 1 if spec[-1] == ")" else value <= 1), f"must be a number in {spec}"
-    return [] if ok else [Problem(key, value, rule)]
 
 
 def _applies(condition, values: Mapping) -> bool:
@@ -87,16 +69,13 @@ def _condition(condition) -> str:
 
 def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
     problems = []
-    g = values.get("num_generations", MISSING)
-    if g is MISSING:
-        problems.append(Problem(f"{key}.num_generations", None, "is required", "e.g. `num_generations: [4, 8, 16]`"))
-    elif not isinstance(g, (list, tuple)) or not g:
-        problems.append(Problem(f"{key}.num_generations", g, "must be a non-empty list of candidate G values",
-                                "e.g. `num_generations: [4, 8, 16]`"))
+    g = values.get("num_generations")
+    if "num_generations" not in values:
+        problems.append(Problem(f"{key}.num_generations", MISSING, "is required", _CANDIDATES.fix))
+    elif _CANDIDATES.broken(g):
+        problems += _CANDIDATES.problems(f"{key}.num_generations", g)
     else:
-        rule = "must be an integer >= 2 (GRPO needs 2 completions a prompt)"
-        bad = [Problem(f"{key}.num_generations[{i}]", v, rule, "use 2, 4, 8, ... (divisors of the generation batch)")
-               for i, v in enumerate(g) if not _is_int(v) or v < 2]
+        bad = [p for i, v in enumerate(g) for p in NUM_GENERATIONS.problems(f"{key}.num_generations[{i}]", v)]
         problems += bad
         if not bad and list(g) != sorted(set(g)):
             problems.append(Problem(f"{key}.num_generations", g, "must be ascending without repeats",
@@ -107,18 +86,16 @@ def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
             problems.append(Problem(f"{key}.temperature", t, "must be `[low, high]` bounds, or null (not adapted)",
                                     "e.g. `temperature: [0.7, 1.2]`"))
         else:
-            bad = [Problem(f"{key}.temperature[{i}]", v, "must be a positive finite number") for i, v in enumerate(t)
-                   if not _is_real(v) or v <= 0]
+            bad = [p for i, v in enumerate(t) for p in POSITIVE.problems(f"{key}.temperature[{i}]", v)]
             problems += bad
             if not bad and t[0] > t[1]:
                 problems.append(Problem(f"{key}.temperature", t, "low must not exceed high", f"write `{sorted(t)}`"))
-    policy = values.get("policy")
-    if policy not in POLICIES:
-        close = difflib.get_close_matches(str(policy).replace("-", "_"), POLICIES, n=1, cutoff=0.6)
-        problems.append(Problem(f"{key}.policy", policy, f"must be one of {list(POLICIES)}",
-                                f"did you mean `{close[0]}`?" if close else "use `hysteresis` or `success_rate`"))
-    for name, spec in _KNOBS.items():
-        problems += _knob_problems(f"{key}.{name}", values.get(name), spec)
+    problems += _POLICY.problems(f"{key}.policy", values.get("policy"))
+    defaults = {f.name: f.default for f in fields(Adaptive)}
+    for name, rule in _KNOBS.items():  # (a knob's fix: its default)
+        default = str(defaults[name]).lower() if isinstance(defaults[name], bool) else defaults[name]
+        example = f"e.g. `{name}: {default}` (the default)"
+        problems += [dataclasses.replace(p, fix=example) for p in rule.problems(f"{key}.{name}", values.get(name))]
     if not problems and values["lower_below"] >= values["raise_above"]:
         problems.append(Problem(f"{key}.lower_below", values["lower_below"],
                                 f"must be below `raise_above` ({values['raise_above']!r}), or G would flap"))
@@ -205,15 +182,19 @@ class Adaptive:
     def __post_init__(self):
         if isinstance(self.num_generations, list):
             object.__setattr__(self, "num_generations", tuple(self.num_generations))
-        if isinstance(self.temperature, (list, tuple)) and all(_is_real(v) for v in self.temperature):
+        if isinstance(self.temperature, (list, tuple)) and all(is_number(v) for v in self.temperature):
             object.__setattr__(self, "temperature", tuple(float(v) for v in self.temperature))
         raise_if_any(self.problems(key="Adaptive"), context="Adaptive")
+        # Plain Python integers (`numpy.int64(4)` is an integer too), so that checkpoints serialise them.
+        object.__setattr__(self, "num_generations", tuple(int(g) for g in self.num_generations))
+        for name in ("patience", "cooldown", "window"):
+            object.__setattr__(self, name, int(getattr(self, name)))
 
     def problems(self, key: str = "adaptive") -> list[Problem]:
         """Every problem with the fields, each named `f"{key}.<field>"`; empty when valid (a knob set away from its
         default counts as given: it must apply to the policy)."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
-        given = [f.name for f in fields(self) if f.default is not MISSING and values[f.name] != f.default]
+        given = [f.name for f in fields(self) if f.default is not dataclasses.MISSING and values[f.name] != f.default]
         return _adaptive_problems(values, key, given=given)
 
     @classmethod
@@ -228,14 +209,9 @@ class Adaptive:
         if not isinstance(values, Mapping):
             return None, [Problem(key, values, "must be a mapping", "e.g. `{num_generations: [4, 8, 16]}`")]
         names = [f.name for f in fields(cls)]
-        problems = []
-        for name in values:
-            if name not in names:
-                close = difflib.get_close_matches(str(name).replace("-", "_"), names, n=1, cutoff=0.6)
-                problems.append(Problem(f"{key}.{name}", values[name], "is not an adaptive setting",
-                                        f"did you mean `{close[0]}`?" if close else f"use one of {names}"))
+        problems = unknown_keys(values, names, key, "an adaptive setting", f"use one of {names}")
         known = {name: values[name] for name in names if name in values}
-        merged = {f.name: f.default for f in fields(cls) if f.default is not MISSING} | known
+        merged = {f.name: f.default for f in fields(cls) if f.default is not dataclasses.MISSING} | known
         problems += _adaptive_problems(merged, key, given=list(known))
         return (None, problems) if problems else (cls(**known), [])
 
@@ -293,12 +269,11 @@ class Policy:
         if not isinstance(adaptive, Adaptive):
             raise TypeError(f"adaptive must be an Adaptive, got {type(adaptive).__name__}")
         problems = []
-        if num_generations not in adaptive.num_generations or not _is_int(num_generations):
+        if num_generations not in adaptive.num_generations or not is_int(num_generations):
             problems.append(Problem("num_generations", num_generations,
                                     f"must be one of the adaptive candidates {list(adaptive.num_generations)}",
                                     "start at a candidate, or add it to `adaptive.num_generations`"))
-        if not _is_real(temperature) or temperature <= 0:
-            problems.append(Problem("temperature", temperature, "must be a positive finite number"))
+        problems += POSITIVE.problems("temperature", temperature)
         raise_if_any(problems, context=f"{self.name} policy")
         self.adaptive = adaptive
         self.num_generations = int(num_generations)

@@ -18,7 +18,8 @@ import argparse
 import importlib
 import sys
 
-from .errors import CurriculumError, Problem
+from .errors import CurriculumError, Problem, shorten
+from .rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
 
 GEOMETRY_FLAGS = {
     "num_processes": "world size (default: the recipe's `num_processes`, else 1)",
@@ -29,22 +30,20 @@ GEOMETRY_FLAGS = {
 }
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
+def _integer(rule: Rule):
+    """An argparse `type` reading an integer that must satisfy `rule` (checked before any arithmetic)."""
 
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:  # not an integer, or more than 4300 digits
+            value = text
+        broken = rule.broken(value)
+        if broken:
+            raise argparse.ArgumentTypeError(f"{broken}, got {shorten(text)}")
+        return value
 
-def _num_generations(text: str) -> int:
-    value = _positive_int(text)
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 2 (GRPO compares at least 2 completions per "
-                                         f"prompt), got {text!r}")
-    return value
+    return parse
 
 
 def _flag(parser: argparse.ArgumentParser, name: str, *short: str, **kwargs) -> None:
@@ -66,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
         "1 some stage invalid, 2 malformed input.")
     check.add_argument("recipe", nargs="?", help="recipe YAML file")
     for name, help in GEOMETRY_FLAGS.items():
-        _flag(check, name, type=_positive_int, metavar="N", help=help)
-    _flag(check, "num_generations", type=_num_generations, metavar="G",
+        _flag(check, name, type=_integer(COUNT), metavar="N", help=help)
+    _flag(check, "num_generations", type=_integer(NUM_GENERATIONS), metavar="G",
           help="check this G instead of the recipe's stages (TRL's default: 8)")
 
     train = commands.add_parser(
@@ -80,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="train the built-in demo on CPU and plot it")
     _flag(demo, "recipe", metavar="PATH", help="recipe to run (default: the demo recipe)")
     _flag(demo, "out", metavar="DIR", help="output directory")
-    _flag(demo, "max_steps", type=_positive_int, metavar="N", help="override the recipe's max_steps")
+    _flag(demo, "max_steps", type=_integer(STEPS), metavar="N", help="override the recipe's max_steps")
 
     plot = commands.add_parser("plot", help="plot a run's reward, num_generations and temperature")
     plot.add_argument("run_dir", help="a run's output directory")
@@ -107,7 +106,7 @@ def _stage_rows(recipe) -> list[tuple[str, int]]:
     """`(label, G)` for every stage of a recipe, and for its top-level G when GRPOConfig would check it."""
     stages = recipe.curriculum.stages
     max_steps = recipe.training.get("max_steps", -1)
-    resolved = recipe.curriculum.resolve(max_steps) if isinstance(max_steps, int) and max_steps > 0 else None
+    resolved = recipe.curriculum.resolve(max_steps) if is_int(max_steps) and max_steps > 0 else None
     rows = []
     for i, stage in enumerate(stages):
         temperature = f"{stage.temperature:g}"
@@ -234,7 +233,7 @@ def parse_overrides(tokens: list[str]) -> dict:
     Raises:
         [`CurriculumError`]: for a token that is not `--key`.
     """
-    from .recipe import parse_value
+    from .loading import parse_value
 
     overrides, i = {}, 0
     while i < len(tokens):

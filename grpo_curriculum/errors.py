@@ -2,7 +2,54 @@
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
+
+
+class _ShortRepr(reprlib.Repr):
+    """`reprlib.Repr` that also shortens huge integers (whose plain `repr` may even fail) and any other long repr."""
+
+    def __init__(self):
+        super().__init__()
+        self.maxstring = self.maxother = self.maxlong = 60
+        self.maxlist = self.maxtuple = self.maxset = self.maxfrozenset = self.maxdeque = 8
+        self.maxdict, self.maxlevel = 6, 3
+
+    def repr_int(self, x, level):
+        if x.bit_length() > 200:  # over 60 digits; ints over 4300 digits cannot even be printed
+            return f"<integer of about {int(x.bit_length() * 0.30103) + 1} digits>"
+        return super().repr_int(x, level)
+
+    def repr_instance(self, x, level):
+        return shorten_text(super().repr_instance(x, level), self.maxother)
+
+
+_SHORT = _ShortRepr()
+
+
+def shorten_text(text: str, limit: int = 100) -> str:
+    """`text` cut in the middle to at most about `limit` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit // 2]}...<{len(text) - limit} characters>...{text[-limit // 2 :]}"
+
+
+def shorten(value) -> str:
+    """A `repr` of `value` short enough for a message, whatever its size or depth."""
+    try:
+        return _SHORT.repr(value)
+    except Exception:  # a value whose own __repr__ fails
+        return f"<{type(value).__name__}>"
+
+
+class _Missing:
+    """The value of a key that was not given (its problem prints no `= value`)."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = _Missing()
 
 
 @dataclass(frozen=True)
@@ -14,7 +61,8 @@ class Problem:
         key (`str`):
             Where the bad value lives, as a key path (e.g. `curriculum.stages[1].temperature`).
         value (`object`):
-            The offending value, quoted as the user wrote it.
+            The offending value, quoted as the user wrote it (shortened in the message when long); [`MISSING`] when
+            the key was not given or the problem is with a whole file.
         rule (`str`):
             The rule the value breaks, stated positively (e.g. "must be a positive finite number").
         fix (`str`, *optional*):
@@ -26,8 +74,12 @@ class Problem:
     rule: str
     fix: str | None = None
 
+    def __repr__(self) -> str:
+        return f"Problem(key={shorten(self.key)}, value={shorten(self.value)}, rule={self.rule!r}, fix={self.fix!r})"
+
     def __str__(self) -> str:
-        text = f"{self.key} = {self.value!r}: {self.rule}"
+        key = shorten_text(str(self.key), 160)
+        text = f"{key}: {self.rule}" if self.value is MISSING else f"{key} = {shorten(self.value)}: {self.rule}"
         if self.fix:
             text += f"\n    fix: {self.fix}"
         return text

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from math import gcd
 
 from .errors import CurriculumError, Problem, raise_if_any
+from .rules import COUNT, MAX_COUNT, NUM_GENERATIONS, check, is_int
 
 
 def divisors(n: int) -> list[int]:
@@ -20,13 +21,25 @@ def divisors(n: int) -> list[int]:
     return small + [n // i for i in reversed(small) if i * i != n]
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def fills(candidates, total: int) -> bool:
+    """
+    Whether `total` is a sum of candidates, each usable any number of times (e.g. 12 = 5 + 7, but not with 5 and 8).
+
+    Args:
+        candidates (`Iterable[int]`): Positive integers.
+        total (`int`): A nonnegative integer.
+    """
+    reachable, below = 1, (1 << (total + 1)) - 1  # bit r set: r is a sum
+    for c in sorted(set(candidates)):
+        step = c
+        while step <= total:  # shifting by c, 2c, 4c, ... adds every multiple of c up to total
+            reachable = (reachable | reachable << step) & below
+            step *= 2
+    return bool(reachable >> total & 1)
 
 
 def _positive(values: dict[str, object], optional: bool = False) -> list[Problem]:
-    bad = {k: v for k, v in values.items() if not (optional and v is None) and not (_is_int(v) and v >= 1)}
-    return [Problem(key, value, "must be a positive integer") for key, value in bad.items()]
+    return check({k: COUNT for k in values}, {k: v for k, v in values.items() if not (optional and v is None)})
 
 
 def _processes(n: int) -> str:
@@ -116,6 +129,15 @@ class BatchGeometry:
         optional = ("gradient_accumulation_steps", "per_device_eval_batch_size", "num_generations_eval")
         problems = _positive({k: getattr(self, k) for k in names})
         raise_if_any(problems + _positive({k: getattr(self, k) for k in optional}, True), "batch geometry")
+        for name in names + optional:  # plain Python integers (`numpy.int64(4)` is an integer too)
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, int(getattr(self, name)))
+        n, e = self.num_processes, self.per_device_eval_batch_size
+        batches = {"generation_batch_size": (self.generation_batch_size, self.describe()),
+                   "per_device_eval_batch_size": (e and e * n, f"{e} per-device eval batch x {_processes(n)}")}
+        raise_if_any([Problem(key, size, f"makes a batch of {size} completions ({how}), more than the {MAX_COUNT} "
+                              "the curriculum checks (a bound on the input)", "use a smaller batch")
+                      for key, (size, how) in batches.items() if size and size > MAX_COUNT], "batch geometry")
 
     @property
     def generation_batch_size(self) -> int:
@@ -186,7 +208,7 @@ class BatchGeometry:
         """
         own = getattr(args, "world_size", None)
         b, spg, gbs = args.per_device_train_batch_size, args.steps_per_generation, args.generation_batch_size
-        if spg is not None and gbs is not None and all(map(_is_int, (own, b, spg))) and gbs == b * own * spg:
+        if spg is not None and gbs is not None and all(map(is_int, (own, b, spg))) and gbs == b * own * spg:
             gbs = None  # both filled in by GRPOConfig.__post_init__ for its own world size
         strategy = getattr(args, "eval_strategy", "no")
         eval_g = eval_b = None
@@ -209,7 +231,7 @@ class BatchGeometry:
 
     def is_valid(self, num_generations: int) -> bool:
         """`bool`: Whether TRL accepts `num_generations` here (an integer >= 2 dividing the generation batch)."""
-        return _is_int(num_generations) and num_generations >= 2 and self.generation_batch_size % num_generations == 0
+        return not NUM_GENERATIONS.broken(num_generations) and self.generation_batch_size % num_generations == 0
 
     def fixes(self, num_generations: int) -> Fixes:
         """
@@ -241,9 +263,9 @@ class BatchGeometry:
             return []
         valid = self.valid_num_generations()
         listed = ", ".join(map(str, valid)) or "none (a generation batch of 1 has no divisor >= 2)"
-        if not _is_int(num_generations) or num_generations < 2:
-            rule = (f"must be an integer >= 2 (GRPO compares at least 2 completions per prompt); valid here "
-                    f"({self.describe()}): {listed}")
+        broken = NUM_GENERATIONS.broken(num_generations)
+        if broken:
+            rule = f"{broken}; valid here ({self.describe()}): {listed}"
             fix = f"use num_generations {valid[0] if valid else '2 and per_device_train_batch_size 2'}"
             return [Problem(key, num_generations, rule, fix)]
         rule = f"must divide the generation batch ({self.describe()}); valid num_generations: {listed}"
@@ -261,15 +283,13 @@ class BatchGeometry:
         Returns:
             `list[Problem]`: Empty when a round can be allocated.
         """
-        from .allocation import reachable_sums
-
         batch = self.generation_batch_size
         too_large = [g for g in candidates if g > batch]
         if too_large:
             return [Problem(key, list(candidates), f"holds {too_large}, larger than the generation batch "
                             f"({self.describe()}): such a group never fits in a round",
                             f"drop them, or grow the generation batch to at least {max(too_large)}")]
-        if not reachable_sums(candidates, batch)[batch]:
+        if not fills(candidates, batch):
             return [Problem(key, list(candidates), f"cannot fill the generation batch ({self.describe()}): no sum of "
                             "the candidates makes it, and a round holds exactly that many completions",
                             f"add a candidate that divides {batch} (valid: "
@@ -308,7 +328,7 @@ class BatchGeometry:
             `str` or `None`: `None` when the rule holds (or G is not a positive integer), else a one-line note.
         """
         G, n, b = num_generations, self.num_processes, self.per_device_train_batch_size
-        if not _is_int(G) or G < 1 or (n * b) % G == 0:
+        if not is_int(G) or G < 1 or (n * b) % G == 0:
             return None
         return (f"note: {n} x {b} = {n * b} completions per micro-step is not a multiple of num_generations {G}, so "
                 "groups span processes or micro-steps (TRL allows this; the stricter per-step rule does not)")

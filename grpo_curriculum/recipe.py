@@ -23,36 +23,41 @@ curriculum:
 ```
 
 Validation reports every problem at once, as a [`CurriculumError`] whose problems name their key path (e.g.
-`curriculum.stages[1].temperature`), the value, the rule and a fix. Nothing here imports torch at module level; TRL
-is imported lazily to read the field names, types and defaults of its config dataclasses.
+`curriculum.stages[1].temperature`), the value, the rule and a fix. TRL's keys are checked against the fields of its
+config dataclasses, read from a snapshot shipped with the package ([`grpo_curriculum.trl_fields`]), so validating a
+recipe imports neither TRL nor torch; the curriculum's keys against the rule tables of [`grpo_curriculum.rules`].
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import enum
-import functools
 import importlib
+import json
 import os
 import re
 import sys
-import types
-import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import yaml
-
-from .errors import CurriculumError, Problem, raise_if_any
+from .errors import MISSING, CurriculumError, Problem, raise_if_any
 from .geometry import BatchGeometry
+from .loading import parse_value, read_yaml
+from .rules import COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, Rule, check, integer, is_int, suggest, unknown_keys
 from .schedule import Stage, StageSchedule, stage_problems
+from .trl_fields import CLASSES, trl_fields
+
+__all__ = ["Recipe", "geometry_of", "import_reward", "load_curriculum", "load_recipe", "parse_recipe", "parse_value",
+           "training_geometry"]
 
 BUILTIN = "builtin:"
 BUILTIN_MODELS = ("tiny",)
-RECIPE_KEYS = (
-    "reward_funcs", "num_processes", "dataset_num_prompts", "dataset_prompt_column", "warm_start_steps", "curriculum"
-)
+RECIPE_RULES = {  # the recipe's own keys besides `reward_funcs` and `curriculum` (TRL's: see `_trl_rule`)
+    "num_processes": dataclasses.replace(COUNT, fix="e.g. `num_processes: 2` (the world size the recipe is for)"),
+    "dataset_num_prompts": dataclasses.replace(COUNT, fix="e.g. `dataset_num_prompts: 256`"),
+    "warm_start_steps": integer(0, MAX_STEPS, fix="e.g. `warm_start_steps: 20`"),
+    "dataset_prompt_column": Rule("str", low=1, why="a column name", fix="e.g. `dataset_prompt_column: question`"),
+}
+RECIPE_KEYS = ("reward_funcs", *RECIPE_RULES, "curriculum")
 STAGE_KEYS = tuple(f.name for f in dataclasses.fields(Stage))
 UNSUPPORTED = {
     "reward_model_name_or_path": "wrap the reward model in a reward function and list it in `reward_funcs`",
@@ -103,212 +108,21 @@ class Recipe:
     dataset_prompt_column: str = "prompt"
 
 
-# --- YAML --------------------------------------------------------------------------------------------------------
-
-
-class _Loader(yaml.SafeLoader):
-    """`SafeLoader` that reads `1e-5` as a float (as YAML 1.2 and TRL's CLI do) and records duplicate keys."""
-
-    def __init__(self, stream):
-        super().__init__(stream)
-        self.duplicates: dict[str, list[int]] = {}  # key -> the lines it appears on
-
-    def construct_mapping(self, node, deep=False):
-        lines: dict[str, list[int]] = {}
-        for key, _ in node.value:
-            if isinstance(key, yaml.ScalarNode):
-                lines.setdefault(key.value, []).append(key.start_mark.line + 1)
-        self.duplicates.update({key: found for key, found in lines.items() if len(found) > 1})
-        return super().construct_mapping(node, deep)
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
-
-
-def parse_value(text: str):
-    """Parse one value as recipes are read (e.g. a command-line override): `"1e-5"` -> `1e-05`, `"[]"` -> `[]`."""
-    try:
-        return yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError:
-        return text
-
-
-def _read_yaml(path: str) -> tuple[object, list[Problem]]:
-    """Read `path`; return its data and the duplicate-key problems. Raises [`CurriculumError`] if unreadable."""
-    context = f"recipe {path}"
-    if not os.path.isfile(path):
-        rule = "is a directory, not a recipe file" if os.path.isdir(path) else "does not exist"
-        fix = "pass the path of a recipe YAML file, e.g. recipes/demo.yaml"
-        raise CurriculumError([Problem(path, path, rule, fix)], context)
-    with open(path, encoding="utf-8") as file:
-        text = file.read()
-    loader = _Loader(text)
-    try:
-        data = loader.get_single_data()
-    except yaml.YAMLError as error:
-        mark, started = getattr(error, "problem_mark", None), getattr(error, "context_mark", None)
-        mark = mark or started
-        where, line_text = "", None
-        if mark is not None:
-            where = f" at line {mark.line + 1}, column {mark.column + 1}"
-            lines = text.splitlines()
-            line_text = lines[mark.line].strip() if mark.line < len(lines) else "<end of file>"
-        rule = f"is not valid YAML{where}: {getattr(error, 'problem', None) or error}"
-        if started is not None and started is not mark and getattr(error, "context", None):
-            rule += f" ({error.context} that starts at line {started.line + 1}, column {started.column + 1})"
-        fix = "fix the syntax there (indentation, a missing `:`, an unclosed bracket or quote)"
-        key = f"{path}:{mark.line + 1}" if mark else path
-        raise CurriculumError([Problem(key, line_text, rule, fix)], context) from None
-    finally:
-        loader.dispose()
-    if data is None:
-        raise CurriculumError([Problem(path, "", "is empty: a recipe is a YAML mapping of `key: value` settings",
-                                       "start from recipes/demo.yaml")], context)
-    problems = [Problem(key, None, f"is given more than once (lines {', '.join(map(str, lines))}); YAML keeps only "
-                        "the last one", "keep a single entry") for key, lines in loader.duplicates.items()]
-    return data, problems
-
-
 # --- TRL's fields ------------------------------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class _Spec:
-    owner: str  # "training", "model" or "script"
-    cls_name: str
-    annotation: object
-    default: object
-    choices: tuple | None
+_TYPES = {"bool": Rule("bool"), "int": Rule("int"), "float": Rule("number", finite=False), "str": Rule("str"),
+          "null": Rule("null"), "dict": Rule("mapping"), "list": Rule("list"), "any": Rule("any"),
+          "list[str]": Rule("list", item=Rule("str")), "list[float]": Rule("list", item=Rule("number", finite=False))}
 
 
-def _default(f: dataclasses.Field):
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return None
-
-
-@functools.lru_cache(maxsize=1)
-def _specs() -> dict[str, _Spec]:
-    from trl import GRPOConfig, ModelConfig, ScriptArguments
-
-    specs = {}
-    for owner, cls in (("training", GRPOConfig), ("model", ModelConfig), ("script", ScriptArguments)):
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            if f.init:
-                choices = f.metadata.get("choices")
-                specs[f.name] = _Spec(owner, cls.__name__, hints.get(f.name), _default(f),
-                                      tuple(choices) if choices is not None else None)
-    return specs
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _union_args(tp) -> tuple | None:
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if any(isinstance(a, type) and issubclass(a, enum.Enum) for a in args):  # `IntervalStrategy | str`
-            args = tuple(a for a in args if a is not str)
-        return args
-    return None
-
-
-def _accepts(value, tp) -> bool | None:
-    """Whether `value` fits the annotation `tp`; `None` when the type is too complex to tell."""
-    args = _union_args(tp)
-    if args is not None:
-        results = [_accepts(value, a) for a in args]
-        return True if True in results else (None if None in results else False)
-    origin = typing.get_origin(tp)
-    if tp is typing.Any:
-        return True
-    if tp is type(None):
-        return value is None
-    if origin is typing.Literal:
-        return value in typing.get_args(tp)
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return _is_int(value)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is str:
-        return isinstance(value, str)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return value in {member.value for member in tp}
-    if tp in (list, dict) or origin in (list, dict):
-        if not isinstance(value, origin or tp):
-            return False
-        item = typing.get_args(tp)[:1] if origin is list else ()
-        results = [_accepts(v, item[0]) for v in value] if item else []
-        return False if False in results else (None if None in results else True)
-    return None
-
-
-_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
-_PLURALS = {bool: "booleans", int: "integers", float: "numbers", str: "strings"}
-
-
-def _describe(tp) -> str:
-    args = _union_args(tp)
-    if args is not None:
-        return " or ".join(dict.fromkeys(_describe(a) for a in args))
-    if tp in _NAMES:
-        return _NAMES[tp]
-    if typing.get_origin(tp) is typing.Literal:
-        return " or ".join(repr(a) for a in typing.get_args(tp))
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        values = [member.value for member in tp]
-        return f"one of {values}" if len(values) <= 12 else f"a `{tp.__name__}` value"
-    if tp is list or typing.get_origin(tp) is list:
-        item = typing.get_args(tp)[:1]
-        return f"a list of {_PLURALS.get(item[0], 'values')}" if item else "a list"
-    if tp is dict or typing.get_origin(tp) is dict:
-        return "a mapping"
-    return f"`{getattr(tp, '__name__', tp)}`"
-
-
-def _enum_values(tp) -> list:
-    return [m.value for a in (_union_args(tp) or (tp,)) if isinstance(a, type) and issubclass(a, enum.Enum) for m in a]
-
-
-def _type_problems(key: str, value, spec: _Spec) -> list[Problem]:
-    if spec.choices is not None and value is not None and value not in spec.choices:
-        close = _suggest(value, [str(c) for c in spec.choices])
-        fix = f"did you mean `{close}`?" if close else f"use one of {list(spec.choices)}"
-        return [Problem(key, value, f"must be one of {list(spec.choices)} ({spec.cls_name}.{key})", fix)]
-    if _accepts(value, spec.annotation) is not False:
-        return []
-    close = _suggest(value, [str(v) for v in _enum_values(spec.annotation)]) if isinstance(value, str) else None
-    if close:
-        fix = f"did you mean `{close}`?"
-    elif spec.default is not None and _accepts(spec.default, spec.annotation):
-        fix = f"e.g. `{key}: {getattr(spec.default, 'value', spec.default)!r}` (TRL's default)"
-    else:
-        fix = None
-    return [Problem(key, value, f"must be {_describe(spec.annotation)} ({spec.cls_name}.{key})", fix)]
-
-
-def _suggest(name, known) -> str | None:
-    if not isinstance(name, str):
-        return None
-    normalized = name.strip().replace("-", "_")
-    if normalized in known:
-        return normalized
-    close = difflib.get_close_matches(normalized.lower(), list(known), n=1, cutoff=0.6)
-    return close[0] if close else None
-
-
-def _unknown(key: str, name, value, known, what: str, otherwise: str) -> Problem:
-    close = _suggest(name, known)
-    return Problem(key, value, f"is not {what}", f"did you mean `{close}`?" if close else otherwise)
+def _trl_rule(name: str, spec: dict) -> Rule:
+    """The rule of a TRL field from its snapshot entry: its type, with TRL's default as the example fix."""
+    options = tuple(_TYPES[t] if isinstance(t, str) else Rule("choice", choices=tuple(t["choice"]))
+                    for t in spec["type"])
+    rule, default = Rule("any_of", options=options, why=f"{spec['owner']}.{name}"), spec["default"]
+    if default is None or rule.broken(default):
+        return rule
+    return dataclasses.replace(rule, fix=f"e.g. `{name}: {default!r}` (TRL's default)")
 
 
 # --- parts of a recipe -------------------------------------------------------------------------------------------
@@ -322,12 +136,11 @@ def _parse_curriculum(value, key: str = "curriculum") -> tuple[StageSchedule | N
     """Validate a `curriculum:` mapping; return the schedule (when every stage is valid) and every problem."""
     if not isinstance(value, Mapping):
         return None, [Problem(key, value, "must be a mapping holding a `stages:` list", f"write {_EXAMPLE_STAGES}")]
-    problems = [_unknown(f"{key}.{name}", name, v, ("stages",), "a curriculum key (the curriculum holds `stages`)",
-                         "remove it") for name, v in value.items() if name != "stages"]
+    problems = unknown_keys(value, ("stages",), key, "a curriculum key (the curriculum holds `stages`)", "remove it")
     stages = value.get("stages")
     if not isinstance(stages, list) or not stages:
-        rule = "is required" if "stages" not in value else "must be a non-empty list of stages"
-        return None, problems + [Problem(f"{key}.stages", stages, rule, f"write {_EXAMPLE_STAGES}")]
+        rule, shown = ("must be a non-empty list of stages", stages) if "stages" in value else ("is required", MISSING)
+        return None, problems + [Problem(f"{key}.stages", shown, rule, f"write {_EXAMPLE_STAGES}")]
     valid = True
     for i, stage in enumerate(stages):
         where = f"{key}.stages[{i}]"
@@ -336,8 +149,7 @@ def _parse_curriculum(value, key: str = "curriculum") -> tuple[StageSchedule | N
                                     "e.g. `- {num_generations: 4, temperature: 0.7, until_fraction: 0.5}`"))
             valid = False
             continue
-        found = [_unknown(f"{where}.{name}", name, v, STAGE_KEYS, "a stage field",
-                          f"use only {list(STAGE_KEYS)}") for name, v in stage.items() if name not in STAGE_KEYS]
+        found = unknown_keys(stage, STAGE_KEYS, where, "a stage field", f"use only {list(STAGE_KEYS)}")
         found += stage_problems(stage, key=where)
         problems += found
         valid = valid and not found
@@ -356,8 +168,9 @@ _DOTTED = rf"{_IDENT}(?:\.{_IDENT})*"
 def _reward_problems(value) -> list[Problem]:
     example = "e.g. `reward_funcs: [grpo_curriculum.tasks:echo_reward]`"
     if not isinstance(value, list) or not value:
-        rule = "is required" if value is None else "must be a non-empty list of import paths"
-        return [Problem("reward_funcs", value, rule, example)]
+        if value is None:
+            return [Problem("reward_funcs", MISSING, "is required", example)]
+        return [Problem("reward_funcs", value, "must be a non-empty list of import paths", example)]
     problems = []
     for i, path in enumerate(value):
         if isinstance(path, str) and (re.fullmatch(rf"{_DOTTED}:{_DOTTED}", path) or
@@ -372,15 +185,27 @@ def _reward_problems(value) -> list[Problem]:
 def _builtin_problems(key: str, name, known) -> list[Problem]:
     if not isinstance(name, str) or not name.startswith(BUILTIN) or name[len(BUILTIN):] in known:
         return []
-    close = _suggest(name[len(BUILTIN):], known)
+    close = suggest(name[len(BUILTIN):], known)
     return [Problem(key, name, f"is not a built-in ({', '.join(BUILTIN + k for k in known)})",
                     f"did you mean `{BUILTIN}{close}`?" if close else None)]
 
 
-def _positive_int_problems(key: str, value) -> list[Problem]:
-    if value is None or (_is_int(value) and value >= 1):
+def _split_batches_problems(value) -> list[Problem]:
+    """`accelerator_config` (a mapping, or the path of a JSON file) must not turn on accelerate's `split_batches`."""
+    key, config = "accelerator_config", value
+    if isinstance(value, str) and os.path.isfile(value) and os.path.getsize(value) <= 1 << 16:
+        key = f"accelerator_config ({value})"
+        try:
+            with open(value, encoding="utf-8") as file:
+                config = json.load(file)
+        except (OSError, ValueError):
+            return []  # unreadable: TRL says so when it builds the config
+    if not isinstance(config, Mapping) or config.get("split_batches") in (None, False):
         return []
-    return [Problem(key, value, "must be a positive integer", None)]
+    return [Problem(f"{key}.split_batches", config["split_batches"], "is not supported: GRPO's grouping assumes "
+                    "accelerate's default sharding, where each process draws its own per-device batch (with "
+                    "`split_batches` every process gets a slice of one batch, and groups of G completions are cut)",
+                    "remove `split_batches` (or set it to false)")]
 
 
 # --- public API --------------------------------------------------------------------------------------------------
@@ -413,65 +238,59 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
                                        f"{kind}", "write one setting per line, e.g. `model_name_or_path: ...`")],
                               context)
     data = {**data, **{str(k).replace("-", "_"): v for k, v in (overrides or {}).items()}}
-    specs = _specs()
-    parts = {"training": {}, "model": {}, "script": {}}
+    fields = trl_fields()
+    parts = {part: {} for part in CLASSES.values()}
+    unknown = {}
     for key, value in data.items():
-        if key in RECIPE_KEYS:
-            continue
         if key in UNSUPPORTED:
             problems.append(Problem(key, value, "is not supported in grpo-curriculum recipes", UNSUPPORTED[key]))
-        elif key not in specs:
-            problems.append(_unknown(str(key), key, value, list(specs) + list(RECIPE_KEYS),
-                                     "a recipe key (a field of GRPOConfig, ModelConfig or ScriptArguments, or one of "
-                                     f"{list(RECIPE_KEYS)})", "remove it, or check its spelling against TRL's docs"))
-        else:
-            problems += _type_problems(key, value, specs[key])
-            parts[specs[key].owner][key] = value
+        elif key in fields:
+            problems += _trl_rule(key, fields[key]).problems(key, value)
+            parts[CLASSES[fields[key]["owner"]]][key] = value
+        elif key not in RECIPE_KEYS:
+            unknown[key] = value
+    problems += unknown_keys(unknown, [*fields, *RECIPE_KEYS], None, "a recipe key (a field of GRPOConfig, "
+                             f"ModelConfig or ScriptArguments, or one of {list(RECIPE_KEYS)})",
+                             "remove it, or check its spelling against TRL's docs")
     training, model, script = parts["training"], parts["model"], parts["script"]
 
     model_name, dataset_name = model.pop("model_name_or_path", None), script.pop("dataset_name", None)
     for key, value in (("model_name_or_path", model_name), ("dataset_name", dataset_name)):
         if value is None or value == "":
-            problems.append(Problem(key, value, "is required", f"add `{key}: ...`"))
+            problems.append(Problem(key, MISSING if value is None else value, "is required", f"add `{key}: ...`"))
     from .tasks import TASKS
 
     problems += _builtin_problems("model_name_or_path", model_name, BUILTIN_MODELS)
     problems += _builtin_problems("dataset_name", dataset_name, list(TASKS))
-    num_prompts = data.get("dataset_num_prompts")
-    problems += _positive_int_problems("dataset_num_prompts", num_prompts)
+    problems += check(RECIPE_RULES, {k: v for k, v in data.items() if v is not None})  # null: not given
+    num_prompts, warm_start = data.get("dataset_num_prompts"), data.get("warm_start_steps") or 0
     if num_prompts is not None and isinstance(dataset_name, str) and not dataset_name.startswith(BUILTIN):
         problems.append(Problem("dataset_num_prompts", num_prompts, "only applies to built-in datasets "
                                 f"({', '.join(BUILTIN + k for k in TASKS)})", "remove it"))
-    problems += _positive_int_problems("num_processes", data.get("num_processes"))
-    warm_start = data.get("warm_start_steps", 0)
-    if not _is_int(warm_start) or warm_start < 0:
-        problems.append(Problem("warm_start_steps", warm_start, "must be an integer >= 0", "e.g. `warm_start_steps: 20`"))
-    elif warm_start and model_name != BUILTIN + "tiny":
+    if is_int(warm_start) and warm_start > 0 and model_name != BUILTIN + "tiny":
         problems.append(Problem("warm_start_steps", warm_start, "only applies to the built-in model `builtin:tiny`",
                                 "remove it"))
-    prompt_column = data.get("dataset_prompt_column", "prompt")
-    if not isinstance(prompt_column, str) or not prompt_column:
-        problems.append(Problem("dataset_prompt_column", prompt_column, "must be a column name",
-                                "e.g. `dataset_prompt_column: question`"))
     problems += _reward_problems(data.get("reward_funcs"))
+    problems += _split_batches_problems(training.get("accelerator_config"))
 
     if "curriculum" in data:
         schedule, found = _parse_curriculum(data["curriculum"])
         problems += found
         top_g = training.get("num_generations")
-        if _is_int(top_g) and top_g < 2:  # GRPOConfig checks it before the curriculum overrides it
-            problems.append(Problem("num_generations", top_g, "must be an integer >= 2 (GRPO compares at least 2 "
-                                    "completions per prompt)", "use 2, 4, 8, ... (a divisor of the generation batch)"))
+        if is_int(top_g):  # GRPOConfig checks it before the curriculum overrides it
+            problems += NUM_GENERATIONS.problems("num_generations", top_g)
     else:  # a plain GRPO run: one stage at the recipe's G and temperature
-        values = {k: training.get(k, specs[k].default) for k in ("num_generations", "temperature")}
-        found = stage_problems(values, key="~")
-        problems += [dataclasses.replace(p, key=p.key[2:]) for p in found]
+        values = {k: training.get(k, fields[k]["default"]) for k in ("num_generations", "temperature")}
+        found = stage_problems(values, key="")
+        problems += found
         schedule = None if found else StageSchedule([Stage(**values)])
+    max_steps = training.get("max_steps")
+    steps_problems = STEPS.problems("max_steps", max_steps) if is_int(max_steps) and max_steps > 0 else []
+    problems += steps_problems
     if schedule is not None:
         training.setdefault("num_generations", schedule.stages[0].num_generations)
         training.setdefault("temperature", schedule.stages[0].temperature)
-        max_steps = training.get("max_steps")
-        if _is_int(max_steps) and max_steps > 0:
+        if is_int(max_steps) and max_steps > 0 and not steps_problems:
             try:
                 schedule.resolve(max_steps)
             except CurriculumError as error:
@@ -483,8 +302,8 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         dataset_train_split=script.pop("dataset_train_split", "train"),
         dataset_num_prompts=num_prompts, reward_funcs=list(data["reward_funcs"]),
         num_processes=data.get("num_processes"), training=training, model=model, curriculum=schedule, raw=data,
-        script=script, warm_start_steps=data.get("warm_start_steps", 0),
-        dataset_prompt_column=prompt_column,
+        script=script, warm_start_steps=warm_start,
+        dataset_prompt_column=data.get("dataset_prompt_column") or "prompt",
     )
 
 
@@ -503,7 +322,7 @@ def load_recipe(path: str, overrides: dict | None = None) -> Recipe:
         [`CurriculumError`]: for a missing, empty or unparsable file (naming the line), or listing every problem.
     """
     path = os.fspath(path)
-    data, problems = _read_yaml(path)
+    data, problems = read_yaml(path)
     return _parse(data, path, overrides, problems)
 
 
@@ -518,9 +337,9 @@ def load_curriculum(path: str) -> StageSchedule:
         [`CurriculumError`]: listing every problem in the curriculum.
     """
     path = os.fspath(path)
-    data, problems = _read_yaml(path)
+    data, problems = read_yaml(path)
     if not isinstance(data, Mapping) or "curriculum" not in data:
-        raise CurriculumError([Problem(f"{path}: curriculum", None, "is required: the file has no top-level "
+        raise CurriculumError([Problem(f"{path}: curriculum", MISSING, "is required: the file has no top-level "
                                        "`curriculum:` mapping", f"add {_EXAMPLE_STAGES}")], f"recipe {path}")
     schedule, found = _parse_curriculum(data["curriculum"])
     raise_if_any(problems + found, f"recipe {path}")
@@ -535,11 +354,11 @@ def training_geometry(training: Mapping, num_processes: int | None = None) -> Ba
     Raises:
         [`CurriculumError`]: listing every invalid geometry value.
     """
-    specs = _specs()
-    value = {name: training.get(name, specs[name].default) for name in (
+    fields = trl_fields()
+    value = {name: training.get(name, fields[name]["default"]) for name in (
         "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size",
         "eval_strategy", "per_device_eval_batch_size", "num_generations", "num_generations_eval")}
-    evaluates = getattr(value["eval_strategy"], "value", value["eval_strategy"]) != "no"
+    evaluates = value["eval_strategy"] != "no"
     return BatchGeometry.from_values(
         num_processes=1 if num_processes is None else num_processes,
         per_device_train_batch_size=value["per_device_train_batch_size"],

@@ -9,32 +9,29 @@ run picks up where it stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from .errors import Problem, raise_if_any
+from .errors import MISSING, Problem, raise_if_any
+from .rules import NUM_GENERATIONS, POSITIVE, STEPS, Rule, check, fraction, is_int, is_number
 
 if TYPE_CHECKING:
     from .adaptive import Adaptive
 
 RAMPS = ("linear", "cosine")
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_real(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _positive_temperature_problems(key: str, value) -> list[Problem]:
-    if not _is_real(value) or not math.isfinite(value) or value <= 0:
-        return [Problem(key, value, "must be a positive finite number", "use a value such as 0.7 or 1.0")]
-    return []
+_TEMPERATURE = dataclasses.replace(POSITIVE, fix="use a value such as 0.7 or 1.0")
+STAGE_RULES = {  # every field's own rule; the rules between fields are in `stage_problems`
+    "num_generations": NUM_GENERATIONS,
+    "temperature": _TEMPERATURE,
+    "temperature_end": _TEMPERATURE,
+    "temperature_ramp": Rule("choice", choices=RAMPS, fix="use `linear` or `cosine`"),
+    "until_step": dataclasses.replace(STEPS, why="an optimizer step", fix="e.g. `until_step: 100`"),
+    "until_fraction": fraction(True, False, why="a fraction of the run's optimizer steps",
+                               fix="e.g. `until_fraction: 0.5` for the first half of the run"),
+}
 
 
 def _adaptive_of(value, key: str):
@@ -54,88 +51,41 @@ def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
 
     Args:
         values (`Mapping`):
-            The stage's fields.
+            The stage's fields; `None` counts as not given (except for `temperature_ramp`).
         key (`str`, *optional*, defaults to `"stage"`):
-            Key path of the stage, used to name each problem (e.g. `curriculum.stages[1]`).
+            Key path of the stage, used to name each problem (e.g. `curriculum.stages[1]`); `""` for none.
 
     Returns:
         `list[Problem]`: Empty when the stage is valid.
     """
-    problems = []
-    adaptive, adaptive_problems = _adaptive_of(values.get("adaptive"), f"{key}.adaptive")
-    problems += adaptive_problems
-    g = values.get("num_generations")
-    if g is None and "adaptive" in values:
-        pass  # an adaptive stage starts at its smallest candidate
-    elif "num_generations" not in values:
-        problems.append(Problem(f"{key}.num_generations", None, "is required", "add e.g. `num_generations: 4`"))
-    elif not _is_int(g) or g < 2:
-        problems.append(
-            Problem(
-                f"{key}.num_generations",
-                g,
-                "must be an integer >= 2 (GRPO needs at least 2 completions per prompt to compute advantages)",
-                "use 2, 4, 8, ... (a divisor of the generation batch)",
-            )
-        )
-    elif adaptive is not None and g not in adaptive.num_generations:
-        problems.append(
-            Problem(f"{key}.num_generations", g, f"must be one of the adaptive candidates {list(adaptive.num_generations)}",
-                    "start the stage at a candidate, or omit `num_generations` to start at the smallest")
-        )
-    t = values.get("temperature")
-    if t is None and adaptive is not None and adaptive.temperature is not None:
-        pass  # starts at the lower bound
-    elif "temperature" not in values:
-        problems.append(Problem(f"{key}.temperature", None, "is required", "add e.g. `temperature: 0.9`"))
-    else:
-        problems += _positive_temperature_problems(f"{key}.temperature", t)
-        bounds = adaptive.temperature if adaptive is not None else None
-        if bounds is not None and _is_real(t) and not bounds[0] <= t <= bounds[1]:
-            problems.append(Problem(f"{key}.temperature", t, f"must lie within the adaptive bounds {list(bounds)}",
-                                    "start inside the bounds, or omit `temperature` to start at the lower bound"))
-    if values.get("adaptive") is not None and values.get("temperature_end") is not None:
-        problems.append(Problem(f"{key}.temperature_end", values["temperature_end"], "cannot be combined with "
-                                "`adaptive`: the policy sets the temperature", "remove `temperature_end`"))
-    if values.get("temperature_end") is not None:
-        problems += _positive_temperature_problems(f"{key}.temperature_end", values["temperature_end"])
-    ramp = values.get("temperature_ramp", "linear")
-    if ramp not in RAMPS:
-        problems.append(
-            Problem(f"{key}.temperature_ramp", ramp, f"must be one of {list(RAMPS)}", "use `linear` or `cosine`")
-        )
-    elif "temperature_ramp" in values and values.get("temperature_end") is None:
-        problems.append(
-            Problem(
-                f"{key}.temperature_ramp",
-                ramp,
-                "only applies with `temperature_end` (the temperature at the end of the stage)",
-                "add `temperature_end`, or drop `temperature_ramp`",
-            )
-        )
-    step, fraction = values.get("until_step"), values.get("until_fraction")
-    if step is not None and fraction is not None:
-        problems.append(
-            Problem(
-                f"{key}.until_step",
-                step,
-                f"cannot be combined with `until_fraction` ({fraction!r}): a stage ends in one unit",
-                "keep either `until_step` (optimizer steps) or `until_fraction` (fraction of the run)",
-            )
-        )
-    if step is not None and (not _is_int(step) or step < 1):
-        problems.append(
-            Problem(f"{key}.until_step", step, "must be a positive integer (an optimizer step)", "e.g. `until_step: 100`")
-        )
-    if fraction is not None and (not _is_real(fraction) or not (0 < fraction <= 1)):
-        problems.append(
-            Problem(
-                f"{key}.until_fraction",
-                fraction,
-                "must be a number in (0, 1] (a fraction of the run's optimizer steps)",
-                "e.g. `until_fraction: 0.5` for the first half of the run",
-            )
-        )
+    at = f"{key}.".lstrip(".")
+    adaptive, problems = _adaptive_of(values.get("adaptive"), f"{at}adaptive")
+    given = {name: v for name, v in values.items() if v is not None or name == "temperature_ramp"}
+    if "num_generations" not in given and "adaptive" not in values:  # an adaptive stage starts at its smallest G
+        problems.append(Problem(f"{at}num_generations", MISSING, "is required", "add e.g. `num_generations: 4`"))
+    if "temperature" not in given and (adaptive is None or adaptive.temperature is None):  # else: its lower bound
+        problems.append(Problem(f"{at}temperature", MISSING, "is required", "add e.g. `temperature: 0.9`"))
+    problems += check(STAGE_RULES, given, key or None)
+    g, t, t_end = given.get("num_generations"), given.get("temperature"), given.get("temperature_end")
+    if adaptive is not None and is_int(g) and g not in adaptive.num_generations:
+        problems.append(Problem(f"{at}num_generations", g, "must be one of the adaptive candidates "
+                                f"{list(adaptive.num_generations)}",
+                                "start the stage at a candidate, or omit `num_generations` to start at the smallest"))
+    bounds = adaptive.temperature if adaptive is not None else None
+    if bounds is not None and is_number(t) and not bounds[0] <= t <= bounds[1]:
+        problems.append(Problem(f"{at}temperature", t, f"must lie within the adaptive bounds {list(bounds)}",
+                                "start inside the bounds, or omit `temperature` to start at the lower bound"))
+    if values.get("adaptive") is not None and t_end is not None:
+        problems.append(Problem(f"{at}temperature_end", t_end, "cannot be combined with `adaptive`: the policy sets "
+                                "the temperature", "remove `temperature_end`"))
+    if given.get("temperature_ramp") in RAMPS and t_end is None:
+        problems.append(Problem(f"{at}temperature_ramp", given["temperature_ramp"], "only applies with "
+                                "`temperature_end` (the temperature at the end of the stage)",
+                                "add `temperature_end`, or drop `temperature_ramp`"))
+    if "until_step" in given and "until_fraction" in given:
+        problems.append(Problem(f"{at}until_step", given["until_step"], "cannot be combined with `until_fraction` "
+                                f"({given['until_fraction']!r}): a stage ends in one unit", "keep either `until_step` "
+                                "(optimizer steps) or `until_fraction` (fraction of the run)"))
     return problems
 
 
@@ -183,16 +133,19 @@ class Stage:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         if values["temperature_ramp"] == "linear":  # the default: don't complain that it lacks `temperature_end`
             values.pop("temperature_ramp")
-        for name in ("num_generations", "temperature", "adaptive"):
-            if values[name] is None:
-                values.pop(name)
+        if values["adaptive"] is None:
+            values.pop("adaptive")
         raise_if_any(stage_problems(values, key="Stage"))
         adaptive, _ = _adaptive_of(self.adaptive, "Stage.adaptive")
+        g = adaptive.num_generations[0] if self.num_generations is None else self.num_generations
+        t = adaptive.temperature[0] if self.temperature is None else self.temperature
+        # Plain Python numbers (`numpy.int64(4)` is an integer too), so that checkpoints and logs serialise them.
         object.__setattr__(self, "adaptive", adaptive)
-        if self.num_generations is None:
-            object.__setattr__(self, "num_generations", adaptive.num_generations[0])
-        if self.temperature is None:
-            object.__setattr__(self, "temperature", adaptive.temperature[0])
+        object.__setattr__(self, "num_generations", int(g))
+        object.__setattr__(self, "temperature", float(t))
+        for name, cast in (("until_step", int), ("until_fraction", float), ("temperature_end", float)):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, cast(getattr(self, name)))
 
     @property
     def num_generations_values(self) -> tuple[int, ...]:
@@ -340,8 +293,7 @@ class StageSchedule:
         Raises:
             [`CurriculumError`]: if ends do not increase once resolved, or a stage ends after the run.
         """
-        if not _is_int(total_steps) or total_steps < 1:
-            raise_if_any([Problem("max_steps", total_steps, "must be a positive number of optimizer steps")])
+        raise_if_any(STEPS.problems("max_steps", total_steps))
         ends, problems = [], []
         previous_end = 0
         for i, stage in enumerate(self.stages):

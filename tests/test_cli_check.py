@@ -159,6 +159,9 @@ def test_top_level_num_generations_is_checked(capsys, tmp_path):
         (["--num-generations", 1], "must be an integer >= 2"),
         (["--num-processes", 0], "must be a positive integer"),
         (["--per-device-train-batch-size", "four"], "must be a positive integer"),
+        (["--per-device-train-batch-size", "9" * 26], "must be at most 1048576 (a bound on the input), got '9999"),
+        (["--num-generations", "9" * 5000], "got '999999999999999999999999999...9999999999999999999999999999'"),
+        (["--num-processes", 1000003, "--per-device-train-batch-size", 1000033], "more than the 1048576"),
         (["--bogus-flag", 1], "unrecognized arguments"),
         (["--num-processes", 2, "--per-device-train-batch-size", 3, "--generation-batch-size", 8],
          "must be a multiple of the global batch"),
@@ -174,6 +177,51 @@ def test_malformed_input_exits_2_without_traceback(capsys, argv, message):
 def test_help_exits_0(capsys):
     assert main(["check", "--help"]) == 0 and "--num_processes" in capsys.readouterr().out
     assert main([]) == 2 and "required" in capsys.readouterr().err
+
+
+def run_check(*argv, timeout=60):
+    """`python -m grpo_curriculum.cli check ...` in a subprocess (a hang fails the test at `timeout`)."""
+    return subprocess.run([sys.executable, "-m", "grpo_curriculum.cli", "check", *map(str, argv)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--per-device-train-batch-size", "9" * 26], "must be at most 1048576"),  # hung on divisors() before
+        (["--num-processes", 1000003, "--per-device-train-batch-size", 1000033], "more than the 1048576"),  # 8 s
+        ([BAD / "hostile_alias_bomb.yaml"], "expands to more than 10000 values"),  # hung on the message's repr
+        ([BAD / "hostile_latin1.yaml"], "hostile_latin1.yaml: is not UTF-8 text (byte 0xe9"),  # a traceback, exit 1
+        (["BINARY"], "is not UTF-8 text (byte 0x80 at offset 128"),  # a traceback, exit 1
+        (["BIG"], "is larger than 65536 bytes"),  # 21 s before
+    ],
+)
+def test_hostile_input_exits_2_at_once(tmp_path, argv, message):
+    (tmp_path / "binary.yaml").write_bytes(bytes(range(256)) * 40)
+    (tmp_path / "big.yaml").write_text("x: 1\n" + "#" * 10_000_000 + "\n")
+    argv = [{"BINARY": tmp_path / "binary.yaml", "BIG": tmp_path / "big.yaml"}.get(a, a) for a in argv]
+    done = run_check(*argv)
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert message in done.stderr and len(done.stderr) < 1000, done.stderr
+    assert all(str(a) in done.stderr for a in argv if isinstance(a, Path))  # the message names the file
+
+
+HEAVY = {"torch", "transformers", "trl", "numpy", "accelerate", "datasets"}
+
+
+@pytest.mark.parametrize("argv", [["--num-processes", 2, "--per-device-train-batch-size", 3, "--num-generations", 8],
+                                  [DEMO], [ROOT / "recipes" / "adaptive-demo.yaml"], ["PER_PROMPT"]])
+def test_check_imports_no_torch_transformers_or_trl(tmp_path, argv):
+    """`check` answers from the shipped TRL field snapshot: `-X importtime` lists every module the command imports."""
+    recipe = tmp_path / "per_prompt.yaml"
+    recipe.write_text(PER_PROMPT_RECIPE.replace("CANDIDATES", "[3, 5, 8]"))
+    argv = [recipe if a == "PER_PROMPT" else a for a in argv]
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "grpo_curriculum.cli", "check", *map(str, argv)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode in (0, 1) and "result:" in done.stdout, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "grpo_curriculum" in imported and "yaml" in imported and not imported & HEAVY, imported & HEAVY
 
 
 def test_module_runs_as_a_script():

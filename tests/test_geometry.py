@@ -315,3 +315,34 @@ def test_geometry_module_does_not_import_torch():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_fills_agrees_with_the_allocators_table():
+    from grpo_curriculum.allocation import reachable_sums
+    from grpo_curriculum.geometry import fills
+
+    for candidates in [(2,), (3, 5), (5, 8), (4, 6, 9), (7, 11, 13), (2, 16), (6, 10, 15), (12,)]:
+        table = reachable_sums(candidates, 60)
+        assert [fills(candidates, total) for total in range(61)] == list(table), candidates
+
+
+def test_bounds_are_checked_before_any_arithmetic():
+    """A huge batch would make `divisors` loop for hours; it is refused instead, naming the product."""
+    from grpo_curriculum.geometry import fills
+    from grpo_curriculum.rules import MAX_COUNT
+
+    with pytest.raises(CurriculumError, match=f"must be at most {MAX_COUNT}"):
+        BatchGeometry(1, 10**26, 1)
+    with pytest.raises(CurriculumError) as info:
+        BatchGeometry.from_values(num_processes=1000003, per_device_train_batch_size=1000033)
+    (problem,) = info.value.problems
+    assert problem.key == "generation_batch_size" and problem.value == 1000003 * 1000033
+    assert f"more than the {MAX_COUNT}" in problem.rule
+    assert "1000003 processes x 1000033 per-device batch" in problem.rule
+    with pytest.raises(CurriculumError, match="per_device_eval_batch_size"):
+        BatchGeometry(1024, 1, 1, per_device_eval_batch_size=1025, num_generations_eval=2)
+    largest = BatchGeometry(1, MAX_COUNT, 1)  # the largest batch still answers at once
+    assert largest.valid_num_generations()[-1] == MAX_COUNT and largest.problems(3)
+    assert fills((MAX_COUNT // 2 + 1, MAX_COUNT // 2 - 1), MAX_COUNT) and not fills((1000, 1002), MAX_COUNT - 1)
+    (problem,) = largest.problems(10**5000)  # a Python caller's huge G: refused without printing it
+    assert "must be at most" in problem.rule and "5001 digits" in str(problem) and "5001 digits" in repr(problem)

@@ -1,10 +1,14 @@
 """Tests for `grpo_curriculum.recipe`: every shipped recipe validates; every malformed one is explained at once."""
 
+import json
 import math
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
+from grpo_curriculum import loading
 from grpo_curriculum.cli import main
 from grpo_curriculum.errors import CurriculumError
 from grpo_curriculum.recipe import (
@@ -159,7 +163,8 @@ CASES = {
 def test_corpus_is_covered():
     files = {path.stem for path in BAD.glob("*.yaml")}
     assert len(files) >= 15
-    assert files == set(CASES) | {"yaml_syntax_error", "empty", "top_level_list"}
+    unparsed = {"yaml_syntax_error", "empty", "top_level_list", "hostile_alias_bomb", "hostile_latin1"}
+    assert files == set(CASES) | unparsed
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -181,6 +186,7 @@ def test_empty_missing_and_list_files(tmp_path):
     assert "is empty" in str(problems_of(BAD / "empty.yaml"))
     assert "does not exist" in str(problems_of(tmp_path / "nope.yaml"))
     assert "is a directory" in str(problems_of(tmp_path))
+    assert "is not a regular file" in str(problems_of("/dev/null"))
     assert "must be a YAML mapping" in str(problems_of(BAD / "top_level_list.yaml"))
     with pytest.raises(CurriculumError, match="not a str"):
         parse_recipe("model_name_or_path: x")
@@ -271,3 +277,109 @@ def test_gsm8k_reward():
     answers = ["Natalia sold 48/2 = 24 clips in May.\n#### 72", "#### 1,235", "#### 5"]
     completions = ["48 + 24 = 72", [{"role": "assistant", "content": "The answer is 1235."}], "I don't know"]
     assert gsm8k_accuracy_reward(completions, answers) == [1.0, 1.0, 0.0]
+
+
+def test_split_batches_is_refused(tmp_path):
+    """TRL's grouping assumes accelerate's default sharding: `split_batches` would cut groups across processes."""
+    split = {**MINIMAL, "accelerator_config": {"split_batches": True}}
+    error = pytest.raises(CurriculumError, parse_recipe, split).value
+    assert has(error, "accelerator_config.split_batches", "default sharding") and len(error.problems) == 1
+    config = tmp_path / "accelerate.json"
+    config.write_text(json.dumps({"split_batches": True, "dispatch_batches": None}))
+    error = pytest.raises(CurriculumError, parse_recipe, {**MINIMAL, "accelerator_config": str(config)}).value
+    assert has(error, f"accelerator_config ({config}).split_batches", "remove `split_batches`")
+    config.write_text(json.dumps({"split_batches": False}))
+    for value in ({"split_batches": False, "even_batches": True}, str(config), str(tmp_path / "missing.json")):
+        assert parse_recipe({**MINIMAL, "accelerator_config": value}).training["accelerator_config"] == value
+
+
+# --- hostile files: a message naming the file, never a traceback or a hang ---------------------------------------
+
+HEAD = "model_name_or_path: builtin:tiny\ndataset_name: builtin:echo\nreward_funcs: [m:f]\n"
+
+
+def alias_bomb() -> str:
+    """A 404-byte recipe whose `learning_rate` expands to 9^9 = 387,420,489 strings through nested aliases."""
+    lines = ["a: &a [x,x,x,x,x,x,x,x,x]"]
+    lines += [f"{n}: &{n} [{','.join(['*' + p] * 9)}]" for p, n in zip("abcdefgh", "bcdefghi")]
+    return HEAD + "\n".join(lines) + "\nlearning_rate: *i\n"
+
+
+def refused(path, *texts, within=2.0):
+    """`load_recipe(path)` fails within `within` seconds (the machine may be busy: typically 0.1 s or less) with one
+    problem naming the file and each of `texts`."""
+    start = time.perf_counter()
+    error = problems_of(path)
+    elapsed = time.perf_counter() - start
+    assert elapsed < within, elapsed
+    assert len(error.problems) == 1 and str(path) in str(error) and len(str(error)) < 600, str(error)
+    for text in texts:
+        assert text in str(error), str(error)
+
+
+@pytest.mark.parametrize(
+    "content, texts",
+    [
+        (alias_bomb(), ["expands to more than 10000 values through its YAML aliases"]),
+        (HEAD + "learning_rate: &a [1, *a]\n", ["holds a YAML alias (`*name`) inside the value it refers to"]),
+        (HEAD + "x:\n" + "- 1\n" * 11_000, ["holds more than 10000 values"]),
+        (HEAD + "max_steps: " + "9" * 5000 + "\n", [":4 = '9999", "is an integer of 5000 characters"]),
+        (HEAD + "x: " + "[" * 5000 + "]" * 5000 + "\n", ["is not valid YAML at line 4", "nesting depth"]),
+        (HEAD + "x: " + "- " * 5000 + "1\n", ["is not valid YAML at line 4"]),
+        ("a: 1\n\x00\x01binary", [":2 = '\\x00\\x01binary'", "at line 2: holds the character #x0000"]),
+        ((HEAD + "#" * 100 + "\n") * 700, ["is larger than 65536 bytes"]),
+        (b"model_name_or_path: caf\xe9\n", ["is not UTF-8 text (byte 0xe9 at offset 23, line 1)"]),
+        (bytes(range(256)) * 40, ["is not UTF-8 text (byte 0x80 at offset 128"]),
+    ],
+    ids=["alias_bomb", "recursive_alias", "too_many_values", "huge_integer", "deep_flow", "deep_block", "nul_bytes",
+         "large_file", "latin1", "binary"],
+)  # fmt: skip
+def test_hostile_files(tmp_path, content, texts):
+    assert len(alias_bomb()) <= 430
+    path = tmp_path / "hostile.yaml"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    refused(path, *texts)
+
+
+@pytest.mark.parametrize(
+    "content, text",
+    [
+        (alias_bomb(), "expands to more than 10000 values"),
+        (HEAD + "max_steps: " + "9" * 5000 + "\n", "is an integer of 5000 characters"),
+        (HEAD + "x: " + "[" * 3000 + "]" * 3000 + "\n", "nests lists or mappings too deeply to read"),
+        ("a: 1\n\x00\x01binary", "at line 2: holds the character #x0000"),
+        ((BAD / "yaml_syntax_error.yaml").read_text(), "at line 7, column 7: expected ',' or '}', but got '{' (while "
+         "parsing a flow mapping that starts at line 6, column 7)"),
+    ],
+)
+def test_hostile_files_without_libyaml(tmp_path, monkeypatch, content, text):
+    """PyYAML built without libyaml falls back to its pure-Python parser: the same problems, never a traceback."""
+    monkeypatch.setattr(loading, "_Loader", loading._loader_class(yaml.SafeLoader))
+    path = tmp_path / "hostile.yaml"
+    path.write_text(content)
+    refused(path, text, within=10.0)  # the pure-Python parser needs about 1 s to reach Python's recursion limit
+    assert parse_value("1e-5") == 1e-5 and parse_value("[1, 2]") == [1, 2]
+
+
+def test_ten_megabyte_recipe_is_refused_at_once(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text(HEAD + "".join(f"key_{i}: {i}\n" for i in range(800_000)))
+    assert path.stat().st_size > 10_000_000
+    refused(path, "is larger than 65536 bytes", within=0.5)  # only 64 KiB are read: about a millisecond
+
+
+def test_largest_accepted_recipe_is_validated_quickly(tmp_path):
+    """Just under both limits, with a problem in every stage: all reported, in bounded time (about 0.1 s here)."""
+    stage = "    - {num_generations: 1, temperature: -1, until_step: 0}\n"
+    path = tmp_path / "large.yaml"
+    path.write_text(HEAD + "curriculum:\n  stages:\n" + stage * 1100)
+    assert path.stat().st_size < 65536
+    start = time.perf_counter()
+    error = problems_of(path)
+    assert time.perf_counter() - start < 3.0 and len(error.problems) == 3 * 1100
+
+
+def test_override_values_are_read_within_the_limits():
+    bomb = "[" + ",".join(["&a [x,x,x,x,x,x,x,x,x]"] + ["*a"] * 2000) + "]"
+    assert parse_value(bomb) == bomb  # 18,000 values: kept as text, then checked as such
+    assert parse_value("9" * 5000) == "9" * 5000 and parse_value("&a [*a]") == "&a [*a]"

@@ -125,3 +125,18 @@ def test_schedule_module_imports_no_torch():
         "assert 'torch' not in sys.modules and 'numpy' not in sys.modules, sorted(sys.modules)"
     ) % str(ROOT / "grpo_curriculum")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_stage_fields_are_checked_by_one_table():
+    """Every field's own rule is in `STAGE_RULES`; null counts as not given (the required fields then say so)."""
+    from grpo_curriculum.schedule import STAGE_RULES, stage_problems
+
+    assert set(STAGE_RULES) == {"num_generations", "temperature", "temperature_end", "temperature_ramp", "until_step",
+                                "until_fraction"}
+    problems = stage_problems({"num_generations": None, "temperature": None, "until_step": 2**40}, key="s")
+    assert [(p.key, p.rule) for p in problems] == [
+        ("s.num_generations", "is required"), ("s.temperature", "is required"),
+        ("s.until_step", "must be at most 2147483647 (a bound on the input)")]
+    assert [p.key for p in stage_problems({"num_generations": 1, "temperature": 1}, key="")] == ["num_generations"]
+    with pytest.raises(CurriculumError, match="max_steps"):
+        SEEDS_SCHEDULE.resolve(2**40)

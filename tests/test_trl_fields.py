@@ -1,0 +1,59 @@
+"""The snapshot of TRL's config fields: what the installed TRL generates, read without importing TRL, else live."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_curriculum import trl_fields as module
+from grpo_curriculum.trl_fields import SNAPSHOT, describe_trl, main, render, trl_fields
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_shipped_snapshot_is_what_the_installed_trl_generates():
+    """A TRL (or transformers) upgrade fails here until `python -m grpo_curriculum.trl_fields` rewrites the file."""
+    assert render(describe_trl()) == SNAPSHOT.read_text(encoding="utf-8")
+
+
+def test_snapshot_is_read_without_importing_trl():
+    code = ("import sys; from grpo_curriculum.trl_fields import trl_fields; fields = trl_fields(); "
+            "assert fields['per_device_train_batch_size'] == {'owner': 'GRPOConfig', 'type': ['int'], 'default': 8}; "
+            "heavy = {'trl', 'torch', 'transformers'} & set(sys.modules); assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
+
+
+def test_other_versions_introspect_the_live_classes(monkeypatch):
+    monkeypatch.setattr(module, "_version", lambda package: "0.0.0")
+    trl_fields.cache_clear()
+    try:
+        live = trl_fields()
+    finally:
+        trl_fields.cache_clear()
+    assert "trl" in sys.modules and live == json.loads(SNAPSHOT.read_text(encoding="utf-8"))["fields"]
+
+
+def test_regenerate_and_check(tmp_path, monkeypatch, capsys):
+    target = tmp_path / "trl_fields.json"
+    monkeypatch.setattr(module, "SNAPSHOT", target)
+    assert main([]) == 0 and target.read_text() == SNAPSHOT.read_text()
+    assert main(["--check"]) == 0 and "up to date" in capsys.readouterr().out
+    target.write_text(target.read_text().replace('"default": 8,', '"default": 4,', 1))
+    assert main(["--check"]) == 1 and "differs from the installed TRL" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "name, owner, types, default",
+    [
+        ("eval_strategy", "GRPOConfig", [{"choice": ["no", "steps", "epoch"]}], "no"),  # `IntervalStrategy | str`
+        ("report_to", "GRPOConfig", ["null", "str", "list[str]"], "none"),
+        ("num_generations", "GRPOConfig", ["int", "null"], 8),
+        ("accelerator_config", "GRPOConfig", ["dict", "str", "null"], None),
+        ("dtype", "ModelConfig", [{"choice": ["auto", "bfloat16", "float16", "float32"]}, "null"], "float32"),
+        ("dataset_train_split", "ScriptArguments", ["str"], "train"),
+    ],
+)
+def test_field_types(name, owner, types, default):
+    assert trl_fields()[name] == {"owner": owner, "type": types, "default": default}
