@@ -404,7 +404,7 @@ def reading(raw: dict, rows: dict) -> list[str]:
     """What this invocation's numbers support, and what they do not."""
     out = []
     seeds = len(raw["options"]["seeds"])
-    if raw["mode"].startswith("quick"):
+    if raw["options"].get("quick"):
         out.append("- A smoke test of the protocol (one seed, a few steps): it shows the study runs end to end and what "
                    "a step costs; its accuracies say nothing about the arms.")  # fmt: skip
     gains = {arm: row["gain_greedy"] for arm, row in rows.items()}
