@@ -13,7 +13,8 @@ template) that `AutoModelForCausalLM.from_pretrained(folder)` and `AutoTokenizer
   importing torch.
 - **Atomic.** The conversion is written into a hidden `.NAME.partial-*` sibling and renamed into place at the end,
   so an interrupted conversion never leaves a folder that counts as fetched; leftovers of dead processes are removed
-  by the next call.
+  by the next call. Processes converting at the same time (e.g. every rank of a launch on an empty cache) each do the
+  work, and the first rename wins; run `grpo-curriculum fetch-model` once before a multi-process launch to avoid it.
 - **Recipes** name these models `builtin:NAME` (e.g. `model_name_or_path: builtin:smollm2`); `run.build_run` calls
   [`fetch_model`] for them. With Hub access the original weights are `HuggingFaceTB/SmolLM2-135M-Instruct` (bf16,
   not quantized: a different model from the dequantized Q4_1 copy).
