@@ -195,8 +195,10 @@ class Evaluator:
         self.torch, self.tokenizer, self.reward = torch, tokenizer, arithmetic_reward
         held_out = arithmetic_dataset(scale.eval_prompts, seed=EVAL_PROMPT_SEED, split="eval")
         self.answers, self.levels = list(held_out["answer"]), list(held_out["level"])
-        texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in held_out["prompt"]]
-        self.inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+        texts = [tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+                 for prompt in held_out["prompt"]]  # fmt: skip
+        self.inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left",
+                                add_special_tokens=False)  # fmt: skip
         common = dict(max_new_tokens=scale.max_completion_length, pad_token_id=tokenizer.pad_token_id,
                       eos_token_id=tokenizer.eos_token_id)  # fmt: skip
         self.greedy = GenerationConfig(do_sample=False, **common)
@@ -283,7 +285,8 @@ def run_arm(arm: str, seed: int, scale: Scale, model_path: str, train) -> dict:
         )  # fmt: skip
         curriculum = CurriculumCallback(stages)
         trainer = CurriculumGRPOTrainer(model=model_path, processing_class=tokenizer, reward_funcs=arithmetic_reward,
-                                        args=args, train_dataset=train, callbacks=[curriculum, evaluation])  # fmt: skip
+                                        args=args, train_dataset=train,
+                                        callbacks=[curriculum, evaluation])  # fmt: skip
         trainer.remove_callback(PrinterCallback)
         loop_start = time.perf_counter()
         trainer.train()
@@ -350,8 +353,9 @@ def summarise(runs: list[dict], arms: list[str]) -> dict:
 
 
 def markdown(raw: dict) -> str:
-    scale, options = Scale(**{**raw["scale"], "candidates": tuple(raw["scale"]["candidates"]),
-                              "temperature_bounds": tuple(raw["scale"]["temperature_bounds"])}), raw["options"]  # fmt: skip
+    options = raw["options"]
+    scale = Scale(**{**raw["scale"], "candidates": tuple(raw["scale"]["candidates"]),
+                     "temperature_bounds": tuple(raw["scale"]["temperature_bounds"])})  # fmt: skip
     rows = summarise(raw["runs"], options["arms"])
     completions = scale.steps * scale.generation_batch
     lines = [
@@ -360,8 +364,8 @@ def markdown(raw: dict) -> str:
         f"Command: `{raw['command']}`",
         "",
         f"- Model: {raw['model']}.",
-        f"- Task: `builtin:arithmetic` (six levels in equal shares, one-digit sums to two-digit products; reward 1 when "
-        f"the last number of the answer is right). {scale.train_prompts} training prompts per seed; "
+        f"- Task: `builtin:arithmetic` (six levels in equal shares, one-digit sums to two-digit products; reward 1 "
+        f"when the last number of the answer is right). {scale.train_prompts} training prompts per seed; "
         f"{scale.eval_prompts} held-out prompts (the `eval` split, disjoint from training) for every arm and seed.",
         f"- Every arm: {scale.steps} optimizer steps x {scale.generation_batch} completions = **{completions} "
         f"completions per run**, max {scale.max_completion_length} new tokens, learning rate "
@@ -405,8 +409,8 @@ def reading(raw: dict, rows: dict) -> list[str]:
     out = []
     seeds = len(raw["options"]["seeds"])
     if raw["options"].get("quick"):
-        out.append("- A smoke test of the protocol (one seed, a few steps): it shows the study runs end to end and what "
-                   "a step costs; its accuracies say nothing about the arms.")  # fmt: skip
+        out.append("- A smoke test of the protocol (one seed, a few steps): it shows the study runs end to end and "
+                   "what a step costs; its accuracies say nothing about the arms.")  # fmt: skip
     gains = {arm: row["gain_greedy"] for arm, row in rows.items()}
     noisy = [arm for arm, (m, s) in gains.items() if not math.isnan(m) and abs(m) <= s]
     for arm, (m, s) in gains.items():

@@ -6,9 +6,10 @@ Prompts mix six levels of difficulty, from one-digit sums to two-digit products 
 to exactly one split, decided by a hash of its text ([`split_of`]), so training and held-out prompts never overlap
 whatever the seeds. Pure Python: no torch, no tokenizer; `datasets` is imported when a dataset is built.
 
-Measured on `SmolLM2-135M-Instruct` (`builtin:smollm2`, 12 prompts a level, 8 samples each at temperature 0.7, 14
-new tokens): success about 0.26 on `add1`, 0.33 on `mul1`, 0.14 on `add2`, 0.04-0.05 on `sub2` and `mul21`; most
-prompts are mixed (some samples right, some wrong), the regime where GRPO's groups carry signal.
+Measured once on `SmolLM2-135M-Instruct` (`builtin:smollm2`; 12 random problems a level, 8 samples each at
+temperature 0.7, 14 new tokens): success about 0.26 on `add1`, 0.33 on `mul1`, 0.14 on `add2`, 0.04-0.05 on `sub2`
+and `mul21` (`mul2` not measured); on the easy levels most prompts are mixed (some samples right, some wrong), the
+regime where GRPO's groups carry signal, and the hard ones are mostly all-wrong.
 """
 
 from __future__ import annotations

