@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 
-.PHONY: test demo check-recipes bench clean
+.PHONY: test test-slow demo check-recipes bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -16,6 +16,9 @@ $(VENV)/.installed: pyproject.toml
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
+
+test-slow: $(VENV)/.installed  # the real SmolLM2 model: fetched and converted once, then a few training steps
+	$(PY) -m pytest -q -m slow
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/grpo-curriculum demo

