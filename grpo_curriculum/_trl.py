@@ -111,6 +111,14 @@ def sampling_temperatures(trainer, cells: list) -> dict[str, float]:
     return found
 
 
+def splits_batches(args) -> bool:
+    """Whether `args.accelerator_config` asks accelerate to split batches (TRL's layout assumes it does not)."""
+    config = getattr(args, "accelerator_config", None)
+    if isinstance(config, dict):
+        return bool(config.get("split_batches"))
+    return bool(getattr(config, "split_batches", False))
+
+
 def generation_round_length(trainer) -> int:
     """Micro-steps (`training_step` calls) a generated batch is used for: `steps_per_generation x num_iterations`."""
     return trainer.args.steps_per_generation * trainer.num_iterations
@@ -502,6 +510,7 @@ class GRPOHooks:
       process's rows and the round's group sizes (each prompt's G, in row order).
     - `_curriculum_round_rewards(rewards, completion_ids)`: the round's rewards, from every process, in row order.
     - `_curriculum_save(checkpoint_dir)` / `_curriculum_load(checkpoint_dir)`: a checkpoint is written / resumed.
+    - `_curriculum_evaluation()`: a context manager around each evaluation step.
     """
 
     _round_group_sizes = None  # during the generation of a round of mixed group sizes: its group sizes
@@ -521,6 +530,12 @@ class GRPOHooks:
             regroup_round_output(self, output, self._round_rewards_per_func, mixed)
         self._round_rewards_per_func = None
         return output
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        if not self._curriculum_active():
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+        with self._curriculum_evaluation():  # generation and loss at the temperature of the stage in force
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)

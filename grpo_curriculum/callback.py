@@ -136,6 +136,27 @@ class CurriculumCallback(TrainerCallback):
         self.rounds += 1
         return setting
 
+    def evaluation_temperature(self, global_step: int) -> float:
+        """
+        The temperature of the stage in force at optimizer step `global_step`, as its next training round would start
+        (an adaptive stage: its policy's current temperature), without deciding or recording anything.
+        """
+        if self.resolved is None:
+            return self.initial_setting().temperature
+        setting = self.resolved.setting_at(global_step)
+        stage = self.schedule.stages[setting.stage]
+        if stage.adaptive is None:
+            return setting.temperature
+        if self.policy is not None and self.policy_stage == setting.stage:
+            return self.policy.temperature
+        return stage.adaptive.clamp(stage.temperature)
+
+    def reset_run(self) -> None:
+        """Forget the previous run's rounds, switches and policy (a new `train()` starts from step 0)."""
+        self.current, self.rounds, self.switches, self.policy, self.policy_stage = None, 0, [], None, None
+        self.last_stats, self.deferred_total = None, 0
+        self._since_log, self._last_round = _RoundCounts(), _RoundCounts()
+
     def _make_policy(self, index: int):
         stage = self.schedule.stages[index]
         policy = make_policy(stage.adaptive, stage.num_generations, stage.temperature)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
@@ -29,15 +30,21 @@ def _find_curriculum(callbacks) -> CurriculumCallback | None:
     return found[0] if found else None
 
 
-def validate_schedule_geometry(curriculum: CurriculumCallback, args) -> None:
+def validate_schedule_geometry(curriculum: CurriculumCallback, args, dataset=None) -> None:
     """
-    Check every G the curriculum can reach against the run's batch geometry.
+    Check every G the curriculum can reach against the run's batch geometry and the train dataset's size.
 
     Raises:
         [`CurriculumError`]: naming the geometry, the valid G values and the fixes for each invalid stage.
     """
     geometry = BatchGeometry.from_args(args)
     problems = curriculum.schedule.geometry_problems(geometry)
+    if not problems and dataset is not None and hasattr(dataset, "__len__"):
+        problems += _dataset_problems(curriculum, args, len(dataset), geometry.generation_batch_size)
+    if _trl.splits_batches(args):
+        problems.append(Problem("accelerator_config.split_batches", True, "splits each batch across processes, while "
+                                "TRL's grouping and the curriculum's rounds assume accelerate's default sharding",
+                                "remove `split_batches` from `accelerator_config`"))  # fmt: skip
     overrides = getattr(args, "generation_kwargs", None) or {}
     if "temperature" in overrides:  # TRL applies generation_kwargs last: it would pin every round's temperature
         problems.append(
@@ -46,6 +53,21 @@ def validate_schedule_geometry(curriculum: CurriculumCallback, args) -> None:
                     "remove `temperature` from `generation_kwargs`; set it per stage instead")
         )  # fmt: skip
     raise_if_any(problems, context=geometry.describe())
+
+
+def _dataset_problems(curriculum: CurriculumCallback, args, size: int, batch: int) -> list[Problem]:
+    """A generation round must find its prompts in one pass over the dataset, for TRL's loader and every stage."""
+    needs = [(f"num_generations {args.num_generations} (TRL's data loader)", batch // args.num_generations)]
+    for i, stage in enumerate(curriculum.schedule.stages):
+        needs.append((f"stage {i}", -(-batch // min(stage.num_generations_values))))
+    problems = []
+    for what, prompts in needs:
+        if size < prompts:
+            problems.append(Problem("train_dataset", f"{size} prompts", f"is too small: a round of {batch} completions "
+                                    f"at {what} takes {prompts} prompts from one pass over it",
+                                    "use a larger dataset, a smaller generation batch, or a larger num_generations"))
+            break
+    return problems
 
 
 class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
@@ -73,8 +95,8 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         bound = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs)
         self._curriculum = _find_curriculum(bound.arguments.get("callbacks"))
         training_args = bound.arguments.get("args")
-        if self._curriculum is not None and training_args is not None:
-            validate_schedule_geometry(self._curriculum, training_args)  # fail before loading anything
+        if self._curriculum is not None and training_args is not None:  # fail before loading anything
+            validate_schedule_geometry(self._curriculum, training_args, bound.arguments.get("train_dataset"))
         self._temperature_cells: list = []
         with _trl.record_fused_lm_head_temperature(self._temperature_cells):
             super().__init__(*args, **kwargs)
@@ -89,7 +111,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         if self._curriculum is None:
             return
         if training_args is None:  # GRPOTrainer built default args from the model name
-            validate_schedule_geometry(self._curriculum, self.args)
+            validate_schedule_geometry(self._curriculum, self.args, self.train_dataset)
         self._curriculum._trainer = self
         self._prompt_stream = _trl.new_prompt_stream(self)
         self._curriculum.round_context = {"budget": self.args.generation_batch_size, "seed": self.args.seed,
@@ -101,6 +123,26 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
 
     def _curriculum_active(self) -> bool:
         return self._curriculum is not None
+
+    def _curriculum_restart(self) -> None:
+        self._curriculum.reset_run()
+        self._prompt_stream = _trl.new_prompt_stream(self)
+        self._round_prompts = self._round_sizes = self._round_plan = self._round_start_stream = None
+        self._resumed_mid_round, self._observe_this_round = False, True
+        self._apply(self._curriculum.initial_setting())
+
+    @contextlib.contextmanager
+    def _curriculum_evaluation(self):
+        """Evaluate at the temperature of the stage in force at this step; then back to the round's temperature."""
+        training = _trl.current_sampling(self)[1]
+        evaluation = self._curriculum.evaluation_temperature(self.state.global_step)
+        if evaluation != training:
+            _trl.set_temperature(self, evaluation, self._temperature_cells)
+        try:
+            yield
+        finally:
+            if evaluation != training:
+                _trl.set_temperature(self, training, self._temperature_cells)
 
     def _apply(self, setting) -> None:
         num_generations, temperature = _trl.current_sampling(self)
@@ -251,6 +293,8 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             resume_from_checkpoint = newest_complete_checkpoint(self.args.output_dir)
             if resume_from_checkpoint is None:
                 raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir})")
+        if self._curriculum is not None and self._curriculum.current is not None and not resume_from_checkpoint:
+            self._curriculum_restart()  # a second `train()` starts over from step 0: so does the curriculum
         output = super().train(resume_from_checkpoint, *args, **kwargs)
         self.write_prompt_report()
         return output

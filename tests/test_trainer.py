@@ -16,7 +16,8 @@ from grpo_curriculum.trainer import CurriculumGRPOTrainer
 from .conftest import RoundRecorder, assert_whole_groups, grpo_args, indexed_dataset
 
 
-def make_trainer(tmp_path, stages, recorder=None, dataset=None, model=None, cls=CurriculumGRPOTrainer, **overrides):
+def make_trainer(tmp_path, stages, recorder=None, dataset=None, model=None, cls=CurriculumGRPOTrainer, eval_dataset=None,
+                 **overrides):  # fmt: skip
     recorder = recorder or RoundRecorder()
     callbacks = [CurriculumCallback(stages)] if stages is not None else []
     trainer = cls(
@@ -25,6 +26,7 @@ def make_trainer(tmp_path, stages, recorder=None, dataset=None, model=None, cls=
         reward_funcs=recorder,
         args=grpo_args(tmp_path, **overrides),
         train_dataset=dataset if dataset is not None else indexed_dataset(),
+        eval_dataset=eval_dataset,
         callbacks=callbacks,
     )
     recorder.trainer = trainer
@@ -264,3 +266,61 @@ def test_switch_with_unshuffled_and_iterable_datasets(tmp_path, variant):
 def test_generation_kwargs_temperature_conflicts_with_the_curriculum(tmp_path):
     with pytest.raises(CurriculumError, match=r"generation_kwargs\.temperature = 0\.5: would override"):
         make_trainer(tmp_path, TWO_STAGES, generation_kwargs={"temperature": 0.5})
+
+
+def test_evaluation_uses_the_stage_in_force_and_training_keeps_its_round_temperature(tmp_path, tiny_model_dir):
+    """
+    Rounds span 2 steps; stage 1 (T 2.0) starts at step 1, inside the round sampled at T 0.5. Evaluation at step 1
+    samples and scores at 2.0, while the rest of the training round is still scored at 0.5 (its sampling temperature).
+    """
+    stages = [Stage(num_generations=2, temperature=0.5, until_step=1), Stage(num_generations=2, temperature=2.0)]
+    trainer, recorder = make_trainer(tmp_path, stages, model=tiny_model_dir, max_steps=3, steps_per_generation=2,
+                                     eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8,
+                                     num_generations_eval=2, beta=0.1, eval_dataset=indexed_dataset(8))  # fmt: skip
+    sampled = []
+    original_generate = trainer.model.generate
+
+    def generate(*args, generation_config=None, **kwargs):
+        sampled.append(("train" if trainer.model.training else "eval", generation_config.temperature))
+        return original_generate(*args, generation_config=generation_config, **kwargs)
+
+    trainer.model.generate = generate
+    scored = []
+    original = trainer._get_per_token_logps_and_entropies
+
+    def checked(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        logps, entropies, aux = original(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+        phase = "train" if trainer.model.training else "eval"
+        temperature = [t for p, t in sampled if p == phase][-1]  # the temperature this phase last sampled at
+        mask = attention_mask[:, -logits_to_keep:].bool()
+        expected = _naive_logps(model, input_ids, attention_mask, logits_to_keep, temperature)
+        torch.testing.assert_close(logps[mask], expected[mask], atol=1e-4, rtol=1e-4)
+        scored.append((trainer.state.global_step, phase, temperature))
+        return logps, entropies, aux
+
+    trainer._get_per_token_logps_and_entropies = checked
+    trainer.train()
+    assert [t for p, t in sampled if p == "train"] == [0.5, 2.0]  # rounds at steps 0 and 2
+    assert {t for p, t in sampled if p == "eval"} == {2.0}  # evaluations at steps 1, 2, 3: stage 1 is in force
+    assert (1, "train", 0.5) in scored and (1, "eval", 2.0) in scored  # step 1: both temperatures, each in its place
+
+
+def test_second_train_call_starts_the_curriculum_over(tmp_path):
+    trainer, recorder = make_trainer(tmp_path, TWO_STAGES, max_steps=6)
+    trainer.train()
+    first = list(trainer._curriculum.switches)
+    recorder.calls.clear()
+    trainer.train()
+    assert trainer._curriculum.switches == first  # one switch, at step 3; no spurious "stage 1 -> stage 0"
+    assert [c["num_generations"] for c in recorder.calls] == [2, 2, 2, 4, 4, 4]
+
+
+def test_split_batches_and_a_too_small_dataset_fail_at_construction(tmp_path):
+    with pytest.raises(CurriculumError, match=r"accelerator_config.split_batches = True"):
+        make_trainer(tmp_path, TWO_STAGES, accelerator_config={"split_batches": True})
+    with pytest.raises(CurriculumError, match=r"train_dataset = '3 prompts': is too small: a round of 8 completions "
+                                              r"at num_generations 2 \(TRL's data loader\) takes 4 prompts"):
+        make_trainer(tmp_path, TWO_STAGES, dataset=indexed_dataset(3))
+    with pytest.raises(CurriculumError, match=r"'5 prompts': is too small: a round of 16 completions at stage 0 takes 8"):
+        make_trainer(tmp_path, TWO_STAGES, dataset=indexed_dataset(5), per_device_train_batch_size=16,
+                     num_generations=4)  # fmt: skip
