@@ -1,6 +1,6 @@
 """
 The curriculum's part of a checkpoint: written atomically before the Trainer marks the checkpoint complete, versioned,
-and validated when read back. No torch, no TRL.
+and validated when read back. No torch, no TRL (numpy only when arrays are written or read: the CLI imports this).
 
 A checkpoint folder is *complete* when its `trainer_state.json` parses (the Trainer writes it after the model,
 optimizer and RNG states; [`GRPOHooks`] makes that write atomic and writes the curriculum state just before it) and,
@@ -15,8 +15,6 @@ import logging
 import os
 import re
 from pathlib import Path
-
-import numpy as np
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -49,6 +47,8 @@ def atomic_json(path: str, data) -> None:
 
 def write_state(folder: str, state: dict) -> None:
     """Write a curriculum state (numpy arrays into `curriculum_arrays.npz`, the rest into `curriculum_state.json`)."""
+    import numpy as np
+
     state, arrays = _split_arrays({"version": VERSION, **state})
     if arrays:
         _atomic_write(os.path.join(folder, ARRAYS_FILE), lambda f: np.savez_compressed(f, **arrays), binary=True)
@@ -96,6 +96,8 @@ def read_state(folder: str, global_step: int | None = None) -> dict:
         )
     arrays_path = os.path.join(folder, ARRAYS_FILE)
     if _has_arrays(state):
+        import numpy as np
+
         try:
             with np.load(arrays_path) as arrays:
                 state = _join_arrays(state, {name: arrays[name] for name in arrays.files})
@@ -137,9 +139,9 @@ def _has_arrays(state) -> bool:
     return False
 
 
-def _split_arrays(state, path: str = "") -> tuple[object, dict[str, np.ndarray]]:
+def _split_arrays(state, path: str = "") -> tuple[object, dict]:
     """`state` with every numpy array replaced by a reference `{"__array__": name}`, and the arrays by name."""
-    if isinstance(state, np.ndarray):
+    if type(state).__module__ == "numpy" and hasattr(state, "shape"):
         return {"__array__": path}, {path: state}
     if isinstance(state, dict):
         out, arrays = {}, {}
@@ -150,7 +152,7 @@ def _split_arrays(state, path: str = "") -> tuple[object, dict[str, np.ndarray]]
     return state, {}
 
 
-def _join_arrays(state, arrays: dict[str, np.ndarray]):
+def _join_arrays(state, arrays: dict):
     """Undo [`_split_arrays`]."""
     if isinstance(state, dict):
         if set(state) == {"__array__"}:

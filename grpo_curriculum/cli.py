@@ -20,6 +20,7 @@ import argparse
 import importlib
 import sys
 
+from .checkpoint import CurriculumStateError
 from .errors import CurriculumError, Problem, shorten
 from .models import MODELS, ModelFetchError
 from .rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
@@ -271,7 +272,7 @@ def _dispatch(name: str):
                 args.overrides = parse_overrides(args.overrides)
             run = importlib.import_module(f"{__package__}.run")
             return getattr(run, name)(args)
-        except (CurriculumError, FileNotFoundError, ModelFetchError) as error:
+        except (CurriculumError, CurriculumStateError, FileNotFoundError, ModelFetchError) as error:
             _error(args.command, error)
             return 2
 

@@ -121,6 +121,8 @@ def _trl_rule(name: str, spec: dict) -> Rule:
     """The rule of a TRL field from its snapshot entry: its type, with TRL's default as the example fix."""
     options = tuple(_TYPES[t] if isinstance(t, str) else Rule("choice", choices=tuple(t["choice"]))
                     for t in spec["type"])
+    if name == "resume_from_checkpoint":  # `Trainer.train` also takes `true`: the newest complete checkpoint
+        options += (Rule("choice", choices=(True,)),)
     rule, default = Rule("any_of", options=options, why=f"{spec['owner']}.{name}"), spec["default"]
     if default is None or rule.broken(default):
         return rule

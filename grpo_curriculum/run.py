@@ -15,6 +15,7 @@ from .errors import CurriculumError, Problem
 
 logger = logging.getLogger("grpo_curriculum")
 
+BUILTIN = "builtin:"
 DEMO_RECIPE = Path(__file__).resolve().parent / "recipes" / "demo.yaml"  # shipped in the package (recipes/ links it)
 
 
@@ -22,69 +23,121 @@ DEMO_RECIPE = Path(__file__).resolve().parent / "recipes" / "demo.yaml"  # shipp
 
 
 def build_run(recipe):
-    """Model (or its name), tokenizer, dataset and reward functions for a [`Recipe`]."""
+    """
+    Model (an instance for the built-in tiny model, else a name or path TRL loads), tokenizer, train and eval datasets
+    and reward functions for a [`Recipe`], as TRL's `trl grpo` script builds them.
+    """
     from .recipe import import_reward
     from .tasks import TASKS, build_model, build_tokenizer, warm_start
 
-    if recipe.dataset_name.startswith("builtin:"):
-        make_dataset, _ = TASKS[recipe.dataset_name.split(":", 1)[1]]
-        dataset = make_dataset(recipe.dataset_num_prompts or 256, seed=recipe.training.get("seed", 42))
+    seed = recipe.training.get("seed", 42)
+    evaluates = recipe.training.get("eval_strategy", "no") != "no"
+    if recipe.dataset_name.startswith(BUILTIN):
+        make_dataset, _ = TASKS[recipe.dataset_name.removeprefix(BUILTIN)]
+        dataset = make_dataset(recipe.dataset_num_prompts or 256, seed=seed)
+        eval_dataset = make_dataset(64, seed=seed + 10_000) if evaluates else None  # another draw
     else:
         from datasets import load_dataset
 
-        dataset = load_dataset(recipe.dataset_name, recipe.dataset_config, split=recipe.dataset_train_split)
+        splits = load_dataset(recipe.dataset_name, recipe.dataset_config,
+                              streaming=recipe.script.get("dataset_streaming", False))  # fmt: skip
+        dataset = splits[recipe.dataset_train_split]
+        eval_dataset = splits[recipe.script.get("dataset_test_split", "test")] if evaluates else None
         if recipe.dataset_prompt_column != "prompt":
             dataset = dataset.rename_column(recipe.dataset_prompt_column, "prompt")
-    if recipe.model_name_or_path == "builtin:tiny":
-        model, tokenizer = build_model(seed=recipe.training.get("seed", 42)), build_tokenizer()
-        warm_start(model, tokenizer, dataset, steps=recipe.warm_start_steps, seed=recipe.training.get("seed", 42))
-    elif recipe.model_name_or_path.startswith("builtin:"):  # a pretrained model fetched without the Hub
+            if eval_dataset is not None:
+                eval_dataset = eval_dataset.rename_column(recipe.dataset_prompt_column, "prompt")
+    if recipe.model_name_or_path == BUILTIN + "tiny":
+        model, tokenizer = build_model(seed=seed), build_tokenizer()
+        warm_start(model, tokenizer, dataset, steps=recipe.warm_start_steps, seed=seed)
+    elif recipe.model_name_or_path.startswith(BUILTIN):  # a pretrained model fetched without the Hub
         from transformers import AutoTokenizer
 
         from .models import fetch_model
 
-        model = str(fetch_model(recipe.model_name_or_path.split(":", 1)[1]))  # a path: TRL loads it
+        model = str(fetch_model(recipe.model_name_or_path.removeprefix(BUILTIN)))  # a path: TRL loads it
         tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left", truncation_side="left")  # as TRL would
     else:
         model, tokenizer = recipe.model_name_or_path, None
     rewards = [import_reward(path) for path in recipe.reward_funcs]
-    return model, tokenizer, dataset, rewards
+    return model, tokenizer, dataset, eval_dataset, rewards
+
+
+NOT_ROUTED = {  # ScriptArguments fields TRL's GRPO script does not use either
+    "ignore_bias_buffers": "it only applies to DDP with bias buffers in TRL's other scripts; GRPO training ignores it",
+}
 
 
 def validate_for_launch(recipe) -> None:
     """
-    Check every stage of `recipe` against the world size this process was launched with (`WORLD_SIZE`, set by
-    `torchrun` and `accelerate launch`; 1 otherwise), before anything is built or written.
+    Check `recipe` for this launch before anything is built or written: every stage against the world size this
+    process was launched with (`WORLD_SIZE`, set by `torchrun` and `accelerate launch`; 1 otherwise), the libraries
+    the recipe asks for (vLLM, PEFT, bitsandbytes) and the fields a GRPO run cannot use.
 
     Raises:
-        [`CurriculumError`]: naming `curriculum.stages[i].num_generations`, the geometry, the valid G and the fixes.
+        [`CurriculumError`]: naming the key, the value, the rule and the fix of every problem.
     """
     from .errors import raise_if_any
     from .recipe import geometry_of
 
     geometry = geometry_of(recipe, num_processes=int(os.environ.get("WORLD_SIZE", "1")))
     problems = recipe.curriculum.geometry_problems(geometry, key="curriculum.stages")
-    if recipe.training.get("use_vllm") and importlib.util.find_spec("vllm") is None:
-        problems.append(
-            Problem("use_vllm", True, "needs vLLM, which is not installed in this environment",
-                    "install it on a CUDA machine (`pip install 'grpo-curriculum[vllm]'`), or set `use_vllm: false`")
-        )  # fmt: skip
+    needs = [("use_vllm", recipe.training.get("use_vllm"), "vllm", "install it on a CUDA machine "
+              "(`pip install 'grpo-curriculum[vllm]'`), or set `use_vllm: false`"),
+             ("use_peft", recipe.model.get("use_peft"), "peft", "`pip install peft`, or set `use_peft: false`"),
+             *((key, recipe.model.get(key), "bitsandbytes", f"`pip install bitsandbytes` (CUDA), or set `{key}: false`")
+               for key in ("load_in_4bit", "load_in_8bit"))]  # fmt: skip
+    for key, wanted, package, fix in needs:
+        if wanted and importlib.util.find_spec(package) is None:
+            problems.append(Problem(key, wanted, f"needs `{package}`, which is not installed in this environment", fix))
+    for key, why in NOT_ROUTED.items():
+        if key in recipe.script:
+            problems.append(Problem(key, recipe.script[key], f"is not supported: {why}", f"remove `{key}`"))
+    if recipe.script.get("dataset_streaming") and recipe.dataset_name.startswith(BUILTIN):
+        problems.append(Problem("dataset_streaming", True, f"only applies to datasets loaded with `datasets` (not "
+                                f"{recipe.dataset_name})", "remove `dataset_streaming`"))  # fmt: skip
     raise_if_any(problems, context=f"{recipe.path}: {geometry.describe()}")
 
 
 def grpo_config(recipe, output_dir: str | None = None):
-    """`GRPOConfig` for the recipe; G and temperature start at the first stage's values."""
+    """
+    `GRPOConfig` for the recipe. G and temperature start at the first stage's values (a per-prompt first stage: the
+    recipe's `num_generations` if the generation batch takes it, else the largest candidate, or valid G, that it does:
+    TRL checks it when the config is built and its data loader reads prompts by it).
+    """
     from trl import GRPOConfig
+
+    from .recipe import geometry_of
 
     kwargs = dict(recipe.training)
     first = recipe.curriculum.stages[0]
     kwargs["num_generations"] = first.num_generations
+    if first.adaptive is not None and first.adaptive.per_prompt:
+        geometry = geometry_of(recipe, num_processes=int(os.environ.get("WORLD_SIZE", "1")))
+        valid = geometry.valid_num_generations()
+        fitting = [g for g in first.adaptive.num_generations if g in valid] or valid
+        kwargs["num_generations"] = recipe.training.get("num_generations") if recipe.training.get(
+            "num_generations") in valid else fitting[-1]  # fmt: skip
     kwargs["temperature"] = first.temperature_at(0.0)
-    if recipe.model:
-        kwargs["model_init_kwargs"] = {**recipe.model, **(kwargs.get("model_init_kwargs") or {})}
+    kwargs.pop("resume_from_checkpoint", None)  # an argument of `train()` (`true` is not a path GRPOConfig takes)
     if output_dir is not None:
         kwargs["output_dir"] = output_dir
     return GRPOConfig(**kwargs)
+
+
+def model_arguments(recipe, args) -> dict:
+    """
+    What `CurriculumGRPOTrainer` gets from the recipe's `ModelConfig` fields, as TRL's `trl grpo` script routes them:
+    `model_init_kwargs` (revision, trust_remote_code, attn_implementation, dtype; the recipe's own `model_init_kwargs`
+    on top), `quantization_config` and `peft_config` (LoRA).
+    """
+    from trl import ModelConfig, get_peft_config, get_quantization_config
+
+    model_args = ModelConfig(model_name_or_path=recipe.model_name_or_path, **recipe.model)
+    kwargs = {"revision": model_args.model_revision, "trust_remote_code": args.trust_remote_code,
+              "attn_implementation": model_args.attn_implementation, "dtype": model_args.dtype}  # fmt: skip
+    args.model_init_kwargs = {**kwargs, **(args.model_init_kwargs or {})}
+    return {"quantization_config": get_quantization_config(model_args), "peft_config": get_peft_config(model_args)}
 
 
 def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=()):
@@ -92,14 +145,20 @@ def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=()):
     from .trainer import CurriculumGRPOTrainer
 
     args = grpo_config(recipe, output_dir)
-    model, tokenizer, dataset, rewards = build_run(recipe)
+    model, tokenizer, dataset, eval_dataset, rewards = build_run(recipe)
+    routed = model_arguments(recipe, args) if isinstance(model, str) or recipe.model.get("use_peft") else {}
+    if not isinstance(model, str):
+        args.model_init_kwargs = None  # an instance: nothing to load
+        routed.pop("quantization_config", None)
     return CurriculumGRPOTrainer(
         model=model,
         reward_funcs=rewards,
         args=args,
         train_dataset=dataset,
+        eval_dataset=eval_dataset,
         processing_class=tokenizer,
         callbacks=[CurriculumCallback(recipe.curriculum), *extra_callbacks],
+        **routed,
     )
 
 
@@ -253,7 +312,7 @@ def train_main(args) -> int:
     recipe = load_recipe(args.recipe, overrides=_overrides(args))
     validate_for_launch(recipe)
     trainer = build_trainer(recipe)  # validates every stage against the real world size before any step
-    trainer.train()
+    trainer.train(resume_from_checkpoint=recipe.training.get("resume_from_checkpoint"))
     trainer.save_state()
     if trainer.accelerator.is_main_process:
         trainer.save_model()
