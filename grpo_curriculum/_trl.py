@@ -561,14 +561,11 @@ def current_sampling(trainer) -> tuple[int, float]:
     return trainer.num_generations, trainer.temperature
 
 
-def prompt_slots(trainer, stream: PromptStream) -> dict:
-    """What a per-prompt policy needs to key its statistics: a slot per dataset row, or hash buckets when iterable."""
-    if stream.iterable:
-        return {"num_slots": ITERABLE_SLOTS, "indexed": False}
-    return {"num_slots": len(stream.dataset), "indexed": True}
+def prompt_slots(stream: PromptStream):
+    """Where per-prompt statistics live: a slot per dataset row, or hash buckets for an iterable dataset's prompts."""
+    from .slots import PromptSlots
 
-
-ITERABLE_SLOTS = 2**20  # hash buckets of per-prompt statistics for iterable datasets (5 MiB; collisions merge prompts)
+    return PromptSlots() if stream.iterable else PromptSlots(len(stream.dataset), indexed=True)
 
 
 def new_prompt_stream(trainer) -> PromptStream:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, fields
 from .errors import MISSING, Problem, raise_if_any
 from .rules import MAX_STEPS, NUM_GENERATIONS, POSITIVE, Rule, fraction, integer, is_int, is_number, unknown_keys
 from .signals import RoundStats
+from .slots import PromptSlots
 
 POLICIES = ("hysteresis", "success_rate", "per_prompt")
 _ONLY = {  # knobs that only mean something with some policies, or with temperature bounds
@@ -294,6 +295,10 @@ class Policy:
         """A new candidate G and the reason, or `None` (called only when the G cooldown allows a change)."""
         return None
 
+    def bind(self, **context) -> None:
+        """Take what the trainer knows of the run (`budget`, `slots`, `seed`); policies that keep per-prompt state
+        need it."""
+
     def _g_changed(self) -> None:
         pass
 
@@ -421,15 +426,26 @@ class SuccessRatePolicy(Policy):
     every time the prompt was seen; per group when prompt keys are absent), average the probability that a group of G
     is informative, `1 - p^G - (1-p)^G`, over the prompts of the last `window` rounds, and pick the smallest candidate
     reaching `target` (the largest when none does); lower G only to a candidate reaching `target + margin`.
+
+    The counts live in two arrays over prompt slots ([`PromptSlots`]; [`Policy.bind`] sets them, hashed buckets
+    otherwise): 8 bytes a prompt, whatever the dataset's size.
     """
 
     name = "success_rate"
-    _STATE = Policy._STATE + ("counts", "window")
+    _STATE = Policy._STATE + ("window",)
 
     def __init__(self, adaptive: Adaptive, num_generations: int, temperature: float):
         super().__init__(adaptive, num_generations, temperature)
-        self.counts: dict[str, list[int]] = {}  # prompt key -> [successes, trials], over the run
-        self._window: deque[list] = deque(maxlen=adaptive.window)  # per round: prompt keys, or [successes, trials]
+        self.slots = None
+        self.successes = self.trials = None  # numpy arrays over slots, made by `bind`
+        self._window: deque[list] = deque(maxlen=adaptive.window)  # per round: prompt slots, or [successes, trials]
+
+    def bind(self, slots: PromptSlots | None = None, **context) -> None:
+        import numpy as np
+
+        self.slots = slots or PromptSlots()
+        self.successes = np.zeros(self.slots.num_slots, dtype=np.float32)
+        self.trials = np.zeros(self.slots.num_slots, dtype=np.float32)
 
     @property
     def window(self) -> list[list]:
@@ -440,6 +456,8 @@ class SuccessRatePolicy(Policy):
         self._window = deque((list(r) for r in rounds), maxlen=self.adaptive.window)
 
     def _observe(self, stats: RoundStats) -> None:
+        if self.slots is None:
+            self.bind()
         entries = []
         for i, (success, n) in enumerate(zip(stats.group_success, stats.group_counts)):
             if n == 0 or not _usable(success):
@@ -448,20 +466,36 @@ class SuccessRatePolicy(Policy):
             if stats.prompt_keys is None:
                 entries.append([s, n])
             else:
-                key = stats.prompt_keys[i]
-                total = self.counts.setdefault(key, [0, 0])
-                total[0], total[1] = total[0] + s, total[1] + n
-                entries.append(key)
+                slot = self.slots.slot_of(stats.prompt_keys[i])
+                self.successes[slot] += s
+                self.trials[slot] += n
+                entries.append(slot)
         self._window.append(entries)
 
     def expected_informative(self, num_generations: int) -> float | None:
         """Mean `1 - p^G - (1-p)^G` over the window's prompts (each prompt once), or `None` before any observation."""
-        keys = sorted({e for r in self._window for e in r if isinstance(e, str)})
-        pairs = [self.counts[k] for k in keys] + [e for r in self._window for e in r if not isinstance(e, str)]
+        slots = sorted({e for r in self._window for e in r if not isinstance(e, list)})
+        pairs = [(float(self.successes[i]), float(self.trials[i])) for i in slots]
+        pairs += [tuple(e) for r in self._window for e in r if isinstance(e, list)]
         if not pairs:
             return None
         ps = [(s + 1) / (n + 2) for s, n in pairs]
         return math.fsum(1 - p**num_generations - (1 - p) ** num_generations for p in ps) / len(ps)
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        if self.slots is not None:
+            touched = self.trials.nonzero()[0].astype("uint32")
+            state["counts"] = {"slots": touched, "successes": self.successes[touched], "trials": self.trials[touched]}
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if "counts" in state:
+            if self.slots is None:
+                self.bind()
+            counts = state["counts"]
+            self.successes[counts["slots"]], self.trials[counts["slots"]] = counts["successes"], counts["trials"]
 
     def _propose(self) -> tuple[int, str] | None:
         a, g = self.adaptive, self.num_generations
@@ -506,27 +540,25 @@ class PerPromptPolicy(Policy):
 
     def __init__(self, adaptive: Adaptive, num_generations: int, temperature: float):
         super().__init__(adaptive, num_generations, temperature)
-        self.allocator = None
-        self.indexed = True
+        self.allocator, self.slots = None, None
 
-    def bind(self, budget: int, num_slots: int, seed: int, indexed: bool) -> None:
+    def bind(self, budget: int, slots: PromptSlots, seed: int) -> None:
         """
         Args:
             budget (`int`): Completions per round (the generation batch).
-            num_slots (`int`): Slots of the per-prompt statistics (the dataset's size, or a hash table's).
+            slots ([`PromptSlots`]): Where each prompt's statistics live.
             seed (`int`): Seed of the deferral draws.
-            indexed (`bool`): Prompt keys are dataset indices (else hex digests, hashed into the slots).
         """
         from .allocation import PerPromptAllocator, PromptStats
 
         a = self.adaptive
-        stats = PromptStats(num_slots, a.num_generations, decay=a.decay, smoothing=a.smoothing)
+        stats = PromptStats(slots.num_slots, a.num_generations, decay=a.decay, smoothing=a.smoothing)
         self.allocator = PerPromptAllocator(a.num_generations, budget, stats, a.target, a.defer, a.revisit, seed)
-        self.indexed = indexed
+        self.slots = slots
 
     def slot_of(self, key: str) -> int:
         """The statistics slot of a prompt key ([`round_stats`]'s `prompt_keys`)."""
-        return int(key) if self.indexed else int(key, 16) % self.allocator.stats.size
+        return self.slots.slot_of(key)
 
     def _observe(self, stats: RoundStats) -> None:
         if stats.prompt_keys is None:

@@ -9,6 +9,7 @@ from transformers import TrainerCallback
 
 from . import tracking
 from .adaptive import make_policy
+from .rules import is_int
 from .schedule import ResolvedSchedule, Setting, Stage, StageSchedule
 
 logger = logging.getLogger("grpo_curriculum")
@@ -62,8 +63,12 @@ class CurriculumCallback(TrainerCallback):
     ```
     """
 
-    def __init__(self, schedule: StageSchedule | list[Stage]):
+    def __init__(self, schedule: StageSchedule | list[Stage], uncertain_prompts: int = 1000):
         self.schedule = schedule if isinstance(schedule, StageSchedule) else StageSchedule(schedule)
+        if not is_int(uncertain_prompts) or uncertain_prompts < 0:
+            raise ValueError(f"uncertain_prompts must be an integer >= 0 (prompts in uncertain_prompts.jsonl), got "
+                             f"{uncertain_prompts!r}")
+        self.uncertain_prompts = int(uncertain_prompts)
         self.resolved: ResolvedSchedule | None = None
         self.current: Setting | None = None
         self.rounds = 0  # generation rounds started in this run
@@ -71,7 +76,7 @@ class CurriculumCallback(TrainerCallback):
         self.policy = None  # the adaptive policy of the current stage, if it is adaptive
         self.policy_stage: int | None = None
         self.last_stats = None  # signals of the last round (grpo_curriculum.signals.RoundStats)
-        self.round_context: dict | None = None  # what a per-prompt policy needs: budget, num_slots, seed, indexed
+        self.round_context: dict | None = None  # what policies with per-prompt state need: budget, slots, seed
         self.deferred_total = 0  # prompts deferred by per-prompt stages in this run
         self._since_log = _RoundCounts()
         self._last_round = _RoundCounts()
@@ -160,10 +165,10 @@ class CurriculumCallback(TrainerCallback):
     def _make_policy(self, index: int):
         stage = self.schedule.stages[index]
         policy = make_policy(stage.adaptive, stage.num_generations, stage.temperature)
-        if stage.adaptive.per_prompt:
-            if self.round_context is None:
-                raise RuntimeError("a per-prompt stage needs CurriculumGRPOTrainer (it sets the round's budget)")
+        if self.round_context is not None:
             policy.bind(**self.round_context)
+        elif stage.adaptive.per_prompt:
+            raise RuntimeError("a per-prompt stage needs CurriculumGRPOTrainer (it sets the round's budget)")
         return policy
 
     @property

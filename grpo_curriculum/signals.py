@@ -1,5 +1,5 @@
 """
-Reward-variance signals of a generation round, and a per-prompt report across the run.
+Reward-variance signals of a generation round.
 
 Pure logic: the standard library only (no torch, no numpy). The trainer gathers the round's rewards from every process
 and passes them here as flat lists, so every process computes the same [`RoundStats`] and the adaptive policies
@@ -13,10 +13,7 @@ are *missing*: they are left out of every statistic.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import tempfile
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -184,114 +181,3 @@ def round_stats(
         group_zero_std=tuple(zero_std),
         prompt_keys=None if prompt_keys is None else tuple(str(k) for k in prompt_keys),
     )
-
-
-class PromptReport:
-    """
-    Per-prompt reward mean, variance and times seen across the run, merged round by round (Chan et al.'s parallel
-    Welford update, so memory is O(prompts)). Missing rewards are skipped. High-variance prompts are the uncertain
-    ones, worth a human look (the seeds' active-learning idea).
-
-    Example:
-    ```python
-    >>> report = PromptReport()
-    >>> report.update(["a", "b"], [1.0, 0.0, 1.0, 1.0], num_generations=2)
-    >>> [row["prompt_key"] for row in report.rows()]
-    ['a', 'b']
-    ```
-    """
-
-    def __init__(self):
-        self._prompts: dict[str, dict] = {}
-
-    def __len__(self) -> int:
-        return len(self._prompts)
-
-    def update(
-        self,
-        prompt_keys: Sequence[Hashable],
-        rewards: Sequence,
-        num_generations: int | Sequence[int],
-        texts: Sequence | None = None,
-    ) -> None:
-        """
-        Merge one round.
-
-        Args:
-            prompt_keys (`Sequence[Hashable]`): One key per group (converted with `str`).
-            rewards (`Sequence[float | None]`): Flat rewards in group order, as for [`round_stats`].
-            num_generations (`int` or `Sequence[int]`): The round's G, or each group's G.
-            texts (`Sequence`, *optional*):
-                One JSON-serialisable prompt (text or chat messages) per group, stored the first time it is given.
-        """
-        groups = _split(rewards, group_sizes_of(num_generations, len(rewards)))
-        _check_groups("prompt_keys", len(prompt_keys), len(groups))
-        if texts is not None:
-            _check_groups("texts", len(texts), len(groups))
-        for i, (key, group) in enumerate(zip(prompt_keys, groups)):
-            entry = self._prompts.setdefault(str(key), {"prompt": None, "count": 0, "mean": 0.0, "m2": 0.0, "seen": 0})
-            entry["seen"] += 1
-            if entry["prompt"] is None and texts is not None:
-                entry["prompt"] = texts[i]
-            count, mean, m2 = _moments([v for v in group if v is not None])
-            if count:
-                total = entry["count"] + count
-                delta = mean - entry["mean"]
-                entry["mean"] += delta * count / total
-                entry["m2"] += m2 + delta * delta * entry["count"] * count / total
-                entry["count"] = total
-
-    def rows(self) -> list[dict]:
-        """
-        Returns:
-            `list[dict]`: One row a prompt, `{"prompt_key", "prompt", "mean", "variance", "times_seen",
-            "completions"}`, highest variance first, ties by key. `variance` is the population variance of the prompt's
-            finite rewards over the run; `completions` counts those rewards; `mean` and `variance` are `None` for a
-            prompt without any finite reward (those come last).
-        """
-        rows = []
-        for key, e in self._prompts.items():
-            scored = e["count"] > 0
-            rows.append({
-                "prompt_key": key,
-                "prompt": e["prompt"],
-                "mean": e["mean"] if scored else None,
-                "variance": max(e["m2"], 0.0) / e["count"] if scored else None,
-                "times_seen": e["seen"],
-                "completions": e["count"],
-            })
-        return sorted(rows, key=lambda r: (r["variance"] is None, -(r["variance"] or 0.0), r["prompt_key"]))
-
-    def missing_texts(self) -> list[str]:
-        """Keys of the prompts whose text was never given (to be filled with [`set_texts`] before writing)."""
-        return [key for key, e in self._prompts.items() if e["prompt"] is None]
-
-    def set_texts(self, texts: dict) -> None:
-        """Store prompt texts by key (keys not in the report are ignored)."""
-        for key, text in texts.items():
-            if str(key) in self._prompts:
-                self._prompts[str(key)]["prompt"] = text
-
-    def write_jsonl(self, path: str | os.PathLike) -> None:
-        """Write [`PromptReport.rows`] as JSON lines, atomically (a temporary file, then `os.replace`)."""
-        path = os.fspath(path)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".prompt-report-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                for row in self.rows():
-                    f.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
-
-    def state_dict(self) -> dict:
-        """A JSON-serialisable snapshot (for checkpoints)."""
-        return {"version": 1, "prompts": {key: dict(entry) for key, entry in self._prompts.items()}}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Replace the report's content with a [`PromptReport.state_dict`] snapshot."""
-        if state.get("version") != 1:
-            raise ValueError(f"unknown PromptReport state version {state.get('version')!r}")
-        self._prompts = {str(key): dict(entry) for key, entry in state["prompts"].items()}

@@ -14,7 +14,8 @@ from .callback import CurriculumCallback
 from .checkpoint import STATE_FILE, CurriculumStateError, newest_complete_checkpoint, read_state, write_state
 from .errors import Problem, raise_if_any
 from .geometry import BatchGeometry
-from .signals import PromptReport, round_stats
+from .report import PromptReport
+from .signals import round_stats
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -104,7 +105,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         self._round_prompts = None
         self._round_sizes = None  # each prompt's G in the current round
         self._round_plan = None  # a per-prompt round's allocation, to regenerate it after a mid-round resume
-        self._prompt_report = PromptReport()
+        self._prompt_report = None
         self._round_start_stream = None
         self._resumed_mid_round = False
         self._observe_this_round = True
@@ -114,8 +115,10 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             validate_schedule_geometry(self._curriculum, self.args, self.train_dataset)
         self._curriculum._trainer = self
         self._prompt_stream = _trl.new_prompt_stream(self)
+        slots = _trl.prompt_slots(self._prompt_stream)
         self._curriculum.round_context = {"budget": self.args.generation_batch_size, "seed": self.args.seed,
-                                          **_trl.prompt_slots(self, self._prompt_stream)}  # fmt: skip
+                                          "slots": slots}  # fmt: skip
+        self._prompt_report = PromptReport(slots, size=self._curriculum.uncertain_prompts)
         _trl.install_variable_group_requests(self)  # a no-op unless vLLM server mode
         if self.args.max_steps > 0:
             self._curriculum.resolve(self.args.max_steps)  # stage ends are known: check them now
@@ -223,19 +226,21 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
 
     def write_prompt_report(self, directory: str | None = None) -> str | None:
         """
-        Write the uncertain-prompt report (`uncertain_prompts.jsonl`: per-prompt reward mean, variance and times seen,
-        highest variance first) to `directory` (default: `output_dir`). Main process only; returns the path.
+        Write the uncertain-prompt report (`uncertain_prompts.jsonl`: the `uncertain_prompts` prompts of highest
+        reward variance, with their mean, variance and times seen) to `directory` (default: `output_dir`). Main
+        process only; returns the path.
         """
-        if self._curriculum is None or not self.accelerator.is_main_process or not len(self._prompt_report):
+        report = self._prompt_report
+        if self._curriculum is None or not self.accelerator.is_main_process or not len(report) or not report.size:
             return None
         directory = directory or self.args.output_dir
-        missing = self._prompt_report.missing_texts()
-        if missing and self._prompt_stream is not None and not self._prompt_stream.iterable:
-            indices = [int(key) for key in missing]
-            self._prompt_report.set_texts(dict(zip(missing, _trl.prompt_texts(self._prompt_stream, indices), strict=True)))
+        texts = None
+        if not self._prompt_stream.iterable:  # map-style: read the reported prompts' texts now
+            slots = report.top().tolist()
+            texts = dict(zip(slots, _trl.prompt_texts(self._prompt_stream, slots), strict=True))
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, PROMPT_REPORT_FILE)
-        self._prompt_report.write_jsonl(path)
+        report.write_jsonl(path, texts)
         return path
 
     # --- checkpoint and resume ---------------------------------------------------------------------------------------

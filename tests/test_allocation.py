@@ -20,6 +20,7 @@ from grpo_curriculum.allocation import (
     wanted_num_generations,
 )
 from grpo_curriculum.signals import round_stats
+from grpo_curriculum.slots import PromptSlots
 
 CANDIDATES = (2, 4, 8, 16)
 
@@ -199,7 +200,7 @@ def test_allocator_refuses_a_budget_the_candidates_cannot_fill():
 
 def per_prompt_policy(**knobs):
     policy = make_policy(Adaptive(CANDIDATES, policy="per_prompt", **knobs), 2, 1.0)
-    policy.bind(budget=16, num_slots=32, seed=0, indexed=True)
+    policy.bind(budget=16, slots=PromptSlots(32, indexed=True), seed=0)
     return policy
 
 
@@ -224,7 +225,8 @@ def test_per_prompt_policy_learns_from_rounds_and_restores():
 
 def test_per_prompt_policy_keys_iterable_prompts_by_hash_bucket():
     policy = make_policy(Adaptive(CANDIDATES, policy="per_prompt"), 2, 1.0)
-    policy.bind(budget=16, num_slots=1024, seed=0, indexed=False)
-    assert policy.slot_of("00000000000004d2") == 1234 % 1024
+    policy.bind(budget=16, slots=PromptSlots(1024), seed=0)
+    slots = [policy.slot_of(f"{i:016x}") for i in range(200)]
+    assert slots == [PromptSlots(1024).slot_of(f"{i:016x}") for i in range(200)] and 0 <= min(slots) < max(slots) < 1024
     with pytest.raises(ValueError, match="prompt keys"):
         policy.observe(round_stats([1.0, 0.0], 2))

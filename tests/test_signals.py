@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from grpo_curriculum.signals import PromptReport, RoundStats, round_stats
+from grpo_curriculum.signals import RoundStats, round_stats
 
 
 NAN = float("nan")
@@ -102,84 +102,3 @@ def test_prompt_keys_are_strings_in_group_order():
 def test_round_stats_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         round_stats(**kwargs)
-
-
-# --- PromptReport ----------------------------------------------------------------------------------------------------
-
-
-def test_prompt_report_matches_direct_statistics_across_rounds():
-    rounds = [
-        (["a", "b"], [1.0, 0.0, 0.5, 0.5], 2),
-        (["a", "c"], [0.0, 0.0, 1.0, None, 1.0, NAN, 0.2, 0.3], 4),
-        (["b", "a"], [0.1, 0.9, 0.3, 1.0], 2),
-    ]
-    report, seen = PromptReport(), {}
-    for keys, rewards, G in rounds:
-        report.update(keys, rewards, G)
-        for i, key in enumerate(keys):
-            seen.setdefault(key, []).append([r for r in rewards[i * G : (i + 1) * G] if r is not None and r == r])
-    rows = {row["prompt_key"]: row for row in report.rows()}
-    assert len(report) == 3
-    for key, groups in seen.items():
-        flat = [r for group in groups for r in group]
-        assert rows[key]["mean"] == pytest.approx(statistics.fmean(flat))
-        assert rows[key]["variance"] == pytest.approx(statistics.pvariance(flat))
-        assert rows[key]["times_seen"] == len(groups)
-        assert rows[key]["completions"] == len(flat)
-
-
-@pytest.mark.parametrize(
-    "keys, rewards, G, order",
-    [
-        # highest variance first
-        (["low", "high", "mid"], [0.5, 0.5, 0.0, 1.0, 0.25, 0.75], 2, ["high", "mid", "low"]),
-        # ties broken by key; prompts without a finite reward last
-        (["b", "n", "a", "c"], [0.0, 1.0, None, NAN, 1.0, 0.0, 0.3, 0.3], 2, ["a", "b", "c", "n"]),
-    ],
-)
-def test_prompt_report_ordering(keys, rewards, G, order):
-    report = PromptReport()
-    report.update(keys, rewards, G)
-    rows = report.rows()
-    assert [row["prompt_key"] for row in rows] == order
-    if "n" in order:
-        assert rows[-1]["mean"] is None and rows[-1]["variance"] is None and rows[-1]["completions"] == 0
-
-
-def test_prompt_report_texts_stored_on_first_sight():
-    report = PromptReport()
-    report.update(["a", "b"], [1, 0, 1, 1], 2)
-    report.update(["a", "b"], [1, 0, 1, 1], 2, texts=["first a", [{"role": "user", "content": "b?"}]])
-    report.update(["a"], [1, 0], 2, texts=["second a"])
-    prompts = {row["prompt_key"]: row["prompt"] for row in report.rows()}
-    assert prompts == {"a": "first a", "b": [{"role": "user", "content": "b?"}]}
-
-
-def test_prompt_report_jsonl_and_state_round_trip(tmp_path):
-    report = PromptReport()
-    report.update([1, 2, 3], [0.0, 1.0, 0.5, 0.5, None, NAN], 2, texts=["one", "two", "three"])
-    report.update([2, 4], [1.0, 0.0, 0.2, 0.4], 2, texts=["two again", "four"])
-    path = tmp_path / "prompts.jsonl"
-    path.write_text("stale\n")
-    report.write_jsonl(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
-    assert [json.loads(line) for line in lines] == report.rows()
-    assert list(json.loads(lines[0])) == ["prompt_key", "prompt", "mean", "variance", "times_seen", "completions"]
-    assert os.listdir(tmp_path) == ["prompts.jsonl"]  # the temporary file was replaced, not left behind
-
-    restored = PromptReport()
-    restored.load_state_dict(json.loads(json.dumps(report.state_dict())))
-    assert restored.rows() == report.rows()
-    restored.update([1], [1.0, 1.0], 2)
-    report.update([1], [1.0, 1.0], 2)
-    assert restored.rows() == report.rows()
-
-
-def test_prompt_report_errors():
-    report = PromptReport()
-    with pytest.raises(ValueError, match="prompt_keys has 1 entries"):
-        report.update(["a"], [1, 0, 1, 0], 2)
-    with pytest.raises(ValueError, match="texts has 1 entries"):
-        report.update(["a", "b"], [1, 0, 1, 0], 2, texts=["a"])
-    with pytest.raises(ValueError, match="state version"):
-        report.load_state_dict({"version": 99, "prompts": {}})
