@@ -92,7 +92,8 @@ class CurriculumCallback(TrainerCallback):
         """
         from .recipe import load_curriculum
 
-        return cls(load_curriculum(path), **kwargs)
+        schedule, options = load_curriculum(path, with_options=True)
+        return cls(schedule, **{**options, **kwargs})
 
     # --- decisions -------------------------------------------------------------------------------------------------
 

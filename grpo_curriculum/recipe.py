@@ -43,7 +43,7 @@ from .errors import MISSING, CurriculumError, Problem, raise_if_any
 from .geometry import BatchGeometry
 from .loading import parse_value, read_yaml
 from .models import MODELS
-from .rules import COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, Rule, check, integer, is_int, suggest, unknown_keys
+from .rules import COUNT, MAX_COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, Rule, check, integer, is_int, suggest, unknown_keys
 from .schedule import Stage, StageSchedule, stage_problems
 from .trl_fields import CLASSES, trl_fields
 
@@ -136,11 +136,24 @@ def _rekey(problems: list[Problem], prefix: str) -> list[Problem]:
     return [dataclasses.replace(p, key=f"{prefix}.{p.key}") for p in problems]
 
 
+CURRICULUM_RULES = {  # the curriculum's settings besides `stages` (arguments of `CurriculumCallback`)
+    "uncertain_prompts": integer(0, MAX_COUNT, why="prompts listed in uncertain_prompts.jsonl",
+                                 fix="e.g. `uncertain_prompts: 1000` (0: no report)"),
+}
+
+
+def curriculum_options(value: Mapping) -> dict:
+    """The `CurriculumCallback` arguments a (validated) `curriculum:` mapping sets besides its stages."""
+    return {name: value[name] for name in CURRICULUM_RULES if name in value}
+
+
 def _parse_curriculum(value, key: str = "curriculum") -> tuple[StageSchedule | None, list[Problem]]:
     """Validate a `curriculum:` mapping; return the schedule (when every stage is valid) and every problem."""
     if not isinstance(value, Mapping):
         return None, [Problem(key, value, "must be a mapping holding a `stages:` list", f"write {_EXAMPLE_STAGES}")]
-    problems = unknown_keys(value, ("stages",), key, "a curriculum key (the curriculum holds `stages`)", "remove it")
+    problems = unknown_keys(value, ("stages", *CURRICULUM_RULES), key, "a curriculum key (the curriculum holds "
+                            "`stages` and optionally `uncertain_prompts`)", "remove it")  # fmt: skip
+    problems += check(CURRICULUM_RULES, value, key)
     stages = value.get("stages")
     if not isinstance(stages, list) or not stages:
         rule, shown = ("must be a non-empty list of stages", stages) if "stages" in value else ("is required", MISSING)
@@ -330,12 +343,13 @@ def load_recipe(path: str, overrides: dict | None = None) -> Recipe:
     return _parse(data, path, overrides, problems)
 
 
-def load_curriculum(path: str) -> StageSchedule:
+def load_curriculum(path: str, with_options: bool = False) -> StageSchedule | tuple[StageSchedule, dict]:
     """
     Read only the `curriculum:` mapping of a file (a full recipe, or a file holding just the curriculum).
 
     Returns:
-        [`StageSchedule`]: The validated stages.
+        [`StageSchedule`]: The validated stages; with `with_options`, also the mapping's other settings
+        ([`curriculum_options`]).
 
     Raises:
         [`CurriculumError`]: listing every problem in the curriculum.
@@ -347,7 +361,7 @@ def load_curriculum(path: str) -> StageSchedule:
                                        "`curriculum:` mapping", f"add {_EXAMPLE_STAGES}")], f"recipe {path}")
     schedule, found = _parse_curriculum(data["curriculum"])
     raise_if_any(problems + found, f"recipe {path}")
-    return schedule
+    return (schedule, curriculum_options(data["curriculum"])) if with_options else schedule
 
 
 def training_geometry(training: Mapping, num_processes: int | None = None) -> BatchGeometry:

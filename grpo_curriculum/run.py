@@ -142,6 +142,7 @@ def model_arguments(recipe, args) -> dict:
 
 def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=()):
     from .callback import CurriculumCallback
+    from .recipe import curriculum_options
     from .trainer import CurriculumGRPOTrainer
 
     args = grpo_config(recipe, output_dir)
@@ -157,7 +158,8 @@ def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=()):
         train_dataset=dataset,
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
-        callbacks=[CurriculumCallback(recipe.curriculum), *extra_callbacks],
+        callbacks=[CurriculumCallback(recipe.curriculum, **curriculum_options(recipe.raw.get("curriculum") or {})),
+                   *extra_callbacks],
         **routed,
     )
 

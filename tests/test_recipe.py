@@ -383,3 +383,16 @@ def test_override_values_are_read_within_the_limits():
     bomb = "[" + ",".join(["&a [x,x,x,x,x,x,x,x,x]"] + ["*a"] * 2000) + "]"
     assert parse_value(bomb) == bomb  # 18,000 values: kept as text, then checked as such
     assert parse_value("9" * 5000) == "9" * 5000 and parse_value("&a [*a]") == "&a [*a]"
+
+
+def test_curriculum_options_reach_the_callback(tmp_path):
+    from grpo_curriculum.callback import CurriculumCallback
+
+    recipe = tmp_path / "report.yaml"
+    demo = (ROOT / "recipes" / "demo.yaml").read_text()
+    recipe.write_text(demo.replace("curriculum:\n", "curriculum:\n  uncertain_prompts: 7\n"))
+    assert CurriculumCallback.from_yaml(str(recipe)).uncertain_prompts == 7
+    assert CurriculumCallback.from_yaml(str(recipe), uncertain_prompts=0).uncertain_prompts == 0
+    recipe.write_text(recipe.read_text().replace("uncertain_prompts: 7", "uncertain_prompts: -1"))
+    error = problems_of(recipe)
+    assert has(error, "curriculum.uncertain_prompts", "must be an integer >= 0")
