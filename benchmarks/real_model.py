@@ -8,7 +8,9 @@ completions. Arms ([`ARMS`]; sizes from the scale, [`SCALES`]):
 
 - `static_small`, `static_large`: one stage at a fixed G (a one-stage schedule trains exactly like plain GRPO);
 - `schedule`: the small G at a low temperature for the first half of the run, then the large G, warmer;
-- `success_rate`, `hysteresis`: one adaptive stage, G among the scale's candidates, temperature within bounds.
+- `success_rate`, `hysteresis`: one adaptive stage, G among the scale's candidates, temperature within bounds;
+- `per_prompt`: one per-prompt stage: each prompt its own G among the candidates under the same budget, predicted
+  zero-variance prompts deferred, temperature fixed like the static arms.
 
 A callback evaluates the policy on held-out problems (the arithmetic task's `eval` split, never trained on): greedy
 accuracy (also per difficulty level) and the mean accuracy of a few samples a prompt at a low temperature with a fixed
@@ -18,7 +20,9 @@ time per arm; a Markdown report, a PNG and the raw numbers as JSON in `benchmark
 the report without training).
 
     python benchmarks/real_model.py --quick               # smoke test: 1 seed x 6 steps, a few minutes on CPU
-    python benchmarks/real_model.py                       # the CPU study: 3 arms x 2 seeds x 60 steps (~100 min)
+    python benchmarks/real_model.py                       # the CPU study: 4 arms x 2 seeds x 60 steps (~2 h)
+    python benchmarks/real_model.py --seed-start 1 --seeds 1   # one seed of it (run seeds in parallel processes,
+    python benchmarks/real_model.py --from-json a.json b.json  #  then merge their reports)
     python benchmarks/real_model.py --scale gpu           # a larger study for a GPU box (batch 64, 300 steps, 3 seeds)
     python benchmarks/real_model.py --arms static_small static_large schedule success_rate hysteresis --seeds 3
 
@@ -156,6 +160,13 @@ def _adaptive(policy: str, **knobs):
     return stages
 
 
+def _per_prompt(s: Scale) -> list:
+    from grpo_curriculum import Adaptive, Stage
+
+    adaptive = Adaptive(num_generations=s.candidates, policy="per_prompt")
+    return [Stage(temperature=STATIC_TEMPERATURE, adaptive=adaptive, name="per_prompt")]
+
+
 def _bounds(s: Scale) -> str:
     return f"G in {{{','.join(map(str, s.candidates))}}} from {s.small_g}, T in [{s.temperature_bounds[0]:g}, " \
            f"{s.temperature_bounds[1]:g}] from {STATIC_TEMPERATURE:g}"  # fmt: skip
@@ -168,12 +179,12 @@ ARMS: dict[str, Arm] = {
                     f"{WARM_TEMPERATURE:g} from half the run", _schedule),  # fmt: skip
     "success_rate": Arm(lambda s: f"adaptive success_rate: {_bounds(s)}", _adaptive("success_rate"), adaptive=True),
     "hysteresis": Arm(lambda s: f"adaptive hysteresis: {_bounds(s)}", _adaptive("hysteresis"), adaptive=True),
-    # A per-prompt policy is one more entry, e.g.:
-    # "per_prompt": Arm(lambda s: f"adaptive per_prompt: {_bounds(s)}", _adaptive("per_prompt"), adaptive=True),
+    "per_prompt": Arm(lambda s: f"per-prompt G in {{{','.join(map(str, s.candidates))}}}, deferral on, T "
+                      f"{STATIC_TEMPERATURE:g}", _per_prompt, adaptive=True),  # fmt: skip
 }
 """Every arm, by name. An arm is a curriculum given the scale; nothing else in this file names an arm."""
 
-DEFAULT_ARMS = ["static_small", "schedule", "success_rate"]
+DEFAULT_ARMS = ["static_small", "schedule", "success_rate", "per_prompt"]
 
 
 # --- one run ---------------------------------------------------------------------------------------------------------
@@ -297,7 +308,7 @@ def run_arm(arm: str, seed: int, scale: Scale, model_path: str, train) -> dict:
         "eval": evaluation.points,
         "train_reward": [h["reward"] for h in history],
         "zero_std": [h["frac_reward_zero_std"] for h in history],
-        "G": [int(h["curriculum/num_generations"]) for h in history],
+        "G": [h["curriculum/num_generations"] for h in history],
         "T": [h["curriculum/temperature"] for h in history],
         "step_time": [h.get("step_time") for h in history],
         "clipped": [h.get("completions/clipped_ratio") for h in history],
@@ -387,7 +398,7 @@ def markdown(raw: dict) -> str:
     ]  # fmt: skip
     for arm, row in rows.items():
         g_lo, g_hi = row["G_range"]
-        g = f"{row['mean_G'][0]:.1f} ({g_lo}-{g_hi})" if g_lo != g_hi else f"{g_lo}"
+        g = f"{row['mean_G'][0]:.1f} ({g_lo:g}-{g_hi:g})" if g_lo != g_hi else f"{g_lo:g}"
         lines.append(
             f"| {arm} | {g} | {row['start_greedy'][0]:.3f} -> {fmt(row['final_greedy'])} | {fmt(row['gain_greedy'])} "
             f"| {row['start_sampled'][0]:.3f} -> {fmt(row['final_sampled'])} | {fmt(row['gain_sampled'])} | "
@@ -478,16 +489,25 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke test: 1 seed x 6 steps on the chosen scale")
     parser.add_argument("--arms", nargs="+", default=DEFAULT_ARMS, choices=list(ARMS))
     parser.add_argument("--seeds", type=int, help="runs per arm (default: the scale's)")
+    parser.add_argument("--seed-start", type=int, default=0, help="first seed (to split seeds over processes)")
     parser.add_argument("--steps", type=int, help="optimizer steps per run (default: the scale's)")
     parser.add_argument("--model", help="transformers folder or Hub id (default: the fetched builtin:smollm2)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU (default: 1)")
     parser.add_argument("--out", default=str(RESULTS), help="output folder")
-    parser.add_argument("--from-json", help="rebuild the report from a saved real_model*.json (no training)")
+    parser.add_argument("--from-json", nargs="+", help="rebuild the report from saved real_model*.json files (no "
+                        "training); files of different seeds are merged")
     options = parser.parse_args(argv)
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     if options.from_json:
-        raw = json.loads(Path(options.from_json).read_text())
+        raws = [json.loads(Path(path).read_text()) for path in options.from_json]
+        raw = {**raws[0], "runs": [r for raw in raws for r in raw["runs"]],
+               "command": " && ".join(raw["command"] for raw in raws),
+               "wall_time_s": max(raw["wall_time_s"] for raw in raws)}  # fmt: skip
+        raw["options"] = {**raw["options"], "seeds": sorted({r["seed"] for r in raw["runs"]})}
+        raw["scale"] = {**raw["scale"], "seeds": len(raw["options"]["seeds"])}
+        if raw["scale"]["seeds"] == SCALES[raw["options"]["scale"]].seeds:
+            raw["mode"] = raw["mode"].replace(", custom", "")  # the seeds of the default study, run in parts
         print(write_report(raw, out))
         return 0
 
@@ -495,7 +515,7 @@ def main(argv=None) -> int:
     scale = quick(scale) if options.quick else scale
     scale = replace(scale, seeds=options.seeds or scale.seeds, steps=options.steps or scale.steps)
     mode = f"{options.scale}{', quick' if options.quick else ''}"
-    custom = options.arms != DEFAULT_ARMS or options.seeds or options.steps or options.model
+    custom = options.arms != DEFAULT_ARMS or options.seeds or options.steps or options.model or options.seed_start
     mode += ", custom" if custom else ""
     suffix = f"_{options.scale}" * (options.scale != "cpu") + "_quick" * options.quick
 
@@ -513,7 +533,7 @@ def main(argv=None) -> int:
     fetch_time = time.perf_counter() - fetch_start
     manifest = read_manifest(model_path) if Path(model_path).is_dir() else None
     model_text = (f"`{manifest['description']}` from `{manifest['source']}`" if manifest else f"`{model_path}`")
-    seeds = list(range(scale.seeds))
+    seeds = list(range(options.seed_start, options.seed_start + scale.seeds))
     print(f"mode {mode}: arms {options.arms}, seeds {seeds}, {scale.steps} steps x {scale.generation_batch} = "
           f"{scale.steps * scale.generation_batch} completions per run; model {model_path}; torch threads "
           f"{torch.get_num_threads()}", flush=True)  # fmt: skip
