@@ -51,7 +51,7 @@ def main() -> None:
             times[name].append(time_once(command))
     reference = statistics.median(times[REFERENCE])
     print(f"{args.repeats} runs of each command, interleaved, wall time of a fresh interpreter ({sys.executable})\n")
-    print(f"| command | median | min - max | / `import trl` |\n|---|---|---|---|")
+    print("| command | median | min - max | / `import trl` |\n|---|---|---|---|")
     for name, runs in times.items():
         median = statistics.median(runs)
         print(f"| `{name}` | {median:.3f} s | {min(runs):.3f} - {max(runs):.3f} s | {median / reference:.2f} |")

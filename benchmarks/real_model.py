@@ -52,6 +52,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from common import mean_std, train_arm  # benchmarks/common.py
+
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -272,7 +274,7 @@ def eval_callback(evaluator: Evaluator, every: int, generation_batch: int):
 
 def run_arm(arm: str, seed: int, scale: Scale, model_path: str, train) -> dict:
     """Train one arm from the pretrained model; return its evaluation curve, per-step statistics and times."""
-    from transformers import AutoTokenizer, PrinterCallback
+    from transformers import AutoTokenizer
     from trl import GRPOConfig
 
     from grpo_curriculum.arithmetic import arithmetic_reward
@@ -298,34 +300,15 @@ def run_arm(arm: str, seed: int, scale: Scale, model_path: str, train) -> dict:
         trainer = CurriculumGRPOTrainer(model=model_path, processing_class=tokenizer, reward_funcs=arithmetic_reward,
                                         args=args, train_dataset=train,
                                         callbacks=[curriculum, evaluation])  # fmt: skip
-        trainer.remove_callback(PrinterCallback)
-        loop_start = time.perf_counter()
-        trainer.train()
-        loop_time = time.perf_counter() - loop_start
-    history = [h for h in trainer.state.log_history if "reward" in h and "curriculum/num_generations" in h]
+        record = train_arm(trainer, curriculum)
     return {
         "arm": arm, "seed": seed, "steps": scale.steps, "completions": scale.steps * scale.generation_batch,
-        "eval": evaluation.points,
-        "train_reward": [h["reward"] for h in history],
-        "zero_std": [h["frac_reward_zero_std"] for h in history],
-        "G": [h["curriculum/num_generations"] for h in history],
-        "T": [h["curriculum/temperature"] for h in history],
-        "step_time": [h.get("step_time") for h in history],
-        "clipped": [h.get("completions/clipped_ratio") for h in history],
-        "switches": len(curriculum.switches),
-        "train_time": evaluation.train_time, "eval_time": evaluator.time, "loop_time": loop_time,
+        "eval": evaluation.points, **record, "train_time": evaluation.train_time, "eval_time": evaluator.time,
         "run_time": time.perf_counter() - start,
     }  # fmt: skip
 
 
 # --- statistics and report -------------------------------------------------------------------------------------------
-
-
-def mean_std(values) -> tuple[float, float]:
-    values = [v for v in values if v is not None and math.isfinite(v)]
-    if not values:
-        return float("nan"), float("nan")
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
 def fmt(value: tuple[float, float], digits: int = 3) -> str:

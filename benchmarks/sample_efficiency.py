@@ -52,7 +52,8 @@ import torch
 torch.set_num_threads(1)
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-from transformers import GenerationConfig, PrinterCallback, TrainerCallback  # noqa: E402
+from common import mean_std, train_arm  # noqa: E402  (benchmarks/common.py)
+from transformers import GenerationConfig, TrainerCallback  # noqa: E402
 from transformers import logging as hf_logging  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
@@ -247,33 +248,15 @@ def run_arm(task: str, arm: str, seed: int, steps: int, warm) -> dict:
         trainer = CurriculumGRPOTrainer(model=copy.deepcopy(base_model), processing_class=tokenizer,
                                         reward_funcs=reward, args=args, train_dataset=train,
                                         callbacks=[curriculum, evaluator])  # fmt: skip
-        trainer.remove_callback(PrinterCallback)
-        loop_start = time.perf_counter()
-        trainer.train()
-        loop_time = time.perf_counter() - loop_start
-    history = [h for h in trainer.state.log_history if "reward" in h and "curriculum/num_generations" in h]
+        record = train_arm(trainer, curriculum)
     return {
         "task": task, "arm": arm, "seed": seed, "steps": steps, "completions": steps * GENERATION_BATCH,
-        "eval": evaluator.points,
-        "train_reward": [h["reward"] for h in history],
-        "zero_std": [h["frac_reward_zero_std"] for h in history],
-        "G": [h["curriculum/num_generations"] for h in history],
-        "deferred": curriculum.deferred_total,
-        "T": [h["curriculum/temperature"] for h in history],
-        "switches": len(curriculum.switches),
-        "train_time": evaluator.train_time, "eval_time": evaluator.eval_time, "loop_time": loop_time,
+        "eval": evaluator.points, **record, "train_time": evaluator.train_time, "eval_time": evaluator.eval_time,
         "run_time": time.perf_counter() - start,
     }  # fmt: skip
 
 
 # --- statistics ------------------------------------------------------------------------------------------------------
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    values = [v for v in values if v is not None and math.isfinite(v)]
-    if not values:
-        return float("nan"), float("nan")
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
 def first_reaching(points: list[dict], target: float) -> dict | None:

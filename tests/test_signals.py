@@ -1,9 +1,6 @@
-"""Tests for `grpo_curriculum.signals`: round statistics from flat rewards, and the per-prompt report."""
+"""Tests for `grpo_curriculum.signals`: round statistics from flat rewards, over groups of any size."""
 
-import json
 import math
-import os
-import statistics
 
 import pytest
 
