@@ -324,3 +324,20 @@ def test_split_batches_and_a_too_small_dataset_fail_at_construction(tmp_path):
     with pytest.raises(CurriculumError, match=r"'5 prompts': is too small: a round of 16 completions at stage 0 takes 8"):
         make_trainer(tmp_path, TWO_STAGES, dataset=indexed_dataset(5), per_device_train_batch_size=16,
                      num_generations=4)  # fmt: skip
+
+
+def test_rows_of_a_group_are_independent_copies(tmp_path):
+    """A reward function mutating one row's field must not change the other rows of its group (as with TRL's loader)."""
+    seen = []
+
+    def mutating_reward(prompts, completions, idx, tags, **kwargs):
+        seen.append([list(t) for t in tags])
+        tags[0].append("mutated")  # rows 0 and 1 are the same prompt (G = 2)
+        seen[-1].append(list(tags[1]))
+        return [0.0] * len(completions)
+
+    dataset = indexed_dataset().add_column("tags", [["t"]] * 48)
+    trainer, _ = make_trainer(tmp_path, [Stage(num_generations=2, temperature=1.0)], dataset=dataset, max_steps=2,
+                              recorder=RoundRecorder(reward_fn=mutating_reward))  # fmt: skip
+    trainer.train()
+    assert len(seen) == 2 and all(entry[1] == ["t"] and entry[-1] == ["t"] for entry in seen)
