@@ -207,3 +207,21 @@ def test_variable_group_metrics_for_a_fake_trainer():
     assert advantages[2] == 0 and advantages[3:6].tolist() == [0.0] * 3
     assert zero.tolist() == [False] * 3 + [True] * 3 + [False] * 2
     assert advantages[6].item() == pytest.approx(2 / (math.sqrt(8) + 1e-4))
+
+
+def test_iterable_dataset(tmp_path):
+    """Per-prompt rounds over a streamed dataset: statistics keyed by hash bucket, lookahead without consuming."""
+    recorder = RoundRecorder(reward_fn=lambda prompts, completions, idx, **kw: [
+        float(i % 2) if i < 8 else float(j % 2) for j, i in enumerate(idx)])  # fmt: skip
+    trainer, recorder = make_trainer(tmp_path, per_prompt((2, 4), revisit=0.0), recorder=recorder,
+                                     dataset=indexed_dataset(16).to_iterable_dataset(), max_steps=11,
+                                     shuffle_dataset=False, num_generations=4)  # fmt: skip
+    trainer.train()
+    taken = []
+    for call in recorder.calls:
+        assert sum(call["sizes"]) == 8 and group_runs(call["idx"]) == call["sizes"]
+        taken.append([call["idx"][sum(call["sizes"][:i])] for i in range(len(call["sizes"]))])
+    first_pass = [i for prompts in taken for i in prompts][:16]
+    assert first_pass == list(range(16))  # in stream order, none skipped or repeated
+    assert trainer._curriculum.deferred_total > 0  # prompts 0-7 (constant rewards) deferred on the next pass
+    assert all(i >= 8 for prompts in taken[-2:] for i in prompts)
