@@ -82,14 +82,17 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
 
     At a switch:
     - the generation batch stays `generation_batch_size` completions (memory is constant), so a round holds
-      `generation_batch_size / G` prompts, each repeated G times in a row, split over processes like TRL's sampler;
+      `generation_batch_size / G` prompts, each repeated G times in a row, split over processes like TRL's sampler
+      (a per-prompt stage gives each prompt its own G, the groups adding up to the generation batch, with advantages
+      computed per real group);
     - the new temperature reaches generation (transformers, continuous batching, vLLM) and the fused LM head that
       computes the policy's and the reference model's log-probabilities, so log-probs are always computed at the
       temperature the samples were drawn with;
     - every process applies the same setting at the same round (checked at each round in multi-process runs).
 
     `num_generations` and `temperature` in `args` are overridden by the first stage; evaluation keeps G fixed at
-    `num_generations_eval or num_generations` from `args` and samples at the current temperature.
+    `num_generations_eval or num_generations` from `args` and samples and scores at the temperature of the stage in
+    force at that step. Checkpoints hold the curriculum's state ([`grpo_curriculum.checkpoint`]).
     """
 
     def __init__(self, *args, **kwargs):
