@@ -116,3 +116,9 @@ def test_train_refuses_vllm_when_it_is_not_installed(tmp_path, capsys, monkeypat
     error = capsys.readouterr().err
     assert code == 2 and "use_vllm = True: needs vLLM, which is not installed" in error and "Traceback" not in error
     assert not out.exists()
+
+
+def test_the_suite_runs_torch_on_omp_num_threads():
+    import torch
+
+    assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])  # 1 unless set (tests/conftest.py)
