@@ -362,8 +362,8 @@ def _demo_output():
             # TRL 1.16 calls the model methods transformers 5 renamed (`is_gradient_checkpointing`, read in every
             # generation round, and `gradient_checkpointing_enable/disable` when checkpointing is on): FutureWarnings
             # that no recipe setting avoids. Hidden here only; the `train` command and the library show them.
-            warnings.filterwarnings("ignore", message=r"`(is_gradient_checkpointing|gradient_checkpointing_(en|dis)able)`"
-                                    r" is deprecated", category=FutureWarning)  # fmt: skip
+            renamed = r"`(is_gradient_checkpointing|gradient_checkpointing_enable|gradient_checkpointing_disable)`"
+            warnings.filterwarnings("ignore", message=renamed + " is deprecated", category=FutureWarning)
             yield
     finally:
         logger.removeHandler(handler)
@@ -386,12 +386,12 @@ def switch_summary(switches: list[dict], run_dir: str) -> str:
     counts = _plural(len(switches) - stage_only, "switch", "switches")
     if stage_only:
         counts += " and " + _plural(stage_only, "stage change", "stage changes")
-    it, its = ("it", "its") if len(switches) == 1 else ("they", "their")
+    reasons = "its reason" if len(switches) == 1 else "their reasons"
     return (
-        f"{counts} (printed above as {it} happened), saved with {its} reason{'s' * (len(switches) > 1)} in "
-        f"{os.path.join(run_dir, SWITCHES_FILE)} and trainer_state.json.\n"
-        "A switch at step n means that step n, as numbered in the log lines and the plot, was the first optimizer step "
-        "trained at the new setting."
+        f"{counts}, printed above and saved with {reasons} in {os.path.join(run_dir, SWITCHES_FILE)} and "
+        "trainer_state.json.\n"
+        "(A switch at step n: step n, numbered as in the log lines and the plot, is the first trained at the new "
+        "setting.)"
     )
 
 

@@ -353,13 +353,13 @@ class ResolvedSchedule:
         return len(self.stages) - 1
 
     def start_of(self, index: int) -> int:
-        """The optimizer step after which stage `index` starts (rounds starting at `global_step >= start_of(index)`)."""
+        """The optimizer step after which stage `index` starts (it holds the rounds that start from then on)."""
         return 0 if index == 0 else self.ends[index - 1]
 
     def step_range(self, index: int) -> tuple[int, int]:
         """
-        The first and last optimizer steps of stage `index`, numbered from 1 as in the Trainer's log lines (`until_step:
-        20` ends a stage with step 20; the next one starts with step 21).
+        The first and last optimizer steps of stage `index`, numbered from 1 as in the Trainer's log lines
+        (`until_step: 20` ends a stage with step 20; the next one starts with step 21).
         """
         return self.start_of(index) + 1, self.ends[index]
 

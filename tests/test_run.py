@@ -26,7 +26,7 @@ def test_demo_smoke(tmp_path, capsys):
     # The stages once, each switch once as it happens, with the step of the first log line at the new setting.
     assert printed.count("stage 1 compare: steps 4-6, G 8, temperature 1") == 1
     assert printed.count("switch at step 4 (round 4): G 2 -> 8, temperature 0.8 -> 1 (stage 1 (compare) starts)") == 1
-    assert "1 switch (printed above as it happened)" in printed and "torch threads:" in printed
+    assert "1 switch, printed above and saved with its reason in" in printed and "torch threads: 1" in printed
     assert "mean reward" in printed and "0 explore" in printed and "1 compare" in printed
     assert "Warning" not in captured.err and "Traceback" not in captured.err
     assert (out / "curriculum.png").stat().st_size > 10_000
@@ -58,7 +58,8 @@ def test_demo_without_matplotlib_stops_before_training(tmp_path, capsys, monkeyp
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a))
+    missing = lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a)  # noqa: E731
+    monkeypatch.setattr(importlib.util, "find_spec", missing)
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out)]) == 2
     captured = capsys.readouterr()

@@ -1,4 +1,4 @@
-"""Switch records: step numbers as in the log lines, saved to switches.jsonl and trainer_state.json, no no-op switch."""
+"""Switch records: steps as in the log lines, saved to switches.jsonl and trainer_state.json, no no-op switch."""
 
 from __future__ import annotations
 
