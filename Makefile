@@ -1,6 +1,8 @@
 # Each target sets up its own virtual environment on a fresh machine.
 # TORCH is the torch requirement installed first; the default is the CPU build these machines carry on disk.
 # On a GPU box pick your own, e.g. `make test TORCH="torch==2.8.0"`.
+# Threads: the test suite (tests/conftest.py) and the demo of the built-in tiny model run torch on one thread unless
+# OMP_NUM_THREADS is set, e.g. `OMP_NUM_THREADS=2 make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0

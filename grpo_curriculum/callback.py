@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from dataclasses import asdict
 
 from transformers import TrainerCallback
@@ -13,6 +15,8 @@ from .rules import is_int
 from .schedule import ResolvedSchedule, Setting, Stage, StageSchedule
 
 logger = logging.getLogger("grpo_curriculum")
+
+SWITCHES_FILE = "switches.jsonl"
 
 
 class _RoundCounts:
@@ -39,6 +43,40 @@ class _RoundCounts:
 def describe_g(num_generations: int | None) -> str:
     """`"8"`, or `"per prompt"` for a per-prompt round."""
     return "per prompt" if num_generations is None else str(num_generations)
+
+
+def is_stage_change_only(switch: dict) -> bool:
+    """Whether a switch record changes the stage but neither G nor the temperature."""
+    before, after = switch["from"], switch["to"]
+    return before["num_generations"] == after["num_generations"] and before["temperature"] == after["temperature"]
+
+
+def describe_switch(switch: dict) -> str:
+    """
+    One line for a switch record, as logged and printed by `grpo-curriculum demo`.
+
+    Args:
+        switch (`dict`):
+            A record of [`CurriculumCallback.switches`]: `step`, `round`, `from` and `to` settings, `reason`.
+
+    Returns:
+        `str`: e.g. `"switch at step 21 (round 21): G 2 -> 8, temperature 0.8 -> 1 (stage 1 (compare) starts)"`; a
+        record that changes only the stage reads `"stage change at step 61 (round 61): G 4 and temperature 0.8
+        unchanged (...)"`, and a per-prompt setting reads `"G per prompt"`.
+    """
+    before, after = switch["from"], switch["to"]
+    g_before, g_after = describe_g(before["num_generations"]), describe_g(after["num_generations"])
+    t_before, t_after = f"{before['temperature']:.4g}", f"{after['temperature']:.4g}"
+    where = f"at step {switch['step']} (round {switch['round']})"
+    if is_stage_change_only(switch):
+        return f"stage change {where}: G {g_after} and temperature {t_after} unchanged ({switch['reason']})"
+    if g_before == g_after:
+        change = f"temperature {t_before} -> {t_after} at G {g_after}"
+    elif t_before == t_after:
+        change = f"G {g_before} -> {g_after} at temperature {t_after}"
+    else:
+        change = f"G {g_before} -> {g_after}, temperature {t_before} -> {t_after}"
+    return f"switch {where}: {change} ({switch['reason']})"
 
 
 class CurriculumCallback(TrainerCallback):
@@ -110,15 +148,15 @@ class CurriculumCallback(TrainerCallback):
 
     def setting_for_round(self, global_step: int) -> Setting:
         """
-        The setting of the generation round that starts now, at optimizer step `global_step`: the stage's, or for an
-        adaptive stage its policy's decision from the rounds observed so far. Records a switch when G, the stage, or an
-        adaptive temperature changes.
+        The setting of the generation round that starts now, after `global_step` optimizer steps: the stage's, or for
+        an adaptive stage its policy's decision from the rounds observed so far. Records a switch when G, the stage, or
+        an adaptive temperature changes (see [`_record_switch`] for its step number).
         """
         if self.resolved is None:
             raise RuntimeError("CurriculumCallback.resolve(total_steps) must run before the first generation round.")
         setting = self.resolved.setting_at(global_step)
         stage = self.schedule.stages[setting.stage]
-        reason = f"stage {setting.stage} starts at step {self.resolved.start_of(setting.stage)}"
+        decided = None  # an adaptive policy's reason for a change
         if stage.adaptive is not None:
             if self.policy_stage != setting.stage:
                 self.policy = self._make_policy(setting.stage)
@@ -126,18 +164,21 @@ class CurriculumCallback(TrainerCallback):
             decision = self.policy.decide()
             g = None if stage.adaptive.per_prompt else decision.num_generations
             setting = Setting(setting.stage, g, decision.temperature)
-            if decision.reason is not None:
-                reason = decision.reason
+            decided = decision.reason
         else:
             self.policy, self.policy_stage = None, None
         previous = self.current
+        starts = previous is not None and setting.stage != previous.stage
         changed = previous is not None and (
-            setting.stage != previous.stage
+            starts
             or setting.num_generations != previous.num_generations
             or (stage.adaptive is not None and setting.temperature != previous.temperature)
         )
         if changed:
-            self._record_switch(global_step, previous, setting, reason)
+            reasons = [self._stage_start_reason(setting.stage, global_step)] if starts or decided is None else []
+            if decided is not None:
+                reasons.append(decided)
+            self._record_switch(global_step, previous, setting, "; ".join(reasons))
         self.current = setting
         self.rounds += 1
         return setting
@@ -162,6 +203,15 @@ class CurriculumCallback(TrainerCallback):
         self.current, self.rounds, self.switches, self.policy, self.policy_stage = None, 0, [], None, None
         self.last_stats, self.deferred_total = None, 0
         self._since_log, self._last_round = _RoundCounts(), _RoundCounts()
+
+    def _stage_start_reason(self, index: int, global_step: int) -> str:
+        """`"stage 1 (compare) starts"`, with the scheduled step when rounds made it start later."""
+        name = self.schedule.stages[index].name
+        reason = f"stage {index}" + (f" ({name}) starts" if name else " starts")
+        first, _ = self.resolved.step_range(index)
+        if global_step + 1 != first:  # a round spans several optimizer steps: settings change between rounds only
+            reason += f" (scheduled from step {first}; settings change only between generation rounds)"
+        return reason
 
     def _make_policy(self, index: int):
         stage = self.schedule.stages[index]
@@ -193,18 +243,40 @@ class CurriculumCallback(TrainerCallback):
         return list(self._since_log.sizes)
 
     def _record_switch(self, global_step: int, previous: Setting, setting: Setting, reason: str) -> None:
-        switch = {"step": global_step, "round": self.rounds, "from": asdict(previous), "to": asdict(setting),
+        """
+        Record the switch to `setting` of the round that starts after `global_step` optimizer steps.
+
+        Steps and rounds are numbered from 1, as in the Trainer's log lines: a switch at step `n` means that optimizer
+        step `n` (logged as `"step": n`) is the first one trained at the new setting, in round `self.rounds + 1`. The
+        record goes to [`switches`] (checkpointed), to the trainer's `state.log_history` (so `trainer_state.json`
+        holds it, next to the log line of step `n`), to the logger and to wandb; [`on_train_end`] writes every record
+        to `switches.jsonl` in the output directory.
+        """
+        step = global_step + 1
+        switch = {"step": step, "round": self.rounds + 1, "from": asdict(previous), "to": asdict(setting),
                   "reason": reason}  # fmt: skip
         self.switches.append(switch)
+        if self._trainer is not None:
+            self._trainer.state.log_history.append(
+                {"curriculum/switch": {k: v for k, v in switch.items() if k != "step"}, "step": step}
+            )
         main = self._trainer is None or self._trainer.accelerator.is_main_process
         if main:
-            logger.info(
-                "curriculum switch at step %d (round %d): G %s -> %s, temperature %.4g -> %.4g (%s)",
-                global_step, self.rounds, describe_g(previous.num_generations), describe_g(setting.num_generations),
-                previous.temperature, setting.temperature, reason,
-            )  # fmt: skip
+            logger.info("curriculum %s", describe_switch(switch))
         if main and self._trainer is not None:
-            tracking.log_switches(self._trainer.args, self.switches, global_step)
+            tracking.log_switches(self._trainer.args, self.switches, step)
+
+    def write_switches(self, directory: str) -> str:
+        """
+        Write every switch record, one JSON object a line, to `switches.jsonl` in `directory` (created if missing);
+        return the path. The file is replaced as a whole, so a resumed run never repeats a record.
+        """
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, SWITCHES_FILE)
+        with open(f"{path}.tmp", "w") as file:
+            file.writelines(json.dumps(switch) + "\n" for switch in self.switches)
+        os.replace(f"{path}.tmp", path)
+        return path
 
     def observe_round(self, stats) -> None:
         """Feed the statistics of the round that just got its rewards to the adaptive policy, if one is active."""
@@ -309,5 +381,8 @@ class CurriculumCallback(TrainerCallback):
             tracking.log_config(args, self)
 
     def on_train_end(self, args, state, control, **kwargs):
-        if state.is_world_process_zero and self.switches:
+        if not state.is_world_process_zero:
+            return
+        self.write_switches(args.output_dir)
+        if self.switches:
             tracking.log_switches(args, self.switches, state.global_step, commit=True)

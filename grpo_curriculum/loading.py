@@ -161,10 +161,13 @@ def read_yaml(path: str) -> tuple[object, list[Problem]]:
         [`CurriculumError`]: naming the file: missing, not a regular file, larger than [`MAX_BYTES`], not UTF-8,
         empty, or not valid YAML (see [`parse_yaml`]).
     """
-    context, fix = f"recipe {path}", "pass the path of a recipe YAML file, e.g. recipes/demo.yaml"
+    shipped = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes", "demo.yaml")
+    context, fix = f"recipe {path}", f"pass the path of a recipe YAML file, e.g. {shipped} (the shipped demo recipe)"
     if not os.path.isfile(path):
         rule = ("is a directory, not a recipe file" if os.path.isdir(path) else
                 "is not a regular file" if os.path.exists(path) else "does not exist")
+        if not os.path.isabs(path) and not os.path.exists(path):
+            rule += f" (a relative path starts from the current directory, {os.getcwd()})"
         raise CurriculumError([Problem(path, path, rule, fix)], context)
     with open(path, "rb") as file:
         raw = file.read(MAX_BYTES + 1)

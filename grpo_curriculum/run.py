@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
@@ -9,6 +10,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from .errors import CurriculumError, Problem
@@ -17,6 +19,7 @@ logger = logging.getLogger("grpo_curriculum")
 
 BUILTIN = "builtin:"
 DEMO_RECIPE = Path(__file__).resolve().parent / "recipes" / "demo.yaml"  # shipped in the package (recipes/ links it)
+TINY_MODEL = "builtin:tiny"
 
 
 # --- building a run ----------------------------------------------------------------------------------------------
@@ -182,7 +185,8 @@ def progress_callback():
         def on_log(self, args, state, control, logs=None, **kwargs):
             if self.bar is None or not logs or "curriculum/num_generations" not in logs:
                 return
-            postfix = {"G": int(logs["curriculum/num_generations"]), "T": f"{logs['curriculum/temperature']:.2f}"}
+            g = logs["curriculum/num_generations"]  # a mean over the log line's prompts: fractional when G varies
+            postfix = {"G": f"{g:.3g}", "T": f"{logs['curriculum/temperature']:.2f}"}
             if logs.get("reward") is not None:
                 postfix["reward"] = f"{logs['reward']:.3f}"
             self.bar.set_postfix(postfix, refresh=False)
@@ -195,10 +199,22 @@ def progress_callback():
     return CurriculumProgress()
 
 
-def stage_summary(log_history: list[dict], generation_batch_size: int, names: list | None = None) -> list[dict]:
+def stage_summary(log_history: list[dict], generation_batch_size: int, stages: list | None = None) -> list[dict]:
     """
-    Per-stage rows from a run's `log_history`: optimizer steps, G, temperature range, mean reward, mean zero-std
-    fraction and completions per second (generation batch completions per logged step over TRL's `step_time`).
+    Per-stage rows from a run's `log_history`.
+
+    Args:
+        log_history (`list[dict]`):
+            The Trainer's `state.log_history` (entries without a reward, such as switch records, are skipped).
+        generation_batch_size (`int`):
+            Completions per generation round, for completions per second.
+        stages (`list[Stage]`, *optional*):
+            The curriculum's stages: their names label the rows, and a per-prompt stage's G reads "per prompt".
+
+    Returns:
+        `list[dict]`: One row a stage: optimizer steps, G (each value logged, or "per prompt" with the mean), the
+        temperature range, mean reward, mean zero-std fraction and completions per second (generation batch
+        completions per logged step over TRL's `step_time`).
     """
     rows: dict[int, dict] = {}
     for entry in log_history:
@@ -206,10 +222,11 @@ def stage_summary(log_history: list[dict], generation_batch_size: int, names: li
             continue
         row = rows.setdefault(
             int(entry["curriculum/stage"]),
-            {"steps": 0, "G": set(), "T": [], "reward": [], "zero_std": [], "time": 0.0},
+            {"steps": 0, "G": [], "T": [], "reward": [], "zero_std": [], "time": 0.0},
         )
         row["steps"] += 1
-        row["G"].add(int(entry["curriculum/num_generations"]))
+        if entry.get("curriculum/num_generations") is not None:
+            row["G"].append(entry["curriculum/num_generations"])
         row["T"].append(entry["curriculum/temperature"])
         if entry.get("reward") is not None:
             row["reward"].append(entry["reward"])
@@ -217,14 +234,20 @@ def stage_summary(log_history: list[dict], generation_batch_size: int, names: li
             row["zero_std"].append(entry["frac_reward_zero_std"])
         row["time"] += entry.get("step_time") or 0.0
     summary = []
-    for stage, row in sorted(rows.items()):
+    for index, row in sorted(rows.items()):
+        stage = stages[index] if stages is not None and index < len(stages) else None
         mean = lambda values: sum(values) / len(values) if values else float("nan")  # noqa: E731
+        if stage is not None and stage.adaptive is not None and stage.adaptive.per_prompt:
+            g = f"per prompt (mean {mean(row['G']):.2f})"
+        else:
+            g = "/".join(f"{value:g}" for value in sorted(set(row["G"])))
+        low, high = min(row["T"]), max(row["T"])
         summary.append(
             {
-                "stage": stage if names is None or not names[stage] else f"{stage} {names[stage]}",
+                "stage": f"{index} {stage.name}" if stage is not None and stage.name else index,
                 "steps": row["steps"],
-                "G": "/".join(str(g) for g in sorted(row["G"])),
-                "T": f"{min(row['T']):.2f}" if min(row["T"]) == max(row["T"]) else f"{min(row['T']):.2f}-{max(row['T']):.2f}",
+                "G": g,
+                "T": f"{low:.2f}" if low == high else f"{low:.2f}-{high:.2f}",
                 "mean reward": mean(row["reward"]),
                 "zero-std frac": mean(row["zero_std"]),
                 "completions/s": row["steps"] * generation_batch_size / row["time"] if row["time"] else float("nan"),
@@ -234,6 +257,7 @@ def stage_summary(log_history: list[dict], generation_batch_size: int, names: li
 
 
 def format_table(rows: list[dict]) -> str:
+    """A Markdown table of `rows` (dicts with the same keys), floats to 3 decimals, columns right-aligned."""
     if not rows:
         return "(no training steps logged)"
     headers = list(rows[0])
@@ -246,8 +270,37 @@ def format_table(rows: list[dict]) -> str:
 # --- plot ----------------------------------------------------------------------------------------------------------
 
 
+def require_matplotlib() -> None:
+    """
+    Raises:
+        [`CurriculumError`]: when matplotlib (a dependency, needed for the plots) cannot be imported.
+    """
+    if importlib.util.find_spec("matplotlib") is None:
+        raise CurriculumError([Problem("matplotlib", "not installed", "is needed to plot the run",
+                                       "`pip install matplotlib` (a dependency of grpo-curriculum: reinstall it)")])
+
+
+def switch_steps(log_history: list[dict]) -> list[int]:
+    """
+    The steps of the switches and stage changes in `log_history`: its `curriculum/switch` records (step `n` is the
+    first optimizer step at the new setting) and, for runs written before those were recorded, the first logged step
+    of each stage.
+    """
+    steps = {entry["step"] for entry in log_history if "curriculum/switch" in entry}
+    entries = [e for e in log_history if "curriculum/stage" in e and "reward" in e]
+    steps.update(b["step"] for a, b in zip(entries, entries[1:]) if a["curriculum/stage"] != b["curriculum/stage"])
+    return sorted(steps)
+
+
 def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
-    """G, temperature, reward and zero-std fraction over steps, stage boundaries marked; written to `output` (PNG)."""
+    """
+    Plot G, temperature, reward and zero-std fraction over optimizer steps, with a dashed line at each switch or stage
+    change (at the first step trained at the new setting), to `output` (PNG); return `output`.
+
+    Raises:
+        [`CurriculumError`]: when `log_history` holds no curriculum training step, or matplotlib is missing.
+    """
+    require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")
@@ -258,15 +311,12 @@ def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
         raise CurriculumError([Problem("log_history", len(log_history), "holds no curriculum training steps to plot")])
     steps = [e["step"] for e in entries]
     series = [
-        ("num_generations (G)", [e["curriculum/num_generations"] for e in entries], "steps-post"),
+        ("num_generations (G)", [e.get("curriculum/num_generations") for e in entries], "steps-post"),
         ("temperature", [e["curriculum/temperature"] for e in entries], "steps-post"),
         ("reward", [e.get("reward") for e in entries], "default"),
         ("zero-std group fraction", [e.get("frac_reward_zero_std") for e in entries], "default"),
     ]
-    boundaries = [
-        b["step"] for a, b in zip(entries, entries[1:])
-        if a["curriculum/stage"] != b["curriculum/stage"] or a["curriculum/num_generations"] != b["curriculum/num_generations"]
-    ]  # fmt: skip
+    boundaries = switch_steps(log_history)
     figure, axes = plt.subplots(len(series), 1, figsize=(8, 8), sharex=True)
     for axis, (label, values, style) in zip(axes, series, strict=True):
         values = [float("nan") if v is None else v for v in values]
@@ -282,7 +332,8 @@ def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
             axis.axvline(boundary, color="grey", linestyle="--", linewidth=0.8)
     axes[-1].set_xlabel("optimizer step")
     axes[0].set_title(title or "grpo-curriculum run")
-    axes[-1].annotate("dashed: switches (stage or G)", xy=(1, -0.35), xycoords="axes fraction", ha="right", fontsize=7)
+    axes[-1].annotate("dashed: switches and stage changes (the first step at the new setting)", xy=(1, -0.35),
+                      xycoords="axes fraction", ha="right", fontsize=7)  # fmt: skip
     figure.tight_layout()
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(output, dpi=100)
@@ -321,10 +372,99 @@ def train_main(args) -> int:
     return 0
 
 
-def demo_main(args) -> int:
-    """`grpo-curriculum demo`: train the tiny built-in model with a curriculum on CPU and show what switched."""
-    from transformers import PrinterCallback
+def demo_threads(recipe, environ=os.environ) -> tuple[int | None, str]:
+    """
+    The torch thread count `grpo-curriculum demo` sets, and why.
+
+    The built-in tiny model (2 layers, hidden size 32) gains nothing from intra-op threads, and on a busy machine their
+    oversubscription makes every step many times slower, so the demo runs it on one thread. `OMP_NUM_THREADS` in the
+    environment, and any other model, keep the user's (or torch's default) count.
+
+    Args:
+        recipe ([`Recipe`]): The recipe the demo runs.
+        environ (`Mapping[str, str]`, *optional*): The environment (default: `os.environ`).
+
+    Returns:
+        `tuple[int | None, str]`: The number of threads to set (`None`: keep the current count), and the reason.
+    """
+    if "OMP_NUM_THREADS" in environ:
+        return None, "OMP_NUM_THREADS"
+    if recipe.model_name_or_path == TINY_MODEL:
+        return 1, "the built-in tiny model runs fastest on one; set OMP_NUM_THREADS to choose"
+    return None, "torch's default; set OMP_NUM_THREADS to choose"
+
+
+class _TqdmHandler(logging.Handler):
+    """Log records written above the progress bar (`tqdm.write`) on standard output, so they never break it."""
+
+    def emit(self, record):
+        from tqdm.auto import tqdm
+
+        tqdm.write(self.format(record), file=sys.stdout)
+
+
+@contextlib.contextmanager
+def _demo_output():
+    """
+    While the demo trains: `grpo_curriculum` INFO logs (the stages, each switch) on standard output above the
+    progress bar, and only transformers errors. Restored afterwards.
+    """
     from transformers.utils import logging as hf_logging
+
+    handler, level, propagate = _TqdmHandler(), logger.level, logger.propagate
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    hf_level = hf_logging.get_verbosity()
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            # TRL 1.16 calls the model methods transformers 5 renamed (`is_gradient_checkpointing`, read in every
+            # generation round, and `gradient_checkpointing_enable/disable` when checkpointing is on): FutureWarnings
+            # that no recipe setting avoids. Hidden here only; the `train` command and the library show them.
+            renamed = r"`(is_gradient_checkpointing|gradient_checkpointing_enable|gradient_checkpointing_disable)`"
+            warnings.filterwarnings("ignore", message=renamed + " is deprecated", category=FutureWarning)
+            yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+        hf_logging.set_verbosity(hf_level)
+
+
+def _plural(n: int, word: str, plural: str) -> str:
+    return f"{n} {word if n == 1 else plural}"
+
+
+def switch_summary(switches: list[dict], run_dir: str) -> str:
+    """The demo's closing lines about the switches: how many, where they are saved, and how steps are numbered."""
+    from .callback import SWITCHES_FILE, is_stage_change_only
+
+    if not switches:
+        return "no switch: the curriculum kept one setting"
+    stage_only = sum(map(is_stage_change_only, switches))
+    counts = _plural(len(switches) - stage_only, "switch", "switches")
+    if stage_only:
+        counts += " and " + _plural(stage_only, "stage change", "stage changes")
+    reasons = "its reason" if len(switches) == 1 else "their reasons"
+    return (
+        f"{counts}, printed above and saved with {reasons} in {os.path.join(run_dir, SWITCHES_FILE)} and "
+        "trainer_state.json.\n"
+        "(A switch at step n: step n, numbered as in the log lines and the plot, is the first trained at the new "
+        "setting.)"
+    )
+
+
+def demo_main(args) -> int:
+    """
+    `grpo-curriculum demo [--recipe PATH] [--out DIR] [--max-steps N]`: train a recipe (default: the built-in tiny
+    model with a G 2 -> 8 curriculum, on CPU), printing each stage and switch as it happens, a per-stage table and the
+    run directory (`trainer_state.json`, `switches.jsonl`, `curriculum.png`). The run is written to `DIR.partial` and
+    renamed to `DIR` once complete.
+    """
+    import torch
+    from transformers import PrinterCallback
 
     from .recipe import load_recipe
 
@@ -334,45 +474,38 @@ def demo_main(args) -> int:
         overrides["max_steps"] = args.max_steps
     recipe = load_recipe(recipe_path, overrides=overrides)
     validate_for_launch(recipe)
+    require_matplotlib()  # before training: the run ends with its plot
     out = getattr(args, "out", None) or "runs/demo"
     recipe.training.update(disable_tqdm=True, logging_steps=1)
-    logging.basicConfig(format="%(message)s")
-    logger.setLevel(logging.INFO)
-    hf_logging.set_verbosity_error()
+    if "gradient_checkpointing" not in recipe.training:  # TRL's default (on), under transformers 5's name: no warning
+        recipe.training.setdefault("activation_checkpointing", True)
+    threads, why = demo_threads(recipe)
+    if threads is not None:
+        torch.set_num_threads(threads)
 
     staging = f"{out}.partial"
     shutil.rmtree(staging, ignore_errors=True)
-    trainer = build_trainer(recipe, output_dir=staging, extra_callbacks=[progress_callback()])
-    trainer.remove_callback(PrinterCallback)  # the progress bar shows G, temperature and reward instead
-    print(f"recipe: {recipe_path}")
-    print(f"geometry: {_describe_geometry(trainer)}")
-    for line in trainer._curriculum.resolved.describe() if trainer._curriculum.resolved else []:
-        print(f"  {line}")
-    start = time.perf_counter()
-    trainer.train()
-    elapsed = time.perf_counter() - start
+    with _demo_output():
+        trainer = build_trainer(recipe, output_dir=staging, extra_callbacks=[progress_callback()])
+        trainer.remove_callback(PrinterCallback)  # the progress bar shows G, temperature and reward instead
+        print(f"recipe: {recipe_path}")
+        print(f"geometry: {_describe_geometry(trainer)}")
+        print(f"torch threads: {torch.get_num_threads()} ({why})")
+        start = time.perf_counter()
+        trainer.train()  # logs the stages, then each switch as it happens
+        elapsed = time.perf_counter() - start
     trainer.save_state()
     history = trainer.state.log_history
-
-    print(f"\ntrained {trainer.state.global_step} steps in {elapsed:.1f} s")
-    switches = trainer._curriculum.switches
-    shown = switches if len(switches) <= 8 else switches[:4] + [None] + switches[-3:]
-    for switch in shown:
-        if switch is None:
-            print(f"... {len(switches) - 7} more switches (all in trainer_state.json and the plot) ...")
-            continue
-        print(
-            f"switch at step {switch['step']}: G {switch['from']['num_generations']} -> {switch['to']['num_generations']},"
-            f" temperature {switch['from']['temperature']:.2f} -> {switch['to']['temperature']:.2f} ({switch['reason']})"
-        )
+    steps = trainer.state.global_step
+    print(f"\ntrained {steps} steps in {elapsed:.1f} s ({1000 * elapsed / max(steps, 1):.0f} ms a step)")
+    print(switch_summary(trainer._curriculum.switches, out))
     print()
-    names = [stage.name for stage in recipe.curriculum.stages]
-    print(format_table(stage_summary(history, trainer.args.generation_batch_size, names)))
+    print(format_table(stage_summary(history, trainer.args.generation_batch_size, recipe.curriculum.stages)))
     plot_run(history, os.path.join(staging, "curriculum.png"), title=f"demo: {Path(recipe_path).name}")
     if os.path.exists(out):
         shutil.rmtree(out)
     os.replace(staging, out)
-    print(f"\nrun directory: {out} (trainer_state.json, curriculum.png)")
+    print(f"\nrun directory: {out} ({', '.join(sorted(os.listdir(out)))})")
     return 0
 
 

@@ -353,7 +353,15 @@ class ResolvedSchedule:
         return len(self.stages) - 1
 
     def start_of(self, index: int) -> int:
+        """The optimizer step after which stage `index` starts (it holds the rounds that start from then on)."""
         return 0 if index == 0 else self.ends[index - 1]
+
+    def step_range(self, index: int) -> tuple[int, int]:
+        """
+        The first and last optimizer steps of stage `index`, numbered from 1 as in the Trainer's log lines
+        (`until_step: 20` ends a stage with step 20; the next one starts with step 21).
+        """
+        return self.start_of(index) + 1, self.ends[index]
 
     def setting_at(self, step: int) -> Setting:
         """The [`Setting`] for a generation round that starts at optimizer step `step`."""
@@ -364,19 +372,27 @@ class ResolvedSchedule:
         return Setting(index, stage.num_generations, stage.temperature_at(progress))
 
     def describe(self) -> list[str]:
-        """One line a stage: steps, G, temperature."""
+        """
+        One line a stage: its steps (numbered from 1, as in the log lines), G and temperature, e.g. `"stage 1 compare:
+        steps 21-40, G 8, temperature 1"`; an adaptive stage names its policy, candidates and bounds, and a per-prompt
+        stage reads "G per prompt".
+        """
         lines = []
         for i, stage in enumerate(self.stages):
-            temperature = f"{stage.temperature:g}"
+            temperature = f"temperature {stage.temperature:g}"
             if stage.temperature_end is not None:
                 temperature += f" -> {stage.temperature_end:g} ({stage.temperature_ramp})"
-            if stage.adaptive is not None:
-                temperature += f" adaptive {stage.adaptive.policy}: G in {list(stage.adaptive.num_generations)}"
-                if stage.adaptive.temperature is not None:
-                    temperature += f", temperature in {list(stage.adaptive.temperature)}"
+            adaptive = stage.adaptive
+            if adaptive is None:
+                g = f"G {stage.num_generations}"
+            elif adaptive.per_prompt:
+                g = f"G per prompt from {list(adaptive.num_generations)}"
+            else:
+                g = f"G adaptive ({adaptive.policy}) in {list(adaptive.num_generations)} from {stage.num_generations}"
+            if adaptive is not None and adaptive.temperature is not None:
+                low, high = adaptive.temperature
+                temperature = f"temperature adaptive in [{low:g}, {high:g}] from {stage.temperature:g}"
+            first, last = self.step_range(i)
             label = f" {stage.name}" if stage.name else ""
-            lines.append(
-                f"stage {i}{label}: steps [{self.start_of(i)}, {self.ends[i]}) G={stage.num_generations} "
-                f"temperature={temperature}"
-            )
+            lines.append(f"stage {i}{label}: steps {first}-{last}, {g}, {temperature}")
         return lines

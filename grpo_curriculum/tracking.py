@@ -25,12 +25,15 @@ def _wandb_run(args):
 
 
 def curriculum_config(callback) -> dict:
-    """The curriculum as a JSON-serialisable mapping: the stages, with their resolved step ranges."""
+    """
+    The curriculum as a JSON-serialisable mapping: the stages, each with `steps`, its first and last optimizer steps
+    (numbered from 1, as in the log lines and the switch records).
+    """
     stages = []
     for i, stage in enumerate(callback.schedule.stages):
         entry = {k: v for k, v in asdict(stage).items() if v is not None}
         if callback.resolved is not None:
-            entry["steps"] = [callback.resolved.start_of(i), callback.resolved.ends[i]]
+            entry["steps"] = list(callback.resolved.step_range(i))
         stages.append(entry)
     return {"stages": stages}
 

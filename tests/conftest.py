@@ -6,6 +6,10 @@ import os
 
 import pytest
 
+# Before torch is imported: the tests' tiny models gain nothing from intra-op threads, and on a busy machine their
+# oversubscription slows every step down. Subprocesses (torchrun, the examples) inherit it; set OMP_NUM_THREADS to
+# choose another count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

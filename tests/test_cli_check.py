@@ -102,7 +102,7 @@ def test_recipe_flags_override(capsys):
     code, out, _ = check(capsys, recipe, "--num_generations", 8)  # the seeds' worked case, from the recipe
     assert code == 1 and "G=8 (--num-generations): INVALID" in out and "stage 0" not in out
     code, out, _ = check(capsys, DEMO)
-    assert code == 0 and "(steps 0-300 of 600)" in out and "temperature 0.8" in out
+    assert code == 0 and "(steps 1-300 of 600)" in out and "temperature 0.8" in out
 
 
 def test_eval_constraint(capsys, tmp_path):

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 from grpo_curriculum.cli import main
@@ -16,15 +17,55 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_demo_smoke(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out), "--max-steps", "6"]) == 0
-    printed = capsys.readouterr().out
-    assert "switch at step 3: G 2 -> 8" in printed
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # pytest's configuration ignores FutureWarnings: record them here
+        assert main(["demo", "--out", str(out), "--max-steps", "6"]) == 0
+    assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == []
+    captured = capsys.readouterr()
+    printed = captured.out
+    # The stages once, each switch once as it happens, with the step of the first log line at the new setting.
+    assert printed.count("stage 1 compare: steps 4-6, G 8, temperature 1") == 1
+    assert printed.count("switch at step 4 (round 4): G 2 -> 8, temperature 0.8 -> 1 (stage 1 (compare) starts)") == 1
+    assert "1 switch, printed above and saved with its reason in" in printed and "torch threads: 1" in printed
     assert "mean reward" in printed and "0 explore" in printed and "1 compare" in printed
+    assert "Warning" not in captured.err and "Traceback" not in captured.err
     assert (out / "curriculum.png").stat().st_size > 10_000
     state = json.loads((out / "trainer_state.json").read_text())
     steps = [h for h in state["log_history"] if "reward" in h]
     assert [h["curriculum/num_generations"] for h in steps] == [2, 2, 2, 8, 8, 8]
+    assert [h["step"] for h in steps if h["curriculum/num_generations"] == 8][0] == 4
+    saved = [json.loads(line) for line in (out / "switches.jsonl").read_text().splitlines()]
+    assert [(s["step"], s["from"]["num_generations"], s["to"]["num_generations"], s["reason"]) for s in saved] == [
+        (4, 2, 8, "stage 1 (compare) starts")
+    ]
+    in_state = [h for h in state["log_history"] if "curriculum/switch" in h]
+    assert [{"step": h["step"], **h["curriculum/switch"]} for h in in_state] == saved
     assert not (tmp_path / "demo.partial").exists()
+
+
+def test_demo_threads_only_for_the_tiny_model_without_omp_num_threads(tmp_path):
+    from grpo_curriculum.recipe import load_recipe
+    from grpo_curriculum.run import demo_threads
+
+    tiny = load_recipe(ROOT / "recipes" / "demo.yaml")
+    smollm2 = load_recipe(ROOT / "recipes" / "smollm2-arithmetic.yaml")
+    assert demo_threads(tiny, environ={})[0] == 1
+    assert demo_threads(tiny, environ={"OMP_NUM_THREADS": "4"}) == (None, "OMP_NUM_THREADS")
+    assert demo_threads(smollm2, environ={})[0] is None
+
+
+def test_demo_without_matplotlib_stops_before_training(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    missing = lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a)  # noqa: E731
+    monkeypatch.setattr(importlib.util, "find_spec", missing)
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert "matplotlib" in captured.err and "pip install matplotlib" in captured.err
+    assert "Traceback" not in captured.err and "trained" not in captured.out
+    assert not out.exists() and not (tmp_path / "demo.partial").exists()
 
 
 def test_demo_with_a_bad_recipe_writes_nothing(tmp_path, capsys):
@@ -49,7 +90,7 @@ def test_train_then_plot(tmp_path, capsys):
     assert "Traceback" not in capsys.readouterr().err
 
 
-def test_examples_differ_in_two_lines_and_run(tmp_path):
+def test_examples_differ_in_two_lines_and_run_from_any_directory(tmp_path):
     plain = (ROOT / "examples" / "grpo_plain.py").read_text().splitlines()
     curriculum = (ROOT / "examples" / "grpo_with_curriculum.py").read_text().splitlines()
     changed = [line for line in difflib.unified_diff(plain, curriculum, lineterm="", n=0)
@@ -57,11 +98,13 @@ def test_examples_differ_in_two_lines_and_run(tmp_path):
     assert len(changed) == 4  # two lines removed, two added
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run(
-        [sys.executable, "examples/grpo_with_curriculum.py", "--max-steps", "4", "--output-dir", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [sys.executable, str(ROOT / "examples" / "grpo_with_curriculum.py"), "--max-steps", "4", "--output-dir",
+         str(tmp_path / "run")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "'curriculum/stage': 1" in result.stdout  # the demo recipe's second stage was reached
+    assert "curriculum switch at step 3 (round 3): G 2 -> 8, temperature 0.8 -> 1" in result.stderr
+    assert (tmp_path / "run" / "switches.jsonl").read_text().count("\n") == 1
 
 
 def test_train_refuses_vllm_when_it_is_not_installed(tmp_path, capsys, monkeypatch):
@@ -74,3 +117,9 @@ def test_train_refuses_vllm_when_it_is_not_installed(tmp_path, capsys, monkeypat
     error = capsys.readouterr().err
     assert code == 2 and "use_vllm = True: needs vLLM, which is not installed" in error and "Traceback" not in error
     assert not out.exists()
+
+
+def test_the_suite_runs_torch_on_omp_num_threads():
+    import torch
+
+    assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])  # 1 unless set (tests/conftest.py)

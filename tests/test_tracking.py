@@ -25,8 +25,8 @@ def test_wandb_offline_run_holds_the_curriculum(tmp_path, monkeypatch):
     run = read_run(run_dir)
     assert run["config"]["curriculum"] == {
         "stages": [
-            {"num_generations": 2, "temperature": 0.7, "until_step": 3, "temperature_ramp": "linear", "steps": [0, 3]},
-            {"num_generations": 4, "temperature": 1.3, "temperature_ramp": "linear", "steps": [3, 6]},
+            {"num_generations": 2, "temperature": 0.7, "until_step": 3, "temperature_ramp": "linear", "steps": [1, 3]},
+            {"num_generations": 4, "temperature": 1.3, "temperature_ramp": "linear", "steps": [4, 6]},
         ],
     }
     steps = [row for row in run["history"] if "train/curriculum/num_generations" in row and "train/loss" in row]
@@ -36,7 +36,7 @@ def test_wandb_offline_run_holds_the_curriculum(tmp_path, monkeypatch):
 
     table = json.loads(run["tables"][-1].read_text())
     assert table["columns"][:6] == ["step", "round", "stage_from", "stage_to", "G_from", "G_to"]
-    assert table["data"] == [[3, 3, 0, 1, 2, 4, 0.7, 1.3, "stage 1 starts at step 3"]]
+    assert table["data"] == [[4, 4, 0, 1, 2, 4, 0.7, 1.3, "stage 1 starts"]]  # step 4: the first at G 4, as logged
 
 
 def test_wandb_offline_run_holds_the_per_prompt_g_histogram(tmp_path, monkeypatch, wanted_by_index):

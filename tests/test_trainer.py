@@ -229,8 +229,8 @@ def test_switches_recorded_once(tmp_path):
     trainer.train()
     switches = trainer._curriculum.switches
     assert [(s["step"], s["from"]["num_generations"], s["to"]["num_generations"]) for s in switches] == [
-        (2, 2, 4),
-        (4, 4, 8),
+        (3, 2, 4),  # step 3 (logged "step": 3) is the first trained at G 4
+        (5, 4, 8),
     ]
 
 
