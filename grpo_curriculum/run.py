@@ -123,6 +123,8 @@ def grpo_config(recipe, output_dir: str | None = None):
             "num_generations") in valid else fitting[-1]  # fmt: skip
     kwargs["temperature"] = first.temperature_at(0.0)
     kwargs.pop("resume_from_checkpoint", None)  # an argument of `train()` (`true` is not a path GRPOConfig takes)
+    if "gradient_checkpointing" not in kwargs:  # TRL's default (on), under transformers 5's name: no FutureWarning
+        kwargs.setdefault("activation_checkpointing", True)
     if output_dir is not None:
         kwargs["output_dir"] = output_dir
     return GRPOConfig(**kwargs)
@@ -477,8 +479,6 @@ def demo_main(args) -> int:
     require_matplotlib()  # before training: the run ends with its plot
     out = getattr(args, "out", None) or "runs/demo"
     recipe.training.update(disable_tqdm=True, logging_steps=1)
-    if "gradient_checkpointing" not in recipe.training:  # TRL's default (on), under transformers 5's name: no warning
-        recipe.training.setdefault("activation_checkpointing", True)
     threads, why = demo_threads(recipe)
     if threads is not None:
         torch.set_num_threads(threads)
