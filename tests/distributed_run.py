@@ -49,7 +49,7 @@ def main(output_dir: str, mode: str = "stages") -> None:
         args=grpo_args(output_dir, per_device_train_batch_size=8 if mode == "per_prompt" else 4,
                        num_generations=8 if mode == "per_prompt" else 2,  # TRL's loader: 16 / 8 prompts a batch
                        max_steps={"stages": 6, "adaptive": 10}.get(mode, 12), shuffle_dataset=True),
-        train_dataset=indexed_dataset(6 if mode == "per_prompt" else 48),
+        train_dataset=indexed_dataset(8 if mode == "per_prompt" else 48),
         callbacks=[CurriculumCallback(stages)],
     )
     recorder.trainer = trainer
