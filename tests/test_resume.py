@@ -108,13 +108,10 @@ def _read_rounds(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
-def test_sigkill_then_resume_continues_the_schedule(tmp_path):
+def test_sigkill_then_resume_continues_the_schedule(tmp_path, reference_rounds):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     script = str(ROOT / "tests" / "resume_run.py")
-    reference = tmp_path / "reference"
-    reference.mkdir()
-    subprocess.run([sys.executable, script, str(reference)], env=env, check=True, timeout=300, capture_output=True)
-    expected = [(r["step"], r["G"], r["T"], r["idx"]) for r in _read_rounds(reference / "rounds.jsonl")]
+    expected = reference_rounds
 
     killed = tmp_path / "killed"
     killed.mkdir()
@@ -138,8 +135,18 @@ def test_sigkill_then_resume_continues_the_schedule(tmp_path):
     assert {r[1] for r in after} >= {8}  # the schedule went on to its last stage
 
 
+@pytest.fixture(scope="module")
+def reference_rounds(tmp_path_factory):
+    """The rounds of `tests/resume_run.py` run to the end without a stop."""
+    reference = tmp_path_factory.mktemp("reference")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, str(ROOT / "tests" / "resume_run.py"), str(reference)], env=env, check=True,
+                   timeout=300, capture_output=True)  # fmt: skip
+    return [(r["step"], r["G"], r["T"], r["idx"]) for r in _read_rounds(reference / "rounds.jsonl")]
+
+
 @pytest.mark.parametrize(("point", "resumes_at"), [("after-model", 4), ("after-curriculum", 4), ("before-rotation", 6)])
-def test_sigkill_while_writing_a_checkpoint_never_loses_the_run(tmp_path, point, resumes_at):
+def test_sigkill_while_writing_a_checkpoint_never_loses_the_run(tmp_path, reference_rounds, point, resumes_at):
     """
     SIGKILL inside the writing of checkpoint-6 (save_total_limit 1): `resume_from_checkpoint=True` resumes from the
     newest complete checkpoint (4 when 6 was half-written, with a warning naming it; 6 once complete) and the run
@@ -147,11 +154,6 @@ def test_sigkill_while_writing_a_checkpoint_never_loses_the_run(tmp_path, point,
     """
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     script = [sys.executable, str(ROOT / "tests" / "resume_run.py")]
-    reference = tmp_path / "reference"
-    reference.mkdir()
-    subprocess.run([*script, str(reference)], env=env, check=True, timeout=300, capture_output=True)
-    expected = [(r["step"], r["G"], r["T"], r["idx"]) for r in _read_rounds(reference / "rounds.jsonl")]
-
     killed = tmp_path / "killed"
     killed.mkdir()
     run = subprocess.run([*script, str(killed), "--kill-at", f"{point}:6", "--save-total-limit", "1"], env=env,
@@ -167,7 +169,7 @@ def test_sigkill_while_writing_a_checkpoint_never_loses_the_run(tmp_path, point,
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert (f"skipping {newest}: it was not completely written" in resumed.stderr) == (resumes_at == 4)
     after = [(r["step"], r["G"], r["T"], r["idx"]) for r in _read_rounds(killed / "rounds.jsonl")[before:]]
-    assert after == expected[resumes_at:]  # one round per step
+    assert after == reference_rounds[resumes_at:]  # one round per step
 
 
 def test_resume_on_another_geometry_revalidates(tmp_path):

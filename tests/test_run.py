@@ -115,7 +115,7 @@ def test_train_refuses_vllm_when_it_is_not_installed(tmp_path, capsys, monkeypat
     out = tmp_path / "run"
     code = main(["train", str(ROOT / "recipes" / "demo.yaml"), "--use_vllm", "true", "--output_dir", str(out)])
     error = capsys.readouterr().err
-    assert code == 2 and "use_vllm = True: needs vLLM, which is not installed" in error and "Traceback" not in error
+    assert code == 2 and "use_vllm = True: needs `vllm`, which is not installed" in error and "Traceback" not in error
     assert not out.exists()
 
 
