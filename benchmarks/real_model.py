@@ -491,6 +491,8 @@ def main(argv=None) -> int:
         raw["scale"] = {**raw["scale"], "seeds": len(raw["options"]["seeds"])}
         if raw["scale"]["seeds"] == SCALES[raw["options"]["scale"]].seeds:
             raw["mode"] = raw["mode"].replace(", custom", "")  # the seeds of the default study, run in parts
+        if len(raws) > 1:  # keep the merged raw numbers next to the report
+            (out / f"real_model{raw['suffix']}.json").write_text(json.dumps(raw, indent=1))
         print(write_report(raw, out))
         return 0
 

@@ -649,8 +649,11 @@ def main(argv=None) -> int:
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     if options.from_json:
-        text = report(merge([json.loads(Path(path).read_text()) for path in options.from_json]), out)
-        print(text)
+        raw = merge([json.loads(Path(path).read_text()) for path in options.from_json])
+        if len(options.from_json) > 1:  # keep the merged raw numbers next to the report
+            suffix = "_quick" if raw["options"]["quick"] else ""
+            (out / f"sample_efficiency{suffix}.json").write_text(json.dumps(raw, indent=1))
+        print(report(raw, out))
         return 0
 
     mode = "quick" if options.quick else "full"
