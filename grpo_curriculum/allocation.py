@@ -31,25 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .geometry import sums
+
 FLAT_MOMENTS = (0.5, 1 / 3, 0.0)  # E[x], E[x^2], E[1/n] of Beta(1, 1) seen without noise: the prior before any data
-
-
-def reachable_sums(candidates: Sequence[int], budget: int) -> np.ndarray:
-    """
-    `reachable[r]` is `True` when `r` completions can be split into groups whose sizes are all candidates.
-
-    Args:
-        candidates (`Sequence[int]`): Group sizes, positive.
-        budget (`int`): The largest sum of interest.
-
-    Returns:
-        `np.ndarray`: Boolean array of length `budget + 1`.
-    """
-    reachable = np.zeros(budget + 1, dtype=bool)
-    reachable[0] = True
-    for r in range(1, budget + 1):
-        reachable[r] = any(c <= r and reachable[r - c] for c in candidates)
-    return reachable
 
 
 def informative_probability(success_rate, num_generations: Sequence[int]) -> np.ndarray:
@@ -199,8 +183,8 @@ class PerPromptAllocator:
         self.candidates = tuple(int(c) for c in candidates)
         self.budget = int(budget)
         self.stats, self.target, self.defer, self.revisit, self.seed = stats, target, defer, revisit, seed
-        self._reachable = reachable_sums(self.candidates, self.budget)
-        if not self._reachable[self.budget]:
+        self._sums = sums(self.candidates, self.budget)  # bit r set: r completions can be filled with candidates
+        if not self._sums >> self.budget & 1:
             raise ValueError(f"no sum of {list(self.candidates)} makes {self.budget}")
 
     def deferred(self, slot: int, epoch: int) -> bool:
@@ -233,7 +217,7 @@ class PerPromptAllocator:
                 deferred += 1
                 continue
             wanted = self.wanted(slot)
-            fits = [c for c in self.candidates if c <= remaining and self._reachable[remaining - c]]
+            fits = [c for c in self.candidates if c <= remaining and self._sums >> (remaining - c) & 1]
             below = [c for c in fits if c <= wanted]
             size = below[-1] if below else fits[0]
             offsets.append(offset)

@@ -21,21 +21,27 @@ def divisors(n: int) -> list[int]:
     return small + [n // i for i in reversed(small) if i * i != n]
 
 
-def fills(candidates, total: int) -> bool:
+def sums(candidates, total: int) -> int:
     """
-    Whether `total` is a sum of candidates, each usable any number of times (e.g. 12 = 5 + 7, but not with 5 and 8).
+    Which numbers up to `total` are sums of candidates, each usable any number of times, as a bit mask (bit r set: r is
+    such a sum; 0 is, as the empty sum).
 
     Args:
         candidates (`Iterable[int]`): Positive integers.
         total (`int`): A nonnegative integer.
     """
-    reachable, below = 1, (1 << (total + 1)) - 1  # bit r set: r is a sum
+    reachable, below = 1, (1 << (total + 1)) - 1
     for c in sorted(set(candidates)):
         step = c
         while step <= total:  # shifting by c, 2c, 4c, ... adds every multiple of c up to total
             reachable = (reachable | reachable << step) & below
             step *= 2
-    return bool(reachable >> total & 1)
+    return reachable
+
+
+def fills(candidates, total: int) -> bool:
+    """Whether `total` is a sum of candidates (e.g. 12 = 5 + 7, but not with 5 and 8); see [`sums`]."""
+    return bool(sums(candidates, total) >> total & 1)
 
 
 def _positive(values: dict[str, object], optional: bool = False) -> list[Problem]:
