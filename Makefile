@@ -6,6 +6,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
+# Test processes (pytest-xdist), one torch thread each; idle workers take queued tests from busy ones.
+WORKERS ?= 2
 
 .PHONY: test test-slow demo check-recipes bench clean
 
@@ -17,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal
 
 test-slow: $(VENV)/.installed  # the real SmolLM2 model: fetched and converted once, then a few training steps
 	$(PY) -m pytest -q -m slow

@@ -118,14 +118,14 @@ def test_sigkill_then_resume_continues_the_schedule(tmp_path, reference_rounds):
     process = subprocess.Popen([sys.executable, script, str(killed), "--sleep", "0.4"], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.time() + 240
-    while not (killed / "checkpoint-4" / "curriculum_state.json").exists():
+    while not (killed / "checkpoint-4" / "trainer_state.json").exists():
         assert process.poll() is None and time.time() < deadline, "the run ended before its checkpoint at step 4"
         time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
+    process.send_signal(signal.SIGKILL)  # anywhere after checkpoint-4, possibly inside the writing of the next one
     process.wait()
-    checkpoints = sorted(int(p.name.split("-")[1]) for p in killed.glob("checkpoint-*"))
-    assert checkpoints and checkpoints[-1] < 12, "SIGKILL came after the run finished"
-    last = checkpoints[-1]
+    complete = [int(p.parent.name.split("-")[1]) for p in killed.glob("checkpoint-*/trainer_state.json")]
+    assert max(complete) < 12, "SIGKILL came after the run finished"
+    last = max(complete)  # the resume starts from the newest complete checkpoint
     before = len(_read_rounds(killed / "rounds.jsonl"))
 
     subprocess.run([sys.executable, script, str(killed), "--resume"], env=env, check=True, timeout=300,
