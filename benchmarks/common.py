@@ -1,10 +1,14 @@
-"""What the sample-efficiency benchmarks share: training one arm and reading its log, and mean ± std over seeds."""
+"""What the sample-efficiency benchmarks share: their output options, training one arm and reading its log, mean ± std."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def train_arm(trainer, curriculum) -> dict:
@@ -39,3 +43,14 @@ def mean_std(values) -> tuple[float, float]:
     if not values:
         return float("nan"), float("nan")
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def parse_with_output(parser: argparse.ArgumentParser, argv, report: str) -> tuple[argparse.Namespace, Path]:
+    """Add `--out` and `--from-json` (reports named `report*.json`), parse `argv`, create the output folder."""
+    parser.add_argument("--out", default=str(RESULTS), help="output folder")
+    parser.add_argument("--from-json", nargs="+", help=f"rebuild the report from saved {report}*.json files (no "
+                        "training); several files (seeds or tasks run in parallel processes) are merged")  # fmt: skip
+    options = parser.parse_args(argv)
+    out = Path(options.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return options, out

@@ -52,11 +52,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from common import mean_std, train_arm  # benchmarks/common.py
+from common import mean_std, parse_with_output, train_arm  # benchmarks/common.py
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-RESULTS = Path(__file__).resolve().parent / "results"
 LEVELS = ("add1", "mul1", "add2", "sub2", "mul21", "mul2")  # grpo_curriculum.arithmetic.LEVELS, easiest first
 
 
@@ -476,12 +475,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, help="optimizer steps per run (default: the scale's)")
     parser.add_argument("--model", help="transformers folder or Hub id (default: the fetched builtin:smollm2)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU (default: 1)")
-    parser.add_argument("--out", default=str(RESULTS), help="output folder")
-    parser.add_argument("--from-json", nargs="+", help="rebuild the report from saved real_model*.json files (no "
-                        "training); files of different seeds are merged")
-    options = parser.parse_args(argv)
-    out = Path(options.out)
-    out.mkdir(parents=True, exist_ok=True)
+    options, out = parse_with_output(parser, argv, "real_model")
     if options.from_json:
         raws = [json.loads(Path(path).read_text()) for path in options.from_json]
         raw = {**raws[0], "runs": [r for raw in raws for r in raw["runs"]],

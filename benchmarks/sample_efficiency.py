@@ -52,7 +52,7 @@ import torch
 torch.set_num_threads(1)
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-from common import mean_std, train_arm  # noqa: E402  (benchmarks/common.py)
+from common import mean_std, parse_with_output, train_arm  # noqa: E402  (benchmarks/common.py)
 from transformers import GenerationConfig, TrainerCallback  # noqa: E402
 from transformers import logging as hf_logging  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
@@ -642,12 +642,7 @@ def main(argv=None) -> int:
     parser.add_argument("--arms", nargs="+", default=ARMS, choices=ARMS)
     parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
     parser.add_argument("--warm-start-steps", type=int, default=WARM_START_STEPS)
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"), help="output folder")
-    parser.add_argument("--from-json", nargs="+", help="rebuild the report from saved sample_efficiency*.json files "
-                        "(no training); several files (e.g. tasks run in parallel processes) are merged")
-    options = parser.parse_args(argv)
-    out = Path(options.out)
-    out.mkdir(parents=True, exist_ok=True)
+    options, out = parse_with_output(parser, argv, "sample_efficiency")
     if options.from_json:
         raw = merge([json.loads(Path(path).read_text()) for path in options.from_json])
         if len(options.from_json) > 1:  # keep the merged raw numbers next to the report

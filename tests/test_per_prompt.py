@@ -16,10 +16,11 @@ from trl import GRPOTrainer
 
 from grpo_curriculum import Adaptive, CurriculumError, Stage
 from grpo_curriculum._trl import group_advantages
+from grpo_curriculum.trainer import CurriculumGRPOTrainer
 from grpo_curriculum.tasks import build_model, build_tokenizer, echo_reward
 
 from .conftest import RoundRecorder, group_runs, grpo_args, indexed_dataset, per_prompt_stages
-from .test_trainer import make_trainer, train_history
+from .test_trainer import make_trainer, run_record, train_history
 
 
 per_prompt = per_prompt_stages
@@ -136,22 +137,13 @@ def test_one_candidate_without_deferral_trains_like_plain_grpo(tmp_path):
     """`per_prompt` with one candidate G and `defer: false` is plain GRPO at that G: same prompts, rewards, losses."""
     overrides = dict(gradient_accumulation_steps=2, num_generations=4, temperature=0.9, max_steps=8, seed=3)
     dataset = indexed_dataset(num_prompts=20).map(lambda row: {"target": row["prompt"].split(" : ")[1][:-2]})
-    runs = {}
-    for name, cls, stages in [
-        ("plain", GRPOTrainer, None),
-        ("per_prompt", None, [Stage(temperature=0.9, adaptive=Adaptive((4,), policy="per_prompt", defer=False))]),
-    ]:
-        kwargs = {"cls": cls} if cls else {}
-        trainer, recorder = make_trainer(tmp_path / name, stages, recorder=RoundRecorder(reward_fn=echo_reward),
-                                         dataset=dataset, **kwargs, **overrides)  # fmt: skip
-        trainer.train()
-        runs[name] = (recorder.calls, train_history(trainer))
-    (plain_calls, plain_hist), (ours_calls, ours_hist) = runs["plain"], runs["per_prompt"]
-    assert [c["idx"] for c in ours_calls] == [c["idx"] for c in plain_calls]
-    assert [c["completions"] for c in ours_calls] == [c["completions"] for c in plain_calls]
-    for ours, theirs in zip(ours_hist, plain_hist, strict=True):
-        assert (ours["reward"], ours["loss"], ours["frac_reward_zero_std"]) == (
-            theirs["reward"], theirs["loss"], theirs["frac_reward_zero_std"])  # fmt: skip
+    per_prompt = [Stage(temperature=0.9, adaptive=Adaptive((4,), policy="per_prompt", defer=False))]
+    plain, ours = (
+        run_record(*make_trainer(tmp_path / name, stages, recorder=RoundRecorder(reward_fn=echo_reward),
+                                 dataset=dataset, cls=cls, **overrides))  # fmt: skip
+        for name, cls, stages in [("plain", GRPOTrainer, None), ("ours", CurriculumGRPOTrainer, per_prompt)]
+    )
+    assert ours == plain
 
 
 def test_deferral_skips_settled_prompts_for_a_pass_and_logs_it(tmp_path):

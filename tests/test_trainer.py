@@ -37,6 +37,13 @@ def train_history(trainer):
     return [h for h in trainer.state.log_history if "loss" in h]
 
 
+def run_record(trainer, recorder):
+    """Train, then what two runs must share to train alike: each round's prompts and completions, each step's log."""
+    trainer.train()
+    steps = [(h["reward"], h["loss"], h["frac_reward_zero_std"]) for h in train_history(trainer)]
+    return [c["idx"] for c in recorder.calls], [c["completions"] for c in recorder.calls], steps
+
+
 TWO_STAGES = [Stage(num_generations=2, temperature=0.7, until_step=3), Stage(num_generations=4, temperature=1.3)]
 
 
@@ -174,26 +181,16 @@ def test_one_stage_schedule_trains_like_plain_grpo(tmp_path, iterable):
     dataset = indexed_dataset(num_prompts=20)  # 2 passes: the tail of each pass is dropped like RepeatSampler does
     if iterable:
         dataset = dataset.to_iterable_dataset()
-    runs = {}
-    for name, cls, stages in [
-        ("plain", GRPOTrainer, None),
-        ("curriculum", CurriculumGRPOTrainer, [Stage(num_generations=4, temperature=0.9)]),
-    ]:
-        recorder = RoundRecorder(reward_fn=echo_reward)
-        data = dataset.map(lambda row: {"target": row["prompt"].split(" : ")[1][:-2]}) if iterable else dataset
-        if not iterable:
-            data = dataset.map(lambda row: {"target": row["prompt"].split(" : ")[1][:-2]})
-        trainer, recorder = make_trainer(
-            tmp_path / name, stages, recorder=recorder, dataset=data, cls=cls, **overrides
-        )
-        trainer.train()
-        runs[name] = (recorder.calls, train_history(trainer))
-    (plain_calls, plain_hist), (cur_calls, cur_hist) = runs["plain"], runs["curriculum"]
-    assert [c["idx"] for c in cur_calls] == [c["idx"] for c in plain_calls]
-    assert [c["completions"] for c in cur_calls] == [c["completions"] for c in plain_calls]
-    for ours, theirs in zip(cur_hist, plain_hist, strict=True):
-        assert ours["reward"] == theirs["reward"]
-        assert ours["loss"] == theirs["loss"]
+    dataset = dataset.map(lambda row: {"target": row["prompt"].split(" : ")[1][:-2]})
+    runs = [
+        run_record(*make_trainer(tmp_path / name, stages, recorder=RoundRecorder(reward_fn=echo_reward),
+                                 dataset=dataset, cls=cls, **overrides))  # fmt: skip
+        for name, cls, stages in [
+            ("plain", GRPOTrainer, None),
+            ("curriculum", CurriculumGRPOTrainer, [Stage(num_generations=4, temperature=0.9)]),
+        ]
+    ]
+    assert runs[0] == runs[1]
 
 
 def test_invalid_stage_fails_at_construction(tmp_path):
