@@ -507,10 +507,13 @@ def markdown(mode: str, options, summaries: dict, verdicts: dict, wall: float, e
         "- Arms: " + "; ".join(f"`{a}` ({arm_description(a)})" for a in options.arms) + ". The adaptive policies use "
         "their default knobs (not tuned on these tasks).",
         f"- Model: the tiny built-in Llama (hidden 32, 2 layers), per seed warm-started by {WARM_START_STEPS} "
-        f"supervised steps (`grpo_curriculum.tasks.warm_start`) on the {TRAIN_PROMPTS} training prompts, the same "
-        f"start for every arm; learning rate {LEARNING_RATE:g}, max completion length {MAX_COMPLETION_LENGTH}, beta 0 "
-        "(TRL default); CPU, one thread, one run at a time. Per-prompt success after the warm start: next section "
-        "(`benchmarks/task_spread.py` compares warm-start lengths).",
+        f"supervised steps (`grpo_curriculum.tasks.warm_start`) on the {TRAIN_PROMPTS} training prompts"
+        + "".join(f" (`{t}`: {TASK_WARM_START[t][0]} steps on its one- and two-word prompts only)"
+                  for t in options.tasks if t in TASK_WARM_START)
+        + f", the same start for every arm; learning rate {LEARNING_RATE:g}, max completion length "
+        f"{MAX_COMPLETION_LENGTH}, beta 0 (TRL default); CPU, one torch thread, the runs of one process one after the "
+        "other (wall times grow when other processes share the cores). Per-prompt success after the warm start: next "
+        "section (`benchmarks/task_spread.py` compares warm-start lengths).",
         f"- Eval reward: mean task reward of {EVAL_SAMPLES} completions a prompt sampled at temperature "
         f"{EVAL_TEMPERATURE:g} with a fixed seed (the same random numbers at every evaluation, in every arm), on "
         f"{EVAL_PROMPTS} fixed prompts drawn with another seed than the training prompts (the tasks' prompt spaces "
@@ -526,8 +529,9 @@ def markdown(mode: str, options, summaries: dict, verdicts: dict, wall: float, e
         f"the last {FLUCTUATION_TAIL:.0%} of the steps; **eval** = std of the change in eval reward between "
         "consecutive evaluations. At a fixed generation batch a G 16 step holds one prompt, so the training-reward "
         "fluctuation grows with G by construction; the eval one does not.",
-        "- Zero-std frac: mean over steps of TRL's `frac_reward_zero_std` (groups whose rewards are all equal: no "
-        "advantage, no gradient).",
+        "- Zero-std frac: mean over steps of TRL's `frac_reward_zero_std`: the share of the round's completions "
+        "whose group's rewards are all equal (no advantage, no gradient); for per-prompt rounds, of the real groups "
+        "of mixed sizes.",
         "- ± is the std across seeds throughout.",
         f"- Wall time of this invocation: {wall:.0f} s. Estimated full study ({full_seeds} seeds x {full_steps} "
         f"steps, same tasks and arms, scaled from this invocation's per-step timings): {estimate / 60:.1f} min"
