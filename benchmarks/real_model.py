@@ -369,8 +369,9 @@ def markdown(raw: dict) -> str:
         f"prompt at temperature {EVAL_TEMPERATURE:g} (fixed seed), at step 0 and every "
         f"{max(1, scale.steps // scale.eval_points)} steps. Gain: final minus step 0, per seed. Wall time: training "
         "only, evaluation excluded; run time includes loading and evaluation.",
-        "- Zero-std frac: mean over steps of TRL's `frac_reward_zero_std` (groups whose rewards are all equal: no "
-        "gradient). Clipped: mean share of completions cut at the length limit.",
+        "- Zero-std frac: mean over steps of TRL's `frac_reward_zero_std`, the share of completions whose group's "
+        "rewards are all equal (no gradient). Clipped: mean share of completions cut at the length limit.",
+        "- Runs of one process go one after the other; wall times grow when other processes share the cores.",
         "- ± is the std across seeds (0 with one seed).",
         f"- Machine: {raw['machine']}. Wall time of this invocation: {raw['wall_time_s'] / 60:.1f} min.",
         "",

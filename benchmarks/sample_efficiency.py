@@ -651,7 +651,7 @@ def main(argv=None) -> int:
         raw = merge([json.loads(Path(path).read_text()) for path in options.from_json])
         if len(options.from_json) > 1:  # keep the merged raw numbers next to the report
             suffix = "_quick" if raw["options"]["quick"] else ""
-            (out / f"sample_efficiency{suffix}.json").write_text(json.dumps(raw, indent=1))
+            (out / f"sample_efficiency{suffix}.json").write_text(json.dumps(raw, separators=(",", ":")))
         print(report(raw, out))
         return 0
 
@@ -696,7 +696,7 @@ def main(argv=None) -> int:
            "options": {k: v for k, v in vars(options).items() if k != "from_json"},
            "wall_time_s": wall, "warm_start_s": warm_times, "full_estimate_s": estimate, "spread": spreads,
            "runs": runs}  # fmt: skip
-    (out / f"sample_efficiency{suffix}.json").write_text(json.dumps(raw, indent=1))
+    (out / f"sample_efficiency{suffix}.json").write_text(json.dumps(raw, separators=(",", ":")))
     text = report(raw, out)
     print()
     print(text)
