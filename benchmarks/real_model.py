@@ -484,8 +484,12 @@ def main(argv=None) -> int:
                "wall_time_s": max(raw["wall_time_s"] for raw in raws)}  # fmt: skip
         raw["options"] = {**raw["options"], "seeds": sorted({r["seed"] for r in raw["runs"]})}
         raw["scale"] = {**raw["scale"], "seeds": len(raw["options"]["seeds"])}
-        if raw["scale"]["seeds"] == SCALES[raw["options"]["scale"]].seeds:
-            raw["mode"] = raw["mode"].replace(", custom", "")  # the seeds of the default study, run in parts
+        arms = sorted({r["arm"] for r in raw["runs"]})
+        raw["options"]["arms"] = [a for a in ARMS if a in arms]
+        if raw["scale"] == asdict(SCALES[raw["options"]["scale"]]) and arms == sorted(DEFAULT_ARMS):
+            raw["mode"] = raw["mode"].replace(", custom", "")  # the default study, run in parts
+        else:
+            raw["mode"] = raw["mode"].replace(", custom", "") + ", custom"
         if len(raws) > 1:  # keep the merged raw numbers next to the report
             (out / f"real_model{raw['suffix']}.json").write_text(json.dumps(raw, indent=1))
         print(write_report(raw, out))

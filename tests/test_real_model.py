@@ -131,7 +131,7 @@ def test_switch_on_the_real_model_keeps_groups_and_the_sampling_temperature(smol
 
 
 def test_demo_recipe_runs_and_shows_chat_completions(smollm2_dir, tmp_path, capsys):
-    """`grpo-curriculum demo --recipe recipes/smollm2-arithmetic.yaml` (2 steps: the switch comes after step 1)."""
+    """`grpo-curriculum demo --recipe recipes/smollm2-arithmetic.yaml` (2 steps: step 2 is the first at G 8)."""
     import json
     from pathlib import Path
 
@@ -140,8 +140,9 @@ def test_demo_recipe_runs_and_shows_chat_completions(smollm2_dir, tmp_path, caps
     recipe = Path(__file__).resolve().parent.parent / "recipes" / "smollm2-arithmetic.yaml"
     out = tmp_path / "demo"
     assert main(["demo", "--recipe", str(recipe), "--max-steps", "2", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert "switch at step 1: G 4 -> 8, temperature 0.70 -> 0.90" in printed
+    captured = capsys.readouterr()
+    printed = captured.out + captured.err
+    assert "switch at step 2 (round 2): G 4 -> 8, temperature 0.7 -> 0.9" in printed
     assert "USER" in printed and "ASSISTANT" in printed and "What is" in printed  # TRL's tables of chat text
     state = json.loads((out / "trainer_state.json").read_text())
     steps = [h for h in state["log_history"] if "reward" in h]
