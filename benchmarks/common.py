@@ -45,6 +45,12 @@ def mean_std(values) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
+def fmt_ms(value: tuple[float, float], digits: int = 3) -> str:
+    """A (mean, std) pair as `mean ± std` (`n/a` when the mean is NaN)."""
+    m, s = value
+    return "n/a" if math.isnan(m) else f"{m:.{digits}f} ± {s:.{digits}f}"
+
+
 def parse_with_output(parser: argparse.ArgumentParser, argv, report: str) -> tuple[argparse.Namespace, Path]:
     """Add `--out` and `--from-json` (reports named `report*.json`), parse `argv`, create the output folder."""
     parser.add_argument("--out", default=str(RESULTS), help="output folder")

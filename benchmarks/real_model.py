@@ -52,11 +52,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from common import mean_std, parse_with_output, train_arm  # benchmarks/common.py
+from common import fmt_ms, mean_std, parse_with_output, train_arm  # benchmarks/common.py
+
+from grpo_curriculum.arithmetic import LEVELS
 
 warnings.filterwarnings("ignore", category=FutureWarning)
-
-LEVELS = ("add1", "mul1", "add2", "sub2", "mul21", "mul2")  # grpo_curriculum.arithmetic.LEVELS, easiest first
 
 
 # --- scales and arms -------------------------------------------------------------------------------------------------
@@ -310,11 +310,6 @@ def run_arm(arm: str, seed: int, scale: Scale, model_path: str, train) -> dict:
 # --- statistics and report -------------------------------------------------------------------------------------------
 
 
-def fmt(value: tuple[float, float], digits: int = 3) -> str:
-    m, s = value
-    return "n/a" if math.isnan(m) else f"{m:.{digits}f} ± {s:.{digits}f}"
-
-
 def summarise(runs: list[dict], arms: list[str]) -> dict:
     rows = {}
     for arm in arms:
@@ -383,16 +378,16 @@ def markdown(raw: dict) -> str:
         g_lo, g_hi = row["G_range"]
         g = f"{row['mean_G'][0]:.1f} ({g_lo:g}-{g_hi:g})" if g_lo != g_hi else f"{g_lo:g}"
         lines.append(
-            f"| {arm} | {g} | {row['start_greedy'][0]:.3f} -> {fmt(row['final_greedy'])} | {fmt(row['gain_greedy'])} "
-            f"| {row['start_sampled'][0]:.3f} -> {fmt(row['final_sampled'])} | {fmt(row['gain_sampled'])} | "
-            f"{fmt(row['train_reward'])} | {fmt(row['zero_std'], 2)} | {fmt(row['clipped'], 2)} | "
-            f"{fmt(row['train_time'], 0)} | {row['median_step_s']:.1f} | {row['run_time_total']:.0f} |"
+            f"| {arm} | {g} | {row['start_greedy'][0]:.3f} -> {fmt_ms(row['final_greedy'])} | {fmt_ms(row['gain_greedy'])} "
+            f"| {row['start_sampled'][0]:.3f} -> {fmt_ms(row['final_sampled'])} | {fmt_ms(row['gain_sampled'])} | "
+            f"{fmt_ms(row['train_reward'])} | {fmt_ms(row['zero_std'], 2)} | {fmt_ms(row['clipped'], 2)} | "
+            f"{fmt_ms(row['train_time'], 0)} | {row['median_step_s']:.1f} | {row['run_time_total']:.0f} |"
         )  # fmt: skip
     levels = list(next(iter(rows.values()))["final_by_level"]) if rows else []
     if levels:
         lines += ["", "Final greedy accuracy by difficulty level (held-out prompts):", "",
                   "| arm | " + " | ".join(levels) + " |", "|---|" + "---|" * len(levels)]  # fmt: skip
-        lines += [f"| {arm} | " + " | ".join(fmt(row["final_by_level"][lv], 2) for lv in levels) + " |"
+        lines += [f"| {arm} | " + " | ".join(fmt_ms(row["final_by_level"][lv], 2) for lv in levels) + " |"
                   for arm, row in rows.items()]  # fmt: skip
     lines += ["", f"![eval accuracy](real_model{raw['suffix']}.png)", "", "## Reading", "", *reading(raw, rows), ""]
     return "\n".join(lines)
@@ -486,10 +481,8 @@ def main(argv=None) -> int:
         raw["scale"] = {**raw["scale"], "seeds": len(raw["options"]["seeds"])}
         arms = sorted({r["arm"] for r in raw["runs"]})
         raw["options"]["arms"] = [a for a in ARMS if a in arms]
-        if raw["scale"] == asdict(SCALES[raw["options"]["scale"]]) and arms == sorted(DEFAULT_ARMS):
-            raw["mode"] = raw["mode"].replace(", custom", "")  # the default study, run in parts
-        else:
-            raw["mode"] = raw["mode"].replace(", custom", "") + ", custom"
+        default = raw["scale"] == asdict(SCALES[raw["options"]["scale"]]) and arms == sorted(DEFAULT_ARMS)
+        raw["mode"] = raw["mode"].replace(", custom", "") + ("" if default else ", custom")  # parts of one study
         if len(raws) > 1:  # keep the merged raw numbers next to the report
             (out / f"real_model{raw['suffix']}.json").write_text(json.dumps(raw, indent=1))
         print(write_report(raw, out))

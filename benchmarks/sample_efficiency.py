@@ -52,7 +52,7 @@ import torch
 torch.set_num_threads(1)
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-from common import mean_std, parse_with_output, train_arm  # noqa: E402  (benchmarks/common.py)
+from common import fmt_ms, mean_std, parse_with_output, train_arm  # noqa: E402  (benchmarks/common.py)
 from transformers import GenerationConfig, TrainerCallback  # noqa: E402
 from transformers import logging as hf_logging  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
@@ -361,11 +361,6 @@ def goal_verdict(summary: dict, task_runs: dict[str, list[dict]]) -> dict:
 
 
 # --- output ----------------------------------------------------------------------------------------------------------
-
-
-def fmt_ms(value: tuple[float, float], digits: int = 3) -> str:
-    m, s = value
-    return "n/a" if math.isnan(m) else f"{m:.{digits}f} ± {s:.{digits}f}"
 
 
 def fmt_reach(point: dict | None, per_seed: list[int | None]) -> str:

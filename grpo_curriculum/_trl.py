@@ -467,11 +467,13 @@ def curriculum_state_before_trainer_state(trainer, folder: str, save):
 
     state = trainer.state
     target = os.path.abspath(os.path.join(folder, "trainer_state.json"))
+    saved = []
 
     def save_to_json(json_path: str) -> None:
         if os.path.abspath(json_path) != target:
             return type(state).save_to_json(state, json_path)
         save(folder)
+        saved.append(json_path)
         atomic_json(json_path, dataclasses.asdict(state))
 
     state.save_to_json = save_to_json
@@ -479,6 +481,8 @@ def curriculum_state_before_trainer_state(trainer, folder: str, save):
         yield
     finally:
         del state.save_to_json
+    if not saved:  # a transformers version that writes the trainer state elsewhere: never lose the curriculum's
+        save(folder)
 
 
 def micro_step(trainer) -> int:

@@ -19,7 +19,7 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from .rewards import _text, last_number
+from .rewards import last_number_reward
 
 INSTRUCTION = "Answer with just the number."
 EVAL_SHARE = 8  # one problem in EVAL_SHARE is held out (by hash of its text)
@@ -155,8 +155,4 @@ def arithmetic_reward(completions: list, answer: list[str], **kwargs) -> list[fl
     Returns:
         `list[float]`: One reward per completion.
     """
-    rewards = []
-    for completion, expected in zip(completions, answer, strict=True):
-        got, want = last_number(_text(completion)), last_number(str(expected))
-        rewards.append(float(got is not None and want is not None and got == want))
-    return rewards
+    return last_number_reward(completions, answer)

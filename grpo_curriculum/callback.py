@@ -11,7 +11,8 @@ from transformers import TrainerCallback
 
 from . import tracking
 from .adaptive import make_policy
-from .rules import is_int
+from .errors import raise_if_any
+from .rules import UNCERTAIN_PROMPTS
 from .schedule import ResolvedSchedule, Setting, Stage, StageSchedule
 
 logger = logging.getLogger("grpo_curriculum")
@@ -103,22 +104,12 @@ class CurriculumCallback(TrainerCallback):
 
     def __init__(self, schedule: StageSchedule | list[Stage], uncertain_prompts: int = 1000):
         self.schedule = schedule if isinstance(schedule, StageSchedule) else StageSchedule(schedule)
-        if not is_int(uncertain_prompts) or uncertain_prompts < 0:
-            raise ValueError(f"uncertain_prompts must be an integer >= 0 (prompts in uncertain_prompts.jsonl), got "
-                             f"{uncertain_prompts!r}")
+        raise_if_any(UNCERTAIN_PROMPTS.problems("uncertain_prompts", uncertain_prompts))
         self.uncertain_prompts = int(uncertain_prompts)
         self.resolved: ResolvedSchedule | None = None
-        self.current: Setting | None = None
-        self.rounds = 0  # generation rounds started in this run
-        self.switches: list[dict] = []
-        self.policy = None  # the adaptive policy of the current stage, if it is adaptive
-        self.policy_stage: int | None = None
-        self.last_stats = None  # signals of the last round (grpo_curriculum.signals.RoundStats)
         self.round_context: dict | None = None  # what policies with per-prompt state need: budget, slots, seed
-        self.deferred_total = 0  # prompts deferred by per-prompt stages in this run
-        self._since_log = _RoundCounts()
-        self._last_round = _RoundCounts()
         self._trainer = None
+        self.reset_run()
 
     @classmethod
     def from_yaml(cls, path: str, **kwargs) -> CurriculumCallback:
@@ -200,8 +191,13 @@ class CurriculumCallback(TrainerCallback):
 
     def reset_run(self) -> None:
         """Forget the previous run's rounds, switches and policy (a new `train()` starts from step 0)."""
-        self.current, self.rounds, self.switches, self.policy, self.policy_stage = None, 0, [], None, None
-        self.last_stats, self.deferred_total = None, 0
+        self.current: Setting | None = None
+        self.rounds = 0  # generation rounds started in this run
+        self.switches: list[dict] = []
+        self.policy = None  # the adaptive policy of the current stage, if it is adaptive
+        self.policy_stage: int | None = None
+        self.last_stats = None  # signals of the last round (grpo_curriculum.signals.RoundStats)
+        self.deferred_total = 0  # prompts deferred by per-prompt stages in this run
         self._since_log, self._last_round = _RoundCounts(), _RoundCounts()
 
     def _stage_start_reason(self, index: int, global_step: int) -> str:

@@ -106,9 +106,9 @@ def read_state(folder: str, global_step: int | None = None) -> dict:
     return state
 
 
-def is_complete(folder: str | os.PathLike, curriculum: bool = True) -> bool:
+def is_complete(folder: str | os.PathLike) -> bool:
     """Whether a checkpoint folder was written completely (see the module docstring)."""
-    for name in (TRAINER_STATE_FILE, STATE_FILE) if curriculum else (TRAINER_STATE_FILE,):
+    for name in (TRAINER_STATE_FILE, STATE_FILE):
         try:
             with open(os.path.join(folder, name), encoding="utf-8") as f:
                 json.load(f)
@@ -117,7 +117,7 @@ def is_complete(folder: str | os.PathLike, curriculum: bool = True) -> bool:
     return True
 
 
-def newest_complete_checkpoint(output_dir: str | os.PathLike, curriculum: bool = True) -> str | None:
+def newest_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     """
     The newest complete `checkpoint-N` folder in `output_dir` (highest N), or `None`; each newer incomplete one is
     named in a warning.
@@ -127,7 +127,7 @@ def newest_complete_checkpoint(output_dir: str | os.PathLike, curriculum: bool =
     found = sorted(((int(m.group(1)), p) for p in Path(output_dir).iterdir()
                     if p.is_dir() and (m := _CHECKPOINT.match(p.name))), reverse=True)  # fmt: skip
     for _, folder in found:
-        if is_complete(folder, curriculum):
+        if is_complete(folder):
             return str(folder)
         logger.warning("skipping %s: it was not completely written (a run stopped while saving it)", folder)
     return None

@@ -43,7 +43,8 @@ from .errors import MISSING, CurriculumError, Problem, raise_if_any
 from .geometry import BatchGeometry
 from .loading import parse_value, read_yaml
 from .models import MODELS
-from .rules import COUNT, MAX_COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, Rule, check, integer, is_int, suggest, unknown_keys
+from .rules import (COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, UNCERTAIN_PROMPTS, Rule, check, integer, is_int,
+                    suggest, unknown_keys)
 from .schedule import Stage, StageSchedule, stage_problems
 from .trl_fields import CLASSES, trl_fields
 
@@ -51,6 +52,7 @@ __all__ = ["Recipe", "geometry_of", "import_reward", "load_curriculum", "load_re
            "training_geometry"]
 
 BUILTIN = "builtin:"
+TINY_MODEL = BUILTIN + "tiny"  # the demo's 2-layer model (grpo_curriculum.tasks)
 BUILTIN_MODELS = ("tiny", *MODELS)  # builtin:smollm2 is fetched from PyPI on first use (see models.py)
 RECIPE_RULES = {  # the recipe's own keys besides `reward_funcs` and `curriculum` (TRL's: see `_trl_rule`)
     "num_processes": dataclasses.replace(COUNT, fix="e.g. `num_processes: 2` (the world size the recipe is for)"),
@@ -137,8 +139,7 @@ def _rekey(problems: list[Problem], prefix: str) -> list[Problem]:
 
 
 CURRICULUM_RULES = {  # the curriculum's settings besides `stages` (arguments of `CurriculumCallback`)
-    "uncertain_prompts": integer(0, MAX_COUNT, why="prompts listed in uncertain_prompts.jsonl",
-                                 fix="e.g. `uncertain_prompts: 1000` (0: no report)"),
+    "uncertain_prompts": UNCERTAIN_PROMPTS,
 }
 
 
@@ -284,7 +285,7 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
     if num_prompts is not None and isinstance(dataset_name, str) and not dataset_name.startswith(BUILTIN):
         problems.append(Problem("dataset_num_prompts", num_prompts, "only applies to built-in datasets "
                                 f"({', '.join(BUILTIN + k for k in TASKS)})", "remove it"))
-    if is_int(warm_start) and warm_start > 0 and model_name != BUILTIN + "tiny":
+    if is_int(warm_start) and warm_start > 0 and model_name != TINY_MODEL:
         problems.append(Problem("warm_start_steps", warm_start, "only applies to the built-in model `builtin:tiny`",
                                 "remove it"))
     problems += _reward_problems(data.get("reward_funcs"))

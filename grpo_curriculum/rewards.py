@@ -45,9 +45,13 @@ def gsm8k_accuracy_reward(completions: list, answer: list[str], **kwargs) -> lis
     Returns:
         `list[float]`: One reward per completion.
     """
+    return last_number_reward(completions, [str(reference).split("####")[-1] for reference in answer])
+
+
+def last_number_reward(completions: list, expected: list[str]) -> list[float]:
+    """1.0 per completion whose last number equals the last number of its `expected` text, else 0.0 (none: 0.0)."""
     rewards = []
-    for completion, reference in zip(completions, answer, strict=True):
-        expected = last_number(str(reference).split("####")[-1])
-        got = last_number(_text(completion))
-        rewards.append(float(expected is not None and got is not None and abs(got - expected) < 1e-6))
+    for completion, reference in zip(completions, expected, strict=True):
+        want, got = last_number(str(reference)), last_number(_text(completion))
+        rewards.append(float(want is not None and got is not None and abs(got - want) < 1e-6))
     return rewards

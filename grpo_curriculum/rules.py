@@ -224,6 +224,8 @@ POSITIVE = Rule("number", low=0, open_low=True)
 """A positive finite number."""
 
 COUNT = integer(1, MAX_COUNT)
+UNCERTAIN_PROMPTS = integer(0, MAX_COUNT, why="prompts listed in uncertain_prompts.jsonl",
+                            fix="e.g. `uncertain_prompts: 1000` (0: no report)")
 """A positive count of completions, prompts, processes or micro-steps."""
 
 STEPS = integer(1, MAX_STEPS)

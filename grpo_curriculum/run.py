@@ -14,12 +14,11 @@ import warnings
 from pathlib import Path
 
 from .errors import CurriculumError, Problem
+from .recipe import BUILTIN, TINY_MODEL
 
 logger = logging.getLogger("grpo_curriculum")
 
-BUILTIN = "builtin:"
 DEMO_RECIPE = Path(__file__).resolve().parent / "recipes" / "demo.yaml"  # shipped in the package (recipes/ links it)
-TINY_MODEL = "builtin:tiny"
 
 
 # --- building a run ----------------------------------------------------------------------------------------------
@@ -50,7 +49,7 @@ def build_run(recipe):
             dataset = dataset.rename_column(recipe.dataset_prompt_column, "prompt")
             if eval_dataset is not None:
                 eval_dataset = eval_dataset.rename_column(recipe.dataset_prompt_column, "prompt")
-    if recipe.model_name_or_path == BUILTIN + "tiny":
+    if recipe.model_name_or_path == TINY_MODEL:
         model, tokenizer = build_model(seed=seed), build_tokenizer()
         warm_start(model, tokenizer, dataset, steps=recipe.warm_start_steps, seed=seed)
     elif recipe.model_name_or_path.startswith(BUILTIN):  # a pretrained model fetched without the Hub
@@ -81,9 +80,8 @@ def validate_for_launch(recipe) -> None:
         [`CurriculumError`]: naming the key, the value, the rule and the fix of every problem.
     """
     from .errors import raise_if_any
-    from .recipe import geometry_of
 
-    geometry = geometry_of(recipe, num_processes=int(os.environ.get("WORLD_SIZE", "1")))
+    geometry = launch_geometry(recipe)
     problems = recipe.curriculum.geometry_problems(geometry, key="curriculum.stages")
     needs = [("use_vllm", recipe.training.get("use_vllm"), "vllm", "install it on a CUDA machine "
               "(`pip install 'grpo-curriculum[vllm]'`), or set `use_vllm: false`"),
@@ -102,6 +100,13 @@ def validate_for_launch(recipe) -> None:
     raise_if_any(problems, context=f"{recipe.path}: {geometry.describe()}")
 
 
+def launch_geometry(recipe):
+    """The recipe's batch geometry on the processes this one was launched with (`WORLD_SIZE`; 1 otherwise)."""
+    from .recipe import geometry_of
+
+    return geometry_of(recipe, num_processes=int(os.environ.get("WORLD_SIZE", "1")))
+
+
 def grpo_config(recipe, output_dir: str | None = None):
     """
     `GRPOConfig` for the recipe. G and temperature start at the first stage's values (a per-prompt first stage: the
@@ -110,17 +115,14 @@ def grpo_config(recipe, output_dir: str | None = None):
     """
     from trl import GRPOConfig
 
-    from .recipe import geometry_of
-
     kwargs = dict(recipe.training)
     first = recipe.curriculum.stages[0]
     kwargs["num_generations"] = first.num_generations
     if first.adaptive is not None and first.adaptive.per_prompt:
-        geometry = geometry_of(recipe, num_processes=int(os.environ.get("WORLD_SIZE", "1")))
-        valid = geometry.valid_num_generations()
+        valid = launch_geometry(recipe).valid_num_generations()
         fitting = [g for g in first.adaptive.num_generations if g in valid] or valid
-        kwargs["num_generations"] = recipe.training.get("num_generations") if recipe.training.get(
-            "num_generations") in valid else fitting[-1]  # fmt: skip
+        given = recipe.training.get("num_generations")
+        kwargs["num_generations"] = given if given in valid else fitting[-1]
     kwargs["temperature"] = first.temperature_at(0.0)
     kwargs.pop("resume_from_checkpoint", None)  # an argument of `train()` (`true` is not a path GRPOConfig takes)
     if "gradient_checkpointing" not in kwargs:  # TRL's default (on), under transformers 5's name: no FutureWarning

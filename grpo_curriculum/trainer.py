@@ -105,13 +105,8 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         with _trl.record_fused_lm_head_temperature(self._temperature_cells):
             super().__init__(*args, **kwargs)
         self._prompt_stream = None
-        self._round_prompts = None
-        self._round_sizes = None  # each prompt's G in the current round
-        self._round_plan = None  # a per-prompt round's allocation, to regenerate it after a mid-round resume
         self._prompt_report = None
-        self._round_start_stream = None
-        self._resumed_mid_round = False
-        self._observe_this_round = True
+        self._reset_round_state()
         if self._curriculum is None:
             return
         if training_args is None:  # GRPOTrainer built default args from the model name
@@ -130,11 +125,18 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
     def _curriculum_active(self) -> bool:
         return self._curriculum is not None
 
+    def _reset_round_state(self) -> None:
+        self._round_prompts = None
+        self._round_sizes = None  # each prompt's G in the current round
+        self._round_plan = None  # a per-prompt round's allocation, to regenerate it after a mid-round resume
+        self._round_start_stream = None
+        self._resumed_mid_round = False
+        self._observe_this_round = True
+
     def _curriculum_restart(self) -> None:
         self._curriculum.reset_run()
         self._prompt_stream = _trl.new_prompt_stream(self)
-        self._round_prompts = self._round_sizes = self._round_plan = self._round_start_stream = None
-        self._resumed_mid_round, self._observe_this_round = False, True
+        self._reset_round_state()
         self._apply(self._curriculum.initial_setting())
 
     @contextlib.contextmanager
