@@ -111,14 +111,6 @@ def sampling_temperatures(trainer, cells: list) -> dict[str, float]:
     return found
 
 
-def splits_batches(args) -> bool:
-    """Whether `args.accelerator_config` asks accelerate to split batches (TRL's layout assumes it does not)."""
-    config = getattr(args, "accelerator_config", None)
-    if isinstance(config, dict):
-        return bool(config.get("split_batches"))
-    return bool(getattr(config, "split_batches", False))
-
-
 def generation_round_length(trainer) -> int:
     """Micro-steps (`training_step` calls) a generated batch is used for: `steps_per_generation x num_iterations`."""
     return trainer.args.steps_per_generation * trainer.num_iterations

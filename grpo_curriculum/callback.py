@@ -11,6 +11,7 @@ from transformers import TrainerCallback
 
 from . import tracking
 from .adaptive import make_policy
+from .checkpoint import atomic_write
 from .errors import raise_if_any
 from .rules import UNCERTAIN_PROMPTS
 from .schedule import ResolvedSchedule, Setting, Stage, StageSchedule
@@ -269,9 +270,7 @@ class CurriculumCallback(TrainerCallback):
         """
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, SWITCHES_FILE)
-        with open(f"{path}.tmp", "w") as file:
-            file.writelines(json.dumps(switch) + "\n" for switch in self.switches)
-        os.replace(f"{path}.tmp", path)
+        atomic_write(path, lambda f: f.writelines(json.dumps(switch) + "\n" for switch in self.switches))
         return path
 
     def observe_round(self, stats) -> None:

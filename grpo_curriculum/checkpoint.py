@@ -31,18 +31,27 @@ class CurriculumStateError(ValueError):
     """A checkpoint's curriculum state cannot be used to continue this run; the message says why and what to do."""
 
 
-def _atomic_write(path: str, write, binary: bool = False) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def atomic_write(path: str | os.PathLike, write, binary: bool = False) -> None:
+    """
+    Call `write(file)` on a temporary file next to `path`, sync it and rename it to `path`: readers see the old file or
+    the new one, never a part (the temporary file is removed if `write` fails).
+    """
+    tmp = f"{os.fspath(path)}.tmp"
+    try:
+        with open(tmp, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def atomic_json(path: str, data) -> None:
     """Write `data` as JSON to `path` through a temporary file and a rename: readers see the old file or the new one."""
-    _atomic_write(path, lambda f: f.write(json.dumps(data, indent=2, sort_keys=True) + "\n"))
+    atomic_write(path, lambda f: f.write(json.dumps(data, indent=2, sort_keys=True) + "\n"))
 
 
 def write_state(folder: str, state: dict) -> None:
@@ -51,8 +60,8 @@ def write_state(folder: str, state: dict) -> None:
 
     state, arrays = _split_arrays({"version": VERSION, **state})
     if arrays:
-        _atomic_write(os.path.join(folder, ARRAYS_FILE), lambda f: np.savez_compressed(f, **arrays), binary=True)
-    _atomic_write(os.path.join(folder, STATE_FILE), lambda f: json.dump(state, f))
+        atomic_write(os.path.join(folder, ARRAYS_FILE), lambda f: np.savez_compressed(f, **arrays), binary=True)
+    atomic_write(os.path.join(folder, STATE_FILE), lambda f: json.dump(state, f))
 
 
 def read_state(folder: str, global_step: int | None = None) -> dict:

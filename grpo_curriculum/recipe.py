@@ -220,10 +220,15 @@ def _split_batches_problems(value) -> list[Problem]:
             return []  # unreadable: TRL says so when it builds the config
     if not isinstance(config, Mapping) or config.get("split_batches") in (None, False):
         return []
-    return [Problem(f"{key}.split_batches", config["split_batches"], "is not supported: GRPO's grouping assumes "
-                    "accelerate's default sharding, where each process draws its own per-device batch (with "
-                    "`split_batches` every process gets a slice of one batch, and groups of G completions are cut)",
-                    "remove `split_batches` (or set it to false)")]
+    return [split_batches_problem(key, config["split_batches"])]
+
+
+def split_batches_problem(key: str, value) -> Problem:
+    """The problem of an `accelerator_config` (named `key`) whose `split_batches` is `value` (on)."""
+    return Problem(f"{key}.split_batches", value, "is not supported: GRPO's grouping assumes accelerate's default "
+                   "sharding, where each process draws its own per-device batch (with `split_batches` every process "
+                   "gets a slice of one batch, and groups of G completions are cut)",
+                   "remove `split_batches` (or set it to false)")
 
 
 # --- public API --------------------------------------------------------------------------------------------------

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 
 import numpy as np
 
+from .checkpoint import atomic_write
 from .signals import group_sizes_of
 from .slots import PromptSlots
 
@@ -119,18 +119,10 @@ class PromptReport:
         return rows
 
     def write_jsonl(self, path: str | os.PathLike, texts: dict | None = None) -> None:
-        """Write [`rows`] as JSON lines, atomically (a temporary file, then `os.replace`)."""
-        path = os.fspath(path)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".prompt-report-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                for row in self.rows(texts):
-                    f.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+        """Write [`rows`] as JSON lines, atomically ([`~grpo_curriculum.checkpoint.atomic_write`])."""
+        rows = self.rows(texts)
+        atomic_write(path, lambda f: f.writelines(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n"
+                                                  for row in rows))
 
     def state_dict(self) -> dict:
         """The touched slots only, as arrays (for a checkpoint), and the kept texts."""

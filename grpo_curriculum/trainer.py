@@ -14,6 +14,7 @@ from .callback import CurriculumCallback
 from .checkpoint import STATE_FILE, CurriculumStateError, newest_complete_checkpoint, read_state, write_state
 from .errors import Problem, raise_if_any
 from .geometry import BatchGeometry
+from .recipe import split_batches_problem
 from .report import PromptReport
 from .signals import round_stats
 
@@ -42,10 +43,10 @@ def validate_schedule_geometry(curriculum: CurriculumCallback, args, dataset=Non
     problems = curriculum.schedule.geometry_problems(geometry)
     if not problems and dataset is not None and hasattr(dataset, "__len__"):
         problems += _dataset_problems(curriculum, args, len(dataset), geometry.generation_batch_size)
-    if _trl.splits_batches(args):
-        problems.append(Problem("accelerator_config.split_batches", True, "splits each batch across processes, while "
-                                "TRL's grouping and the curriculum's rounds assume accelerate's default sharding",
-                                "remove `split_batches` from `accelerator_config`"))  # fmt: skip
+    config = getattr(args, "accelerator_config", None)  # a dict, or transformers' AcceleratorConfig
+    split = config.get("split_batches") if isinstance(config, dict) else getattr(config, "split_batches", False)
+    if split:
+        problems.append(split_batches_problem("accelerator_config", split))
     overrides = getattr(args, "generation_kwargs", None) or {}
     if "temperature" in overrides:  # TRL applies generation_kwargs last: it would pin every round's temperature
         problems.append(
