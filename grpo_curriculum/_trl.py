@@ -28,6 +28,7 @@ import itertools
 import json
 import logging
 import os
+import warnings
 
 import torch
 from datasets import Dataset, IterableDataset
@@ -567,3 +568,16 @@ def prompt_slots(stream: PromptStream):
 def new_prompt_stream(trainer) -> PromptStream:
     """A prompt stream over the train dataset as the data loader reads it, shuffled like TRL's sampler."""
     return PromptStream(train_dataset_as_loaded(trainer), shuffle=trainer.shuffle_dataset, seed=trainer.args.seed)
+
+
+@contextlib.contextmanager
+def hide_renamed_method_warnings():
+    """
+    Hide the FutureWarnings of the model methods transformers 5 renamed that TRL 1.16 calls
+    (`is_gradient_checkpointing`, read in every generation round, and `gradient_checkpointing_enable/disable` when
+    checkpointing is on): no recipe setting avoids them.
+    """
+    with warnings.catch_warnings():
+        renamed = r"`(is_gradient_checkpointing|gradient_checkpointing_enable|gradient_checkpointing_disable)`"
+        warnings.filterwarnings("ignore", message=renamed + " is deprecated", category=FutureWarning)
+        yield

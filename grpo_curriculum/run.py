@@ -10,7 +10,6 @@ import os
 import shutil
 import sys
 import time
-import warnings
 from pathlib import Path
 
 from .errors import CurriculumError, Problem
@@ -132,15 +131,19 @@ def grpo_config(recipe, output_dir: str | None = None):
     return GRPOConfig(**kwargs)
 
 
-def model_arguments(recipe, args) -> dict:
+def model_arguments(recipe, args, loads_model: bool) -> dict:
     """
     What `CurriculumGRPOTrainer` gets from the recipe's `ModelConfig` fields, as TRL's `trl grpo` script routes them:
+    `peft_config` (LoRA) and, when TRL loads the model (`loads_model`: a name or path, not an instance), `args`'
     `model_init_kwargs` (revision, trust_remote_code, attn_implementation, dtype; the recipe's own `model_init_kwargs`
-    on top), `quantization_config` and `peft_config` (LoRA).
+    on top) and `quantization_config`.
     """
     from trl import ModelConfig, get_peft_config, get_quantization_config
 
     model_args = ModelConfig(model_name_or_path=recipe.model_name_or_path, **recipe.model)
+    if not loads_model:
+        args.model_init_kwargs = None  # an instance: nothing to load
+        return {"peft_config": get_peft_config(model_args)}
     kwargs = {"revision": model_args.model_revision, "trust_remote_code": args.trust_remote_code,
               "attn_implementation": model_args.attn_implementation, "dtype": model_args.dtype}  # fmt: skip
     args.model_init_kwargs = {**kwargs, **(args.model_init_kwargs or {})}
@@ -154,10 +157,7 @@ def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=()):
 
     args = grpo_config(recipe, output_dir)
     model, tokenizer, dataset, eval_dataset, rewards = build_run(recipe)
-    routed = model_arguments(recipe, args) if isinstance(model, str) or recipe.model.get("use_peft") else {}
-    if not isinstance(model, str):
-        args.model_init_kwargs = None  # an instance: nothing to load
-        routed.pop("quantization_config", None)
+    routed = model_arguments(recipe, args, loads_model=isinstance(model, str))
     return CurriculumGRPOTrainer(
         model=model,
         reward_funcs=rewards,
@@ -415,6 +415,8 @@ def _demo_output():
     """
     from transformers.utils import logging as hf_logging
 
+    from . import _trl
+
     handler, level, propagate = _TqdmHandler(), logger.level, logger.propagate
     handler.setFormatter(logging.Formatter("%(message)s"))
     hf_level = hf_logging.get_verbosity()
@@ -423,12 +425,7 @@ def _demo_output():
     logger.propagate = False
     hf_logging.set_verbosity_error()
     try:
-        with warnings.catch_warnings():
-            # TRL 1.16 calls the model methods transformers 5 renamed (`is_gradient_checkpointing`, read in every
-            # generation round, and `gradient_checkpointing_enable/disable` when checkpointing is on): FutureWarnings
-            # that no recipe setting avoids. Hidden here only; the `train` command and the library show them.
-            renamed = r"`(is_gradient_checkpointing|gradient_checkpointing_enable|gradient_checkpointing_disable)`"
-            warnings.filterwarnings("ignore", message=renamed + " is deprecated", category=FutureWarning)
+        with _trl.hide_renamed_method_warnings():  # the demo only; the `train` command and the library show them
             yield
     finally:
         logger.removeHandler(handler)
