@@ -65,30 +65,25 @@ def main():
 def kill_at(trainer, point: str, step: str) -> None:
     """SIGKILL this process at `point` of writing checkpoint-`step`."""
 
-    def after(owner, name, when):
+    def kill_around(owner, name, before: bool = False):
         original = getattr(owner, name)
 
         def call(*args, **kwargs):
+            if before and trainer.state.global_step == int(step):
+                os.kill(os.getpid(), signal.SIGKILL)
             result = original(*args, **kwargs)
-            if when() and trainer.state.global_step == int(step):
+            if not before and trainer.state.global_step == int(step):
                 os.kill(os.getpid(), signal.SIGKILL)
             return result
 
         setattr(owner, name, call)
 
     if point == "after-model":
-        after(trainer, "save_model", lambda: True)
+        kill_around(trainer, "save_model")
     elif point == "after-curriculum":
-        after(trainer, "_curriculum_save", lambda: True)
+        kill_around(trainer, "_curriculum_save")
     elif point == "before-rotation":
-        original = transformers.trainer.rotate_checkpoints
-
-        def rotate(*args, **kwargs):
-            if trainer.state.global_step == int(step):
-                os.kill(os.getpid(), signal.SIGKILL)
-            return original(*args, **kwargs)
-
-        transformers.trainer.rotate_checkpoints = rotate
+        kill_around(transformers.trainer, "rotate_checkpoints", before=True)
     else:
         raise SystemExit(f"unknown kill point {point!r}")
 

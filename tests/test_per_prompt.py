@@ -16,11 +16,10 @@ from trl import GRPOTrainer
 
 from grpo_curriculum import Adaptive, CurriculumError, Stage
 from grpo_curriculum._trl import group_advantages
-from grpo_curriculum.trainer import CurriculumGRPOTrainer
-from grpo_curriculum.tasks import build_model, build_tokenizer, echo_reward
+from grpo_curriculum.tasks import build_model, build_tokenizer
 
 from .conftest import RoundRecorder, group_runs, grpo_args, indexed_dataset, per_prompt_stages
-from .test_trainer import make_trainer, run_record, train_history
+from .test_trainer import make_trainer, plain_and_curriculum, train_history
 
 
 per_prompt = per_prompt_stages
@@ -138,11 +137,7 @@ def test_one_candidate_without_deferral_trains_like_plain_grpo(tmp_path):
     overrides = dict(gradient_accumulation_steps=2, num_generations=4, temperature=0.9, max_steps=8, seed=3)
     dataset = indexed_dataset(num_prompts=20).map(lambda row: {"target": row["prompt"].split(" : ")[1][:-2]})
     per_prompt = [Stage(temperature=0.9, adaptive=Adaptive((4,), policy="per_prompt", defer=False))]
-    plain, ours = (
-        run_record(*make_trainer(tmp_path / name, stages, recorder=RoundRecorder(reward_fn=echo_reward),
-                                 dataset=dataset, cls=cls, **overrides))  # fmt: skip
-        for name, cls, stages in [("plain", GRPOTrainer, None), ("ours", CurriculumGRPOTrainer, per_prompt)]
-    )
+    plain, ours = plain_and_curriculum(tmp_path, per_prompt, dataset, **overrides)
     assert ours == plain
 
 

@@ -75,7 +75,6 @@ def test_converted_folder_generates_like_the_gguf_model(smollm2_dir, tmp_path):
 
 def test_switch_on_the_real_model_keeps_groups_and_the_sampling_temperature(smollm2_dir, tmp_path):
     """4 steps on the arithmetic task, G 2 at T 0.7 -> G 4 at T 1.3 after step 2, beta > 0 (a reference model)."""
-    import torch
     from transformers import AutoTokenizer
 
     from grpo_curriculum import Stage
@@ -84,7 +83,7 @@ def test_switch_on_the_real_model_keeps_groups_and_the_sampling_temperature(smol
     from grpo_curriculum.trainer import CurriculumGRPOTrainer
 
     from .conftest import RoundRecorder, assert_whole_groups, grpo_args
-    from .test_trainer import _naive_logps, _spy_generation
+    from .test_trainer import _spy_generation, check_logps
 
     stages = [Stage(num_generations=2, temperature=0.7, until_step=2), Stage(num_generations=4, temperature=1.3)]
     dataset = arithmetic_dataset(32, seed=0)
@@ -99,21 +98,8 @@ def test_switch_on_the_real_model_keeps_groups_and_the_sampling_temperature(smol
     )  # fmt: skip
     recorder.trainer = trainer
     sampled_at = _spy_generation(trainer)
-    checked = []
-    original = trainer._get_per_token_logps_and_entropies
-
-    def checked_logps(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        logps, entropies, aux = original(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
-        temperature, other = sampled_at[-1], 1.0 if sampled_at[-1] != 1.0 else 0.5
-        mask = attention_mask[:, -logits_to_keep:].bool()
-        expected = _naive_logps(model, input_ids, attention_mask, logits_to_keep, temperature)
-        torch.testing.assert_close(logps[mask].detach(), expected[mask], atol=2e-4, rtol=2e-4)
-        wrong = _naive_logps(model, input_ids, attention_mask, logits_to_keep, other)
-        assert (logps[mask].detach() - wrong[mask]).abs().max() > 1e-2  # the check can tell temperatures apart
-        checked.append((trainer.state.global_step, temperature, model is trainer.ref_model))
-        return logps, entropies, aux
-
-    trainer._get_per_token_logps_and_entropies = checked_logps
+    checked = check_logps(trainer, lambda: sampled_at[-1], tolerance=2e-4,
+                          distinct_from=lambda t: 1.0 if t != 1.0 else 0.5)  # the check can tell temperatures apart
     trainer.train()
 
     assert sampled_at == [0.7, 0.7, 1.3, 1.3]
@@ -124,7 +110,7 @@ def test_switch_on_the_real_model_keeps_groups_and_the_sampling_temperature(smol
         assert_whole_groups(call["idx"], call["num_generations"])
         for completion in call["completions"]:  # conversational: one assistant message, special tokens stripped
             assert [m["role"] for m in completion] == ["assistant"] and "<|im_end|>" not in completion[0]["content"]
-    assert {t for _, t, ref in checked if ref} == {0.7, 1.3} and {t for _, t, ref in checked if not ref} == {0.7, 1.3}
+    assert {t for *_, t, ref in checked if ref} == {0.7, 1.3} and {t for *_, t, ref in checked if not ref} == {0.7, 1.3}
     history = [h for h in trainer.state.log_history if "loss" in h]
     assert [h["curriculum/num_generations"] for h in history] == [2, 2, 4, 4]
     assert [h["curriculum/temperature"] for h in history] == [0.7, 0.7, 1.3, 1.3]

@@ -30,7 +30,6 @@ def test_report_matches_direct_statistics_across_rounds():
         (["3", "1"], [0.0, 1.0, 1.0, 0.5, 0.5, 0.25], (2, 4)),  # groups of different sizes
     ]
     report, seen = indexed(), {}
-    start = 0
     for keys, rewards, G in rounds:
         report.update(keys, rewards, G)
         sizes, start = (G,) * len(keys) if isinstance(G, int) else G, 0
@@ -85,7 +84,7 @@ def test_report_jsonl_and_state_round_trip(tmp_path):
     assert list(lines[0]) == ["prompt_key", "prompt", "mean", "variance", "times_seen", "completions"]
     assert os.listdir(tmp_path) == ["prompts.jsonl"]  # the temporary file was replaced, not left behind
 
-    state = {**report.state_dict()}
+    state = report.state_dict()
     assert state["slots"].tolist() == [1, 2, 3, 4]  # the touched slots only
     write_state(str(tmp_path), {**dict.fromkeys(REQUIRED[1:]), "prompt_report": state})
     restored = indexed()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from .conftest import RoundRecorder, assert_whole_groups, indexed_dataset, per_p
 from .test_trainer import make_trainer
 
 ROOT = Path(__file__).resolve().parent.parent
+RESUME_RUN = [sys.executable, str(ROOT / "tests" / "resume_run.py")]  # a run a test kills and resumes
 
 STAGES = [
     Stage(num_generations=2, temperature=0.7, until_step=5),
@@ -104,18 +106,18 @@ def test_resume_from_a_checkpoint_without_curriculum_state_fails_clearly(tmp_pat
     assert recorder.calls == []
 
 
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
 def _read_rounds(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
 def test_sigkill_then_resume_continues_the_schedule(tmp_path, reference_rounds):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    script = str(ROOT / "tests" / "resume_run.py")
-    expected = reference_rounds
-
     killed = tmp_path / "killed"
     killed.mkdir()
-    process = subprocess.Popen([sys.executable, script, str(killed), "--sleep", "0.4"], env=env,
+    process = subprocess.Popen([*RESUME_RUN, str(killed), "--sleep", "0.4"], env=_env(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.time() + 240
     while not (killed / "checkpoint-4" / "trainer_state.json").exists():
@@ -128,10 +130,9 @@ def test_sigkill_then_resume_continues_the_schedule(tmp_path, reference_rounds):
     last = max(complete)  # the resume starts from the newest complete checkpoint
     before = len(_read_rounds(killed / "rounds.jsonl"))
 
-    subprocess.run([sys.executable, script, str(killed), "--resume"], env=env, check=True, timeout=300,
-                   capture_output=True)  # fmt: skip
+    subprocess.run([*RESUME_RUN, str(killed), "--resume"], env=_env(), check=True, timeout=300, capture_output=True)
     after = [(r["step"], r["G"], r["T"], r["idx"]) for r in _read_rounds(killed / "rounds.jsonl")[before:]]
-    assert after == expected[last:]  # one round per step: the resumed run redoes step `last` onwards
+    assert after == reference_rounds[last:]  # one round per step: the resumed run redoes step `last` onwards
     assert {r[1] for r in after} >= {8}  # the schedule went on to its last stage
 
 
@@ -139,9 +140,7 @@ def test_sigkill_then_resume_continues_the_schedule(tmp_path, reference_rounds):
 def reference_rounds(tmp_path_factory):
     """The rounds of `tests/resume_run.py` run to the end without a stop."""
     reference = tmp_path_factory.mktemp("reference")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, str(ROOT / "tests" / "resume_run.py"), str(reference)], env=env, check=True,
-                   timeout=300, capture_output=True)  # fmt: skip
+    subprocess.run([*RESUME_RUN, str(reference)], env=_env(), check=True, timeout=300, capture_output=True)
     return [(r["step"], r["G"], r["T"], r["idx"]) for r in _read_rounds(reference / "rounds.jsonl")]
 
 
@@ -152,8 +151,7 @@ def test_sigkill_while_writing_a_checkpoint_never_loses_the_run(tmp_path, refere
     newest complete checkpoint (4 when 6 was half-written, with a warning naming it; 6 once complete) and the run
     continues exactly as the run that never stopped.
     """
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    script = [sys.executable, str(ROOT / "tests" / "resume_run.py")]
+    env, script = _env(), RESUME_RUN
     killed = tmp_path / "killed"
     killed.mkdir()
     run = subprocess.run([*script, str(killed), "--kill-at", f"{point}:6", "--save-total-limit", "1"], env=env,
@@ -206,8 +204,6 @@ def saved_run(tmp_path_factory):
 
 
 def damaged_copy(saved_run, tmp_path, edit):
-    import shutil
-
     checkpoint = tmp_path / "checkpoint-4"
     shutil.copytree(saved_run / "checkpoint-4", checkpoint)
     path = checkpoint / "curriculum_state.json"
@@ -264,8 +260,6 @@ def test_resume_with_an_edited_schedule_fails_clearly(saved_run, tmp_path, stage
 
 
 def test_resume_true_skips_a_half_written_newest_checkpoint(saved_run, tmp_path, caplog):
-    import shutil
-
     output = tmp_path / "run"
     shutil.copytree(saved_run, output)
     (output / "checkpoint-9" / "trainer_state.json").write_text('{"global_step": 9, "log_hi')  # cut while writing

@@ -43,7 +43,7 @@ def test_demo_smoke(tmp_path, capsys):
     assert not (tmp_path / "demo.partial").exists()
 
 
-def test_demo_threads_only_for_the_tiny_model_without_omp_num_threads(tmp_path):
+def test_demo_threads_only_for_the_tiny_model_without_omp_num_threads():
     from grpo_curriculum.recipe import load_recipe
     from grpo_curriculum.run import demo_threads
 

@@ -56,7 +56,7 @@ def test_records_match_the_log_lines_and_are_saved(tmp_path, caplog):
 def test_rounds_of_several_steps_switch_at_the_first_step_of_a_round(tmp_path):
     # steps_per_generation 4 with 2 accumulation steps: a round serves 2 optimizer steps (rounds start after 0, 2, 4).
     stages = [Stage(num_generations=2, temperature=0.7, until_step=3), Stage(num_generations=4, temperature=0.7)]
-    trainer, recorder = make_trainer(tmp_path, stages, max_steps=6, per_device_train_batch_size=4,
+    trainer, _ = make_trainer(tmp_path, stages, max_steps=6, per_device_train_batch_size=4,
                                      gradient_accumulation_steps=2, steps_per_generation=4)  # fmt: skip
     trainer.train()
     (switch,) = trainer._curriculum.switches

@@ -37,11 +37,19 @@ def train_history(trainer):
     return [h for h in trainer.state.log_history if "loss" in h]
 
 
-def run_record(trainer, recorder):
-    """Train, then what two runs must share to train alike: each round's prompts and completions, each step's log."""
-    trainer.train()
-    steps = [(h["reward"], h["loss"], h["frac_reward_zero_std"]) for h in train_history(trainer)]
-    return [c["idx"] for c in recorder.calls], [c["completions"] for c in recorder.calls], steps
+def plain_and_curriculum(tmp_path, stages, dataset, **overrides) -> list[tuple]:
+    """
+    Train plain `GRPOTrainer` and `CurriculumGRPOTrainer` with `stages` on the same config and data; for each, what two
+    runs must share to train alike: each round's prompts and completions, each step's reward, loss and zero-std share.
+    """
+    records = []
+    for name, cls, run_stages in [("plain", GRPOTrainer, None), ("curriculum", CurriculumGRPOTrainer, stages)]:
+        trainer, recorder = make_trainer(tmp_path / name, run_stages, recorder=RoundRecorder(reward_fn=echo_reward),
+                                         dataset=dataset, cls=cls, **overrides)  # fmt: skip
+        trainer.train()
+        steps = [(h["reward"], h["loss"], h["frac_reward_zero_std"]) for h in train_history(trainer)]
+        records.append(([c["idx"] for c in recorder.calls], [c["completions"] for c in recorder.calls], steps))
+    return records
 
 
 TWO_STAGES = [Stage(num_generations=2, temperature=0.7, until_step=3), Stage(num_generations=4, temperature=1.3)]
@@ -123,17 +131,48 @@ def test_several_rounds_per_optimizer_step(tmp_path):
         assert_whole_groups(call["idx"], call["num_generations"])
 
 
-def _spy_generation(trainer):
-    """Record the temperature `model.generate` is called with."""
+def _phase(trainer) -> str:
+    return "train" if trainer.model.training else "eval"
+
+
+def _spy_generation(trainer, phases: bool = False):
+    """Record the temperature `model.generate` is called with (with `phases`: `(phase, temperature)`)."""
     seen = []
     original = trainer.model.generate
 
     def generate(*args, generation_config=None, **kwargs):
-        seen.append(generation_config.temperature)
+        temperature = generation_config.temperature
+        seen.append((_phase(trainer), temperature) if phases else temperature)
         return original(*args, generation_config=generation_config, **kwargs)
 
     trainer.model.generate = generate
     return seen
+
+
+def check_logps(trainer, temperature_of, tolerance: float = 1e-4, distinct_from=None) -> list[tuple]:
+    """
+    Check every log-prob computation of the policy and the reference model against a naive `log_softmax(logits / T)`
+    at `T = temperature_of()` (with `distinct_from`, also that the one at `distinct_from(T)` differs, so the check can
+    tell temperatures apart). Returns `(step, phase, T, is_reference)` per check.
+    """
+    checked = []
+    original = trainer._get_per_token_logps_and_entropies
+
+    def checked_logps(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        logps, entropies, aux = original(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+        temperature = temperature_of()
+        mask = attention_mask[:, -logits_to_keep:].bool()
+        got = logps[mask].detach()
+        expected = _naive_logps(model, input_ids, attention_mask, logits_to_keep, temperature)
+        torch.testing.assert_close(got, expected[mask], atol=tolerance, rtol=tolerance)
+        if distinct_from is not None:
+            wrong = _naive_logps(model, input_ids, attention_mask, logits_to_keep, distinct_from(temperature))
+            assert (got - wrong[mask]).abs().max() > 1e-2
+        checked.append((trainer.state.global_step, _phase(trainer), temperature, model is trainer.ref_model))
+        return logps, entropies, aux
+
+    trainer._get_per_token_logps_and_entropies = checked_logps
+    return checked
 
 
 def _naive_logps(model, input_ids, attention_mask, logits_to_keep, temperature):
@@ -149,24 +188,11 @@ def test_logprobs_at_the_sampling_temperature(tmp_path, tiny_model_dir):
     stages = [Stage(num_generations=2, temperature=0.5, until_step=2), Stage(num_generations=4, temperature=2.0)]
     trainer, recorder = make_trainer(tmp_path, stages, model=tiny_model_dir, beta=0.1, max_steps=4)
     sampled_at = _spy_generation(trainer)
-    checked = []
-    original = trainer._get_per_token_logps_and_entropies
-
-    def checked_logps(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        logps, entropies, aux = original(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
-        temperature = sampled_at[-1]
-        mask = attention_mask[:, -logits_to_keep:].bool()
-        expected = _naive_logps(model, input_ids, attention_mask, logits_to_keep, temperature)
-        torch.testing.assert_close(logps[mask], expected[mask], atol=1e-4, rtol=1e-4)
-        is_ref = model is trainer.ref_model
-        checked.append((trainer.state.global_step, temperature, is_ref))
-        return logps, entropies, aux
-
-    trainer._get_per_token_logps_and_entropies = checked_logps
+    checked = check_logps(trainer, lambda: sampled_at[-1])
     trainer.train()
     assert sampled_at == [0.5, 0.5, 2.0, 2.0]
-    assert {t for _, t, ref in checked if ref} == {0.5, 2.0}  # the reference model too
-    assert {t for _, t, ref in checked if not ref} == {0.5, 2.0}
+    assert {t for _, _, t, ref in checked if ref} == {0.5, 2.0}  # the reference model too
+    assert {t for _, _, t, ref in checked if not ref} == {0.5, 2.0}
     # every copy of the temperature agrees after the run
     from grpo_curriculum import _trl
 
@@ -182,15 +208,8 @@ def test_one_stage_schedule_trains_like_plain_grpo(tmp_path, iterable):
     if iterable:
         dataset = dataset.to_iterable_dataset()
     dataset = dataset.map(lambda row: {"target": row["prompt"].split(" : ")[1][:-2]})
-    runs = [
-        run_record(*make_trainer(tmp_path / name, stages, recorder=RoundRecorder(reward_fn=echo_reward),
-                                 dataset=dataset, cls=cls, **overrides))  # fmt: skip
-        for name, cls, stages in [
-            ("plain", GRPOTrainer, None),
-            ("curriculum", CurriculumGRPOTrainer, [Stage(num_generations=4, temperature=0.9)]),
-        ]
-    ]
-    assert runs[0] == runs[1]
+    plain, ours = plain_and_curriculum(tmp_path, [Stage(num_generations=4, temperature=0.9)], dataset, **overrides)
+    assert ours == plain
 
 
 def test_invalid_stage_fails_at_construction(tmp_path):
@@ -274,29 +293,11 @@ def test_evaluation_uses_the_stage_in_force_and_training_keeps_its_round_tempera
     trainer, recorder = make_trainer(tmp_path, stages, model=tiny_model_dir, max_steps=3, steps_per_generation=2,
                                      eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8,
                                      num_generations_eval=2, beta=0.1, eval_dataset=indexed_dataset(8))  # fmt: skip
-    sampled = []
-    original_generate = trainer.model.generate
-
-    def generate(*args, generation_config=None, **kwargs):
-        sampled.append(("train" if trainer.model.training else "eval", generation_config.temperature))
-        return original_generate(*args, generation_config=generation_config, **kwargs)
-
-    trainer.model.generate = generate
-    scored = []
-    original = trainer._get_per_token_logps_and_entropies
-
-    def checked(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        logps, entropies, aux = original(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
-        phase = "train" if trainer.model.training else "eval"
-        temperature = [t for p, t in sampled if p == phase][-1]  # the temperature this phase last sampled at
-        mask = attention_mask[:, -logits_to_keep:].bool()
-        expected = _naive_logps(model, input_ids, attention_mask, logits_to_keep, temperature)
-        torch.testing.assert_close(logps[mask], expected[mask], atol=1e-4, rtol=1e-4)
-        scored.append((trainer.state.global_step, phase, temperature))
-        return logps, entropies, aux
-
-    trainer._get_per_token_logps_and_entropies = checked
+    sampled = _spy_generation(trainer, phases=True)
+    # each computation at the temperature its phase last sampled at
+    scored = check_logps(trainer, lambda: [t for p, t in sampled if p == _phase(trainer)][-1])
     trainer.train()
+    scored = [check[:3] for check in scored]  # (step, phase, temperature)
     assert [t for p, t in sampled if p == "train"] == [0.5, 2.0]  # rounds at steps 0 and 2
     assert {t for p, t in sampled if p == "eval"} == {2.0}  # evaluations at steps 1, 2, 3: stage 1 is in force
     assert (1, "train", 0.5) in scored and (1, "eval", 2.0) in scored  # step 1: both temperatures, each in its place
