@@ -60,3 +60,77 @@ def parse_with_output(parser: argparse.ArgumentParser, argv, report: str) -> tup
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     return options, out
+
+
+class HeldOut:
+    """
+    Held-out completions for evaluation: greedy, and `samples` a prompt at `temperature` drawn with torch seeded by
+    `seed` (the same random numbers at every evaluation and in every arm; the global RNG is restored, so evaluating
+    does not change the training run). `score(texts, copies)` turns the decoded completions (each prompt's `copies` in
+    a row) into rewards. `time` adds up the seconds spent evaluating.
+    """
+
+    def __init__(self, tokenizer, inputs, score, max_new_tokens: int, temperature: float, samples: int, seed: int):
+        from transformers import GenerationConfig
+
+        self.tokenizer, self.inputs, self.score, self.samples, self.seed = tokenizer, inputs, score, samples, seed
+        common = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                      eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+        self.greedy = GenerationConfig(do_sample=False, **common)
+        self.sampled = GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+                                        num_return_sequences=samples, **common)  # fmt: skip
+        self.time = 0.0
+
+    def _rewards(self, model, config, copies: int) -> list[float]:
+        import torch
+
+        inputs = {k: v.to(model.device) for k, v in self.inputs.items()}
+        with torch.no_grad():
+            out = model.generate(**inputs, generation_config=config)
+        texts = self.tokenizer.batch_decode(out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        return self.score(texts, copies)
+
+    def __call__(self, model) -> tuple[list[float], list[float]]:
+        """The greedy rewards and the sampled rewards (each prompt's `samples` in a row), in prompt order."""
+        import torch
+
+        start = time.perf_counter()
+        was_training = model.training
+        model.eval()
+        greedy = self._rewards(model, self.greedy, 1)
+        rng = torch.get_rng_state()
+        torch.manual_seed(self.seed)
+        sampled = self._rewards(model, self.sampled, self.samples)
+        torch.set_rng_state(rng)
+        if was_training:
+            model.train()
+        self.time += time.perf_counter() - start
+        return greedy, sampled
+
+
+def eval_callback(evaluate, every: int, generation_batch: int):
+    """
+    A `TrainerCallback` that records `{"step", "completions", "train_time", **evaluate(model)}` at step 0, every
+    `every` optimizer steps and at the last; its `train_time` excludes evaluation.
+    """
+    from transformers import TrainerCallback
+
+    class EvalCallback(TrainerCallback):
+        def __init__(self):
+            self.points, self.train_time, self._clock = [], 0.0, None
+
+        def _record(self, step, model):
+            self.points.append({"step": step, "completions": step * generation_batch, "train_time": self.train_time,
+                                **evaluate(model)})  # fmt: skip
+
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            self._record(0, model)
+            self._clock = time.perf_counter()
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step % every == 0 or state.global_step == state.max_steps:
+                self.train_time += time.perf_counter() - self._clock
+                self._record(state.global_step, model)
+                self._clock = time.perf_counter()
+
+    return EvalCallback()

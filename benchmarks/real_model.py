@@ -52,7 +52,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from common import fmt_ms, mean_std, parse_with_output, train_arm  # benchmarks/common.py
+from common import HeldOut, eval_callback, fmt_ms, mean_std, parse_with_output, train_arm  # benchmarks/common.py
 
 from grpo_curriculum.arithmetic import LEVELS
 
@@ -191,84 +191,31 @@ DEFAULT_ARMS = ["static_small", "schedule", "success_rate", "per_prompt"]
 # --- one run ---------------------------------------------------------------------------------------------------------
 
 
-class Evaluator:
+def held_out_evaluation(tokenizer, scale: Scale):
     """
-    Held-out evaluation: greedy accuracy (overall and per difficulty level) and the mean accuracy of `eval_samples`
-    completions a prompt at `EVAL_TEMPERATURE`, drawn with a fixed seed (the same random numbers at every evaluation
-    and in every arm; the global RNG is restored, so evaluating does not change the training run).
+    Held-out evaluation ([`common.HeldOut`]): greedy accuracy (overall and per difficulty level) and the mean accuracy
+    of `eval_samples` completions a prompt at `EVAL_TEMPERATURE`. Returns `(evaluate(model) -> dict, held_out)`.
     """
+    from grpo_curriculum.arithmetic import arithmetic_dataset, arithmetic_reward
 
-    def __init__(self, tokenizer, scale: Scale):
-        import torch
-        from transformers import GenerationConfig
+    held_out = arithmetic_dataset(scale.eval_prompts, seed=EVAL_PROMPT_SEED, split="eval")
+    answers, levels = list(held_out["answer"]), list(held_out["level"])
+    texts = [tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+             for prompt in held_out["prompt"]]  # fmt: skip
+    inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    evaluation = HeldOut(tokenizer, inputs, lambda texts, copies: arithmetic_reward(
+        texts, [a for a in answers for _ in range(copies)]), scale.max_completion_length, EVAL_TEMPERATURE,
+        scale.eval_samples, EVAL_SEED)  # fmt: skip
 
-        from grpo_curriculum.arithmetic import arithmetic_dataset, arithmetic_reward
-
-        self.torch, self.tokenizer, self.reward = torch, tokenizer, arithmetic_reward
-        held_out = arithmetic_dataset(scale.eval_prompts, seed=EVAL_PROMPT_SEED, split="eval")
-        self.answers, self.levels = list(held_out["answer"]), list(held_out["level"])
-        texts = [tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-                 for prompt in held_out["prompt"]]  # fmt: skip
-        self.inputs = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left",
-                                add_special_tokens=False)  # fmt: skip
-        common = dict(max_new_tokens=scale.max_completion_length, pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=tokenizer.eos_token_id)  # fmt: skip
-        self.greedy = GenerationConfig(do_sample=False, **common)
-        self.sampled = GenerationConfig(do_sample=True, temperature=EVAL_TEMPERATURE, top_k=0, top_p=1.0,
-                                        num_return_sequences=scale.eval_samples, **common)  # fmt: skip
-        self.samples = scale.eval_samples
-        self.time = 0.0
-
-    def _rewards(self, model, config, copies: int) -> list[float]:
-        inputs = {k: v.to(model.device) for k, v in self.inputs.items()}
-        with self.torch.no_grad():
-            out = model.generate(**inputs, generation_config=config)
-        texts = self.tokenizer.batch_decode(out[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
-        return self.reward(texts, [a for a in self.answers for _ in range(copies)])
-
-    def __call__(self, model) -> dict:
-        start = time.perf_counter()
-        was_training = model.training
-        model.eval()
-        greedy = self._rewards(model, self.greedy, 1)
-        rng = self.torch.get_rng_state()
-        self.torch.manual_seed(EVAL_SEED)
-        sampled = self._rewards(model, self.sampled, self.samples)
-        self.torch.set_rng_state(rng)
-        if was_training:
-            model.train()
-        self.time += time.perf_counter() - start
+    def evaluate(model) -> dict:
+        greedy, sampled = evaluation(model)
         by_level = {}
-        for level, reward in zip(self.levels, greedy, strict=True):
+        for level, reward in zip(levels, greedy, strict=True):
             by_level.setdefault(level, []).append(reward)
         return {"greedy": statistics.fmean(greedy), "sampled": statistics.fmean(sampled),
                 "greedy_by_level": {k: statistics.fmean(v) for k, v in by_level.items()}}  # fmt: skip
 
-
-def eval_callback(evaluator: Evaluator, every: int, generation_batch: int):
-    from transformers import TrainerCallback
-
-    class EvalCallback(TrainerCallback):
-        """Evaluates at step 0 and every `every` steps; `train_time` excludes evaluation."""
-
-        def __init__(self):
-            self.points, self.train_time, self._clock = [], 0.0, None
-
-        def _record(self, step, model):
-            self.points.append({"step": step, "completions": step * generation_batch, "train_time": self.train_time,
-                                **evaluator(model)})  # fmt: skip
-
-        def on_train_begin(self, args, state, control, model=None, **kwargs):
-            self._record(0, model)
-            self._clock = time.perf_counter()
-
-        def on_step_end(self, args, state, control, model=None, **kwargs):
-            if state.global_step % every == 0 or state.global_step == state.max_steps:
-                self.train_time += time.perf_counter() - self._clock
-                self._record(state.global_step, model)
-                self._clock = time.perf_counter()
-
-    return EvalCallback()
+    return evaluate, evaluation
 
 
 def run_arm(arm: str, seed: int, scale: Scale, model_path: str, train) -> dict:
@@ -283,8 +230,8 @@ def run_arm(arm: str, seed: int, scale: Scale, model_path: str, train) -> dict:
     start = time.perf_counter()
     stages = ARMS[arm].stages(scale)
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
-    evaluator = Evaluator(tokenizer, scale)
-    evaluation = eval_callback(evaluator, max(1, scale.steps // scale.eval_points), scale.generation_batch)
+    evaluate, evaluator = held_out_evaluation(tokenizer, scale)
+    evaluation = eval_callback(evaluate, max(1, scale.steps // scale.eval_points), scale.generation_batch)
     cpu = scale.device == "cpu"
     with tempfile.TemporaryDirectory() as output_dir:
         args = GRPOConfig(

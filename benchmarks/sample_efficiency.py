@@ -52,8 +52,8 @@ import torch
 torch.set_num_threads(1)
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-from common import fmt_ms, mean_std, parse_with_output, train_arm  # noqa: E402  (benchmarks/common.py)
-from transformers import GenerationConfig, TrainerCallback  # noqa: E402
+from common import HeldOut, eval_callback, fmt_ms, mean_std, parse_with_output, train_arm  # noqa: E402  (benchmarks/common.py)
+from transformers import GenerationConfig  # noqa: E402
 from transformers import logging as hf_logging  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
@@ -130,64 +130,23 @@ def arm_description(arm: str) -> str:
 # --- one run ---------------------------------------------------------------------------------------------------------
 
 
-class Evaluator(TrainerCallback):
+def held_out_evaluation(tokenizer, dataset, reward):
     """
-    Eval on a fixed prompt set every `every` optimizer steps; training wall time excludes evaluation.
-
-    The reward recorded is the mean over `EVAL_SAMPLES` completions a prompt sampled at the low temperature
-    `EVAL_TEMPERATURE` with a fixed seed (the same random numbers at every evaluation and in every arm; the global RNG
-    is restored afterwards, so evaluating does not change the training run). The greedy reward is recorded too
-    (`greedy`): it moves in jumps (a prompt's argmax flips), the low-temperature mean moves smoothly.
+    Eval on a fixed prompt set ([`common.HeldOut`]): the reward recorded is the mean over `EVAL_SAMPLES` completions a
+    prompt sampled at the low temperature `EVAL_TEMPERATURE` with a fixed seed; the greedy reward is recorded too
+    (`greedy`): it moves in jumps (a prompt's argmax flips), the low-temperature mean moves smoothly. Returns
+    `(evaluate(model) -> dict, held_out)`.
     """
+    targets = list(dataset["target"])
+    inputs = tokenizer(list(dataset["prompt"]), return_tensors="pt", padding=True)
+    evaluation = HeldOut(tokenizer, inputs, lambda texts, copies: reward(texts, [t for t in targets for _ in range(
+        copies)]), MAX_COMPLETION_LENGTH, EVAL_TEMPERATURE, EVAL_SAMPLES, EVAL_SEED)  # fmt: skip
 
-    def __init__(self, tokenizer, dataset, reward, every: int):
-        self.tokenizer, self.reward, self.every = tokenizer, reward, every
-        self.targets = list(dataset["target"])
-        self.inputs = tokenizer(list(dataset["prompt"]), return_tensors="pt", padding=True)
-        common = dict(max_new_tokens=MAX_COMPLETION_LENGTH, pad_token_id=tokenizer.pad_token_id,
-                      eos_token_id=tokenizer.eos_token_id)  # fmt: skip
-        self.greedy = GenerationConfig(do_sample=False, **common)
-        self.sampled = GenerationConfig(do_sample=True, temperature=EVAL_TEMPERATURE, top_k=0, top_p=1.0,
-                                        num_return_sequences=EVAL_SAMPLES, **common)  # fmt: skip
-        self.points: list[dict] = []
-        self.train_time = self.eval_time = 0.0
-        self._clock = None
+    def evaluate(model) -> dict:
+        greedy, sampled = evaluation(model)
+        return {"reward": math.fsum(sampled) / len(sampled), "greedy": math.fsum(greedy) / len(greedy)}
 
-    def _score(self, model, config, copies: int) -> float:
-        with torch.no_grad():
-            out = model.generate(**self.inputs, generation_config=config)
-        texts = self.tokenizer.batch_decode(out[:, self.inputs.input_ids.shape[1] :], skip_special_tokens=True)
-        rewards = self.reward(texts, [t for t in self.targets for _ in range(copies)])
-        return math.fsum(rewards) / len(rewards)
-
-    def evaluate(self, model) -> tuple[float, float]:
-        start = time.perf_counter()
-        was_training = model.training
-        model.eval()
-        greedy = self._score(model, self.greedy, 1)
-        rng = torch.get_rng_state()
-        torch.manual_seed(EVAL_SEED)
-        sampled = self._score(model, self.sampled, EVAL_SAMPLES)
-        torch.set_rng_state(rng)
-        if was_training:
-            model.train()
-        self.eval_time += time.perf_counter() - start
-        return sampled, greedy
-
-    def _record(self, step: int, model) -> None:
-        reward, greedy = self.evaluate(model)
-        self.points.append({"step": step, "completions": step * GENERATION_BATCH, "train_time": self.train_time,
-                            "reward": reward, "greedy": greedy})  # fmt: skip
-
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self._record(0, model)
-        self._clock = time.perf_counter()
-
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        if state.global_step % self.every == 0 or state.global_step == state.max_steps:
-            self.train_time += time.perf_counter() - self._clock
-            self._record(state.global_step, model)
-            self._clock = time.perf_counter()
+    return evaluate, evaluation
 
 
 def warm_model(task: str, seed: int):
@@ -236,7 +195,8 @@ def run_arm(task: str, arm: str, seed: int, steps: int, warm) -> dict:
     base_model, tokenizer, train, held_out = warm
     _, reward = BENCHMARK_TASKS[task]
     stages = arm_stages(arm)
-    evaluator = Evaluator(tokenizer, held_out, reward, every=max(1, steps // EVAL_POINTS))
+    evaluate, evaluator = held_out_evaluation(tokenizer, held_out, reward)
+    evaluation = eval_callback(evaluate, max(1, steps // EVAL_POINTS), GENERATION_BATCH)
     with tempfile.TemporaryDirectory() as output_dir:
         args = GRPOConfig(
             output_dir=output_dir, per_device_train_batch_size=GENERATION_BATCH,
@@ -247,11 +207,11 @@ def run_arm(task: str, arm: str, seed: int, steps: int, warm) -> dict:
         curriculum = CurriculumCallback(stages)
         trainer = CurriculumGRPOTrainer(model=copy.deepcopy(base_model), processing_class=tokenizer,
                                         reward_funcs=reward, args=args, train_dataset=train,
-                                        callbacks=[curriculum, evaluator])  # fmt: skip
+                                        callbacks=[curriculum, evaluation])  # fmt: skip
         record = train_arm(trainer, curriculum)
     return {
         "task": task, "arm": arm, "seed": seed, "steps": steps, "completions": steps * GENERATION_BATCH,
-        "eval": evaluator.points, **record, "train_time": evaluator.train_time, "eval_time": evaluator.eval_time,
+        "eval": evaluation.points, **record, "train_time": evaluation.train_time, "eval_time": evaluator.time,
         "run_time": time.perf_counter() - start,
     }  # fmt: skip
 
