@@ -517,12 +517,15 @@ class GRPOHooks:
             return super()._generate_and_score_completions(inputs)
         inputs, sizes = self._curriculum_round_rows()
         mixed = list(sizes) if len(set(sizes)) > 1 else None
+        before = self.num_generations
         set_num_generations(self, 1 if mixed else sizes[0])
         self._round_group_sizes = mixed
         try:
             output = super()._generate_and_score_completions(inputs)
         finally:
             self._round_group_sizes = None
+            if mixed:  # TRL's own G is back (a later `train()` builds TRL's loader with it)
+                set_num_generations(self, before)
         if mixed:
             regroup_round_output(self, output, self._round_rewards_per_func, mixed)
         self._round_rewards_per_func = None

@@ -13,7 +13,7 @@ from grpo_curriculum.callback import CurriculumCallback
 from grpo_curriculum.tasks import build_model, build_tokenizer, echo_reward
 from grpo_curriculum.trainer import CurriculumGRPOTrainer
 
-from .conftest import RoundRecorder, assert_whole_groups, grpo_args, indexed_dataset
+from .conftest import RoundRecorder, assert_whole_groups, grpo_args, indexed_dataset, per_prompt_stages
 
 
 def make_trainer(tmp_path, stages, recorder=None, dataset=None, model=None, cls=CurriculumGRPOTrainer, eval_dataset=None,
@@ -339,3 +339,21 @@ def test_rows_of_a_group_are_independent_copies(tmp_path):
                               recorder=RoundRecorder(reward_fn=mutating_reward))  # fmt: skip
     trainer.train()
     assert len(seen) == 2 and all(entry[1] == ["t"] and entry[-1] == ["t"] for entry in seen)
+
+
+def test_second_train_call_after_a_mixed_round_builds_trls_loader_at_a_real_g(tmp_path, wanted_by_index):
+    """A round of mixed group sizes runs TRL at `num_generations = 1`; TRL's own G is back once the round is over."""
+    wanted_by_index(lambda index: (2, 4)[index % 2])
+    stages = per_prompt_stages((2, 4), defer=False)
+    # 6 prompts: a round takes 2 to 4 of them; TRL's loader at G 1 would need 8 (one per completion) and yield nothing.
+    trainer, recorder = make_trainer(tmp_path, stages, dataset=indexed_dataset(6), max_steps=3)
+    loader_g = []
+    original = trainer.get_train_dataloader
+    trainer.get_train_dataloader = lambda: (loader_g.append(trainer.num_generations), original())[1]
+    trainer.train()
+    assert {len(set(c["sizes"])) for c in recorder.calls} == {2}  # mixed rounds
+    first = [(c["idx"], c["sizes"]) for c in recorder.calls]
+    recorder.calls.clear()
+    trainer.train()  # trained nothing before the fix: TRL's loader at G 1 yields no batch ("stopping at step 0")
+    assert [(c["idx"], c["sizes"]) for c in recorder.calls] == first
+    assert loader_g == [2, 2] == [trainer.num_generations] * 2
