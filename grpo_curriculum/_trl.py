@@ -14,6 +14,8 @@ Tested against TRL 1.16. What the curriculum relies on:
   the round's rows (prompt repeated G times, contiguous, processes taking consecutive slices). We build those rows
   ourselves from a prompt stream that reproduces `RepeatSampler`'s order, so the data loader's read-ahead (accelerate
   prefetch, worker prefetch) never hands a row grouped for the old G to a round with the new G.
+- `_generate_single_turn` samples a round's first turn (then, with tools, each later turn of TRL's tool loop, one
+  history a row): the first call in a round is the one whose groups a vLLM server request may regroup.
 """
 
 from __future__ import annotations
@@ -398,12 +400,16 @@ def regroup_round_output(trainer, output: dict, rewards_per_func, group_sizes: l
 
 def install_variable_group_requests(trainer) -> None:
     """
-    In vLLM server mode (main process), make a round of mixed group sizes send TRL's kind of requests: each unique
-    prompt once with `n` = its group's size. TRL sends such a round row by row (`num_generations = 1`, `n=1`); the
-    wrapper around `VLLMClient.generate` sends one request per distinct size instead (`n` = that size, its prompts in
-    round order), and hands the completions back row by row, in group order. With a fixed sampling seed, vLLM then
-    gives each completion of a group its own seed (`seed + index`), as in TRL; rows sent with `n=1` would all repeat it.
-    Calls outside such a round (a round of one G, evaluation) pass through unchanged.
+    In vLLM server mode (main process), make the first turn of a round of mixed group sizes send TRL's kind of
+    requests: each unique prompt once with `n` = its group's size. TRL sends such a round row by row
+    (`num_generations = 1`, `n=1`); the wrapper around `VLLMClient.generate` sends one request per distinct size
+    instead (`n` = that size, its prompts in round order), and hands the completions back row by row, in group order.
+    With a fixed sampling seed, vLLM then gives each completion of a group its own seed (`seed + index`), as in TRL;
+    rows sent with `n=1` would all repeat it.
+
+    Only the call [`GRPOHooks`] marks as the round's first turn (`trainer._request_group_sizes`) is regrouped. Every
+    other call passes through unchanged: a round of one G, evaluation, a `rollout_func`'s own calls, and the later turns
+    of TRL's tool loop, where each row continues its own history (one prompt a row, `n=1`).
     """
     if not getattr(trainer, "use_vllm", False) or not trainer.accelerator.is_main_process:
         return
@@ -415,9 +421,11 @@ def install_variable_group_requests(trainer) -> None:
 
     @functools.wraps(original)
     def generate(prompts, features=None, n=1, **kwargs):
-        sizes = getattr(trainer, "_round_group_sizes", None)
-        if sizes is None or n != 1 or len(prompts) != sum(sizes):
+        sizes = trainer._request_group_sizes
+        if sizes is None:
             return original(prompts=prompts, features=features, n=n, **kwargs)
+        if n != 1 or len(prompts) != sum(sizes):
+            raise _unsupported(f"regroup a round's first vLLM request ({len(prompts)} prompts, n={n}, {sizes=})")
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         rows: list = [None] * len(sizes)  # per group: (prompt_ids, completions, logprobs, logprob_token_ids)
         for size in sorted(set(sizes)):
@@ -510,7 +518,8 @@ class GRPOHooks:
     - `_curriculum_evaluation()`: a context manager around each evaluation step.
     """
 
-    _round_group_sizes = None  # during the generation of a round of mixed group sizes: its group sizes
+    _round_group_sizes = None  # a round of mixed group sizes whose first turn is not sampled yet: its group sizes
+    _request_group_sizes = None  # while that first turn is sampled: its group sizes (read by the vLLM server client)
 
     def _generate_and_score_completions(self, inputs):
         if not (self._curriculum_active() and is_training(self)):
@@ -530,6 +539,15 @@ class GRPOHooks:
             regroup_round_output(self, output, self._round_rewards_per_func, mixed)
         self._round_rewards_per_func = None
         return output
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        # The round's first turn samples each group; later turns (TRL's tool loop) continue each row's own history.
+        self._request_group_sizes, self._round_group_sizes = self._round_group_sizes, None
+        try:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)  # fmt: skip
+        finally:
+            self._request_group_sizes = None
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         if not self._curriculum_active():
