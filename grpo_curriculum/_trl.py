@@ -29,6 +29,7 @@ import importlib
 import itertools
 import json
 import logging
+import math
 import os
 import warnings
 
@@ -348,8 +349,7 @@ def group_advantages(trainer, rewards_per_func, group_sizes: list[int]):
         group_sizes (`list[int]`): Each group's size, in row order (they add up to the rows).
 
     Returns:
-        `tuple[torch.Tensor, torch.Tensor]`: Per row, the advantage and whether its std counts as zero (TRL's
-        `is_std_zero`, the source of `frac_reward_zero_std`).
+        `torch.Tensor`: The advantage of each row.
     """
     from trl.trainer.utils import nanstd
 
@@ -380,22 +380,30 @@ def group_advantages(trainer, rewards_per_func, group_sizes: list[int]):
         advantages = (rewards - torch.nanmean(rewards)) / (std + 1e-4)
     else:
         raise ValueError(f"Invalid multi_objective_aggregation: {trainer.multi_objective_aggregation}.")
-    return torch.nan_to_num(advantages, nan=0.0), torch.isclose(std, torch.zeros_like(std))
+    return torch.nan_to_num(advantages, nan=0.0)
 
 
 def regroup_round_output(trainer, output: dict, rewards_per_func, group_sizes: list[int]) -> None:
     """
     Replace what TRL computed for a round of mixed group sizes (it ran with `num_generations = 1`) by the values of
-    the real groups: this process's `advantages` in `output`, the logged `frac_reward_zero_std` and the advantages of
-    the completion log.
+    the real groups: this process's `advantages` in `output` and the advantages of the completion log.
     """
-    advantages, is_std_zero = group_advantages(trainer, rewards_per_func, group_sizes)
+    advantages = group_advantages(trainer, rewards_per_func, group_sizes)
     local = len(output["advantages"])
     start = trainer.accelerator.process_index * local
     output["advantages"] = advantages[start : start + local].to(output["advantages"].device)
-    trainer._metrics["train"]["frac_reward_zero_std"][-1] = is_std_zero.float().mean().item()
     trainer._logs["advantages"].clear()
     trainer._logs["advantages"].extend(advantages.tolist())
+
+
+def log_zero_std_fraction(trainer, fraction: float) -> None:
+    """
+    Log `fraction` (the curriculum's share of the round's completions in zero-std groups,
+    [`grpo_curriculum.signals.is_zero_std`]) as the round's `frac_reward_zero_std`, in place of TRL's (NaN, when no
+    reward was finite: TRL's stays).
+    """
+    if not math.isnan(fraction):
+        trainer._metrics["train"]["frac_reward_zero_std"][-1] = fraction
 
 
 def install_variable_group_requests(trainer) -> None:
@@ -513,7 +521,8 @@ class GRPOHooks:
     Events (called only when `_curriculum_active()`):
     - `_curriculum_round_rows() -> (list[dict], list[int])`: a training generation round starts; returns this
       process's rows and the round's group sizes (each prompt's G, in row order).
-    - `_curriculum_round_rewards(rewards, completion_ids)`: the round's rewards, from every process, in row order.
+    - `_curriculum_round_rewards(rewards, completion_ids) -> float`: the round's rewards, from every process, in row
+      order; returns the round's zero-std share, logged as TRL's `frac_reward_zero_std`.
     - `_curriculum_save(checkpoint_dir)` / `_curriculum_load(checkpoint_dir)`: a checkpoint is written / resumed.
     - `_curriculum_evaluation()`: a context manager around each evaluation step.
     """
@@ -537,7 +546,8 @@ class GRPOHooks:
                 set_num_generations(self, before)
         if mixed:
             regroup_round_output(self, output, self._round_rewards_per_func, mixed)
-        self._round_rewards_per_func = None
+        log_zero_std_fraction(self, self._round_zero_std_fraction)
+        self._round_rewards_per_func = self._round_zero_std_fraction = None
         return output
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
@@ -559,7 +569,8 @@ class GRPOHooks:
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self._curriculum_active() and is_training(self):
             self._round_rewards_per_func = rewards_per_func
-            self._curriculum_round_rewards(weighted_rewards(self, rewards_per_func), completion_ids_list)
+            rewards = weighted_rewards(self, rewards_per_func)
+            self._round_zero_std_fraction = self._curriculum_round_rewards(rewards, completion_ids_list)
         return rewards_per_func
 
     def _save_checkpoint(self, model, trial):

@@ -214,11 +214,14 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             "completions: use a larger dataset, a smaller generation batch, or larger num_generations candidates."
         )
 
-    def _curriculum_round_rewards(self, rewards: list[float], completion_ids_list) -> None:
-        """Round statistics from the rewards of every process: the adaptive policy's input and the prompt report."""
-        if not self._observe_this_round:
-            return
+    def _curriculum_round_rewards(self, rewards: list[float], completion_ids_list) -> float:
+        """
+        Round statistics from the rewards of every process: the adaptive policy's input and the prompt report (not for
+        a round replayed after a resume). Returns the round's zero-std share.
+        """
         sizes = self._round_sizes
+        if not self._observe_this_round:
+            return round_stats(rewards, sizes).zero_std_fraction
         keys = _trl.prompt_keys(self._prompt_stream, self._round_prompts)
         completion_keys = None
         if self._curriculum.needs_completion_keys:
@@ -229,6 +232,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         if self.accelerator.is_main_process:  # map-style prompt texts are read when the report is written
             texts = _trl.prompt_texts(self._prompt_stream, self._round_prompts) if self._prompt_stream.iterable else None
             self._prompt_report.update(keys, rewards, sizes, texts=texts)
+        return stats.zero_std_fraction
 
     def write_prompt_report(self, directory: str | None = None) -> str | None:
         """
