@@ -115,6 +115,18 @@ def sampling_temperatures(trainer, cells: list) -> dict[str, float]:
     return found
 
 
+def fit_environment_placeholder(trainer, num_prompts: int) -> None:
+    """
+    Without a `train_dataset`, TRL trains on a placeholder of `generation_batch_size // num_generations` empty prompts
+    (one round at its own G; the `environment_factory`'s `reset()` gives each rollout its prompt). Make it `num_prompts`
+    rows of the same empty prompt, enough for a round at the curriculum's smallest G (and for TRL's loader at any G
+    the curriculum sets).
+    """
+    placeholder = trainer.train_dataset
+    if len(placeholder) < num_prompts:
+        trainer.train_dataset = placeholder.select([0] * num_prompts)
+
+
 def generation_round_length(trainer) -> int:
     """Micro-steps (`training_step` calls) a generated batch is used for: `steps_per_generation x num_iterations`."""
     return trainer.args.steps_per_generation * trainer.num_iterations

@@ -32,15 +32,18 @@ def _find_curriculum(callbacks) -> CurriculumCallback | None:
     return found[0] if found else None
 
 
-def validate_schedule_geometry(curriculum: CurriculumCallback, args, dataset=None) -> None:
+def validate_schedule_geometry(curriculum: CurriculumCallback, args, dataset=None, environment_owns_data=False) -> None:
     """
-    Check every G the curriculum can reach against the run's batch geometry and the train dataset's size.
+    Check every G the curriculum can reach against the run's batch geometry and the train dataset's size (and, when
+    an `environment_factory` owns the data, that no stage is per prompt).
 
     Raises:
         [`CurriculumError`]: naming the geometry, the valid G values and the fixes for each invalid stage.
     """
     geometry = BatchGeometry.from_args(args)
     problems = curriculum.schedule.geometry_problems(geometry)
+    if environment_owns_data:
+        problems += _environment_problems(curriculum)
     if not problems and dataset is not None and hasattr(dataset, "__len__"):
         problems += _dataset_problems(curriculum, args, len(dataset), geometry.generation_batch_size)
     config = getattr(args, "accelerator_config", None)  # a dict, or transformers' AcceleratorConfig
@@ -55,6 +58,16 @@ def validate_schedule_geometry(curriculum: CurriculumCallback, args, dataset=Non
                     "remove `temperature` from `generation_kwargs`; set it per stage instead")
         )  # fmt: skip
     raise_if_any(problems, context=geometry.describe())
+
+
+def _environment_problems(curriculum: CurriculumCallback) -> list[Problem]:
+    """Without a train dataset, the environment's `reset()` gives each rollout its prompt: none has an identity."""
+    return [Problem(f"stages[{i}].adaptive.policy", "per_prompt", "needs a train_dataset: with an environment_factory "
+                    "and no train_dataset, the environment's reset() picks each rollout's prompt, so there are no "
+                    "prompts to give their own G", "pass a train_dataset (each row's fields reach reset() as keyword "
+                    "arguments), or give this stage one G (num_generations, or policy hysteresis or success_rate)")
+            for i, stage in enumerate(curriculum.schedule.stages) if stage.adaptive is not None and
+            stage.adaptive.per_prompt]  # fmt: skip
 
 
 def _dataset_problems(curriculum: CurriculumCallback, args, size: int, batch: int) -> list[Problem]:
@@ -99,9 +112,10 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
     def __init__(self, *args, **kwargs):
         bound = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs)
         self._curriculum = _find_curriculum(bound.arguments.get("callbacks"))
-        training_args = bound.arguments.get("args")
+        training_args, dataset = bound.arguments.get("args"), bound.arguments.get("train_dataset")
+        environment_owns_data = dataset is None and bound.arguments.get("environment_factory") is not None
         if self._curriculum is not None and training_args is not None:  # fail before loading anything
-            validate_schedule_geometry(self._curriculum, training_args, bound.arguments.get("train_dataset"))
+            validate_schedule_geometry(self._curriculum, training_args, dataset, environment_owns_data)
         self._temperature_cells: list = []
         with _trl.record_fused_lm_head_temperature(self._temperature_cells):
             super().__init__(*args, **kwargs)
@@ -113,6 +127,9 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         if training_args is None:  # GRPOTrainer built default args from the model name
             validate_schedule_geometry(self._curriculum, self.args, self.train_dataset)
         self._curriculum._trainer = self
+        if environment_owns_data:  # TRL's placeholder holds one round at its own G: make it hold one at the smallest
+            smallest = self._curriculum.schedule.num_generations_values[0]
+            _trl.fit_environment_placeholder(self, -(-self.args.generation_batch_size // smallest))
         self._prompt_stream = _trl.new_prompt_stream(self)
         slots = _trl.prompt_slots(self._prompt_stream)
         self._curriculum.round_context = {"budget": self.args.generation_batch_size, "seed": self.args.seed,

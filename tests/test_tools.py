@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from datasets import Dataset
 
-from grpo_curriculum import Stage
+from grpo_curriculum import CurriculumError, Stage
 from grpo_curriculum.callback import CurriculumCallback
 from grpo_curriculum.trainer import CurriculumGRPOTrainer
 
@@ -56,3 +56,55 @@ def test_vllm_server_tool_turns_continue_each_rows_own_history(tmp_path, fake_vl
     requests = [r.n for r in fake_vllm_server.generation_requests]
     assert requests == [n for first in first_turns for n in [*first, 1]]
     assert all(len(r.prompts) == 8 for r in fake_vllm_server.generation_requests if r.n == 1)
+
+
+class CardTable:
+    """An environment that owns the data: `reset()` gives each rollout its prompt; `draw` is its tool."""
+
+    def reset(self, **kwargs) -> str:
+        return "draw a card"
+
+    def draw(self, card: int) -> str:
+        """
+        Draw a card.
+
+        Args:
+            card: The card's number.
+        """
+        return f"card {card}"
+
+
+def environment_trainer(tmp_path, stages, **overrides):
+    """A trainer with `environment_factory` and no `train_dataset`; TRL's own G is 4."""
+    seen = []
+
+    def reward(prompts, completions, **kwargs):
+        seen.append({"rows": len(completions), "prompts": [p[-1]["content"] for p in prompts]})
+        return [0.0] * len(completions)
+
+    args = grpo_args(tmp_path, **{"max_completion_length": 4, "max_steps": 2, "num_generations": 4, **overrides})
+    trainer = CurriculumGRPOTrainer(model=build_chat_model(), processing_class=build_chat_tokenizer(),
+                                    reward_funcs=reward, args=args, environment_factory=CardTable,
+                                    callbacks=[CurriculumCallback(stages)])  # fmt: skip
+    return trainer, seen
+
+
+def test_environment_without_dataset_trains_a_stage_below_trls_g(tmp_path, monkeypatch):
+    """TRL's placeholder holds one round's prompts at its own G (2 at G 4); a G 2 stage takes 4 prompts a round."""
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    trainer, seen = environment_trainer(tmp_path, [Stage(num_generations=2, temperature=1.0)])
+    trainer.train()
+    assert [call["rows"] for call in seen] == [8, 8]
+    assert all(prompts == ["draw a card"] * 8 for prompts in (call["prompts"] for call in seen))
+    assert [h["curriculum/num_generations"] for h in trainer.state.log_history if "loss" in h] == [2, 2]
+
+
+def test_environment_without_dataset_refuses_a_per_prompt_stage(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    with pytest.raises(CurriculumError) as error:
+        environment_trainer(tmp_path, [Stage(num_generations=4, temperature=1.0, until_step=1),
+                                       *per_prompt_stages((2, 4))])  # fmt: skip
+    assert str(error.value).count("\n  - ") == 1  # one problem, before anything is built
+    assert "stages[1].adaptive.policy = 'per_prompt': needs a train_dataset: with an environment_factory and no " \
+           "train_dataset, the environment's reset() picks each rollout's prompt" in str(error.value)
+    assert "fix: pass a train_dataset" in str(error.value)
