@@ -118,9 +118,9 @@ def sampling_temperatures(trainer, cells: list) -> dict[str, float]:
 def fit_environment_placeholder(trainer, num_prompts: int) -> None:
     """
     Without a `train_dataset`, TRL trains on a placeholder of `generation_batch_size // num_generations` empty prompts
-    (one round at its own G; the `environment_factory`'s `reset()` gives each rollout its prompt). Make it `num_prompts`
-    rows of the same empty prompt, enough for a round at the curriculum's smallest G (and for TRL's loader at any G
-    the curriculum sets).
+    (one round at its own G; the `environment_factory`'s `reset()` gives each rollout its prompt). Make it
+    `num_prompts` rows of the same empty prompt, enough for a round at the curriculum's smallest G (and for TRL's
+    loader at any G the curriculum sets).
     """
     placeholder = trainer.train_dataset
     if len(placeholder) < num_prompts:
@@ -428,8 +428,8 @@ def install_variable_group_requests(trainer) -> None:
     rows sent with `n=1` would all repeat it.
 
     Only the call [`GRPOHooks`] marks as the round's first turn (`trainer._request_group_sizes`) is regrouped. Every
-    other call passes through unchanged: a round of one G, evaluation, a `rollout_func`'s own calls, and the later turns
-    of TRL's tool loop, where each row continues its own history (one prompt a row, `n=1`).
+    other call passes through unchanged: a round of one G, evaluation, a `rollout_func`'s own calls, and the later
+    turns of TRL's tool loop, where each row continues its own history (one prompt a row, `n=1`).
     """
     if not getattr(trainer, "use_vllm", False) or not trainer.accelerator.is_main_process:
         return

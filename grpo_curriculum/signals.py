@@ -6,12 +6,12 @@ and passes them here as flat lists, so every process computes the same [`RoundSt
 ([`grpo_curriculum.adaptive`]) take the same decisions. A group whose rewards are all equal has zero advantage in GRPO
 and wastes its completions; the share of completions in such groups is the main signal.
 
-A *zero-std group* is one group definition for everything the curriculum computes and logs, TRL's
-`frac_reward_zero_std` of curriculum training rounds included (see [`is_zero_std`]): a group with at least one finite
-reward whose finite rewards are all equal (within `1e-6`), or with a single finite one. In GRPO every completion of such
-a group gets advantage 0 whatever `scale_rewards` (TRL's std of a single finite reward is NaN, and it sets NaN
-advantages to 0). TRL's own test, `isclose(std, 0)` on the float32 group std, misses groups of equal rewards whose
-float32 mean rounds (eight rewards of 0.3 have std 3e-8), and measures the batch's std under `scale_rewards="batch"`.
+A *zero-std group* is one definition for everything the curriculum computes and logs, TRL's `frac_reward_zero_std` of
+curriculum training rounds included (see [`is_zero_std`]): a group with at least one finite reward whose finite
+rewards are all equal (within `1e-6`), a single finite one included. In GRPO every completion of such a group gets
+advantage 0 whatever `scale_rewards` (TRL's std of a single finite reward is NaN, and it sets NaN advantages to 0).
+TRL's own test, `isclose(std, 0)` on the float32 group std, misses groups of equal rewards whose float32 mean rounds
+(eight rewards of 0.3 have std 3e-8), and measures the batch's std under `scale_rewards="batch"`.
 
 Groups are given by their sizes (G per prompt, in row order), so a round whose prompts have different G is described
 by its real groups. Missing rewards: TRL turns a reward function's `None` into NaN. Here `None`, NaN and infinities

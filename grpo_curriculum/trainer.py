@@ -32,7 +32,8 @@ def _find_curriculum(callbacks) -> CurriculumCallback | None:
     return found[0] if found else None
 
 
-def validate_schedule_geometry(curriculum: CurriculumCallback, args, dataset=None, environment_owns_data=False) -> None:
+def validate_schedule_geometry(curriculum: CurriculumCallback, args, dataset=None,
+                               environment_owns_data: bool = False) -> None:
     """
     Check every G the curriculum can reach against the run's batch geometry and the train dataset's size (and, when
     an `environment_factory` owns the data, that no stage is per prompt).

@@ -71,7 +71,7 @@ def test_mixed_groups_are_contiguous_and_get_per_group_advantages(tmp_path, want
             start += g
         assert round_["advantages"] == pytest.approx(expected, abs=1e-5)
     history = train_history(trainer)
-    # TRL's grouping metric describes the real groups: the share of completions in zero-std groups, whatever the scaling.
+    # TRL's grouping metric describes the real groups: the share of completions in zero-std groups, any scaling.
     for h, call in zip(history, recorder.calls, strict=True):
         zero = sum(1 for i in call["idx"] if i % 4 == 3) / len(call["idx"])
         assert h["frac_reward_zero_std"] == pytest.approx(zero)

@@ -25,13 +25,13 @@ def chat_dataset(num_prompts=12):
                               "idx": list(range(num_prompts))})  # fmt: skip
 
 
-@pytest.mark.parametrize("stages", [per_prompt_stages((2, 4), defer=False), [Stage(num_generations=4, temperature=1.0)]],
+@pytest.mark.parametrize("stages", [per_prompt_stages((2, 4), defer=False), [Stage(num_generations=4, temperature=1)]],
                          ids=["per_prompt", "fixed"])  # fmt: skip
 def test_vllm_server_tool_turns_continue_each_rows_own_history(tmp_path, fake_vllm_server, wanted_by_index, stages):
     """
     Every row calls a tool: TRL sends the follow-up turn of all rows in one request with `n=1`, one history a row. Each
-    row must continue its own history (its answer names the card its own tool call drew), in rounds of mixed group sizes
-    as in rounds of one G.
+    row must continue its own history (its answer names the card its own tool call drew), in rounds of mixed group
+    sizes as in rounds of one G.
     """
     wanted_by_index(lambda index: (2, 4)[index % 2])
     fake_vllm_server.complete, fake_vllm_server.detokenize = tool_calling_completion, build_chat_tokenizer().decode
