@@ -14,6 +14,8 @@ Tested against TRL 1.16. What the curriculum relies on:
   the round's rows (prompt repeated G times, contiguous, processes taking consecutive slices). We build those rows
   ourselves from a prompt stream that reproduces `RepeatSampler`'s order, so the data loader's read-ahead (accelerate
   prefetch, worker prefetch) never hands a row grouped for the old G to a round with the new G.
+- Without a `train_dataset` (an `environment_factory` owns the data), `__init__` sets `trainer.train_dataset` to a
+  placeholder of `generation_batch_size // num_generations` empty prompts.
 - `_generate_single_turn` samples a round's first turn (then, with tools, each later turn of TRL's tool loop, one
   history a row): the first call in a round is the one whose groups a vLLM server request may regroup.
 """
