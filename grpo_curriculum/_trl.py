@@ -14,6 +14,8 @@ Tested against TRL 1.16. What the curriculum relies on:
   the round's rows (prompt repeated G times, contiguous, processes taking consecutive slices). We build those rows
   ourselves from a prompt stream that reproduces `RepeatSampler`'s order, so the data loader's read-ahead (accelerate
   prefetch, worker prefetch) never hands a row grouped for the old G to a round with the new G.
+- Each training round appends one `frac_reward_zero_std` to `trainer._metrics["train"]`; the curriculum replaces it
+  by its own zero-std share ([`grpo_curriculum.signals.is_zero_std`]: one definition for both logs).
 - Without a `train_dataset` (an `environment_factory` owns the data), `__init__` sets `trainer.train_dataset` to a
   placeholder of `generation_batch_size // num_generations` empty prompts.
 - `_generate_single_turn` samples a round's first turn (then, with tools, each later turn of TRL's tool loop, one
