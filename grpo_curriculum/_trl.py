@@ -14,6 +14,12 @@ Tested against TRL 1.16. What the curriculum relies on:
   the round's rows (prompt repeated G times, contiguous, processes taking consecutive slices). We build those rows
   ourselves from a prompt stream that reproduces `RepeatSampler`'s order, so the data loader's read-ahead (accelerate
   prefetch, worker prefetch) never hands a row grouped for the old G to a round with the new G.
+- Each training round appends one `frac_reward_zero_std` to `trainer._metrics["train"]`; the curriculum replaces it
+  by its own zero-std share ([`grpo_curriculum.signals.is_zero_std`]: one definition for both logs).
+- Without a `train_dataset` (an `environment_factory` owns the data), `__init__` sets `trainer.train_dataset` to a
+  placeholder of `generation_batch_size // num_generations` empty prompts.
+- `_generate_single_turn` samples a round's first turn (then, with tools, each later turn of TRL's tool loop, one
+  history a row): the first call in a round is the one whose groups a vLLM server request may regroup.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import importlib
 import itertools
 import json
 import logging
+import math
 import os
 import warnings
 
@@ -110,6 +117,18 @@ def sampling_temperatures(trainer, cells: list) -> dict[str, float]:
     for i, cell in enumerate(cells):
         found[f"fused_lm_head[{i}]"] = cell.cell_contents
     return found
+
+
+def fit_environment_placeholder(trainer, num_prompts: int) -> None:
+    """
+    Without a `train_dataset`, TRL trains on a placeholder of `generation_batch_size // num_generations` empty prompts
+    (one round at its own G; the `environment_factory`'s `reset()` gives each rollout its prompt). Make it
+    `num_prompts` rows of the same empty prompt, enough for a round at the curriculum's smallest G (and for TRL's
+    loader at any G the curriculum sets).
+    """
+    placeholder = trainer.train_dataset
+    if len(placeholder) < num_prompts:
+        trainer.train_dataset = placeholder.select([0] * num_prompts)
 
 
 def generation_round_length(trainer) -> int:
@@ -346,8 +365,7 @@ def group_advantages(trainer, rewards_per_func, group_sizes: list[int]):
         group_sizes (`list[int]`): Each group's size, in row order (they add up to the rows).
 
     Returns:
-        `tuple[torch.Tensor, torch.Tensor]`: Per row, the advantage and whether its std counts as zero (TRL's
-        `is_std_zero`, the source of `frac_reward_zero_std`).
+        `torch.Tensor`: The advantage of each row.
     """
     from trl.trainer.utils import nanstd
 
@@ -378,32 +396,44 @@ def group_advantages(trainer, rewards_per_func, group_sizes: list[int]):
         advantages = (rewards - torch.nanmean(rewards)) / (std + 1e-4)
     else:
         raise ValueError(f"Invalid multi_objective_aggregation: {trainer.multi_objective_aggregation}.")
-    return torch.nan_to_num(advantages, nan=0.0), torch.isclose(std, torch.zeros_like(std))
+    return torch.nan_to_num(advantages, nan=0.0)
 
 
 def regroup_round_output(trainer, output: dict, rewards_per_func, group_sizes: list[int]) -> None:
     """
     Replace what TRL computed for a round of mixed group sizes (it ran with `num_generations = 1`) by the values of
-    the real groups: this process's `advantages` in `output`, the logged `frac_reward_zero_std` and the advantages of
-    the completion log.
+    the real groups: this process's `advantages` in `output` and the advantages of the completion log.
     """
-    advantages, is_std_zero = group_advantages(trainer, rewards_per_func, group_sizes)
+    advantages = group_advantages(trainer, rewards_per_func, group_sizes)
     local = len(output["advantages"])
     start = trainer.accelerator.process_index * local
     output["advantages"] = advantages[start : start + local].to(output["advantages"].device)
-    trainer._metrics["train"]["frac_reward_zero_std"][-1] = is_std_zero.float().mean().item()
     trainer._logs["advantages"].clear()
     trainer._logs["advantages"].extend(advantages.tolist())
 
 
+def log_zero_std_fraction(trainer, fraction: float) -> None:
+    """
+    Log `fraction` (the curriculum's share of the round's completions in zero-std groups,
+    [`grpo_curriculum.signals.is_zero_std`]) as the round's `frac_reward_zero_std`, in place of TRL's (NaN, when no
+    reward was finite: TRL's stays).
+    """
+    if not math.isnan(fraction):
+        trainer._metrics["train"]["frac_reward_zero_std"][-1] = fraction
+
+
 def install_variable_group_requests(trainer) -> None:
     """
-    In vLLM server mode (main process), make a round of mixed group sizes send TRL's kind of requests: each unique
-    prompt once with `n` = its group's size. TRL sends such a round row by row (`num_generations = 1`, `n=1`); the
-    wrapper around `VLLMClient.generate` sends one request per distinct size instead (`n` = that size, its prompts in
-    round order), and hands the completions back row by row, in group order. With a fixed sampling seed, vLLM then
-    gives each completion of a group its own seed (`seed + index`), as in TRL; rows sent with `n=1` would all repeat it.
-    Calls outside such a round (a round of one G, evaluation) pass through unchanged.
+    In vLLM server mode (main process), make the first turn of a round of mixed group sizes send TRL's kind of
+    requests: each unique prompt once with `n` = its group's size. TRL sends such a round row by row
+    (`num_generations = 1`, `n=1`); the wrapper around `VLLMClient.generate` sends one request per distinct size
+    instead (`n` = that size, its prompts in round order), and hands the completions back row by row, in group order.
+    With a fixed sampling seed, vLLM then gives each completion of a group its own seed (`seed + index`), as in TRL;
+    rows sent with `n=1` would all repeat it.
+
+    Only the call [`GRPOHooks`] marks as the round's first turn (`trainer._request_group_sizes`) is regrouped. Every
+    other call passes through unchanged: a round of one G, evaluation, a `rollout_func`'s own calls, and the later
+    turns of TRL's tool loop, where each row continues its own history (one prompt a row, `n=1`).
     """
     if not getattr(trainer, "use_vllm", False) or not trainer.accelerator.is_main_process:
         return
@@ -415,9 +445,11 @@ def install_variable_group_requests(trainer) -> None:
 
     @functools.wraps(original)
     def generate(prompts, features=None, n=1, **kwargs):
-        sizes = getattr(trainer, "_round_group_sizes", None)
-        if sizes is None or n != 1 or len(prompts) != sum(sizes):
+        sizes = trainer._request_group_sizes
+        if sizes is None:
             return original(prompts=prompts, features=features, n=n, **kwargs)
+        if n != 1 or len(prompts) != sum(sizes):
+            raise _unsupported(f"regroup a round's first vLLM request ({len(prompts)} prompts, n={n}, {sizes=})")
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         rows: list = [None] * len(sizes)  # per group: (prompt_ids, completions, logprobs, logprob_token_ids)
         for size in sorted(set(sizes)):
@@ -505,28 +537,43 @@ class GRPOHooks:
     Events (called only when `_curriculum_active()`):
     - `_curriculum_round_rows() -> (list[dict], list[int])`: a training generation round starts; returns this
       process's rows and the round's group sizes (each prompt's G, in row order).
-    - `_curriculum_round_rewards(rewards, completion_ids)`: the round's rewards, from every process, in row order.
+    - `_curriculum_round_rewards(rewards, completion_ids) -> float`: the round's rewards, from every process, in row
+      order; returns the round's zero-std share, logged as TRL's `frac_reward_zero_std`.
     - `_curriculum_save(checkpoint_dir)` / `_curriculum_load(checkpoint_dir)`: a checkpoint is written / resumed.
     - `_curriculum_evaluation()`: a context manager around each evaluation step.
     """
 
-    _round_group_sizes = None  # during the generation of a round of mixed group sizes: its group sizes
+    _round_group_sizes = None  # a round of mixed group sizes whose first turn is not sampled yet: its group sizes
+    _request_group_sizes = None  # while that first turn is sampled: its group sizes (read by the vLLM server client)
 
     def _generate_and_score_completions(self, inputs):
         if not (self._curriculum_active() and is_training(self)):
             return super()._generate_and_score_completions(inputs)
         inputs, sizes = self._curriculum_round_rows()
         mixed = list(sizes) if len(set(sizes)) > 1 else None
+        before = self.num_generations
         set_num_generations(self, 1 if mixed else sizes[0])
         self._round_group_sizes = mixed
         try:
             output = super()._generate_and_score_completions(inputs)
         finally:
             self._round_group_sizes = None
+            if mixed:  # TRL's own G is back (a later `train()` builds TRL's loader with it)
+                set_num_generations(self, before)
         if mixed:
             regroup_round_output(self, output, self._round_rewards_per_func, mixed)
-        self._round_rewards_per_func = None
+        log_zero_std_fraction(self, self._round_zero_std_fraction)
+        self._round_rewards_per_func = self._round_zero_std_fraction = None
         return output
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        # The round's first turn samples each group; later turns (TRL's tool loop) continue each row's own history.
+        self._request_group_sizes, self._round_group_sizes = self._round_group_sizes, None
+        try:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)  # fmt: skip
+        finally:
+            self._request_group_sizes = None
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         if not self._curriculum_active():
@@ -538,7 +585,8 @@ class GRPOHooks:
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self._curriculum_active() and is_training(self):
             self._round_rewards_per_func = rewards_per_func
-            self._curriculum_round_rewards(weighted_rewards(self, rewards_per_func), completion_ids_list)
+            rewards = weighted_rewards(self, rewards_per_func)
+            self._round_zero_std_fraction = self._curriculum_round_rewards(rewards, completion_ids_list)
         return rewards_per_func
 
     def _save_checkpoint(self, model, trial):

@@ -291,7 +291,9 @@ class CurriculumCallback(TrainerCallback):
         """
         The `curriculum/*` values added to a training log line, over the rounds since the previous one (then reset):
         `num_generations` (mean G over the rounds' prompts), `prompts` (per round), `temperature` and `stage` (the
-        current round's), and in per-prompt stages `deferred` (prompts deferred) and `deferred_total` (in the run).
+        current round's), and in per-prompt stages `deferred` (prompts deferred) and `deferred_total` (in the run);
+        of the last round: `mean_group_std`, `zero_std_fraction` (its completions' share in zero-std groups, what TRL's
+        `frac_reward_zero_std` logs for it) and `distinct_fraction`.
         """
         if self.current is None:
             return {}
@@ -309,6 +311,7 @@ class CurriculumCallback(TrainerCallback):
         stats = self.last_stats
         if stats is not None:
             metrics["curriculum/mean_group_std"] = stats.mean_group_std
+            metrics["curriculum/zero_std_fraction"] = stats.zero_std_fraction
             if stats.distinct_fraction is not None:
                 metrics["curriculum/distinct_fraction"] = stats.distinct_fraction
         if self.policy is not None:

@@ -4,7 +4,14 @@ Reward-variance signals of a generation round.
 Pure logic: the standard library only (no torch, no numpy). The trainer gathers the round's rewards from every process
 and passes them here as flat lists, so every process computes the same [`RoundStats`] and the adaptive policies
 ([`grpo_curriculum.adaptive`]) take the same decisions. A group whose rewards are all equal has zero advantage in GRPO
-and wastes its completions; the share of such groups is the main signal.
+and wastes its completions; the share of completions in such groups is the main signal.
+
+A *zero-std group* is one definition for everything the curriculum computes and logs, TRL's `frac_reward_zero_std` of
+curriculum training rounds included (see [`is_zero_std`]): a group with at least one finite reward whose finite
+rewards are all equal (within `1e-6`), a single finite one included. In GRPO every completion of such a group gets
+advantage 0 whatever `scale_rewards` (TRL's std of a single finite reward is NaN, and it sets NaN advantages to 0).
+TRL's own test, `isclose(std, 0)` on the float32 group std, misses groups of equal rewards whose float32 mean rounds
+(eight rewards of 0.3 have std 3e-8), and measures the batch's std under `scale_rewards="batch"`.
 
 Groups are given by their sizes (G per prompt, in row order), so a round whose prompts have different G is described
 by its real groups. Missing rewards: TRL turns a reward function's `None` into NaN. Here `None`, NaN and infinities
@@ -33,6 +40,14 @@ def _moments(values: list[float]) -> tuple[int, float, float]:
         return 0, 0.0, 0.0
     mean = math.fsum(values) / len(values)
     return len(values), mean, math.fsum((v - mean) ** 2 for v in values)
+
+
+def is_zero_std(finite: Sequence[float]) -> bool:
+    """
+    Whether a group whose finite rewards are `finite` is a zero-std group: it has at least one finite reward and they
+    are all equal within `1e-6` (one finite reward counts). Every completion of such a group gets advantage 0.
+    """
+    return len(finite) > 0 and max(finite) - min(finite) <= ZERO_STD_TOLERANCE
 
 
 def _check_groups(name: str, length: int, groups: int) -> None:
@@ -86,8 +101,9 @@ class RoundStats:
         group_sizes (`tuple[int, ...]`): Each group's G, in row order.
         num_groups (`int`): Groups (prompts) with at least one finite reward.
         zero_std_fraction (`float`):
-            Among those groups, the fraction whose finite rewards are all equal (within `1e-6`) or that have fewer
-            than 2 finite rewards: groups that give zero advantage. NaN when `num_groups` is 0.
+            The share of the completions of those groups that are in a zero-std group ([`is_zero_std`]: zero
+            advantage); with one G, the share of groups. Logged as `curriculum/zero_std_fraction` and as TRL's
+            `frac_reward_zero_std`. NaN when `num_groups` is 0.
         mean_group_std (`float`): Mean over those groups of the population std of their finite rewards (NaN if none).
         mean_reward (`float`): Mean of the round's finite rewards (NaN if none).
         distinct_fraction (`float` or `None`):
@@ -96,7 +112,7 @@ class RoundStats:
         group_success (`tuple[float, ...]`):
             Per group, the fraction of finite rewards `>= success_threshold` (NaN for an all-NaN group).
         group_counts (`tuple[int, ...]`): Per group, the number of finite rewards.
-        group_zero_std (`tuple[bool, ...]`): Per group, whether it gives zero advantage (see `zero_std_fraction`).
+        group_zero_std (`tuple[bool, ...]`): Per group, whether it is a zero-std group ([`is_zero_std`]).
         prompt_keys (`tuple[str, ...]` or `None`): Per group, the prompt's key (converted with `str`), when given.
     """
 
@@ -157,11 +173,12 @@ def round_stats(
         count, _, m2 = _moments(finite)
         counts.append(count)
         success.append(sum(v >= success_threshold for v in finite) / count if count else math.nan)
-        zero_std.append(count > 0 and (count < 2 or max(finite) - min(finite) <= ZERO_STD_TOLERANCE))
+        zero_std.append(is_zero_std(finite))
         if count:
             finite_all += finite
             stds.append(math.sqrt(m2 / count))
     n = len(stds)
+    scored = sum(size for size, count in zip(sizes, counts) if count)  # completions of groups with a finite reward
     distinct = None
     if completion_keys is not None and sizes:
         per_group, start = [], 0
@@ -172,7 +189,7 @@ def round_stats(
     return RoundStats(
         group_sizes=sizes,
         num_groups=n,
-        zero_std_fraction=sum(zero_std) / n if n else math.nan,
+        zero_std_fraction=sum(size for size, zero in zip(sizes, zero_std) if zero) / scored if n else math.nan,
         mean_group_std=math.fsum(stds) / n if n else math.nan,
         mean_reward=_moments(finite_all)[1] if finite_all else math.nan,
         distinct_fraction=distinct,

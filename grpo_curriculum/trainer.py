@@ -32,15 +32,19 @@ def _find_curriculum(callbacks) -> CurriculumCallback | None:
     return found[0] if found else None
 
 
-def validate_schedule_geometry(curriculum: CurriculumCallback, args, dataset=None) -> None:
+def validate_schedule_geometry(curriculum: CurriculumCallback, args, dataset=None,
+                               environment_owns_data: bool = False) -> None:
     """
-    Check every G the curriculum can reach against the run's batch geometry and the train dataset's size.
+    Check every G the curriculum can reach against the run's batch geometry and the train dataset's size (and, when
+    an `environment_factory` owns the data, that no stage is per prompt).
 
     Raises:
         [`CurriculumError`]: naming the geometry, the valid G values and the fixes for each invalid stage.
     """
     geometry = BatchGeometry.from_args(args)
     problems = curriculum.schedule.geometry_problems(geometry)
+    if environment_owns_data:
+        problems += _environment_problems(curriculum)
     if not problems and dataset is not None and hasattr(dataset, "__len__"):
         problems += _dataset_problems(curriculum, args, len(dataset), geometry.generation_batch_size)
     config = getattr(args, "accelerator_config", None)  # a dict, or transformers' AcceleratorConfig
@@ -55,6 +59,16 @@ def validate_schedule_geometry(curriculum: CurriculumCallback, args, dataset=Non
                     "remove `temperature` from `generation_kwargs`; set it per stage instead")
         )  # fmt: skip
     raise_if_any(problems, context=geometry.describe())
+
+
+def _environment_problems(curriculum: CurriculumCallback) -> list[Problem]:
+    """Without a train dataset, the environment's `reset()` gives each rollout its prompt: none has an identity."""
+    return [Problem(f"stages[{i}].adaptive.policy", "per_prompt", "needs a train_dataset: with an environment_factory "
+                    "and no train_dataset, the environment's reset() picks each rollout's prompt, so there are no "
+                    "prompts to give their own G", "pass a train_dataset (each row's fields reach reset() as keyword "
+                    "arguments), or give this stage one G (num_generations, or policy hysteresis or success_rate)")
+            for i, stage in enumerate(curriculum.schedule.stages) if stage.adaptive is not None and
+            stage.adaptive.per_prompt]  # fmt: skip
 
 
 def _dataset_problems(curriculum: CurriculumCallback, args, size: int, batch: int) -> list[Problem]:
@@ -99,9 +113,10 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
     def __init__(self, *args, **kwargs):
         bound = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs)
         self._curriculum = _find_curriculum(bound.arguments.get("callbacks"))
-        training_args = bound.arguments.get("args")
+        training_args, dataset = bound.arguments.get("args"), bound.arguments.get("train_dataset")
+        environment_owns_data = dataset is None and bound.arguments.get("environment_factory") is not None
         if self._curriculum is not None and training_args is not None:  # fail before loading anything
-            validate_schedule_geometry(self._curriculum, training_args, bound.arguments.get("train_dataset"))
+            validate_schedule_geometry(self._curriculum, training_args, dataset, environment_owns_data)
         self._temperature_cells: list = []
         with _trl.record_fused_lm_head_temperature(self._temperature_cells):
             super().__init__(*args, **kwargs)
@@ -113,6 +128,9 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         if training_args is None:  # GRPOTrainer built default args from the model name
             validate_schedule_geometry(self._curriculum, self.args, self.train_dataset)
         self._curriculum._trainer = self
+        if environment_owns_data:  # TRL's placeholder holds one round at its own G: make it hold one at the smallest
+            smallest = self._curriculum.schedule.num_generations_values[0]
+            _trl.fit_environment_placeholder(self, -(-self.args.generation_batch_size // smallest))
         self._prompt_stream = _trl.new_prompt_stream(self)
         slots = _trl.prompt_slots(self._prompt_stream)
         self._curriculum.round_context = {"budget": self.args.generation_batch_size, "seed": self.args.seed,
@@ -214,11 +232,14 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             "completions: use a larger dataset, a smaller generation batch, or larger num_generations candidates."
         )
 
-    def _curriculum_round_rewards(self, rewards: list[float], completion_ids_list) -> None:
-        """Round statistics from the rewards of every process: the adaptive policy's input and the prompt report."""
-        if not self._observe_this_round:
-            return
+    def _curriculum_round_rewards(self, rewards: list[float], completion_ids_list) -> float:
+        """
+        Round statistics from the rewards of every process: the adaptive policy's input and the prompt report (not for
+        a round replayed after a resume). Returns the round's zero-std share.
+        """
         sizes = self._round_sizes
+        if not self._observe_this_round:
+            return round_stats(rewards, sizes).zero_std_fraction
         keys = _trl.prompt_keys(self._prompt_stream, self._round_prompts)
         completion_keys = None
         if self._curriculum.needs_completion_keys:
@@ -229,6 +250,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         if self.accelerator.is_main_process:  # map-style prompt texts are read when the report is written
             texts = _trl.prompt_texts(self._prompt_stream, self._round_prompts) if self._prompt_stream.iterable else None
             self._prompt_report.update(keys, rewards, sizes, texts=texts)
+        return stats.zero_std_fraction
 
     def write_prompt_report(self, directory: str | None = None) -> str | None:
         """

@@ -186,6 +186,9 @@ class FakeVLLMServer:
         self.weight_updates: list[WeightUpdate] = []
         self.prefix_cache_resets = 0
         self.communicator_inits: list[dict] = []
+        # The sampling, (prompt_ids, position, sample, max_tokens) -> token ids, and the detokenizer of the responses.
+        self.complete = fake_completion_ids
+        self.detokenize = lambda tokens: " ".join(VOCAB[token] for token in tokens)
         self._lock = threading.Lock()
 
     # -- what the server reports --
@@ -278,11 +281,11 @@ class FakeVLLMServer:
         for i, prompt_ids in enumerate(prompts):
             for j in range(n):
                 position = i * n + j
-                tokens = fake_completion_ids(prompt_ids, position, j, max_tokens)
+                tokens = self.complete(prompt_ids, position, j, max_tokens)
                 choices.append(
                     {
                         "index": position,
-                        "text": " ".join(VOCAB[token] for token in tokens),
+                        "text": self.detokenize(tokens),
                         "prompt_token_ids": list(prompt_ids),
                         "token_ids": tokens,
                         "logprobs": None if logprobs is None else _completions_logprobs(tokens),
@@ -304,7 +307,7 @@ class FakeVLLMServer:
         prompt_ids = body["token_ids"]
         choices = []
         for j in range(n):
-            tokens = fake_completion_ids(prompt_ids, j, j, max_tokens)
+            tokens = self.complete(prompt_ids, j, j, max_tokens)
             choices.append(
                 {"index": j, "token_ids": tokens, "logprobs": None if logprobs is None else _content_logprobs(tokens)}
             )

@@ -71,10 +71,9 @@ def test_mixed_groups_are_contiguous_and_get_per_group_advantages(tmp_path, want
             start += g
         assert round_["advantages"] == pytest.approx(expected, abs=1e-5)
     history = train_history(trainer)
-    # TRL's grouping metric describes the real groups: the share of completions in zero-std groups (with "batch"
-    # scaling TRL measures the one batch std, as here).
+    # TRL's grouping metric describes the real groups: the share of completions in zero-std groups, any scaling.
     for h, call in zip(history, recorder.calls, strict=True):
-        zero = sum(1 for i in call["idx"] if i % 4 == 3) / len(call["idx"]) if scale_rewards != "batch" else 0.0
+        zero = sum(1 for i in call["idx"] if i % 4 == 3) / len(call["idx"])
         assert h["frac_reward_zero_std"] == pytest.approx(zero)
         assert h["curriculum/num_generations"] == pytest.approx(4.0) and h["curriculum/prompts"] == 4
         assert h["curriculum/deferred"] == 0
@@ -127,7 +126,7 @@ def test_group_advantages_equal_trl_on_equal_groups(tmp_path, aggregation, scale
     trainer.model.train()
     batch = next(iter(trainer.get_train_dataloader()))
     output = trainer._generate_and_score_completions(batch)
-    ours, _ = group_advantages(trainer, captured["rewards_per_func"], [4] * 2)
+    ours = group_advantages(trainer, captured["rewards_per_func"], [4] * 2)
     assert torch.isnan(captured["rewards_per_func"]).any()
     torch.testing.assert_close(ours, output["advantages"], atol=1e-5, rtol=1e-5)
 
@@ -186,13 +185,12 @@ def test_candidates_need_not_divide_the_batch(tmp_path, wanted_by_index):
 
 
 def test_variable_group_metrics_for_a_fake_trainer():
-    """`group_advantages` on hand-made rewards: NaN rows get 0, a single-valued group has zero std."""
+    """`group_advantages` on hand-made rewards: NaN rows get 0, so do the rows of a single-valued group."""
     trainer = SimpleNamespace(reward_weights=torch.tensor([1.0]), scale_rewards="group",
                               multi_objective_aggregation="sum_then_normalize")  # fmt: skip
     rewards = torch.tensor([[1.0], [0.0], [float("nan")], [2.0], [2.0], [2.0], [5.0], [1.0]])
-    advantages, zero = group_advantages(trainer, rewards, [3, 3, 2])
+    advantages = group_advantages(trainer, rewards, [3, 3, 2])
     assert advantages[2] == 0 and advantages[3:6].tolist() == [0.0] * 3
-    assert zero.tolist() == [False] * 3 + [True] * 3 + [False] * 2
     assert advantages[6].item() == pytest.approx(2 / (math.sqrt(8) + 1e-4))
 
 

@@ -40,9 +40,9 @@ def same(a, b):
         # population std: (0, 1, 2) has std sqrt(2/3)
         ([0, 1, 2], 3, dict(num_groups=1, zero_std_fraction=0.0, mean_group_std=math.sqrt(2 / 3), mean_reward=1.0,
                             group_success=(2 / 3,))),
-        # groups of different sizes: each group's statistics over its own rows
+        # groups of different sizes: each group's statistics over its own rows; the zero-std share is of completions
         ([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0], (2, 4, 2), dict(
-            num_groups=3, zero_std_fraction=2 / 3, mean_group_std=math.sqrt(3 / 16) / 3, mean_reward=3 / 8,
+            num_groups=3, zero_std_fraction=4 / 8, mean_group_std=math.sqrt(3 / 16) / 3, mean_reward=3 / 8,
             group_success=(1.0, 0.25, 0.0), group_counts=(2, 4, 2), group_zero_std=(True, False, True))),
     ],
 )

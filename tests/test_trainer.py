@@ -13,7 +13,7 @@ from grpo_curriculum.callback import CurriculumCallback
 from grpo_curriculum.tasks import build_model, build_tokenizer, echo_reward
 from grpo_curriculum.trainer import CurriculumGRPOTrainer
 
-from .conftest import RoundRecorder, assert_whole_groups, grpo_args, indexed_dataset
+from .conftest import RoundRecorder, assert_whole_groups, grpo_args, indexed_dataset, per_prompt_stages
 
 
 def make_trainer(tmp_path, stages, recorder=None, dataset=None, model=None, cls=CurriculumGRPOTrainer, eval_dataset=None,
@@ -339,3 +339,49 @@ def test_rows_of_a_group_are_independent_copies(tmp_path):
                               recorder=RoundRecorder(reward_fn=mutating_reward))  # fmt: skip
     trainer.train()
     assert len(seen) == 2 and all(entry[1] == ["t"] and entry[-1] == ["t"] for entry in seen)
+
+
+def test_second_train_call_after_a_mixed_round_builds_trls_loader_at_a_real_g(tmp_path, wanted_by_index):
+    """A round of mixed group sizes runs TRL at `num_generations = 1`; TRL's own G is back once the round is over."""
+    wanted_by_index(lambda index: (2, 4)[index % 2])
+    stages = per_prompt_stages((2, 4), defer=False)
+    # 6 prompts: a round takes 2 to 4 of them; TRL's loader at G 1 would need 8 (one per completion) and yield nothing.
+    trainer, recorder = make_trainer(tmp_path, stages, dataset=indexed_dataset(6), max_steps=3)
+    loader_g = []
+    original = trainer.get_train_dataloader
+    trainer.get_train_dataloader = lambda: (loader_g.append(trainer.num_generations), original())[1]
+    trainer.train()
+    assert {len(set(c["sizes"])) for c in recorder.calls} == {2}  # mixed rounds
+    first = [(c["idx"], c["sizes"]) for c in recorder.calls]
+    recorder.calls.clear()
+    trainer.train()  # trained nothing before the fix: TRL's loader at G 1 yields no batch ("stopping at step 0")
+    assert [(c["idx"], c["sizes"]) for c in recorder.calls] == first
+    assert loader_g == [2, 2] == [trainer.num_generations] * 2
+
+
+def zero_std_kinds(prompts, completions, idx, **kwargs):
+    """
+    By prompt index mod 3: 0.3 for every row (float32 rounds the mean of eight: TRL's std test calls it non-zero); one
+    finite reward, the others None (zero advantage); 1 for the group's first row and 0 for the others.
+    """
+    rewards = []
+    for j, i in enumerate(idx):
+        first = j == 0 or idx[j - 1] != i
+        rewards.append((0.3, 0.7 if first else None, 1.0 if first else 0.0)[i % 3])
+    return rewards
+
+
+@pytest.mark.parametrize("per_prompt", [True, False], ids=["mixed_sizes", "one_g"])
+def test_trl_and_the_curriculum_log_one_zero_std_share(tmp_path, wanted_by_index, per_prompt):
+    """TRL's `frac_reward_zero_std` and `curriculum/zero_std_fraction`: the round's completions in zero-std groups."""
+    wanted_by_index(lambda index: (8, 4, 2)[index % 3])
+    stages = per_prompt_stages((2, 4, 8), defer=False) if per_prompt else [Stage(num_generations=8, temperature=1.0)]
+    trainer, recorder = make_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=zero_std_kinds), max_steps=3,
+                                     per_device_train_batch_size=16, shuffle_dataset=False)  # fmt: skip
+    trainer.train()
+    for h, call in zip(train_history(trainer), recorder.calls, strict=True):
+        starts = [sum(call["sizes"][:k]) for k in range(len(call["sizes"]))]
+        zero = sum(size for start, size in zip(starts, call["sizes"]) if call["idx"][start] % 3 != 2)
+        assert h["frac_reward_zero_std"] == h["curriculum/zero_std_fraction"] == zero / 16, (call["sizes"], h)
+    if per_prompt:
+        assert {len(set(call["sizes"])) for call in recorder.calls} == {3}  # groups of 8, 4 and 2 in every round
