@@ -180,7 +180,8 @@ class Array:
         noun = "integers" if self.kind == "int" else "numbers"
         if not (isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in
                 ("iu" if self.kind == "int" else "iuf")):  # fmt: skip
-            what = f"an array of dtype {value.dtype} and shape {value.shape}" if isinstance(value, np.ndarray) else value
+            array = isinstance(value, np.ndarray)
+            what = f"an array of dtype {value.dtype} and shape {value.shape}" if array else value
             return [Problem(key, what, f"must be a one-dimensional array of {noun}")]
         if self.length is not None and len(value) != self.length:
             return [Problem(key, f"{len(value)} values", f"must hold {self.length} values")]
@@ -262,7 +263,7 @@ def _walk(schema, value, key: str, found: list) -> None:
                 _walk(items[i] if items is not None else schema.item, item, f"{key}[{i}]", found)
     elif isinstance(schema, dict):
         if not isinstance(value, dict):
-            found.append(Problem(key, value, "must be a mapping"))
+            found.append(Problem(key or "top level", value, "must be a mapping"))
             return
         for name, sub in schema.items():
             name, optional = name.removesuffix("?"), name.endswith("?")
@@ -328,8 +329,8 @@ def _invariants(state: dict) -> list[Problem]:
     def stage_of(key: str, index: int) -> dict | None:
         if index < len(stages):
             return stages[index]
-        problems.append(Problem(key, index, f"must be a stage index below {len(stages)} (the checkpoint's schedule has "
-                                            f"{len(stages)} stage{'s' if len(stages) != 1 else ''})"))  # fmt: skip
+        problems.append(Problem(key, index, f"must be a stage index below {len(stages)} (the checkpoint's schedule "
+                                            f"has {len(stages)} stage{'s' if len(stages) != 1 else ''})"))  # fmt: skip
         return None
 
     current = callback["current"]
@@ -355,12 +356,12 @@ def _invariants(state: dict) -> list[Problem]:
             problems.append(Problem("callback.policy.num_generations", policy["num_generations"],
                                     f"must be one of the stage's candidates {shorten(stage.get('num_generations'))}"))
     if rounds > state["micro_step"] + 1:
-        problems.append(Problem("callback.rounds", rounds, f"must be at most micro_step + 1 = {state['micro_step'] + 1}"
-                                " (a generation round takes at least one micro-step)"))
+        problems.append(Problem("callback.rounds", rounds, f"must be at most micro_step + 1 = "
+                                f"{state['micro_step'] + 1} (a generation round takes at least one micro-step)"))
     for name in ("stream", "round_start_stream"):
         if state[name] is not None and state[name]["epoch"] > 3 * rounds + 1:
-            problems.append(Problem(f"{name}.epoch", state[name]["epoch"], f"must be at most 3 x callback.rounds + 1 "
-                                    f"= {3 * rounds + 1} (a generation round opens at most 3 passes over the dataset)"))
+            problems.append(Problem(f"{name}.epoch", state[name]["epoch"], "must be at most 3 x callback.rounds + 1 = "
+                                    f"{3 * rounds + 1} (a generation round opens at most 3 passes over the dataset)"))
     start = state["round_start_stream"]
     if start is not None and start["epoch"] > state["stream"]["epoch"]:
         problems.append(Problem("round_start_stream.epoch", start["epoch"],
@@ -371,8 +372,8 @@ def _invariants(state: dict) -> list[Problem]:
         if start is None:
             problems.append(Problem("round_start_stream", None, "must be given with round_plan"))
         if sum(sizes) != batch:
-            problems.append(Problem("round_plan.sizes", sizes, f"must add up to geometry.generation_batch_size, {batch} "
-                                    "(a round's completions)"))
+            problems.append(Problem("round_plan.sizes", sizes, "must add up to geometry.generation_batch_size, "
+                                    f"{batch} (a round's completions)"))
         if len(offsets) != len(sizes) or any(b <= a for a, b in zip(offsets, offsets[1:])) or (
                 offsets and offsets[-1] >= plan["consumed"]):  # fmt: skip
             problems.append(Problem("round_plan.offsets", offsets, f"must be {len(sizes)} increasing positions below "
@@ -396,7 +397,8 @@ def _invariants(state: dict) -> list[Problem]:
             if not problems and (counts["successes"] > counts["trials"]).any():
                 problems.append(Problem("callback.policy.counts.successes", MISSING, "must be at most trials"))
         if (policy or {}).get("policy") == "per_prompt":
-            problems += _same_lengths("callback.policy.stats", policy["stats"], ("successes", "failures", "zero_streak"))
+            names = ("successes", "failures", "zero_streak")
+            problems += _same_lengths("callback.policy.stats", policy["stats"], names)
     return problems
 
 
@@ -541,7 +543,8 @@ def checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     """The `checkpoint-N` folders in `output_dir`, newest (highest N) first."""
     if not os.path.isdir(output_dir):
         return []
-    found = ((int(m.group(1)), p) for p in Path(output_dir).iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name)))
+    found = ((int(m.group(1)), p) for p in Path(output_dir).iterdir()
+             if p.is_dir() and (m := _CHECKPOINT.match(p.name)))  # fmt: skip
     return [p for _, p in sorted(found, reverse=True)]
 
 
@@ -571,8 +574,8 @@ def resume_checkpoint(resume_from_checkpoint, output_dir: str, entropy: bool = F
         [`CurriculumStateError`]: when `output_dir` holds no complete checkpoint, or the path is missing or not a
         complete checkpoint, naming what was found and what to do.
     """
-    fix = ("train without `resume_from_checkpoint` to start a new run, or set `output_dir` to the directory of the run "
-           "to resume")  # fmt: skip
+    fix = ("train without `resume_from_checkpoint` to start a new run, or set `output_dir` to the directory of the "
+           "run to resume")  # fmt: skip
     if resume_from_checkpoint is True:
         found = newest_complete_checkpoint(output_dir, entropy)
         if found is not None:
@@ -584,16 +587,17 @@ def resume_checkpoint(resume_from_checkpoint, output_dir: str, entropy: bool = F
                                        f"there is no checkpoint to resume. Fix: {fix}.")  # fmt: skip
         names = ", ".join(p.name for p in folders[:5]) + (", ..." if len(folders) > 5 else "")
         raise CurriculumStateError(
-            f"resume_from_checkpoint=True, but none of the {len(folders)} checkpoint folders in {output_dir} ({names}) "
-            "is a complete CurriculumGRPOTrainer checkpoint (the warnings above say what each lacks). Fix: " + fix + "."
+            f"resume_from_checkpoint=True, but none of the {len(folders)} checkpoint folders in {output_dir} "
+            f"({names}) is a complete CurriculumGRPOTrainer checkpoint (the warnings above say what each lacks). "
+            f"Fix: {fix}."
         )
     if isinstance(resume_from_checkpoint, (str, os.PathLike)):
         path = os.fspath(resume_from_checkpoint)
         if not os.path.isdir(path):
             rule = "is not a directory" if os.path.exists(path) else "does not exist"
-            raise CurriculumStateError(f"resume_from_checkpoint = {path} {rule}: a checkpoint is a checkpoint-N folder "
-                                       f"of an output directory. Fix: pass one, or `true` for the newest complete one "
-                                       f"in `output_dir`, or {fix}.")  # fmt: skip
+            raise CurriculumStateError(f"resume_from_checkpoint = {path} {rule}: a checkpoint is a checkpoint-N "
+                                       "folder of an output directory. Fix: pass one, or `true` for the newest "
+                                       f"complete one in `output_dir`, or {fix}.")  # fmt: skip
         check_checkpoint(path, entropy)
     return resume_from_checkpoint
 
