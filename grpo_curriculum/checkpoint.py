@@ -245,7 +245,7 @@ def _walk(schema, value, key: str, found: list) -> None:
     elif isinstance(schema, ByField):
         if not isinstance(value, dict):
             found.append(Problem(key, value, "must be a mapping"))
-        elif value.get(schema.field) not in schema.schemas:
+        elif not isinstance(value.get(schema.field), str) or value[schema.field] not in schema.schemas:
             found.append(Problem(f"{key}.{schema.field}", value.get(schema.field, MISSING),
                                  f"must be one of {sorted(schema.schemas)}"))
         else:
@@ -277,36 +277,37 @@ def _walk(schema, value, key: str, found: list) -> None:
 
 
 STEP = integer(0, MAX_STEPS)
-NUMBER = Rule("number")
-G = integer(2, MAX_COUNT, why="GRPO needs at least 2 completions per prompt")
-SHARE = fraction(False, False)
-SETTING = {"stage": STEP, "num_generations": Nullable(G), "temperature": POSITIVE}
-_POLICY = {"version": integer(1, 1), "num_generations": G, "temperature": POSITIVE, "round": STEP,
-           "last_g_change": Nullable(STEP), "last_t_change": Nullable(STEP), "zero_std_ema": Nullable(SHARE),
-           "distinct_ema": Nullable(SHARE), "reward_ema": Nullable(NUMBER), "best_reward": Nullable(NUMBER),
-           "stale": STEP, "clamped_from": Nullable(POSITIVE),
-           "decision": Nullable((G, POSITIVE, Nullable(Rule("str"))))}  # fmt: skip
-POLICY = ByField("policy", {
-    "hysteresis": {**_POLICY, "above": STEP, "below": STEP},
-    "success_rate": {**_POLICY, "window": Each(Each(Rule("any_of", options=(
+_NUMBER = Rule("number")
+_G = integer(2, MAX_COUNT, why="GRPO needs at least 2 completions per prompt")
+_SHARE = fraction(False, False)
+_SETTING = {"stage": STEP, "num_generations": Nullable(_G), "temperature": POSITIVE}
+_POLICY_BASE = {"version": integer(1, 1), "num_generations": _G, "temperature": POSITIVE, "round": STEP,
+                "last_g_change": Nullable(STEP), "last_t_change": Nullable(STEP), "zero_std_ema": Nullable(_SHARE),
+                "distinct_ema": Nullable(_SHARE), "reward_ema": Nullable(_NUMBER), "best_reward": Nullable(_NUMBER),
+                "stale": STEP, "clamped_from": Nullable(POSITIVE),
+                "decision": Nullable((_G, POSITIVE, Nullable(Rule("str"))))}  # fmt: skip
+_POLICY = ByField("policy", {
+    "hysteresis": {**_POLICY_BASE, "above": STEP, "below": STEP},
+    "success_rate": {**_POLICY_BASE, "window": Each(Each(Rule("any_of", options=(
                          STEP, Rule("list", low=2, high=2, item=Rule("number", low=0)))))),
                      "counts?": {"slots": Array("int", 0, MAX_STEPS), "successes": Array("number", 0),
                                  "trials": Array("number", 0)}},
-    "per_prompt": {**_POLICY, "stats": {"successes": Array("number", 0), "failures": Array("number", 0),
-                                        "zero_streak": Array("int", 0, 255), "moments": Array("number", 0, 1, 3)}},
+    "per_prompt": {**_POLICY_BASE, "stats": {"successes": Array("number", 0), "failures": Array("number", 0),
+                                             "zero_streak": Array("int", 0, 255),
+                                             "moments": Array("number", 0, 1, 3)}},
 })  # fmt: skip
-STREAM = {"epoch": STEP, "position": STEP}
+_STREAM = {"epoch": STEP, "position": STEP}
 STATE_SCHEMA = {
     "global_step": STEP,
     "micro_step": integer(0, MAX_STEPS * MAX_COUNT),  # a micro-step per gradient accumulation step
     "geometry": {"generation_batch_size": integer(1, MAX_COUNT), "num_processes": integer(1, MAX_COUNT)},
-    "callback": {"stages": Each(Rule("mapping")), "current": Nullable(SETTING), "rounds": STEP,
-                 "switches": Each({"step": STEP, "round": STEP, "from": SETTING, "to": SETTING, "reason": Rule("str")},
-                                  high=MAX_STEPS),
-                 "policy_stage?": Nullable(STEP), "policy": Nullable(POLICY), "deferred_total?": STEP},
-    "stream": STREAM,
-    "round_start_stream": Nullable(STREAM),
-    "round_plan": Nullable({"consumed": integer(1, MAX_STEPS), "offsets": Each(STEP), "sizes": Each(G)}),
+    "callback": {"stages": Each(Rule("mapping")), "current": Nullable(_SETTING), "rounds": STEP,
+                 "switches": Each({"step": STEP, "round": STEP, "from": _SETTING, "to": _SETTING,
+                                   "reason": Rule("str")}, high=MAX_STEPS),
+                 "policy_stage?": Nullable(STEP), "policy": Nullable(_POLICY), "deferred_total?": STEP},
+    "stream": _STREAM,
+    "round_start_stream": Nullable(_STREAM),
+    "round_plan": Nullable({"consumed": integer(1, MAX_STEPS), "offsets": Each(STEP), "sizes": Each(_G)}),
     "prompt_report": {"slots": Array("int", 0, MAX_STEPS), "count": Array("int", 0, 2**32 - 1),
                       "seen": Array("int", 1, 2**32 - 1), "mean": Array("number"), "std?": Array("number", 0),
                       "m2?": Array("number", 0), "texts": Each((STEP, Rule("any")), high=MAX_STEPS)},
@@ -316,7 +317,7 @@ STATE_SCHEMA = {
 TRAINER_STATE_SCHEMA = {"global_step": STEP, "log_history": Each(Rule("mapping"), high=MAX_STEPS)}
 """What grpo-curriculum reads of a `trainer_state.json`."""
 
-ENTROPY_STATE_SCHEMA = {"entropy_coef": NUMBER, "last_world_entropy": Rule("number", finite=False)}
+ENTROPY_STATE_SCHEMA = {"entropy_coef": _NUMBER, "last_world_entropy": Rule("number", finite=False)}
 """TRL's `entropy_ctrl_state.json` (`last_world_entropy` is infinite before the first measurement)."""
 
 

@@ -489,16 +489,35 @@ def test_hostile_files_are_refused_without_reading_them(saved_run, tmp_path):
 SHORT = [Stage(num_generations=2, temperature=0.7, until_step=2), Stage(num_generations=4, temperature=1.1)]
 
 
-def test_resume_with_adaptive_entropy_needs_its_state(tmp_path, caplog):
+def test_resume_with_adaptive_entropy_needs_its_state(tmp_path, caplog, monkeypatch):
     """
     TRL wrote entropy_ctrl_state.json after trainer_state.json, and a truncated one crashed the resume
     (JSONDecodeError). It is written before, atomically, and a checkpoint without a valid one is not complete.
     """
     output = tmp_path / "run"
     overrides = dict(max_steps=4, save_strategy="steps", save_steps=2, use_adaptive_entropy=True, entropy_coef=0.01)
+    import trl.trainer.grpo_trainer
+
+    from grpo_curriculum import checkpoint
+
+    written, trl_opened, atomic_write = [], [], checkpoint.atomic_write
+
+    def recording_atomic_write(path, *args, **kwargs):
+        written.append(Path(path).name)
+        return atomic_write(path, *args, **kwargs)
+
+    def recording_open(path, *args, **kwargs):  # TRL's own, non-atomic write of the entropy state
+        trl_opened.append(str(path))
+        return open(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "atomic_write", recording_atomic_write)
+    monkeypatch.setattr(trl.trainer.grpo_trainer, "open", recording_open, raising=False)
     full, _ = make_trainer(output, SHORT, **overrides)
     full.train()
     assert json.loads((output / "checkpoint-4" / "entropy_ctrl_state.json").read_text())["entropy_coef"] >= 0
+    first = written[: written.index("trainer_state.json") + 1]  # checkpoint-2's files, in order
+    assert first[-2:] == ["entropy_ctrl_state.json", "trainer_state.json"]
+    assert not [path for path in trl_opened if "entropy_ctrl_state" in path]
     (output / "checkpoint-4" / "entropy_ctrl_state.json").write_text('{"entropy_co')  # as if killed while writing it
     resumed, recorder = make_trainer(output, SHORT, **overrides)
     with caplog.at_level("WARNING", logger="grpo_curriculum"):
@@ -526,6 +545,29 @@ def test_rewards_of_1e20_checkpoint_and_resume(tmp_path):
     assert [c["step"] for c in recorder.calls] == [2, 3]
     assert (tmp_path / "resumed" / "uncertain_prompts.jsonl").read_text().splitlines() == [
         json.dumps(row, ensure_ascii=False) for row in rows]
+
+
+def test_version_2_checkpoint_resumes(saved_run, tmp_path):
+    """A checkpoint written before version 3 (the report's sums of squared deviations `m2`) resumes as it did."""
+    import numpy as np
+
+    output = tmp_path / "run"
+    shutil.copytree(saved_run, output)
+    folder = output / "checkpoint-4"
+    state = json.loads((folder / "curriculum_state.json").read_text())
+    with np.load(folder / "curriculum_arrays.npz") as found:
+        arrays = {key: found[key] for key in found.files}
+    std = arrays.pop("prompt_report.std")
+    arrays["prompt_report.m2"] = (std**2 * arrays["prompt_report.count"]).astype(np.float32)
+    np.savez_compressed(folder / "curriculum_arrays.npz", **arrays)
+    del state["prompt_report"]["std"]
+    state.update(version=2, prompt_report={**state["prompt_report"], "m2": {"__array__": "prompt_report.m2"}})
+    (folder / "curriculum_state.json").write_text(json.dumps(state))
+    trainer, recorder = make_trainer(output / "resumed", STAGES, max_steps=9)
+    trainer.train(resume_from_checkpoint=str(folder))
+    assert [c["step"] for c in recorder.calls] == [4, 5, 6, 7, 8]
+    assert (output / "resumed" / "uncertain_prompts.jsonl").read_text() == (
+        saved_run / "uncertain_prompts.jsonl").read_text()
 
 
 @pytest.mark.parametrize("case", ["empty", "plain-only", "missing-path"])

@@ -124,7 +124,7 @@ def test_the_suite_runs_torch_on_omp_num_threads():
 @pytest.mark.parametrize(
     ("write", "message"),
     [
-        (lambda p: p.write_text('{"log_history": [{"step": 1'), r"trainer_state\.json cannot be read \(.*\): the file"),
+        (lambda p: p.write_text('{"log_history": [{"step": 1'), r"trainer_state\.json cannot be read \(.*\): the"),
         (lambda p: p.write_text('{"global_step": 4, "log_history": 5}'), r"log_history = 5: must be a list"),
         (lambda p: p.write_text('["log_history"]'), r"top level = \['log_history'\]: must be a mapping"),
         (lambda p: p.write_text(json.dumps({"global_step": 1, "log_history": [
@@ -135,7 +135,8 @@ def test_the_suite_runs_torch_on_omp_num_threads():
         (lambda p: p.symlink_to("/dev/zero"), r"trainer_state\.json is a character device, not a regular file"),
         (lambda p: os.mkfifo(p), r"trainer_state\.json is a FIFO \(named pipe\), not a regular file"),
     ],
-    ids=["truncated", "history-not-a-list", "not-a-mapping", "reward-string", "switch-step-string", "dev-zero", "fifo"],
+    ids=["truncated", "history-not-a-list", "not-a-mapping", "reward-string", "switch-step-string", "dev-zero",
+         "fifo"],
 )  # fmt: skip
 def test_plot_of_a_malformed_trainer_state_exits_2(tmp_path, capsys, write, message):
     """Each was a raw traceback (or, for /dev/zero and a FIFO, a hang); the test runs the CLI in a subprocess with a
