@@ -464,13 +464,16 @@ def curriculum_state_before_trainer_state(trainer, folder: str, save):
     saved = []
     entropy = uses_entropy_state(trainer)
 
-    def save_to_json(json_path: str) -> None:
-        if os.path.abspath(json_path) != target:
-            return type(state).save_to_json(state, json_path)
+    def save_curriculum_and_entropy() -> None:
         save(folder)
         if entropy:  # TRL writes it after the checkpoint is complete and old ones are rotated away, not atomically
             atomic_json(os.path.join(folder, ENTROPY_STATE_FILE), {"entropy_coef": trainer.entropy_coef,
                                                                    "last_world_entropy": trainer._last_world_entropy})
+
+    def save_to_json(json_path: str) -> None:
+        if os.path.abspath(json_path) != target:
+            return type(state).save_to_json(state, json_path)
+        save_curriculum_and_entropy()
         saved.append(json_path)
         atomic_json(json_path, dataclasses.asdict(state))
 
@@ -484,7 +487,7 @@ def curriculum_state_before_trainer_state(trainer, folder: str, save):
         if entropy:
             trainer.use_adaptive_entropy = True
     if not saved:  # a transformers version that writes the trainer state elsewhere: never lose the curriculum's
-        save(folder)
+        save_curriculum_and_entropy()
 
 
 def uses_entropy_state(trainer) -> bool:
