@@ -371,12 +371,23 @@ def test_wrong_or_out_of_range_state_fails_clearly_before_any_step(saved_run, tm
     assert recorder.calls == []
 
 
-def test_a_fifo_for_the_state_fails_instead_of_hanging(saved_run, tmp_path):
+def test_a_fifo_is_skipped_instead_of_hanging_the_resume(saved_run, tmp_path, caplog):
+    """A FIFO for checkpoint-9's state: resume=True blocked forever opening it; now it is skipped, and a checkpoint
+    path holding one is one error."""
+    output = tmp_path / "run"
+    shutil.copytree(saved_run, output)
+    fifo = output / "checkpoint-9" / "curriculum_state.json"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    trainer, recorder = make_trainer(output, STAGES, max_steps=9, save_strategy="steps", save_steps=2)
+    with deadline(60), caplog.at_level("WARNING", logger="grpo_curriculum"):
+        trainer.train(resume_from_checkpoint=True)
+    assert f"skipping {output / 'checkpoint-9'}: it was not completely written" in caplog.text
+    assert "is a FIFO (named pipe), not a regular file" in caplog.text
+    assert [c["step"] for c in recorder.calls] == [8]  # resumed from checkpoint-8
     checkpoint = damaged_copy(saved_run, tmp_path, lambda path: (path.unlink(), os.mkfifo(path)))
-    trainer, recorder = make_trainer(tmp_path / "resumed", STAGES, max_steps=9)
-    with deadline(60), pytest.raises(CurriculumStateError, match="is a FIFO \\(named pipe\\), not a regular file"):
+    with deadline(60), pytest.raises(CurriculumStateError, match=r"is a FIFO \(named pipe\), not a regular file"):
         trainer.train(resume_from_checkpoint=str(checkpoint))
-    assert recorder.calls == []
 
 
 @pytest.fixture(scope="module")
