@@ -484,30 +484,47 @@ def checkpoint_dir(trainer, trial) -> str:
 def curriculum_state_before_trainer_state(trainer, folder: str, save):
     """
     While `Trainer._save_checkpoint` runs: when it writes the checkpoint's `trainer_state.json` (after the model,
-    optimizer and RNG states, before rotating old checkpoints away), call `save(folder)` first and write the trainer
-    state atomically. A checkpoint whose `trainer_state.json` parses is then complete, curriculum state included, and
-    no older checkpoint is deleted before it is.
+    optimizer and RNG states, before rotating old checkpoints away), call `save(folder)` first, write TRL's
+    `entropy_ctrl_state.json` (adaptive entropy only; TRL's own later write is skipped) and the trainer state
+    atomically. A checkpoint whose `trainer_state.json` parses is then complete, curriculum and entropy state
+    included, and no older checkpoint is deleted before it is.
     """
-    from .checkpoint import atomic_json
+    from .checkpoint import ENTROPY_STATE_FILE, atomic_json
 
     state = trainer.state
     target = os.path.abspath(os.path.join(folder, "trainer_state.json"))
     saved = []
+    entropy = uses_entropy_state(trainer)
+
+    def save_curriculum_and_entropy() -> None:
+        save(folder)
+        if entropy:  # TRL writes it after the checkpoint is complete and old ones are rotated away, not atomically
+            atomic_json(os.path.join(folder, ENTROPY_STATE_FILE), {"entropy_coef": trainer.entropy_coef,
+                                                                   "last_world_entropy": trainer._last_world_entropy})
 
     def save_to_json(json_path: str) -> None:
         if os.path.abspath(json_path) != target:
             return type(state).save_to_json(state, json_path)
-        save(folder)
+        save_curriculum_and_entropy()
         saved.append(json_path)
         atomic_json(json_path, dataclasses.asdict(state))
 
     state.save_to_json = save_to_json
+    if entropy:
+        trainer.use_adaptive_entropy = False  # read by `GRPOTrainer._save_checkpoint` only: its own write is skipped
     try:
         yield
     finally:
         del state.save_to_json
+        if entropy:
+            trainer.use_adaptive_entropy = True
     if not saved:  # a transformers version that writes the trainer state elsewhere: never lose the curriculum's
-        save(folder)
+        save_curriculum_and_entropy()
+
+
+def uses_entropy_state(trainer) -> bool:
+    """Whether TRL's adaptive entropy controller is on: its checkpoints then need `entropy_ctrl_state.json`."""
+    return bool(getattr(trainer, "use_adaptive_entropy", False))
 
 
 def micro_step(trainer) -> int:

@@ -2,33 +2,58 @@
 The curriculum's part of a checkpoint: written atomically before the Trainer marks the checkpoint complete, versioned,
 and validated when read back. No torch, no TRL (numpy only when arrays are written or read: the CLI imports this).
 
-A checkpoint folder is *complete* when its `trainer_state.json` parses (the Trainer writes it after the model,
-optimizer and RNG states; [`GRPOHooks`] makes that write atomic and writes the curriculum state just before it) and,
-for a curriculum run, its `curriculum_state.json` parses too. `resume_from_checkpoint=True` resumes from the newest
-complete checkpoint, skipping half-written newer ones with a warning that names them.
+Every file the package reads back (a checkpoint's curriculum state and arrays, TRL's `entropy_ctrl_state.json`, the
+`trainer_state.json` that resume and `grpo-curriculum plot` read) goes through one bounded reader ([`read_file`]):
+regular files only (a FIFO, a device or a link to one is refused before it is read), at most [`MAX_FILE_BYTES`]
+bytes, and any problem is one [`CurriculumStateError`] naming the file and the fix. The curriculum state is then
+checked against a schema of [`~grpo_curriculum.rules.Rule`] tables with ranges, and against the invariants that tie
+its parts together, before anything of it is applied.
+
+A checkpoint folder is *complete* when everything resume reads parses and validates: its `trainer_state.json` (the
+Trainer writes it after the model, optimizer and RNG states; [`GRPOHooks`] makes that write atomic and writes the
+curriculum state just before it), for a curriculum run its `curriculum_state.json` and `curriculum_arrays.npz`, and
+TRL's `entropy_ctrl_state.json` when it is there (or when the run needs it). `resume_from_checkpoint=True` resumes from
+the newest complete checkpoint, skipping newer ones with a warning that names each and says what is wrong with it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
+import stat
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+
+from .errors import MISSING, Problem, shorten, shorten_text
+from .rules import MAX_COUNT, MAX_STEPS, POSITIVE, Rule, fraction, integer
 
 logger = logging.getLogger("grpo_curriculum")
 
 STATE_FILE = "curriculum_state.json"
 ARRAYS_FILE = "curriculum_arrays.npz"  # per-prompt statistics, next to the state
 TRAINER_STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME
-VERSION = 2
+ENTROPY_STATE_FILE = "entropy_ctrl_state.json"  # TRL's adaptive entropy controller (`use_adaptive_entropy`)
+VERSION = 3
+READS = (2, 3)  # version 2 stored the prompt report's sums of squared deviations (`m2`, float32) instead of `std`
 REQUIRED = ("version", "global_step", "micro_step", "callback", "stream", "round_start_stream", "round_plan",
             "geometry", "prompt_report")  # fmt: skip
+MAX_FILE_BYTES = 1 << 30
+"""Largest file read back, in bytes (1 GiB; the curriculum files of a 50k-prompt checkpoint take under 1 MB)."""
+
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_FIX = ("resume from another checkpoint of this run (`resume_from_checkpoint=True` picks the newest complete one), "
+        "or start a new run from the model weights in it")  # fmt: skip
 
 
 class CurriculumStateError(ValueError):
-    """A checkpoint's curriculum state cannot be used to continue this run; the message says why and what to do."""
+    """
+    A file the package reads back (a checkpoint's curriculum state, a trainer state) cannot be used: the message names
+    the file, says what is wrong with it and what to do.
+    """
 
 
 def atomic_write(path: str | os.PathLike, write, binary: bool = False) -> None:
@@ -54,6 +79,340 @@ def atomic_json(path: str, data) -> None:
     atomic_write(path, lambda f: f.write(json.dumps(data, indent=2, sort_keys=True) + "\n"))
 
 
+# --- the one bounded reader ----------------------------------------------------------------------------------------
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))  # fmt: skip
+
+
+def _not_regular(mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+
+
+def read_file(path: str | os.PathLike, fix: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """
+    The bytes of `path`, a regular file (or a link to one) of at most `limit` bytes. A FIFO, a device or a link to one
+    is refused without being read (it could block, or never end); the file is opened non-blocking and checked again
+    once open.
+
+    Args:
+        path (`str` or `os.PathLike`): The file.
+        fix (`str`): What to do when the file cannot be used, for the message.
+        limit (`int`, *optional*, defaults to [`MAX_FILE_BYTES`]): Largest size read.
+
+    Raises:
+        [`CurriculumStateError`]: naming the file, what is wrong with it (missing, not a regular file, too large,
+        unreadable) and `fix`.
+    """
+    path = os.fspath(path)
+
+    def fail(rule: str) -> CurriculumStateError:
+        return CurriculumStateError(f"{path} {rule}. Fix: {fix}.")
+
+    try:
+        kind = _not_regular(os.stat(path).st_mode)
+        if kind is not None:
+            raise fail(f"is {kind}, not a regular file: it is not read")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise fail("does not exist") from None
+    except OSError as error:
+        raise fail(f"cannot be read ({error.strerror or error})") from None
+    try:
+        info = os.fstat(fd)
+        kind = _not_regular(info.st_mode)
+        if kind is not None:  # replaced between the two checks
+            raise fail(f"is {kind}, not a regular file: it is not read")
+        if info.st_size > limit:
+            raise fail(f"holds {info.st_size} bytes, more than the {limit} read")
+        with os.fdopen(os.dup(fd), "rb") as file:
+            data = file.read(limit + 1)
+    except OSError as error:
+        raise fail(f"cannot be read ({error.strerror or error})") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # it grew while being read
+        raise fail(f"holds more than the {limit} bytes read")
+    return data
+
+
+def read_json(path: str | os.PathLike, fix: str, limit: int = MAX_FILE_BYTES):
+    """
+    The JSON value in `path`, read with [`read_file`].
+
+    Raises:
+        [`CurriculumStateError`]: naming the file, why it cannot be used and `fix`.
+    """
+    data = read_file(path, fix, limit)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:  # ValueError: JSON syntax, 4300+ digit integers
+        reason = "nested too deeply" if isinstance(error, RecursionError) else shorten_text(str(error), 200)
+        raise CurriculumStateError(f"{os.fspath(path)} cannot be read ({reason}): the file is damaged. "
+                                   f"Fix: {fix}.") from None
+
+
+# --- schemas: what a value read back must be ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Array:
+    """
+    A one-dimensional numpy array of `"int"` or `"number"` values, every one finite and in `[low, high]`.
+
+    Args:
+        kind (`str`): `"int"` (integer dtype) or `"number"` (integer or float dtype).
+        low (`float`, *optional*): Least value.
+        high (`float`, *optional*): Largest value.
+        length (`int`, *optional*): The exact length.
+    """
+
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    length: int | None = None
+
+    def problems(self, key: str, value) -> list[Problem]:
+        import numpy as np
+
+        noun = "integers" if self.kind == "int" else "numbers"
+        if not (isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in
+                ("iu" if self.kind == "int" else "iuf")):  # fmt: skip
+            array = isinstance(value, np.ndarray)
+            what = f"an array of dtype {value.dtype} and shape {value.shape}" if array else value
+            return [Problem(key, what, f"must be a one-dimensional array of {noun}")]
+        if self.length is not None and len(value) != self.length:
+            return [Problem(key, f"{len(value)} values", f"must hold {self.length} values")]
+        values = value.astype(np.float64)
+        bad = ~np.isfinite(values)
+        bad |= values < (-math.inf if self.low is None else self.low)
+        bad |= values > (math.inf if self.high is None else self.high)
+        if not bad.any():
+            return []
+        where = int(bad.argmax())
+        bounds = f" in [{self.low:g}, {self.high:g}]" if self.low is not None and self.high is not None else (
+            f" >= {self.low:g}" if self.low is not None else "")
+        return [Problem(f"{key}[{where}]", value[where].item(),
+                        f"must be a finite number{bounds} ({int(bad.sum())} of {len(value)} values are not)")]
+
+
+@dataclass(frozen=True)
+class Nullable:
+    """`null`, or what `schema` accepts."""
+
+    schema: object
+
+
+@dataclass(frozen=True)
+class Each:
+    """A list of at most `high` values, each accepted by `item`."""
+
+    item: object
+    high: int = MAX_COUNT
+
+
+@dataclass(frozen=True)
+class ByField:
+    """A mapping checked with `schemas[value[field]]` (e.g. an adaptive policy's state, by policy name)."""
+
+    field: str
+    schemas: dict
+
+
+def problems_of(schema, value, key: str = "") -> list[Problem]:
+    """
+    Every problem of `value` against `schema` (the first 20), each with its key path.
+
+    A schema is a [`~grpo_curriculum.rules.Rule`] (one value), an [`Array`], a `dict` (a mapping that must hold each
+    key, a key ending in `?` may be absent; other keys are ignored), a `tuple` (a list of exactly those values), or a
+    [`Nullable`], [`Each`] or [`ByField`].
+    """
+    found: list[Problem] = []
+    _walk(schema, value, key, found)
+    return found[:20]
+
+
+def _walk(schema, value, key: str, found: list) -> None:
+    if len(found) >= 20:
+        return
+    if isinstance(schema, (Rule, Array)):
+        found += schema.problems(key, value)
+    elif isinstance(schema, Nullable):
+        if value is not None:
+            _walk(schema.schema, value, key, found)
+    elif isinstance(schema, ByField):
+        if not isinstance(value, dict):
+            found.append(Problem(key, value, "must be a mapping"))
+        elif not isinstance(value.get(schema.field), str) or value[schema.field] not in schema.schemas:
+            found.append(Problem(f"{key}.{schema.field}", value.get(schema.field, MISSING),
+                                 f"must be one of {sorted(schema.schemas)}"))
+        else:
+            _walk(schema.schemas[value[schema.field]], value, key, found)
+    elif isinstance(schema, (Each, tuple)):
+        items = schema if isinstance(schema, tuple) else None
+        if not isinstance(value, list):
+            found.append(Problem(key, value, "must be a list"))
+        elif items is not None and len(value) != len(items):
+            found.append(Problem(key, value, f"must be a list of {len(items)} values"))
+        elif items is None and len(value) > schema.high:
+            found.append(Problem(key, f"{len(value)} values", f"must hold at most {schema.high} values"))
+        else:
+            for i, item in enumerate(value):
+                _walk(items[i] if items is not None else schema.item, item, f"{key}[{i}]", found)
+    elif isinstance(schema, dict):
+        if not isinstance(value, dict):
+            found.append(Problem(key or "top level", value, "must be a mapping"))
+            return
+        for name, sub in schema.items():
+            name, optional = name.removesuffix("?"), name.endswith("?")
+            path = f"{key}.{name}" if key else name
+            if name in value:
+                _walk(sub, value[name], path, found)
+            elif not optional:
+                found.append(Problem(path, MISSING, "is missing"))
+    else:
+        raise TypeError(f"not a schema: {schema!r}")
+
+
+STEP = integer(0, MAX_STEPS)
+_NUMBER = Rule("number")
+_G = integer(2, MAX_COUNT, why="GRPO needs at least 2 completions per prompt")
+_SHARE = fraction(False, False)
+_SETTING = {"stage": STEP, "num_generations": Nullable(_G), "temperature": POSITIVE}
+_POLICY_BASE = {"version": integer(1, 1), "num_generations": _G, "temperature": POSITIVE, "round": STEP,
+                "last_g_change": Nullable(STEP), "last_t_change": Nullable(STEP), "zero_std_ema": Nullable(_SHARE),
+                "distinct_ema": Nullable(_SHARE), "reward_ema": Nullable(_NUMBER), "best_reward": Nullable(_NUMBER),
+                "stale": STEP, "clamped_from": Nullable(POSITIVE),
+                "decision": Nullable((_G, POSITIVE, Nullable(Rule("str"))))}  # fmt: skip
+_POLICY = ByField("policy", {
+    "hysteresis": {**_POLICY_BASE, "above": STEP, "below": STEP},
+    "success_rate": {**_POLICY_BASE, "window": Each(Each(Rule("any_of", options=(
+                         STEP, Rule("list", low=2, high=2, item=Rule("number", low=0)))))),
+                     "counts?": {"slots": Array("int", 0, MAX_STEPS), "successes": Array("number", 0),
+                                 "trials": Array("number", 0)}},
+    "per_prompt": {**_POLICY_BASE, "stats": {"successes": Array("number", 0), "failures": Array("number", 0),
+                                             "zero_streak": Array("int", 0, 255),
+                                             "moments": Array("number", 0, 1, 3)}},
+})  # fmt: skip
+_STREAM = {"epoch": STEP, "position": STEP}
+STATE_SCHEMA = {
+    "global_step": STEP,
+    "micro_step": integer(0, MAX_STEPS * MAX_COUNT),  # a micro-step per gradient accumulation step
+    "geometry": {"generation_batch_size": integer(1, MAX_COUNT), "num_processes": integer(1, MAX_COUNT)},
+    "callback": {"stages": Each(Rule("mapping")), "current": Nullable(_SETTING), "rounds": STEP,
+                 "switches": Each({"step": STEP, "round": STEP, "from": _SETTING, "to": _SETTING,
+                                   "reason": Rule("str")}, high=MAX_STEPS),
+                 "policy_stage?": Nullable(STEP), "policy": Nullable(_POLICY), "deferred_total?": STEP},
+    "stream": _STREAM,
+    "round_start_stream": Nullable(_STREAM),
+    "round_plan": Nullable({"consumed": integer(1, MAX_STEPS), "offsets": Each(STEP), "sizes": Each(_G)}),
+    "prompt_report": {"slots": Array("int", 0, MAX_STEPS), "count": Array("int", 0, 2**32 - 1),
+                      "seen": Array("int", 1, 2**32 - 1), "mean": Array("number"), "std?": Array("number", 0),
+                      "m2?": Array("number", 0), "texts": Each((STEP, Rule("any")), high=MAX_STEPS)},
+}  # fmt: skip
+"""What `curriculum_state.json` (with its arrays) must hold; [`_invariants`] checks how its parts fit together."""
+
+TRAINER_STATE_SCHEMA = {"global_step": STEP, "log_history": Each(Rule("mapping"), high=MAX_STEPS)}
+"""What grpo-curriculum reads of a `trainer_state.json`."""
+
+ENTROPY_STATE_SCHEMA = {"entropy_coef": _NUMBER, "last_world_entropy": Rule("number", finite=False)}
+"""TRL's `entropy_ctrl_state.json` (`last_world_entropy` is infinite before the first measurement)."""
+
+
+def _invariants(state: dict) -> list[Problem]:
+    """What ties the parts of a curriculum state together (run after the schema holds)."""
+    problems = []
+    callback, rounds = state["callback"], state["callback"]["rounds"]
+    stages = callback["stages"]
+
+    def stage_of(key: str, index: int) -> dict | None:
+        if index < len(stages):
+            return stages[index]
+        problems.append(Problem(key, index, f"must be a stage index below {len(stages)} (the checkpoint's schedule "
+                                            f"has {len(stages)} stage{'s' if len(stages) != 1 else ''})"))  # fmt: skip
+        return None
+
+    current = callback["current"]
+    stage = None if current is None else stage_of("callback.current.stage", current["stage"])
+    if stage is not None:
+        g, policy = current["num_generations"], stage.get("policy")
+        if policy is None and g != stage.get("num_generations"):
+            problems.append(Problem("callback.current.num_generations", g,
+                                    f"must be the stage's G, {shorten(stage.get('num_generations'))}"))
+        elif policy == "per_prompt" and g is not None:
+            problems.append(Problem("callback.current.num_generations", g, "must be null in a per-prompt stage"))
+        elif policy not in (None, "per_prompt") and g not in (stage.get("num_generations") or ()):
+            problems.append(Problem("callback.current.num_generations", g,
+                                    f"must be one of the stage's candidates {shorten(stage.get('num_generations'))}"))
+    policy_stage, policy = callback.get("policy_stage"), callback["policy"]
+    if (policy_stage is None) != (policy is None):
+        problems.append(Problem("callback.policy", policy, "must be given exactly when callback.policy_stage is"))
+    elif policy_stage is not None and (stage := stage_of("callback.policy_stage", policy_stage)) is not None:
+        if policy["policy"] != stage.get("policy"):
+            problems.append(Problem("callback.policy.policy", policy["policy"],
+                                    f"must be the policy of stage {policy_stage}, {shorten(stage.get('policy'))}"))
+        elif policy["num_generations"] not in (stage.get("num_generations") or ()):
+            problems.append(Problem("callback.policy.num_generations", policy["num_generations"],
+                                    f"must be one of the stage's candidates {shorten(stage.get('num_generations'))}"))
+    if rounds > state["micro_step"] + 1:
+        problems.append(Problem("callback.rounds", rounds, f"must be at most micro_step + 1 = "
+                                f"{state['micro_step'] + 1} (a generation round takes at least one micro-step)"))
+    for name in ("stream", "round_start_stream"):
+        if state[name] is not None and state[name]["epoch"] > 3 * rounds + 1:
+            problems.append(Problem(f"{name}.epoch", state[name]["epoch"], "must be at most 3 x callback.rounds + 1 = "
+                                    f"{3 * rounds + 1} (a generation round opens at most 3 passes over the dataset)"))
+    start = state["round_start_stream"]
+    if start is not None and start["epoch"] > state["stream"]["epoch"]:
+        problems.append(Problem("round_start_stream.epoch", start["epoch"],
+                                f"must be at most stream.epoch = {state['stream']['epoch']}"))
+    plan = state["round_plan"]
+    if plan is not None:
+        offsets, sizes, batch = plan["offsets"], plan["sizes"], state["geometry"]["generation_batch_size"]
+        if start is None:
+            problems.append(Problem("round_start_stream", None, "must be given with round_plan"))
+        if sum(sizes) != batch:
+            problems.append(Problem("round_plan.sizes", sizes, "must add up to geometry.generation_batch_size, "
+                                    f"{batch} (a round's completions)"))
+        if len(offsets) != len(sizes) or any(b <= a for a, b in zip(offsets, offsets[1:])) or (
+                offsets and offsets[-1] >= plan["consumed"]):  # fmt: skip
+            problems.append(Problem("round_plan.offsets", offsets, f"must be {len(sizes)} increasing positions below "
+                                    f"round_plan.consumed = {plan['consumed']} (one a prompt of the round)"))
+    problems += _same_lengths("prompt_report", state["prompt_report"], ("slots", "count", "seen", "mean", "std", "m2"))
+    report = state["prompt_report"]
+    if ("std" in report) == ("m2" in report):
+        problems.append(Problem("prompt_report", MISSING, "must hold `std` (or, written by version 2, `m2`)"))
+    if not problems:
+        import numpy as np
+
+        slots = report["slots"]
+        if len(slots) > 1 and not (np.diff(slots.astype(np.int64)) > 0).all():
+            problems.append(Problem("prompt_report.slots", MISSING, "must be increasing (each touched slot once)"))
+        if (report["count"].astype(np.float64) > report["seen"].astype(np.float64) * MAX_COUNT).any():
+            problems.append(Problem("prompt_report.count", MISSING, f"must be at most {MAX_COUNT} x seen (completions "
+                                    "of the prompt's visits)"))
+        counts = (policy or {}).get("counts")
+        if counts is not None:
+            problems += _same_lengths("callback.policy.counts", counts, ("slots", "successes", "trials"))
+            if not problems and (counts["successes"] > counts["trials"]).any():
+                problems.append(Problem("callback.policy.counts.successes", MISSING, "must be at most trials"))
+        if (policy or {}).get("policy") == "per_prompt":
+            names = ("successes", "failures", "zero_streak")
+            problems += _same_lengths("callback.policy.stats", policy["stats"], names)
+    return problems
+
+
+def _same_lengths(key: str, arrays: dict, names) -> list[Problem]:
+    lengths = {name: len(arrays[name]) for name in names if name in arrays}
+    if len(set(lengths.values())) <= 1:
+        return []
+    return [Problem(key, MISSING, f"must hold arrays of one length; they hold {lengths}")]
+
+
+# --- writing and reading a checkpoint ------------------------------------------------------------------------------
+
+
 def write_state(folder: str, state: dict) -> None:
     """Write a curriculum state (numpy arrays into `curriculum_arrays.npz`, the rest into `curriculum_state.json`)."""
     import numpy as np
@@ -64,9 +423,17 @@ def write_state(folder: str, state: dict) -> None:
     atomic_write(os.path.join(folder, STATE_FILE), lambda f: json.dump(state, f))
 
 
+def state_error(path: str | os.PathLike, problems: list[Problem], fix: str = _FIX,
+                what: str = "values that cannot be used (the file is damaged or was edited)") -> CurriculumStateError:
+    """One [`CurriculumStateError`] for the `problems` of the file `path`: `"{path} holds {what}:"`, then each."""
+    lines = "\n".join(f"  - {problem}" for problem in problems)
+    return CurriculumStateError(f"{os.fspath(path)} holds {what}:\n{lines}\nFix: {fix}.")
+
+
 def read_state(folder: str, global_step: int | None = None) -> dict:
     """
-    Read and check the curriculum state of a checkpoint.
+    Read and check the curriculum state of a checkpoint: `curriculum_state.json` and `curriculum_arrays.npz`, through
+    [`read_file`], against [`STATE_SCHEMA`] and the invariants between its parts. Version 2 states are read too.
 
     Args:
         folder (`str`): The checkpoint folder.
@@ -76,70 +443,164 @@ def read_state(folder: str, global_step: int | None = None) -> dict:
         [`CurriculumStateError`]: naming the file, what is wrong with it and what to do.
     """
     path = os.path.join(folder, STATE_FILE)
-    fix = ("resume from another checkpoint of this run (`resume_from_checkpoint=True` picks the newest complete one), "
-           "or start a new run from the model weights in it")  # fmt: skip
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise CurriculumStateError(
             f"{folder} holds no {STATE_FILE}: it was not written by CurriculumGRPOTrainer (or not completely), so the "
-            f"curriculum cannot continue where it stopped. Fix: {fix}."
+            f"curriculum cannot continue where it stopped. Fix: {_FIX}."
         )
-    try:
-        with open(path, encoding="utf-8") as f:
-            state = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CurriculumStateError(f"{path} cannot be read ({error}): the file is damaged. Fix: {fix}.") from None
+    state = read_json(path, _FIX)
     if not isinstance(state, dict):
-        raise CurriculumStateError(f"{path} holds {type(state).__name__}, not a curriculum state. Fix: {fix}.")
-    if state.get("version") != VERSION:
+        raise CurriculumStateError(f"{path} holds {type(state).__name__}, not a curriculum state. Fix: {_FIX}.")
+    if state.get("version") not in READS:
         raise CurriculumStateError(
-            f"{path} has version {state.get('version')!r}; this grpo-curriculum reads version {VERSION}. Fix: resume "
-            f"with the grpo-curriculum version that wrote it, or {fix.split(', or ')[1]}."
+            f"{path} has version {shorten(state.get('version'))}; this grpo-curriculum reads versions "
+            f"{' and '.join(map(str, READS))}. Fix: resume with the grpo-curriculum version that wrote it, or "
+            f"{_FIX.split(', or ')[1]}."
         )
     missing = [key for key in REQUIRED if key not in state]
     if missing:
-        raise CurriculumStateError(f"{path} lacks {', '.join(missing)}: the file is damaged. Fix: {fix}.")
+        raise CurriculumStateError(f"{path} lacks {', '.join(missing)}: the file is damaged. Fix: {_FIX}.")
+    try:
+        if _has_arrays(state):
+            state = _join_arrays(state, _read_arrays(os.path.join(folder, ARRAYS_FILE)))
+        problems = problems_of(STATE_SCHEMA, state) or _invariants(state)
+    except RecursionError:
+        problems = [Problem(path, MISSING, "nests values too deeply")]
+    if problems:
+        raise state_error(path, problems)
     if global_step is not None and state["global_step"] != global_step:
         raise CurriculumStateError(
             f"{path} was saved at step {state['global_step']}, but the checkpoint's trainer state is at step "
-            f"{global_step}: the file belongs to another checkpoint. Fix: {fix}."
+            f"{global_step}: the file belongs to another checkpoint. Fix: {_FIX}."
         )
-    arrays_path = os.path.join(folder, ARRAYS_FILE)
-    if _has_arrays(state):
-        import numpy as np
-
-        try:
-            with np.load(arrays_path) as arrays:
-                state = _join_arrays(state, {name: arrays[name] for name in arrays.files})
-        except (OSError, ValueError, KeyError) as error:
-            raise CurriculumStateError(f"{arrays_path} cannot be read ({error}). Fix: {fix}.") from None
     return state
 
 
-def is_complete(folder: str | os.PathLike) -> bool:
-    """Whether a checkpoint folder was written completely (see the module docstring)."""
-    for name in (TRAINER_STATE_FILE, STATE_FILE):
-        try:
-            with open(os.path.join(folder, name), encoding="utf-8") as f:
-                json.load(f)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            return False
+def _read_arrays(path: str) -> dict:
+    """The arrays of `curriculum_arrays.npz`, by name (a truncated, oversized or foreign archive: one error)."""
+    import io
+    import zlib
+
+    import numpy as np
+
+    data = read_file(path, _FIX)
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            unpacked = sum(member.file_size for member in archive.infolist())
+            if unpacked > MAX_FILE_BYTES:
+                raise CurriculumStateError(f"{path} unpacks to {unpacked} bytes, more than the {MAX_FILE_BYTES} read. "
+                                           f"Fix: {_FIX}.")  # fmt: skip
+            with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+                return {name: arrays[name] for name in arrays.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as error:
+        if isinstance(error, CurriculumStateError):
+            raise
+        raise CurriculumStateError(f"{path} cannot be read ({shorten_text(str(error), 200)}): the file is damaged. "
+                                   f"Fix: {_FIX}.") from None
+
+
+def read_trainer_state(path: str | os.PathLike, fix: str = _FIX) -> dict:
+    """
+    A `trainer_state.json`, through [`read_file`], checked against [`TRAINER_STATE_SCHEMA`].
+
+    Raises:
+        [`CurriculumStateError`]: naming the file, what is wrong with it and `fix`.
+    """
+    state = read_json(path, fix)
+    problems = problems_of(TRAINER_STATE_SCHEMA, state)
+    if problems:
+        raise state_error(os.fspath(path), problems, fix)
+    return state
+
+
+def check_checkpoint(folder: str | os.PathLike, entropy: bool = False) -> None:
+    """
+    Check that everything resume reads in a checkpoint folder parses and validates: `trainer_state.json`, the
+    curriculum state at the same step, and `entropy_ctrl_state.json` when it is there (or `entropy`: the run needs it).
+
+    Raises:
+        [`CurriculumStateError`]: for the first file that cannot be used, naming it and what is wrong with it.
+    """
+    folder = os.fspath(folder)
+    trainer_state = read_trainer_state(os.path.join(folder, TRAINER_STATE_FILE))
+    read_state(folder, global_step=trainer_state["global_step"])
+    path = os.path.join(folder, ENTROPY_STATE_FILE)
+    if os.path.lexists(path) or entropy:
+        problems = problems_of(ENTROPY_STATE_SCHEMA, read_json(path, _FIX))
+        if problems:
+            raise state_error(path, problems)
+
+
+def is_complete(folder: str | os.PathLike, entropy: bool = False) -> bool:
+    """Whether a checkpoint folder was written completely and validates ([`check_checkpoint`])."""
+    try:
+        check_checkpoint(folder, entropy)
+    except CurriculumStateError:
+        return False
     return True
 
 
-def newest_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
-    """
-    The newest complete `checkpoint-N` folder in `output_dir` (highest N), or `None`; each newer incomplete one is
-    named in a warning.
-    """
+def checkpoints(output_dir: str | os.PathLike) -> list[Path]:
+    """The `checkpoint-N` folders in `output_dir`, newest (highest N) first."""
     if not os.path.isdir(output_dir):
-        return None
-    found = sorted(((int(m.group(1)), p) for p in Path(output_dir).iterdir()
-                    if p.is_dir() and (m := _CHECKPOINT.match(p.name))), reverse=True)  # fmt: skip
-    for _, folder in found:
-        if is_complete(folder):
-            return str(folder)
-        logger.warning("skipping %s: it was not completely written (a run stopped while saving it)", folder)
+        return []
+    found = ((int(m.group(1)), p) for p in Path(output_dir).iterdir()
+             if p.is_dir() and (m := _CHECKPOINT.match(p.name)))  # fmt: skip
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def newest_complete_checkpoint(output_dir: str | os.PathLike, entropy: bool = False) -> str | None:
+    """
+    The newest complete `checkpoint-N` folder in `output_dir` (highest N; see [`check_checkpoint`]), or `None`; each
+    newer one is named in a warning that says what is wrong with it.
+    """
+    for folder in checkpoints(output_dir):
+        try:
+            check_checkpoint(folder, entropy)
+        except CurriculumStateError as error:
+            reason = str(error).split("\nFix:")[0].split(" Fix: ")[0]
+            logger.warning("skipping %s: it was not completely written (a run stopped while saving it) or cannot be "
+                           "used: %s", folder, reason)  # fmt: skip
+            continue
+        return str(folder)
     return None
+
+
+def resume_checkpoint(resume_from_checkpoint, output_dir: str, entropy: bool = False):
+    """
+    The checkpoint folder a curriculum run resumes from: for `True`, the newest complete one in `output_dir`; for a
+    path, that folder once [`check_checkpoint`] passes; else `resume_from_checkpoint` itself (`None`, `False`).
+
+    Raises:
+        [`CurriculumStateError`]: when `output_dir` holds no complete checkpoint, or the path is missing or not a
+        complete checkpoint, naming what was found and what to do.
+    """
+    fix = ("train without `resume_from_checkpoint` to start a new run, or set `output_dir` to the directory of the "
+           "run to resume")  # fmt: skip
+    if resume_from_checkpoint is True:
+        found = newest_complete_checkpoint(output_dir, entropy)
+        if found is not None:
+            return found
+        folders = checkpoints(output_dir)
+        if not folders:
+            where = "does not exist" if not os.path.exists(output_dir) else "holds no checkpoint-N folder"
+            raise CurriculumStateError(f"resume_from_checkpoint=True, but the output directory {output_dir} {where}: "
+                                       f"there is no checkpoint to resume. Fix: {fix}.")  # fmt: skip
+        names = ", ".join(p.name for p in folders[:5]) + (", ..." if len(folders) > 5 else "")
+        raise CurriculumStateError(
+            f"resume_from_checkpoint=True, but none of the {len(folders)} checkpoint folders in {output_dir} "
+            f"({names}) is a complete CurriculumGRPOTrainer checkpoint (the warnings above say what each lacks). "
+            f"Fix: {fix}."
+        )
+    if isinstance(resume_from_checkpoint, (str, os.PathLike)):
+        path = os.fspath(resume_from_checkpoint)
+        if not os.path.isdir(path):
+            rule = "is not a directory" if os.path.exists(path) else "does not exist"
+            raise CurriculumStateError(f"resume_from_checkpoint = {path} {rule}: a checkpoint is a checkpoint-N "
+                                       "folder of an output directory. Fix: pass one, or `true` for the newest "
+                                       f"complete one in `output_dir`, or {fix}.")  # fmt: skip
+        check_checkpoint(path, entropy)
+    return resume_from_checkpoint
 
 
 def _has_arrays(state) -> bool:
@@ -162,9 +623,10 @@ def _split_arrays(state, path: str = "") -> tuple[object, dict]:
 
 
 def _join_arrays(state, arrays: dict):
-    """Undo [`_split_arrays`]."""
+    """Undo [`_split_arrays`] (a reference to an array the archive lacks stays as it is, for the schema to name)."""
     if isinstance(state, dict):
         if set(state) == {"__array__"}:
-            return arrays[state["__array__"]]
+            name = state["__array__"]
+            return arrays[name] if isinstance(name, str) and name in arrays else state
         return {key: _join_arrays(value, arrays) for key, value in state.items()}
     return state

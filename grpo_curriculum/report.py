@@ -2,15 +2,20 @@
 The uncertain-prompt report: per-prompt reward mean and variance over the run, the highest-variance prompts written
 to `uncertain_prompts.jsonl` (the prompts worth a human look: the seeds' active-learning idea).
 
-Compact: 16 bytes a prompt slot in numpy arrays, no texts (a map-style dataset's texts are read when the report is
+Compact: 24 bytes a prompt slot in numpy arrays, no texts (a map-style dataset's texts are read when the report is
 written; an iterable dataset's are kept for the prompts likely to be in it only), and a checkpoint holds the touched
 slots alone.
+
+Any finite reward is taken, however large: the mean and the standard deviation are float64 and merged in scaled form,
+so neither overflows (each stays within the rewards' range), up to the largest float64 (about 1.8e308).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -19,13 +24,13 @@ from .checkpoint import atomic_write
 from .signals import group_sizes_of
 from .slots import PromptSlots
 
-ARRAYS = ("count", "seen", "mean", "m2")
+ARRAYS = ("count", "seen", "mean", "std")
 
 
 class PromptReport:
     """
-    Per-prompt reward mean, variance and times seen, merged round by round (Chan et al.'s parallel update); missing
-    rewards (`None`, NaN, infinite) are skipped.
+    Per-prompt reward mean, standard deviation and times seen, merged round by round (Chan et al.'s parallel update,
+    scaled so that no intermediate overflows); missing rewards (`None`, NaN, infinite) are skipped.
 
     Args:
         slots ([`PromptSlots`]): Where each prompt's statistics live.
@@ -45,8 +50,8 @@ class PromptReport:
         self.slots, self.size = slots, size
         self.count = np.zeros(slots.num_slots, dtype=np.uint32)  # finite rewards
         self.seen = np.zeros(slots.num_slots, dtype=np.uint32)  # groups (visits)
-        self.mean = np.zeros(slots.num_slots, dtype=np.float32)
-        self.m2 = np.zeros(slots.num_slots, dtype=np.float32)  # sum of squared deviations
+        self.mean = np.zeros(slots.num_slots, dtype=np.float64)
+        self.std = np.zeros(slots.num_slots, dtype=np.float64)  # population standard deviation of the finite rewards
         self.texts: dict[int, object] = {}  # iterable datasets: texts of the prompts likely in the report
 
     def __len__(self) -> int:
@@ -78,12 +83,10 @@ class PromptReport:
                 self.texts[slot] = texts[i]
             if not len(group):
                 continue
-            n, mean = len(group), float(group.mean())
-            total = int(self.count[slot]) + n
-            delta = mean - float(self.mean[slot])
-            self.m2[slot] += float(((group - mean) ** 2).sum()) + delta * delta * int(self.count[slot]) * n / total
-            self.mean[slot] += delta * n / total
-            self.count[slot] = total
+            mean, std = _mean_std(group)
+            self.mean[slot], self.std[slot] = _merge(int(self.count[slot]), float(self.mean[slot]),
+                                                     float(self.std[slot]), len(group), mean, std)  # fmt: skip
+            self.count[slot] += len(group)
         if len(self.texts) > 4 * max(self.size, 1):
             keep = set(self.top().tolist())
             self.texts = {slot: text for slot, text in self.texts.items() if slot in keep}
@@ -92,17 +95,19 @@ class PromptReport:
         """The slots of the report: the `size` seen prompts of highest variance (ties: lowest slot first)."""
         seen = np.flatnonzero(self.seen)
         scored = self.count[seen] > 0
-        variance = np.where(scored, self.m2[seen] / np.maximum(self.count[seen], 1), -1.0)  # unscored last
-        order = np.lexsort((seen, -variance))
+        std = np.where(scored, self.std[seen], -1.0)  # unscored last
+        order = np.lexsort((seen, -std))
         return seen[order[: self.size]]
 
     def rows(self, texts: dict | None = None) -> list[dict]:
         """
         Returns:
-            `list[dict]`: The report: one row a prompt, `{"prompt_key", "prompt", "mean", "variance", "times_seen",
-            "completions"}`, highest variance first. `variance` is the population variance of the prompt's finite
-            rewards over the run; `completions` counts those rewards; `mean` and `variance` are `None` for a prompt
-            without any (those come last). `prompt` is from `texts` (slot -> text) or the kept texts, else `None`.
+            `list[dict]`: The report: one row a prompt, `{"prompt_key", "prompt", "mean", "variance", "std",
+            "times_seen", "completions"}`, highest variance first. `std` is the population standard deviation of the
+            prompt's finite rewards over the run and `variance` its square (`None` where that exceeds the float64
+            range: rewards beyond about 1e154); `completions` counts those rewards; `mean`, `variance` and `std` are
+            `None` for a prompt without any (those come last). `prompt` is from `texts` (slot -> text) or the kept
+            texts, else `None`.
         """
         texts = {**self.texts, **(texts or {})}
         rows = []
@@ -112,7 +117,8 @@ class PromptReport:
                 "prompt_key": self.slots.key_of(slot),
                 "prompt": texts.get(slot),
                 "mean": float(self.mean[slot]) if count else None,
-                "variance": max(float(self.m2[slot]), 0.0) / count if count else None,
+                "variance": _square(float(self.std[slot])) if count else None,
+                "std": float(self.std[slot]) if count else None,
                 "times_seen": int(self.seen[slot]),
                 "completions": count,
             })  # fmt: skip
@@ -131,6 +137,12 @@ class PromptReport:
                 "texts": [[int(slot), text] for slot, text in self.texts.items()]}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore a [`state_dict`]; one written by grpo-curriculum's checkpoint version 2 holds `m2` (the sums of
+        squared deviations) instead of `std`."""
+        if "std" not in state:
+            count = np.asarray(state["count"], dtype=np.float64)
+            m2 = np.maximum(np.asarray(state["m2"], dtype=np.float64), 0.0)
+            state = {**state, "std": np.sqrt(np.divide(m2, count, out=np.zeros_like(m2), where=count > 0))}
         touched = np.asarray(state["slots"], dtype=np.int64)
         if len(touched) and touched.max() >= self.slots.num_slots:
             raise ValueError(f"the prompt report holds slot {int(touched.max())}, beyond {self.slots.num_slots} "
@@ -140,3 +152,39 @@ class PromptReport:
             array[touched] = state[name]
             setattr(self, name, array)
         self.texts = {int(slot): text for slot, text in state["texts"]}
+
+
+def _mean_std(values: np.ndarray) -> tuple[float, float]:
+    """Mean and population standard deviation of finite `values`, computed on `values / max|values|` (no overflow)."""
+    scale = float(np.abs(values).max())
+    if scale == 0.0:
+        return 0.0, 0.0
+    scaled = values / scale
+    mean = float(scaled.mean())
+    return min(max(mean * scale, -_MAX), _MAX), min(float(np.sqrt(((scaled - mean) ** 2).mean())) * scale, _MAX)
+
+
+def _merge(n_a: int, mean_a: float, std_a: float, n_b: int, mean_b: float, std_b: float) -> tuple[float, float]:
+    """
+    Mean and population standard deviation of two merged samples (Chan et al.), in a scaled form: the mean is a convex
+    combination and the deviation is computed relative to the largest of its terms, so no intermediate overflows.
+    """
+    if n_a == 0:
+        return mean_b, std_b
+    w_a, w_b = n_a / (n_a + n_b), n_b / (n_a + n_b)
+    mean = min(max(w_a * mean_a + w_b * mean_b, -_MAX), _MAX)
+    half_gap = mean_b / 2 - mean_a / 2  # finite even when mean_b - mean_a is not
+    scale = max(std_a, std_b, abs(half_gap))
+    if scale == 0.0:
+        return mean, 0.0
+    spread = w_a * (std_a / scale) ** 2 + w_b * (std_b / scale) ** 2 + 4 * w_a * w_b * (half_gap / scale) ** 2
+    return mean, min(math.sqrt(spread) * scale, _MAX)
+
+
+def _square(value: float) -> float | None:
+    """`value ** 2`, or `None` where it exceeds the float64 range."""
+    square = value * value
+    return square if math.isfinite(square) else None
+
+
+_MAX = sys.float_info.max

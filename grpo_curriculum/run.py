@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import logging
 import os
 import shutil
@@ -346,13 +345,40 @@ def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
 
 
 def read_log_history(run_dir: str) -> list[dict]:
-    path = Path(run_dir) / "trainer_state.json"
-    if not path.is_file():
-        candidates = sorted(Path(run_dir).glob("checkpoint-*/trainer_state.json"), key=lambda p: p.stat().st_mtime)
-        if not candidates:
-            raise FileNotFoundError(f"no trainer_state.json in {run_dir} (nor in a checkpoint-* folder below it)")
-        path = candidates[-1]
-    return json.loads(path.read_text())["log_history"]
+    """
+    The `log_history` of the `trainer_state.json` in `run_dir` (else in its newest `checkpoint-N` folder), read through
+    the bounded loader ([`~grpo_curriculum.checkpoint.read_file`]) and checked: every value `plot_run` and
+    `switch_steps` read has its type.
+
+    Raises:
+        [`CurriculumStateError`]: naming the file (missing, not a regular file, too large, not JSON, or holding a
+        value of the wrong type) and the fix.
+    """
+    from .checkpoint import (STEP, TRAINER_STATE_FILE, CurriculumStateError, Nullable, checkpoints, problems_of,
+                             read_trainer_state, state_error)
+    from .rules import Rule
+
+    fix = (f"pass the output directory of a grpo-curriculum run (it holds {TRAINER_STATE_FILE}, or checkpoint-N "
+           "folders holding one)")  # fmt: skip
+    path = Path(run_dir) / TRAINER_STATE_FILE
+    if not os.path.lexists(path):
+        found = [folder / TRAINER_STATE_FILE for folder in checkpoints(run_dir)
+                 if os.path.lexists(folder / TRAINER_STATE_FILE)]  # fmt: skip
+        if not found:
+            where = "does not exist" if not os.path.exists(run_dir) else f"holds no {TRAINER_STATE_FILE}"
+            raise CurriculumStateError(f"{run_dir} {where} (nor a checkpoint-N folder with one). Fix: {fix}.")
+        path = found[0]
+    history = read_trainer_state(path, fix)["log_history"]
+    value = Nullable(Rule("number", finite=False))  # a logged metric may be NaN
+    plotted = {"step": STEP, "curriculum/stage": STEP, "curriculum/temperature": value, "reward": value,
+               "curriculum/num_generations?": value, "frac_reward_zero_std?": value}  # fmt: skip
+    problems = [problem for i, entry in enumerate(history)
+                for problem in problems_of(plotted if "curriculum/stage" in entry and "reward" in entry else
+                                           {"step": STEP} if "curriculum/switch" in entry else {},
+                                           entry, f"log_history[{i}]")][:20]  # fmt: skip
+    if problems:
+        raise state_error(path, problems, fix, what="log lines that cannot be plotted")
+    return history
 
 
 # --- commands ------------------------------------------------------------------------------------------------------

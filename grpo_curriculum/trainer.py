@@ -11,7 +11,7 @@ from trl import GRPOTrainer
 
 from . import _trl, tracking
 from .callback import CurriculumCallback
-from .checkpoint import STATE_FILE, CurriculumStateError, newest_complete_checkpoint, read_state, write_state
+from .checkpoint import STATE_FILE, CurriculumStateError, read_state, resume_checkpoint, write_state
 from .errors import Problem, raise_if_any
 from .geometry import BatchGeometry
 from .recipe import split_batches_problem
@@ -320,12 +320,13 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """
         [`~transformers.Trainer.train`]. With a curriculum, `resume_from_checkpoint=True` resumes from the newest
-        *complete* checkpoint in `output_dir` (one a run stopped while writing is skipped, with a warning naming it).
+        *complete* checkpoint in `output_dir` (one a run stopped while writing, or a damaged one, is skipped with a
+        warning naming it), and a checkpoint that is missing, incomplete or damaged is one clear error before any step
+        ([`~grpo_curriculum.checkpoint.resume_checkpoint`]).
         """
-        if resume_from_checkpoint is True and self._curriculum is not None:
-            resume_from_checkpoint = newest_complete_checkpoint(self.args.output_dir)
-            if resume_from_checkpoint is None:
-                raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir})")
+        if self._curriculum is not None:  # one clear error for a missing, incomplete or damaged checkpoint
+            resume_from_checkpoint = resume_checkpoint(resume_from_checkpoint, self.args.output_dir,
+                                                       entropy=_trl.uses_entropy_state(self))  # fmt: skip
         if self._curriculum is not None and self._curriculum.current is not None and not resume_from_checkpoint:
             self._curriculum_restart()  # a second `train()` starts over from step 0: so does the curriculum
         output = super().train(resume_from_checkpoint, *args, **kwargs)

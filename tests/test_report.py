@@ -11,11 +11,19 @@ import time
 import numpy as np
 import pytest
 
-from grpo_curriculum.checkpoint import REQUIRED, read_state, write_state
+from grpo_curriculum.checkpoint import read_state, write_state
 from grpo_curriculum.report import PromptReport
 from grpo_curriculum.slots import PromptSlots
 
 NAN = math.nan
+
+
+def minimal_state() -> dict:
+    """A valid curriculum state of a run that has not started (the parts a test does not set)."""
+    return {"global_step": 0, "micro_step": 0, "geometry": {"generation_batch_size": 8, "num_processes": 1},
+            "callback": {"stages": [{"num_generations": 2}], "current": None, "rounds": 0, "switches": [],
+                         "policy_stage": None, "policy": None, "deferred_total": 0},
+            "stream": {"epoch": 0, "position": 0}, "round_start_stream": None, "round_plan": None}  # fmt: skip
 
 
 def indexed(n=16, size=1000):
@@ -81,12 +89,12 @@ def test_report_jsonl_and_state_round_trip(tmp_path):
     report.write_jsonl(path, texts={1: "one", 2: [{"role": "user", "content": "two?"}]})
     lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     assert lines == report.rows({1: "one", 2: [{"role": "user", "content": "two?"}]})
-    assert list(lines[0]) == ["prompt_key", "prompt", "mean", "variance", "times_seen", "completions"]
+    assert list(lines[0]) == ["prompt_key", "prompt", "mean", "variance", "std", "times_seen", "completions"]
     assert os.listdir(tmp_path) == ["prompts.jsonl"]  # the temporary file was replaced, not left behind
 
     state = report.state_dict()
     assert state["slots"].tolist() == [1, 2, 3, 4]  # the touched slots only
-    write_state(str(tmp_path), {**dict.fromkeys(REQUIRED[1:]), "prompt_report": state})
+    write_state(str(tmp_path), {**minimal_state(), "prompt_report": state})
     restored = indexed()
     restored.load_state_dict(read_state(str(tmp_path))["prompt_report"])
     assert restored.rows() == report.rows()
@@ -95,6 +103,48 @@ def test_report_jsonl_and_state_round_trip(tmp_path):
     assert restored.rows() == report.rows()
     with pytest.raises(ValueError, match="beyond 3 prompts"):
         PromptReport(PromptSlots(3, indexed=True)).load_state_dict(report.state_dict())
+
+
+@pytest.mark.parametrize("scale", [1e20, 1e154, 1e300, 1e308])
+def test_huge_finite_rewards_never_overflow_the_report(tmp_path, scale):
+    """Issue 20: rewards of 1e20 overflowed the float32 sums and the report's JSON writer raised in the checkpoint."""
+    from fractions import Fraction
+
+    report = indexed()
+    rounds = [(["1", "2"], [scale, -scale, 0.5 * scale, 0.5 * scale], 2), (["1"], [scale, scale, -scale, 0.0], 4),
+              (["1", "2"], [-scale, 0.25 * scale, 1.0, None], 2)]  # fmt: skip
+    seen = {}
+    for keys, rewards, G in rounds:
+        report.update(keys, rewards, G)
+        for i, key in enumerate(keys):
+            seen.setdefault(key, []).extend(r for r in rewards[i * G : (i + 1) * G] if r is not None)
+    rows = {row["prompt_key"]: row for row in report.rows()}
+    for key, values in seen.items():  # exact statistics, in rationals
+        exact = [Fraction(v) for v in values]
+        mean = sum(exact) / len(exact)
+        std = math.sqrt(sum((v - mean) ** 2 for v in exact) / len(exact) / Fraction(scale) ** 2) * scale
+        assert rows[key]["mean"] == pytest.approx(float(mean), rel=1e-12, abs=1e-12 * scale)
+        assert rows[key]["std"] == pytest.approx(std, rel=1e-12)
+        variance = std * std  # inf beyond the float64 range (`**` would raise)
+        assert rows[key]["variance"] == (pytest.approx(variance, rel=1e-12) if variance < math.inf else None)
+    path = tmp_path / "uncertain_prompts.jsonl"
+    report.write_jsonl(path)  # raised "Out of range float values are not JSON compliant" at 1e20
+    assert [json.loads(line) for line in path.read_text().splitlines()] == report.rows()
+    write_state(str(tmp_path), {**minimal_state(), "prompt_report": report.state_dict()})
+    restored = indexed()
+    restored.load_state_dict(read_state(str(tmp_path))["prompt_report"])
+    assert restored.rows() == report.rows()
+
+
+def test_version_2_report_state_is_read():
+    """A checkpoint of version 2 holds float32 sums of squared deviations (`m2`); they become standard deviations."""
+    report = indexed()
+    report.update(["1", "2"], [0.0, 1.0, 0.25, 0.75], 2)
+    state = report.state_dict()
+    m2 = (state["std"] ** 2 * state["count"]).astype(np.float32)
+    restored = indexed()
+    restored.load_state_dict({**{k: v for k, v in state.items() if k != "std"}, "m2": m2})
+    assert restored.rows() == report.rows()
 
 
 def test_report_errors():

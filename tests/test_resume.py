@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -225,7 +228,7 @@ def set_field(key, value):
     [
         (lambda p: p.write_text(p.read_text()[:50]), r"cannot be read .*the file is damaged"),
         (lambda p: p.write_text('{"version": 2}'), r"lacks global_step, micro_step, .*the file is damaged"),
-        (set_field("version", 99), r"has version 99; this grpo-curriculum reads version 2"),
+        (set_field("version", 99), r"has version 99; this grpo-curriculum reads versions 2 and 3"),
         (set_field("version", 1), r"has version 1"),
         (set_field("global_step", 2), r"saved at step 2, but the checkpoint's trainer state is at step 4"),
         (lambda p: p.write_bytes(b"\xff\xfe\x00binary"), r"cannot be read"),
@@ -285,3 +288,326 @@ def test_mid_round_checkpoint_resumes_on_another_valid_geometry(tmp_path):
     assert [c["num_generations"] for c in recorder.calls][-1] == 4
     for call in recorder.calls:
         assert_whole_groups(call["idx"], call["num_generations"])
+
+
+# --- everything resume reads back is bounded and validated (issue 20) -------------------------------------------
+
+
+def set_path(dotted, value):
+    """An edit of `curriculum_state.json` setting the value at a dotted key path (`callback.current.stage`)."""
+
+    def edit(path):
+        state = json.loads(path.read_text())
+        *parents, last = dotted.split(".")
+        node = state
+        for key in parents:
+            node = node[key]
+        node[last] = value
+        path.write_text(json.dumps(state))
+
+    return edit
+
+
+def set_array(name, fill=None, values=None):
+    """An edit of `curriculum_arrays.npz` (next to the state): every value of array `name` set to `fill` (its length
+    kept), or the array replaced by `values`."""
+
+    def edit(path):
+        import numpy as np
+
+        arrays_path = path.parent / "curriculum_arrays.npz"
+        with np.load(arrays_path) as found:
+            arrays = {key: found[key] for key in found.files}
+        arrays[name] = np.asarray(values) if values is not None else np.full(len(arrays[name]), fill)
+        np.savez_compressed(arrays_path, **arrays)
+
+    return edit
+
+
+@contextlib.contextmanager
+def deadline(seconds):
+    """Fail (rather than hang) when the block runs longer than `seconds`: SIGALRM interrupts a blocked `open` too."""
+
+    def expired(signum, frame):
+        raise AssertionError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (set_path("callback.rounds", "4"), r"callback\.rounds = '4': must be an integer >= 0"),
+        (set_path("stream", [1, 2]), r"stream = \[1, 2\]: must be a mapping"),
+        (set_path("callback.switches", {"step": 5}), r"callback\.switches = .*: must be a list"),
+        (set_path("callback.current.stage", 7), r"callback\.current\.stage = 7: must be a stage index below 3"),
+        (set_path("callback.current.num_generations", 6), r"current\.num_generations = 6: must be the stage's G, 2"),
+        (set_path("callback.current.temperature", math.nan), r"current\.temperature = nan: must be a positive finite"),
+        (set_path("stream.epoch", 10**9), r"stream\.epoch = 1000000000: must be at most 3 x callback\.rounds \+ 1"),
+        (set_path("round_start_stream.epoch", 10**9), r"round_start_stream\.epoch = 1000000000: must be at most 3 x "),
+        (set_path("stream.position", -3), r"stream\.position = -3: must be an integer >= 0"),
+        (set_path("micro_step", 1), r"callback\.rounds = 4: must be at most micro_step \+ 1 = 2"),
+        (set_array("prompt_report.count", -1), r"prompt_report\.count\[0\] = -1: must be a finite number in"),
+        (set_array("prompt_report.mean", math.nan), r"prompt_report\.mean\[0\] = nan: must be a finite number"),
+        (set_array("prompt_report.seen", values=[1, 2]), r"prompt_report: must hold arrays of one length"),
+        (set_array("prompt_report.slots", values=[[1, 2]]), r"prompt_report\.slots = .*: must be a one-dimension"),
+    ],
+    ids=["rounds-str", "stream-list", "switches-dict", "stage-7-of-3", "g-not-the-stage's", "nan-temperature",
+         "huge-epoch", "huge-round-start-epoch", "negative-position", "rounds-beyond-micro-steps", "negative-count",
+         "nan-mean", "lengths", "2d-slots"],
+)  # fmt: skip
+def test_wrong_or_out_of_range_state_fails_clearly_before_any_step(saved_run, tmp_path, edit, message):
+    checkpoint = damaged_copy(saved_run, tmp_path, edit)
+    trainer, recorder = make_trainer(tmp_path / "resumed", STAGES, max_steps=9)
+    with deadline(60), pytest.raises(CurriculumStateError, match=message) as error:  # epoch 1e9: a billion passes
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    assert str(checkpoint / "curriculum_state.json") in str(error.value) and "Fix:" in str(error.value)
+    assert recorder.calls == []
+
+
+def test_a_fifo_is_skipped_instead_of_hanging_the_resume(saved_run, tmp_path, caplog):
+    """A FIFO for checkpoint-9's state: resume=True blocked forever opening it; now it is skipped, and a checkpoint
+    path holding one is one error."""
+    output = tmp_path / "run"
+    shutil.copytree(saved_run, output)
+    fifo = output / "checkpoint-9" / "curriculum_state.json"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    trainer, recorder = make_trainer(output, STAGES, max_steps=9, save_strategy="steps", save_steps=2)
+    with deadline(60), caplog.at_level("WARNING", logger="grpo_curriculum"):
+        trainer.train(resume_from_checkpoint=True)
+    assert f"skipping {output / 'checkpoint-9'}: it was not completely written" in caplog.text
+    assert "is a FIFO (named pipe), not a regular file" in caplog.text
+    assert [c["step"] for c in recorder.calls] == [8]  # resumed from checkpoint-8
+    checkpoint = damaged_copy(saved_run, tmp_path, lambda path: (path.unlink(), os.mkfifo(path)))
+    with deadline(60), pytest.raises(CurriculumStateError, match=r"is a FIFO \(named pipe\), not a regular file"):
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+
+
+@pytest.fixture(scope="module")
+def per_prompt_run(tmp_path_factory):
+    """A per-prompt run with checkpoints at steps 2 and 4 (a round plan and the policy's statistics in each)."""
+    folder = tmp_path_factory.mktemp("per-prompt")
+    trainer, _ = make_trainer(folder, per_prompt_stages((2, 4, 8), revisit=0.3),
+                              recorder=RoundRecorder(settled_or_mixed), dataset=indexed_dataset(12), max_steps=4,
+                              save_strategy="steps", save_steps=2)  # fmt: skip
+    trainer.train()
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (set_path("round_plan.sizes", [8, 7]), r"round_plan\.sizes = \[8, 7\]: must add up to geometry\.generation"),
+        (set_path("round_plan.offsets", [1, 0]), r"round_plan\.offsets = \[1, 0\]: must be 2 increasing positions"),
+        (set_path("callback.policy.policy", "hysteresis"), r"callback\.policy\.above: is missing"),
+        (set_array("callback.policy.stats.moments", values=[math.nan, 0.3, 0.2]),
+         r"callback\.policy\.stats\.moments\[0\] = nan: must be a finite number in \[0, 1\]"),
+        (set_array("callback.policy.stats.successes", -2.0),
+         r"callback\.policy\.stats\.successes\[0\] = -2\.0: must be a finite number >= 0"),
+    ],
+    ids=["round-of-15", "offsets-decrease", "other-policy", "nan-moment", "negative-successes"],
+)  # fmt: skip
+def test_out_of_range_per_prompt_state_fails_clearly(per_prompt_run, tmp_path, edit, message):
+    checkpoint = tmp_path / "checkpoint-4"
+    shutil.copytree(per_prompt_run / "checkpoint-4", checkpoint)
+    assert json.loads((checkpoint / "curriculum_state.json").read_text())["round_plan"]["sizes"] == [4, 4]
+    edit(checkpoint / "curriculum_state.json")
+    trainer, recorder = make_trainer(tmp_path / "resumed", per_prompt_stages((2, 4, 8), revisit=0.3),
+                                     dataset=indexed_dataset(12), max_steps=4)  # fmt: skip
+    with pytest.raises(CurriculumStateError, match=message):
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    assert recorder.calls == []
+
+
+def test_resume_true_skips_a_checkpoint_with_truncated_arrays(saved_run, tmp_path, caplog):
+    """A truncated curriculum_arrays.npz counted as complete, then resume crashed with BadZipFile."""
+    output = tmp_path / "run"
+    shutil.copytree(saved_run, output)
+    arrays = output / "checkpoint-9" / "curriculum_arrays.npz"
+    arrays.write_bytes(arrays.read_bytes()[:100])
+    set_path("callback.current.stage", 7)(output / "checkpoint-8" / "curriculum_state.json")  # parses, out of range
+    trainer, recorder = make_trainer(output, STAGES, max_steps=9, save_strategy="steps", save_steps=2)
+    with caplog.at_level("WARNING", logger="grpo_curriculum"):
+        trainer.train(resume_from_checkpoint=True)
+    assert f"skipping {output / 'checkpoint-9'}: it was not completely written" in caplog.text
+    assert f"{arrays} cannot be read" in caplog.text and "callback.current.stage = 7" in caplog.text
+    assert [c["step"] for c in recorder.calls] == [6, 7, 8]  # resumed from checkpoint-6
+
+
+HOSTILE = r"""
+import json, os, sys, time
+from grpo_curriculum.checkpoint import CurriculumStateError, newest_complete_checkpoint, read_state
+found = {}
+for folder in sys.argv[1:]:
+    begin = time.perf_counter()
+    try:
+        read_state(folder)
+        found[folder] = "read"
+    except CurriculumStateError as error:
+        found[folder] = str(error)
+    assert time.perf_counter() - begin < 5, folder
+found["newest"] = newest_complete_checkpoint(os.path.dirname(sys.argv[1]))
+print(json.dumps(found))
+"""
+
+
+def test_hostile_files_are_refused_without_reading_them(saved_run, tmp_path):
+    """
+    A link to /dev/zero (read forever, memory growing), a FIFO (blocked forever), a file over the size limit: each is
+    one error naming it, in no time; resume=True falls back past them. Run in a subprocess with a time and memory
+    limit, so a regression fails instead of hanging or exhausting the machine.
+    """
+    import resource
+
+    output = tmp_path / "run"
+    shutil.copytree(saved_run, output)
+    hostile = {8: ("curriculum_state.json", "zero"), 6: ("curriculum_state.json", "fifo"),
+               4: ("curriculum_arrays.npz", "zero"), 9: ("curriculum_state.json", "huge")}  # fmt: skip
+    for step, (name, kind) in hostile.items():
+        path = output / f"checkpoint-{step}" / name
+        path.unlink()
+        if kind == "zero":
+            path.symlink_to("/dev/zero")
+        elif kind == "fifo":
+            os.mkfifo(path)
+        else:
+            with open(path, "wb") as file:
+                file.truncate((1 << 30) + 1)  # sparse: no disk used
+    folders = [str(output / f"checkpoint-{step}") for step in sorted(hostile, reverse=True)]
+
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    result = subprocess.run([sys.executable, "-c", HOSTILE, *folders], env=_env(), capture_output=True, text=True,
+                            timeout=120, preexec_fn=limit_memory)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout)
+    assert "is a character device, not a regular file: it is not read" in found[folders[1]]  # 8: link to /dev/zero
+    assert "is a FIFO (named pipe), not a regular file" in found[folders[2]]
+    assert "curriculum_arrays.npz is a character device" in found[folders[3]]
+    assert f"holds {(1 << 30) + 1} bytes, more than the {1 << 30} read" in found[folders[0]]
+    assert all("Fix: resume from another checkpoint" in found[folder] for folder in folders)
+    assert found["newest"] == str(output / "checkpoint-2")
+
+
+SHORT = [Stage(num_generations=2, temperature=0.7, until_step=2), Stage(num_generations=4, temperature=1.1)]
+
+
+def test_resume_with_adaptive_entropy_needs_its_state(tmp_path, caplog, monkeypatch):
+    """
+    TRL wrote entropy_ctrl_state.json after trainer_state.json, and a truncated one crashed the resume
+    (JSONDecodeError). It is written before, atomically, and a checkpoint without a valid one is not complete.
+    """
+    output = tmp_path / "run"
+    overrides = dict(max_steps=4, save_strategy="steps", save_steps=2, use_adaptive_entropy=True, entropy_coef=0.01)
+    import trl.trainer.grpo_trainer
+
+    from grpo_curriculum import checkpoint
+
+    written, trl_opened, atomic_write = [], [], checkpoint.atomic_write
+
+    def recording_atomic_write(path, *args, **kwargs):
+        written.append(Path(path).name)
+        return atomic_write(path, *args, **kwargs)
+
+    def recording_open(path, *args, **kwargs):  # TRL's own, non-atomic write of the entropy state
+        trl_opened.append(str(path))
+        return open(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "atomic_write", recording_atomic_write)
+    monkeypatch.setattr(trl.trainer.grpo_trainer, "open", recording_open, raising=False)
+    full, _ = make_trainer(output, SHORT, **overrides)
+    full.train()
+    assert json.loads((output / "checkpoint-4" / "entropy_ctrl_state.json").read_text())["entropy_coef"] >= 0
+    first = written[: written.index("trainer_state.json") + 1]  # checkpoint-2's files, in order
+    assert first[-2:] == ["entropy_ctrl_state.json", "trainer_state.json"]
+    assert not [path for path in trl_opened if "entropy_ctrl_state" in path]
+    (output / "checkpoint-4" / "entropy_ctrl_state.json").write_text('{"entropy_co')  # as if killed while writing it
+    resumed, recorder = make_trainer(output, SHORT, **overrides)
+    with caplog.at_level("WARNING", logger="grpo_curriculum"):
+        resumed.train(resume_from_checkpoint=True)
+    assert f"skipping {output / 'checkpoint-4'}: it was not completely written" in caplog.text
+    assert "entropy_ctrl_state.json cannot be read" in caplog.text
+    assert [c["step"] for c in recorder.calls] == [2, 3]  # resumed from checkpoint-2
+
+
+def huge_reward(prompts, completions, idx, **kwargs):
+    """1e20 for every other completion: finite in float32, its square is not."""
+    return [1e20 * (j % 2) for j in range(len(idx))]
+
+
+def test_rewards_of_1e20_checkpoint_and_resume(tmp_path):
+    """The float32 report overflowed, its JSON writer raised inside the checkpoint and the run aborted."""
+    overrides = dict(max_steps=4, save_strategy="steps", save_steps=2, shuffle_dataset=True)
+    full, _ = make_trainer(tmp_path / "full", SHORT, recorder=RoundRecorder(huge_reward), **overrides)
+    full.train()
+    rows = [json.loads(line) for line in (tmp_path / "full" / "uncertain_prompts.jsonl").read_text().splitlines()]
+    assert rows and all(row["std"] == pytest.approx(0.5e20) and row["variance"] == pytest.approx(0.25e40)
+                        for row in rows)  # fmt: skip
+    resumed, recorder = make_trainer(tmp_path / "resumed", SHORT, recorder=RoundRecorder(huge_reward), **overrides)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+    assert [c["step"] for c in recorder.calls] == [2, 3]
+    assert (tmp_path / "resumed" / "uncertain_prompts.jsonl").read_text().splitlines() == [
+        json.dumps(row, ensure_ascii=False) for row in rows]
+
+
+def test_version_2_checkpoint_resumes(saved_run, tmp_path):
+    """A checkpoint written before version 3 (the report's sums of squared deviations `m2`) resumes as it did."""
+    import numpy as np
+
+    output = tmp_path / "run"
+    shutil.copytree(saved_run, output)
+    folder = output / "checkpoint-4"
+    state = json.loads((folder / "curriculum_state.json").read_text())
+    with np.load(folder / "curriculum_arrays.npz") as found:
+        arrays = {key: found[key] for key in found.files}
+    std = arrays.pop("prompt_report.std")
+    arrays["prompt_report.m2"] = (std**2 * arrays["prompt_report.count"]).astype(np.float32)
+    np.savez_compressed(folder / "curriculum_arrays.npz", **arrays)
+    del state["prompt_report"]["std"]
+    state.update(version=2, prompt_report={**state["prompt_report"], "m2": {"__array__": "prompt_report.m2"}})
+    (folder / "curriculum_state.json").write_text(json.dumps(state))
+    trainer, recorder = make_trainer(output / "resumed", STAGES, max_steps=9)
+    trainer.train(resume_from_checkpoint=str(folder))
+    assert [c["step"] for c in recorder.calls] == [4, 5, 6, 7, 8]
+    assert (output / "resumed" / "uncertain_prompts.jsonl").read_text() == (
+        saved_run / "uncertain_prompts.jsonl").read_text()
+
+
+@pytest.mark.parametrize("case", ["empty", "plain-only", "missing-path"])
+def test_resume_without_a_checkpoint_is_one_clear_error(tmp_path, case):
+    output = tmp_path / "run"
+    if case == "plain-only":
+        plain, _ = make_trainer(output, None, max_steps=2, save_strategy="steps", save_steps=2)
+        plain.train()
+    else:
+        output.mkdir()
+    trainer, recorder = make_trainer(output, STAGES, max_steps=9)
+    target = str(tmp_path / "nowhere" / "checkpoint-4") if case == "missing-path" else True
+    message = {"empty": f"the output directory {output} holds no checkpoint-N folder",
+               "plain-only": f"none of the 1 checkpoint folders in {output} (checkpoint-2) is a complete",
+               "missing-path": f"resume_from_checkpoint = {target} does not exist"}[case]  # fmt: skip
+    with pytest.raises(CurriculumStateError, match=re.escape(message)) as error:
+        trainer.train(resume_from_checkpoint=target)
+    assert "Fix:" in str(error.value) and recorder.calls == []
+
+
+def test_cli_resume_without_a_checkpoint_exits_2(tmp_path, capsys):
+    from grpo_curriculum.cli import main
+
+    from .test_train_command import DEMO, FAST
+
+    out = tmp_path / "run"
+    for target in ("true", str(tmp_path / "nowhere")):
+        assert main(["train", DEMO, "--output_dir", str(out), "--max_steps", "2", "--resume_from_checkpoint", target,
+                     *FAST]) == 2  # fmt: skip
+    error = capsys.readouterr().err
+    assert f"the output directory {out} holds no checkpoint-N folder" in error
+    assert f"resume_from_checkpoint = {tmp_path / 'nowhere'} does not exist" in error and "Traceback" not in error

@@ -5,10 +5,13 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
 from pathlib import Path
+
+import pytest
 
 from grpo_curriculum.cli import main
 
@@ -116,3 +119,51 @@ def test_the_suite_runs_torch_on_omp_num_threads():
     import torch
 
     assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])  # 1 unless set (tests/conftest.py)
+
+
+@pytest.mark.parametrize(
+    ("write", "message"),
+    [
+        (lambda p: p.write_text('{"log_history": [{"step": 1'), r"trainer_state\.json cannot be read \(.*\): the"),
+        (lambda p: p.write_text('{"global_step": 4, "log_history": 5}'), r"log_history = 5: must be a list"),
+        (lambda p: p.write_text('["log_history"]'), r"top level = \['log_history'\]: must be a mapping"),
+        (lambda p: p.write_text(json.dumps({"global_step": 1, "log_history": [
+            {"step": 1, "curriculum/stage": 0, "curriculum/temperature": 1.0, "reward": "high"}]})),
+         r"log_history\[0\]\.reward = 'high': must be a number"),
+        (lambda p: p.write_text(json.dumps({"global_step": 1, "log_history": [
+            {"step": "one", "curriculum/switch": {}}]})), r"log_history\[0\]\.step = 'one': must be an integer >= 0"),
+        (lambda p: p.symlink_to("/dev/zero"), r"trainer_state\.json is a character device, not a regular file"),
+        (lambda p: os.mkfifo(p), r"trainer_state\.json is a FIFO \(named pipe\), not a regular file"),
+    ],
+    ids=["truncated", "history-not-a-list", "not-a-mapping", "reward-string", "switch-step-string", "dev-zero",
+         "fifo"],
+)  # fmt: skip
+def test_plot_of_a_malformed_trainer_state_exits_2(tmp_path, capsys, write, message):
+    """Each was a raw traceback (or, for /dev/zero and a FIFO, a hang); the test runs the CLI in a subprocess with a
+    time and memory limit, so a regression fails instead of hanging."""
+    import resource
+
+    run = tmp_path / "run"
+    run.mkdir()
+    write(run / "trainer_state.json")
+
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    result = subprocess.run([sys.executable, "-m", "grpo_curriculum.cli", "plot", str(run)], capture_output=True,
+                            text=True, timeout=120, preexec_fn=limit_memory,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert re.search(message, result.stderr) and "Traceback" not in result.stderr
+    assert f"grpo-curriculum plot: error: {run / 'trainer_state.json'}" in result.stderr
+    assert "Fix: pass the output directory of a grpo-curriculum run" in result.stderr
+    assert not (run / "curriculum.png").exists()
+
+
+def test_plot_of_a_directory_without_trainer_state_names_it(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["plot", str(tmp_path / "empty")]) == 2
+    assert main(["plot", str(tmp_path / "nowhere")]) == 2
+    error = capsys.readouterr().err
+    assert f"{tmp_path / 'empty'} holds no trainer_state.json (nor a checkpoint-N folder with one)" in error
+    assert f"{tmp_path / 'nowhere'} does not exist" in error and "Traceback" not in error
