@@ -437,7 +437,7 @@ def train_main(args) -> int:
     trainer.save_state()
     if main:
         trainer.save_model()
-        _print_end(trainer, recipe, elapsed, output_dir)
+        _print_end(trainer, recipe, elapsed, output_dir, resumed=bool(resume))
     return 0
 
 
@@ -456,10 +456,11 @@ def _print_start(recipe_path: str, trainer, why: str) -> None:
     print(f"torch threads: {torch.get_num_threads()} ({why})", flush=True)
 
 
-def _print_end(trainer, recipe, elapsed: float, run_dir: str) -> None:
+def _print_end(trainer, recipe, elapsed: float, run_dir: str, resumed: bool = False) -> None:
     """The closing lines of `train` and `demo`: time per step, the switches and the per-stage table."""
     steps = trainer.state.global_step
-    print(f"\ntrained to step {steps} in {elapsed:.1f} s")
+    per_step = f" ({1000 * elapsed / steps:.0f} ms a step)" if steps and not resumed else ""
+    print(f"\ntrained to step {steps} in {elapsed:.1f} s{per_step}")
     print(switch_summary(trainer._curriculum.switches, run_dir))
     print()
     print(format_table(stage_summary(trainer.state.log_history, trainer.args.generation_batch_size,
