@@ -168,7 +168,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     Raises:
         [`CurriculumError`]: for a malformed recipe or geometry.
     """
-    from .recipe import (geometry_of, is_curriculum_file, load_curriculum, load_recipe, starting_num_generations,
+    from .recipe import (is_curriculum_file, load_curriculum, load_recipe, run_geometry, starting_num_generations,
                          training_geometry)
 
     overrides = {name: getattr(args, name) for name in [*GEOMETRY_FLAGS, "num_generations"]}
@@ -180,23 +180,21 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     lines, unused, schedule, max_steps = [], None, None, None
     if args.recipe and is_curriculum_file(args.recipe):  # what `CurriculumCallback.from_yaml` reads
         schedule, num_processes = load_curriculum(args.recipe), overrides.pop("num_processes", None)
-        training = overrides
-        lines.append(f"curriculum file: {args.recipe} (its only key is `curriculum:`, as `CurriculumCallback.from_yaml` "
-                     "reads it; the geometry comes from the flags)")
+        geometry = training_geometry(overrides, num_processes)
+        lines.append(f"curriculum file: {args.recipe} (its only key is `curriculum:`, as "
+                     "`CurriculumCallback.from_yaml` reads it; the geometry comes from the flags)")
     elif args.recipe:
         recipe = load_recipe(args.recipe, overrides)
         schedule, num_processes, max_steps = recipe.curriculum, recipe.num_processes, recipe.training.get("max_steps")
-        start = starting_num_generations(recipe, geometry_of(recipe))
-        training = {**recipe.training, "num_generations": start}  # what GRPOConfig gets (and evaluates with)
-        top = recipe.training.get("num_generations")
+        geometry = run_geometry(recipe)  # as `train` runs it: evaluating at the G GRPOConfig gets
+        start, top = starting_num_generations(recipe, geometry), recipe.training.get("num_generations")
         if "num_generations" in recipe.raw and args.num_generations is None and top != start:
-            unused = (f"top-level num_generations: {top} is not used (the curriculum sets G; GRPOConfig gets the first "
-                      f"stage's, {start}): remove it")
+            unused = (f"top-level num_generations: {top} is not used (the curriculum sets G; GRPOConfig gets the "
+                      f"first stage's, {start}): remove it")
         lines.append(f"recipe: {recipe.path} ({recipe.model_name_or_path}, dataset {recipe.dataset_name})")
     else:
         num_processes = overrides.pop("num_processes", None)
-        training = overrides
-    geometry = training_geometry(training, num_processes)
+        geometry = training_geometry(overrides, num_processes)
     source = ("--num-processes" if args.num_processes else "the recipe's num_processes" if num_processes else
               "assumed: neither --num-processes nor the recipe's num_processes is given")
     lines.append(f"num_processes: {geometry.num_processes} ({source})")

@@ -425,10 +425,10 @@ def geometry_of(recipe: Recipe, num_processes: int | None = None) -> BatchGeomet
 
 def starting_num_generations(recipe: Recipe, geometry: BatchGeometry) -> int:
     """
-    The `num_generations` a run of `recipe` on `geometry` gives `GRPOConfig`: the first stage's G; for a per-prompt first
-    stage, the recipe's top-level `num_generations` if the generation batch takes it, else the largest candidate, or
-    valid G, that it does (TRL checks it when the config is built and its data loader reads prompts by it). A top-level
-    `num_generations` is otherwise not used: the curriculum sets G.
+    The `num_generations` a run of `recipe` on `geometry` gives `GRPOConfig`: the first stage's G; for a per-prompt
+    first stage, the recipe's top-level `num_generations` if the generation batch takes it, else the largest candidate,
+    or valid G, that it does (TRL checks it when the config is built and its data loader reads prompts by it). A
+    top-level `num_generations` is otherwise not used: the curriculum sets G.
     """
     first = recipe.curriculum.stages[0]
     if first.adaptive is None or not first.adaptive.per_prompt:

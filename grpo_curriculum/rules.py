@@ -226,8 +226,8 @@ POSITIVE = Rule("number", low=0, open_low=True)
 """A positive finite number."""
 
 MIN_TEMPERATURE = 0.01
-TEMPERATURE = Rule("number", low=MIN_TEMPERATURE, why="below it sampling is greedy in effect, and logits / temperature "
-                   "can overflow at the first step", fix="use a value such as 0.7 or 1.0")
+TEMPERATURE = Rule("number", low=MIN_TEMPERATURE, why="below it sampling is greedy in effect, and logits / "
+                   "temperature can overflow at the first step", fix="use a value such as 0.7 or 1.0")
 """A sampling temperature."""
 
 COUNT = integer(1, MAX_COUNT)

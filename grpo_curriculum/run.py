@@ -472,10 +472,10 @@ def torch_threads(recipe, environ=os.environ, cpus: int | None = None, load: flo
     """
     The torch thread count `train` and `demo` set, and why.
 
-    The built-in tiny model (2 layers, hidden size 32) gains nothing from intra-op threads: it runs on one. Another model
-    gets the CPUs the machine has free (CPUs minus the 1-minute load average, shared among the processes launched on
-    it), at most torch's default (one per physical core): more threads than free CPUs oversubscribe them, which on a
-    busy machine makes every step several times slower. `OMP_NUM_THREADS` in the environment keeps the user's count.
+    The built-in tiny model (2 layers, hidden size 32) gains nothing from intra-op threads: it runs on one. Another
+    model gets the CPUs the machine has free (CPUs minus the 1-minute load average, shared among the processes launched
+    on it), at most torch's default (one per physical core): more threads than free CPUs oversubscribe them, which on
+    a busy machine makes every step several times slower. `OMP_NUM_THREADS` in the environment keeps the user's count.
 
     Args:
         recipe ([`Recipe`]): The recipe to run.
