@@ -5,8 +5,10 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -86,6 +88,22 @@ def test_demo_twice_writes_a_second_folder(tmp_path, capsys, monkeypatch):
     assert sorted(os.listdir(tmp_path / "runs")) == ["demo", "demo-2"]  # no staging folder left
     assert (tmp_path / "runs" / "demo" / "curriculum.png").exists()
     assert (tmp_path / "runs" / "demo-2" / "curriculum.png").exists()
+
+
+def test_a_killed_demo_leaves_no_folder_that_counts_and_the_next_removes_its_leftover(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum.cli", "demo", "--out", "runs/a"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("runs/.a.partial-*")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # until the run has its staging folder
+    time.sleep(2)  # building the trainer
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert list((tmp_path / "runs").glob(".a.partial-*")) and not (tmp_path / "runs" / "a").exists()
+    assert main(["demo", "--out", "runs/a", "--max-steps", "2"]) == 0
+    assert os.listdir(tmp_path / "runs") == ["a"]  # the dead run's staging folder is gone
 
 
 def test_demo_without_matplotlib_stops_before_training(tmp_path, capsys, hide_package):
