@@ -312,13 +312,17 @@ def run_fetch_model(args: argparse.Namespace) -> int:
 
 
 def run_recipes(args: argparse.Namespace) -> int:
-    """`grpo-curriculum recipes`: each shipped recipe's name, path and first comment line."""
+    """`grpo-curriculum recipes`: each shipped recipe's name, the first sentence of its header comment, and its path."""
     from .loading import shipped_recipes
 
     for name, path in shipped_recipes().items():
+        summary = []
         with open(path, encoding="utf-8") as file:
-            summary = next((line.lstrip("# ").strip() for line in file if line.startswith("#")), "")
-        print(f"{name}: {summary}\n    {path}")
+            for line in file:
+                if not line.startswith("#") or not line.strip("# \n") or summary and summary[-1].endswith("."):
+                    break
+                summary.append(line.strip("# \n"))
+        print(f"{name}: {' '.join(summary)}\n    {path}")
     return 0
 
 
