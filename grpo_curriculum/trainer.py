@@ -10,11 +10,11 @@ import os
 from trl import GRPOTrainer
 
 from . import _trl, tracking
-from .callback import CurriculumCallback
+from .callback import CurriculumCallback, describe_g
 from .checkpoint import STATE_FILE, CurriculumStateError, read_state, resume_checkpoint, write_state
 from .errors import Problem, raise_if_any
 from .geometry import BatchGeometry
-from .recipe import split_batches_problem
+from .recipe import generation_kwargs_problems, split_batches_problem
 from .report import PromptReport
 from .signals import round_stats
 
@@ -51,13 +51,7 @@ def validate_schedule_geometry(curriculum: CurriculumCallback, args, dataset=Non
     split = config.get("split_batches") if isinstance(config, dict) else getattr(config, "split_batches", False)
     if split:
         problems.append(split_batches_problem("accelerator_config", split))
-    overrides = getattr(args, "generation_kwargs", None) or {}
-    if "temperature" in overrides:  # TRL applies generation_kwargs last: it would pin every round's temperature
-        problems.append(
-            Problem("generation_kwargs.temperature", overrides["temperature"], "would override the curriculum's "
-                    "temperature in every round (TRL applies `generation_kwargs` last)",
-                    "remove `temperature` from `generation_kwargs`; set it per stage instead")
-        )  # fmt: skip
+    problems += generation_kwargs_problems(getattr(args, "generation_kwargs", None))
     raise_if_any(problems, context=geometry.describe())
 
 
@@ -316,6 +310,11 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             self._prompt_stream.load_state(state["stream"])
         if self._curriculum.current is not None:
             self._apply(self._curriculum.current)
+        if self.accelerator.is_main_process:
+            now = self._curriculum.current
+            logger.info("curriculum resumed from %s at step %d%s", checkpoint, self.state.global_step,
+                        "" if now is None else f" (stage {now.stage}, G {describe_g(now.num_generations)}, "
+                        f"temperature {now.temperature:.4g})")  # fmt: skip
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """

@@ -141,11 +141,41 @@ def test_per_prompt_stage_needs_its_candidates_to_fill_the_batch_not_divide_it(c
         assert "INVALID" in out and ("cannot fill the generation batch" in out or "larger than the generation" in out)
 
 
-def test_top_level_num_generations_is_checked(capsys, tmp_path):
+def test_top_level_num_generations_is_not_used_with_a_curriculum(capsys, tmp_path):
+    """`train` gives GRPOConfig the first stage's G, so a top-level G that does not fit is no error (it was INVALID)."""
     recipe = tmp_path / "top.yaml"
     recipe.write_text((ROOT / "recipes" / "2gpu.yaml").read_text() + "num_generations: 8\n")
     code, out, _ = check(capsys, recipe)
-    assert code == 1 and "top-level num_generations: G=8" in out and "INVALID" in out
+    assert code == 0 and "top-level num_generations: 8 is not used" in out and "INVALID" not in out
+
+
+def test_curriculum_only_file_is_checked_against_the_flags(capsys, tmp_path):
+    """What `CurriculumCallback.from_yaml` reads (it was refused: model_name_or_path, dataset_name... required)."""
+    curriculum = tmp_path / "curriculum.yaml"
+    curriculum.write_text("curriculum:\n  stages:\n    - {num_generations: 2, temperature: 0.8, until_fraction: 0.5}\n"
+                          "    - {num_generations: 8, temperature: 1.0}\n")
+    code, out, _ = check(capsys, curriculum)
+    assert code == 0 and "curriculum file:" in out and "result: OK, all 2 checks valid" in out
+    code, out, _ = check(capsys, curriculum, "--per-device-train-batch-size", 6)
+    assert code == 1 and "stage 1: G=8, temperature 1, until the end: INVALID" in out
+
+
+def test_generation_kwargs_temperature_is_refused_as_train_refuses_it(capsys, tmp_path):
+    recipe = tmp_path / "pinned.yaml"
+    recipe.write_text(Path(DEMO).read_text() + "generation_kwargs: {temperature: 0.5}\n")
+    code, out, err = check(capsys, recipe)  # it said OK
+    assert code == 2 and "generation_kwargs.temperature = 0.5: would override the curriculum's temperature" in err
+
+
+def test_shipped_recipes_by_name_from_any_directory(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # outside the clone: recipes/ is not here
+    assert main(["recipes"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"{name}: " in listed for name in ("demo", "adaptive-demo", "smollm2-arithmetic"))
+    code, out, _ = check(capsys, "adaptive-demo")
+    assert code == 0 and "grpo_curriculum/recipes/adaptive-demo.yaml (builtin:tiny" in out
+    code, _, err = check(capsys, "recipes/adaptive-demo.yaml")
+    assert code == 2 and "does not exist" in err and "by its name, `adaptive-demo`" in err
 
 
 @pytest.mark.parametrize(

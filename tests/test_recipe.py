@@ -117,9 +117,9 @@ CASES = {
     "wrong_types": [("per_device_train_batch_size", "must be an integer"), ("bf16", "must be true or false"),
                     ("learning_rate", "must be a number"), ("report_to", "a list of strings"),
                     ("max_steps", "must be an integer")],
-    "nonpositive_temperature": [("curriculum.stages[0].temperature", "must be a positive finite number"),
-                                ("curriculum.stages[1].temperature_end", "must be a positive finite number")],
-    "nan_temperature": [("curriculum.stages[0].temperature", "must be a positive finite number")],
+    "nonpositive_temperature": [("curriculum.stages[0].temperature", "must be a finite number >= 0.01"),
+                                ("curriculum.stages[1].temperature_end", "must be a finite number >= 0.01")],
+    "nan_temperature": [("curriculum.stages[0].temperature", "must be a finite number >= 0.01")],
     "g_below_two": [("curriculum.stages[0].num_generations", "must be an integer >= 2"),
                     ("curriculum.stages[1].num_generations", "must be an integer >= 2")],
     "decreasing_ends": [("curriculum.stages[1].until_step", "stage ends must increase")],
@@ -153,8 +153,8 @@ CASES = {
     "many_problems": [("per_device_train_batch_size", "must be an integer"),
                       ("gradient_accumulation_step", "did you mean `gradient_accumulation_steps`?"),
                       ("curriculum.stages[0].num_generations", "must be an integer >= 2"),
-                      ("curriculum.stages[0].temperature", "must be a positive finite number"),
-                      ("curriculum.stages[1].temperature", "must be a positive finite number"),
+                      ("curriculum.stages[0].temperature", "must be a finite number >= 0.01"),
+                      ("curriculum.stages[1].temperature", "must be a finite number >= 0.01"),
                       ("curriculum.stages[1].temperature_ramp", "must be one of ['linear', 'cosine']"),
                       ("curriculum.stages[2].warmup", "is not a stage field")],
 }
@@ -212,7 +212,7 @@ def test_plain_recipe_has_one_stage_from_trl_defaults():
     recipe = parse_recipe({**MINIMAL, "num_generations": 4, "temperature": 0.7})
     assert recipe.curriculum.stages == (Stage(num_generations=4, temperature=0.7),)
     error = pytest.raises(CurriculumError, parse_recipe, {**MINIMAL, "temperature": -1}).value
-    assert has(error, "temperature", "must be a positive finite number")
+    assert has(error, "temperature", "must be a finite number >= 0.01")
 
 
 def test_geometry_of_reads_eval_and_generation_batch():

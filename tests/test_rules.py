@@ -134,7 +134,7 @@ def test_numpy_floats_and_bools_rejected_everywhere():
         assert not BatchGeometry(1, 8, 1).is_valid(bad)
 
 
-@pytest.mark.parametrize("temperature", [float("nan"), math.inf, -0.0])
-def test_temperatures_must_be_positive_and_finite(temperature):
-    with pytest.raises(CurriculumError, match="positive finite"):
+@pytest.mark.parametrize("temperature", [float("nan"), math.inf, -0.0, 1e-40, 0.009])
+def test_temperatures_must_be_finite_and_at_least_a_hundredth(temperature):
+    with pytest.raises(CurriculumError, match="finite number >= 0.01"):  # 1e-40 passed and crashed at the first step
         Stage(num_generations=4, temperature=temperature)

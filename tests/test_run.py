@@ -6,8 +6,10 @@ import difflib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -46,15 +48,65 @@ def test_demo_smoke(tmp_path, capsys):
     assert not (tmp_path / "demo.partial").exists()
 
 
-def test_demo_threads_only_for_the_tiny_model_without_omp_num_threads():
+def test_torch_threads_one_for_the_tiny_model_and_the_free_cpus_for_another():
     from grpo_curriculum.recipe import load_recipe
-    from grpo_curriculum.run import demo_threads
+    from grpo_curriculum.run import torch_threads
 
     tiny = load_recipe(ROOT / "recipes" / "demo.yaml")
     smollm2 = load_recipe(ROOT / "recipes" / "smollm2-arithmetic.yaml")
-    assert demo_threads(tiny, environ={})[0] == 1
-    assert demo_threads(tiny, environ={"OMP_NUM_THREADS": "4"}) == (None, "OMP_NUM_THREADS")
-    assert demo_threads(smollm2, environ={})[0] is None
+    assert torch_threads(tiny, environ={})[0] == 1
+    assert torch_threads(tiny, environ={"OMP_NUM_THREADS": "4"}) == (None, "OMP_NUM_THREADS")
+    assert torch_threads(smollm2, environ={"OMP_NUM_THREADS": "4"}) == (None, "OMP_NUM_THREADS")
+    # A busy 2-CPU machine (load 6): one thread (a SmolLM2 step took 75 s at torch's default, 25 s on one thread).
+    threads, why = torch_threads(smollm2, environ={}, cpus=2, load=6.0, default=2)
+    assert threads == 1 and "2 CPUs, load average 6.0: 1 free" in why
+    assert torch_threads(smollm2, environ={}, cpus=16, load=0.2, default=8)[0] == 8  # idle: torch's default
+    assert torch_threads(smollm2, environ={}, cpus=16, load=10.4, default=8)[0] == 6  # busy: the free CPUs
+    assert torch_threads(smollm2, environ={"LOCAL_WORLD_SIZE": "2"}, cpus=16, load=0.0, default=8)[0] == 4
+
+
+def test_demo_refuses_an_output_it_would_overwrite(tmp_path, capsys, monkeypatch):
+    """`--out` naming a file or a folder holding files: exit 2 before training, nothing touched (the demo deleted it)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.txt").write_text("keep")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("keep")
+    for out, rule in ((".", "is a folder that already holds files"), ("full", "is a folder that already holds files"),
+                      ("mine.txt", "names a file")):
+        assert main(["demo", "--out", out, "--max-steps", "2"]) == 2
+        captured = capsys.readouterr()
+        assert f"--out = {out!r}: {rule}" in captured.err and "Traceback" not in captured.err
+        assert "trained" not in captured.out
+    assert sorted(os.listdir(tmp_path)) == ["full", "mine.txt"]  # nothing deleted, nothing left behind
+    assert os.listdir(tmp_path / "full") == ["notes.txt"] and (tmp_path / "mine.txt").read_text() == "keep"
+
+
+def test_demo_twice_writes_a_second_folder(tmp_path, capsys, monkeypatch):
+    """A second `make demo` is still one command: a new folder, the first run kept (it was deleted and replaced)."""
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        assert main(["demo", "--max-steps", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "run directory: runs/demo (" in printed and "run directory: runs/demo-2 (" in printed
+    assert sorted(os.listdir(tmp_path / "runs")) == ["demo", "demo-2"]  # no staging folder left
+    assert (tmp_path / "runs" / "demo" / "curriculum.png").exists()
+    assert (tmp_path / "runs" / "demo-2" / "curriculum.png").exists()
+
+
+def test_a_killed_demo_leaves_no_folder_that_counts_and_the_next_removes_its_leftover(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum.cli", "demo", "--out", "runs/a"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("runs/.a.partial-*")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # until the run has its staging folder
+    time.sleep(2)  # building the trainer
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert list((tmp_path / "runs").glob(".a.partial-*")) and not (tmp_path / "runs" / "a").exists()
+    assert main(["demo", "--out", "runs/a", "--max-steps", "2"]) == 0
+    assert os.listdir(tmp_path / "runs") == ["a"]  # the dead run's staging folder is gone
 
 
 def test_demo_without_matplotlib_stops_before_training(tmp_path, capsys, hide_package):
@@ -71,7 +123,7 @@ def test_demo_with_a_bad_recipe_writes_nothing(tmp_path, capsys):
     recipe = tmp_path / "bad.yaml"
     recipe.write_text((ROOT / "recipes" / "demo.yaml").read_text().replace("num_generations: 8", "num_generations: 5"))
     out = tmp_path / "out"
-    assert main(["demo", "--recipe", str(recipe), "--out", str(out)]) == 2
+    assert main(["demo", "--recipe", str(recipe), "--out", str(out)]) == 1  # as `check` and `train`
     error = capsys.readouterr().err
     assert "curriculum.stages[1].num_generations" in error and "Traceback" not in error
     assert not out.exists() and not (tmp_path / "out.partial").exists()

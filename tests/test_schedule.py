@@ -59,8 +59,9 @@ def test_temperature_ramp(stage, progress, expected):
     [
         (dict(num_generations=1, temperature=1.0), "Stage.num_generations", "integer >= 2"),
         (dict(num_generations=True, temperature=1.0), "Stage.num_generations", "integer >= 2"),
-        (dict(num_generations=4, temperature=0.0), "Stage.temperature", "positive finite"),
-        (dict(num_generations=4, temperature=float("nan")), "Stage.temperature", "positive finite"),
+        (dict(num_generations=4, temperature=0.0), "Stage.temperature", "finite number >= 0.01"),
+        (dict(num_generations=4, temperature=1e-40), "Stage.temperature", "finite number >= 0.01"),
+        (dict(num_generations=4, temperature=float("nan")), "Stage.temperature", "finite number >= 0.01"),
         (dict(num_generations=4, temperature=1.0, until_step=0), "Stage.until_step", "positive integer"),
         (dict(num_generations=4, temperature=1.0, until_step=2.5), "Stage.until_step", "positive integer"),
         (dict(num_generations=4, temperature=1.0, until_fraction=1.5), "Stage.until_fraction", "(0, 1]"),

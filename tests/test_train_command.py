@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,15 @@ def logged_steps(run_dir):
 def test_train_resumes_from_the_newest_complete_checkpoint(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", DEMO, "--output_dir", str(out), "--max_steps", "4", *FAST]) == 0
+    printed = capsys.readouterr().out  # `train` talks like `demo` (it printed nothing about the curriculum)
+    assert "torch threads: 1" in printed and "curriculum stage 1 compare: steps 3-4, G 8, temperature 1" in printed
+    assert "curriculum switch at step 3 (round 3): G 2 -> 8, temperature 0.8 -> 1" in printed
+    assert "trained to step 4 in" in printed and "| 1 compare |" in printed and "mean reward" in printed
     (out / "checkpoint-4" / "trainer_state.json").write_text("{")  # as if killed while writing it
     assert main(["train", DEMO, "--output_dir", str(out), "--max_steps", "6", "--resume_from_checkpoint", "true",
                  *FAST]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert f"curriculum resumed from {out / 'checkpoint-2'} at step 2 (stage 0, G 2, temperature 0.8)" in printed
     assert logged_steps(out) == [1, 2, 3, 4, 5, 6]  # steps 1-2 from checkpoint-2's history, then 3-6 trained again
     (out / "checkpoint-6" / "curriculum_state.json").unlink()  # not a curriculum checkpoint any more
     assert main(["train", DEMO, "--output_dir", str(out), "--max_steps", "8", "--resume_from_checkpoint",
@@ -69,3 +76,49 @@ def test_unsupported_model_and_script_fields_fail_before_loading(tmp_path, capsy
     assert main(["train", DEMO, "--output_dir", str(out), *overrides]) == 2
     error = capsys.readouterr().err
     assert message in error and "Traceback" not in error and not out.exists()
+
+
+def test_train_refuses_an_output_dir_it_could_overwrite(tmp_path, capsys):
+    afile, full = tmp_path / "afile", tmp_path / "full"
+    afile.write_text("keep")
+    full.mkdir()
+    (full / "notes.txt").write_text("keep")
+    assert main(["train", DEMO, "--output_dir", str(afile), "--max_steps", "2"]) == 2  # a traceback before
+    assert main(["train", DEMO, "--output_dir", str(full), "--max_steps", "2"]) == 2
+    error = capsys.readouterr().err
+    assert "afile': names a file, not a folder" in error and "Traceback" not in error  # (long paths are shortened)
+    assert "full': is a folder that already holds files" in error
+    assert "`--resume_from_checkpoint true`" in error
+    assert afile.read_text() == "keep" and os.listdir(full) == ["notes.txt"]
+
+
+def test_reward_module_with_a_syntax_error_stops_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    import grpo_curriculum.tasks
+
+    monkeypatch.chdir(tmp_path)  # reward modules import from the current directory, as with `trl grpo`
+    (tmp_path / "broken_rewards.py").write_text("def reward(completions, **kwargs)\n    return [0.0]\n")
+    recipe = tmp_path / "broken.yaml"
+    recipe.write_text(Path(DEMO).read_text().replace("grpo_curriculum.tasks:echo_reward", "broken_rewards:reward"))
+    monkeypatch.setattr(grpo_curriculum.tasks, "build_model", lambda **kwargs: pytest.fail("the model was built"))
+    assert main(["train", str(recipe), "--output_dir", str(tmp_path / "out")]) == 2  # a traceback before
+    error = capsys.readouterr().err
+    assert "reward_funcs = 'broken_rewards:reward': cannot be imported: its module fails (SyntaxError:" in error
+    assert f"({tmp_path / 'broken_rewards.py'}, line 1)" in error and "Traceback" not in error
+
+
+def test_report_to_a_tracker_that_is_not_installed_stops_before_loading(tmp_path, capsys, hide_package):
+    hide_package("wandb")
+    out = tmp_path / "never"
+    assert main(["train", DEMO, "--report_to", "wandb", "--output_dir", str(out)]) == 2  # 34 lines after 18 s before
+    error = capsys.readouterr().err
+    assert "report_to = 'wandb': needs `wandb`, which is not installed" in error and "Traceback" not in error
+    assert "pip install 'grpo-curriculum[wandb]'" in error and not out.exists()
+
+
+def test_check_and_train_exit_1_for_the_same_misfit_num_generations(tmp_path, capsys):
+    recipe = tmp_path / "g5.yaml"
+    recipe.write_text(Path(DEMO).read_text().replace("num_generations: 8", "num_generations: 5"))
+    assert main(["check", str(recipe)]) == 1
+    assert main(["train", str(recipe), "--output_dir", str(tmp_path / "never")]) == 1  # 2 before
+    assert "curriculum.stages[1].num_generations = 5: must divide the generation batch" in capsys.readouterr().err
+    assert not (tmp_path / "never").exists()
