@@ -34,12 +34,17 @@ def _finite(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _moments(values: list[float]) -> tuple[int, float, float]:
-    """`(count, mean, sum of squared deviations)` of `values`, order-independent (`math.fsum`)."""
+def _mean_std(values: list[float]) -> tuple[int, float, float]:
+    """
+    `(count, mean, population std)` of finite `values`, order-independent (`math.fsum`). Computed on the values scaled
+    by their largest magnitude, so any finite rewards (1e300 included) give a finite mean and std, never an overflow.
+    """
     if not values:
         return 0, 0.0, 0.0
-    mean = math.fsum(values) / len(values)
-    return len(values), mean, math.fsum((v - mean) ** 2 for v in values)
+    n, scale = len(values), max(abs(v) for v in values) or 1.0
+    scaled = [v / scale for v in values]
+    mean = math.fsum(scaled) / n
+    return n, mean * scale, math.sqrt(math.fsum((v - mean) * (v - mean) for v in scaled) / n) * scale
 
 
 def is_zero_std(finite: Sequence[float]) -> bool:
@@ -170,13 +175,13 @@ def round_stats(
     success, counts, stds, zero_std, finite_all = [], [], [], [], []
     for group in groups:
         finite = [v for v in group if v is not None]
-        count, _, m2 = _moments(finite)
+        count, _, std = _mean_std(finite)
         counts.append(count)
         success.append(sum(v >= success_threshold for v in finite) / count if count else math.nan)
         zero_std.append(is_zero_std(finite))
         if count:
             finite_all += finite
-            stds.append(math.sqrt(m2 / count))
+            stds.append(std)
     n = len(stds)
     scored = sum(size for size, count in zip(sizes, counts) if count)  # completions of groups with a finite reward
     distinct = None
@@ -190,8 +195,8 @@ def round_stats(
         group_sizes=sizes,
         num_groups=n,
         zero_std_fraction=sum(size for size, zero in zip(sizes, zero_std) if zero) / scored if n else math.nan,
-        mean_group_std=math.fsum(stds) / n if n else math.nan,
-        mean_reward=_moments(finite_all)[1] if finite_all else math.nan,
+        mean_group_std=math.fsum(s / n for s in stds) if n else math.nan,
+        mean_reward=_mean_std(finite_all)[1] if finite_all else math.nan,
         distinct_fraction=distinct,
         group_success=tuple(success),
         group_counts=tuple(counts),

@@ -40,6 +40,9 @@ def same(a, b):
         # population std: (0, 1, 2) has std sqrt(2/3)
         ([0, 1, 2], 3, dict(num_groups=1, zero_std_fraction=0.0, mean_group_std=math.sqrt(2 / 3), mean_reward=1.0,
                             group_success=(2 / 3,))),
+        # rewards of any finite magnitude: finite statistics, no OverflowError ((v - mean) ** 2 overflowed at 1e160)
+        ([1e300, -1e300, 1e308, 1e308], 2, dict(num_groups=2, zero_std_fraction=0.5, mean_group_std=5e299,
+                                                 mean_reward=1e308 / 2, group_zero_std=(False, True))),
         # groups of different sizes: each group's statistics over its own rows; the zero-std share is of completions
         ([1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0], (2, 4, 2), dict(
             num_groups=3, zero_std_fraction=4 / 8, mean_group_std=math.sqrt(3 / 16) / 3, mean_reward=3 / 8,
