@@ -141,7 +141,7 @@ def _stage_rows(schedule, max_steps=None) -> list[tuple[str, int]]:
             temperature += f" -> {stage.temperature_end:g} ({stage.temperature_ramp})"
         ends = stage.end_description
         if resolved is not None:
-            ends += " (steps {}-{} of {})".format(*resolved.step_range(i), max_steps)
+            ends += f" ({resolved.steps_text(i)} of {max_steps})"
         label = f"stage {i}" + (f" ({stage.name})" if stage.name else "")
         if stage.adaptive is None:
             rows.append((f"{label}: G={stage.num_generations}, temperature {temperature}, {ends}", stage.num_generations))

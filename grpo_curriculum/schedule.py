@@ -362,6 +362,13 @@ class ResolvedSchedule:
         """
         return self.start_of(index) + 1, self.ends[index]
 
+    def steps_text(self, index: int) -> str:
+        """Stage `index`'s steps in words: `"steps 21-40"`, `"step 21"`, or `"no step (the run ends first)"`."""
+        first, last = self.step_range(index)
+        if first > last:
+            return "no step (the run ends first)"
+        return f"step {first}" if first == last else f"steps {first}-{last}"
+
     def setting_at(self, step: int) -> Setting:
         """The [`Setting`] for a generation round that starts at optimizer step `step`."""
         index = self.stage_index_at(step)
@@ -391,7 +398,6 @@ class ResolvedSchedule:
             if adaptive is not None and adaptive.temperature is not None:
                 low, high = adaptive.temperature
                 temperature = f"temperature adaptive in [{low:g}, {high:g}] from {stage.temperature:g}"
-            first, last = self.step_range(i)
             label = f" {stage.name}" if stage.name else ""
-            lines.append(f"stage {i}{label}: steps {first}-{last}, {g}, {temperature}")
+            lines.append(f"stage {i}{label}: {self.steps_text(i)}, {g}, {temperature}")
         return lines

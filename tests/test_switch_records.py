@@ -76,3 +76,13 @@ def test_describe_switch_and_stages_per_prompt():
         "stage 1: steps 7-10, G per prompt from [2, 4, 8], temperature 1",
     ]
     assert resolved.step_range(1) == (7, 10) and resolved.setting_at(6).stage == 1  # the round after 6 steps: step 7
+
+
+def test_describe_stages_that_the_run_ends_before_or_at():
+    schedule = StageSchedule([Stage(2, 1.0, until_fraction=0.5), Stage(8, 1.0)])
+    assert schedule.resolve(1).describe() == [  # "steps 2-1" before
+        "stage 0: step 1, G 2, temperature 1",
+        "stage 1: no step (the run ends first), G 8, temperature 1",
+    ]
+    assert schedule.resolve(4).describe() == ["stage 0: steps 1-2, G 2, temperature 1",
+                                              "stage 1: steps 3-4, G 8, temperature 1"]
