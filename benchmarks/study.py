@@ -95,11 +95,11 @@ TASKS = {  # name: (description, level weights of training / eval prompts, warm-
     "prefix_levels": ("repeat the first k = 1-4 of 4 words exactly, then <eos>; warm-started mostly on k <= 2",
                       (1, 1, 1, 1), (8, 8, 1, 1), 300),
 }  # fmt: skip
-MODES = {"pilot": (2, 1, 160, 8), "full": (10, 3, 480, 12)}  # reported seeds, tuning seeds, steps, eval points
+MODES = {"pilot": (2, 1, 160, 8), "full": (10, 3, 360, 12)}  # reported seeds, tuning seeds, steps, evaluations
 TARGETS = {"ratio": 0.7, "interval_high": 1.0, "worst_median": 1.1, "informative": 1.3}
 
 
-# --- task --------------------------------------------------------------------------------------------------------------
+# --- task ------------------------------------------------------------------------------------------------------------
 
 
 def level_dataset(task: str, num_prompts: int, seed: int, weights: tuple[int, ...]):
@@ -179,8 +179,9 @@ class Probe:
         groups = self.group_rows(len(rewards))
         tokenizer = self.reward.tokenizer
         heads = [rows[0] for rows in groups]
-        probabilities = answer_probability(self.model, [tokenizer(prompts[i]).input_ids for i in heads],
-                                           [self.reward.answer_ids(target[i]) for i in heads], TEMPERATURE)  # fmt: skip
+        prompt_ids = [tokenizer(prompts[i]).input_ids for i in heads]
+        answer_ids = [self.reward.answer_ids(target[i]) for i in heads]
+        probabilities = answer_probability(self.model, prompt_ids, answer_ids, TEMPERATURE)
         for rows, p in zip(groups, probabilities, strict=True):
             values = [rewards[i] for i in rows]
             informative = len(rows) if max(values) != min(values) else 0
@@ -220,7 +221,7 @@ def cgrpo_groups(trainer):
     return rows
 
 
-# --- one run -----------------------------------------------------------------------------------------------------------
+# --- one run ---------------------------------------------------------------------------------------------------------
 
 
 def warm_model(task: str, seed: int) -> dict:
@@ -261,13 +262,16 @@ def evaluator(warm: dict, reward: ExactAnswer):
     levels = held_out["level"]
     targets = list(held_out["target"])
     inputs = tokenizer(list(held_out["prompt"]), return_tensors="pt", padding=True)
-    sampled = HeldOut(tokenizer, inputs, lambda texts, copies: exact_echo_reward(texts, [t for t in targets for _ in range(
-        copies)]), MAX_COMPLETION_LENGTH, EVAL_TEMPERATURE, EVAL_SAMPLES, EVAL_SEED)  # fmt: skip
+    def score(texts, copies):
+        return exact_echo_reward(texts, [t for t in targets for _ in range(copies)])
+
+    sampled = HeldOut(tokenizer, inputs, score, MAX_COMPLETION_LENGTH, EVAL_TEMPERATURE, EVAL_SAMPLES, EVAL_SEED)
 
     def evaluate(model) -> dict:
         p = answer_probability(model, prompt_ids, answer_ids, EVAL_TEMPERATURE)
         greedy, samples = sampled(model)
-        by_level = {k: statistics.fmean(v for v, lv in zip(p, levels, strict=True) if lv == k) for k in sorted(set(levels))}
+        by_level = {k: statistics.fmean(v for v, lv in zip(p, levels, strict=True) if lv == k)
+                    for k in sorted(set(levels))}  # fmt: skip
         return {"exact": math.fsum(p) / len(p), "levels": by_level, "sampled": math.fsum(samples) / len(samples),
                 "greedy": math.fsum(greedy) / len(greedy)}  # fmt: skip
 
@@ -334,9 +338,9 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict)
         if arm == "cgrpo":
             from trl_cgrpo import CGRPOConfig, CGRPOTrainer
 
-            args = CGRPOConfig(output_dir=output_dir, budget_grid=list(CANDIDATES), per_device_train_batch_size=CGRPO_BATCH,
-                               num_calibration_samples=CGRPO_CALIBRATION, calibration_batch_size=CGRPO_CALIBRATION,
-                               max_steps=budget // (2 * CANDIDATES[0]) + 1, **common)  # fmt: skip
+            args = CGRPOConfig(output_dir=output_dir, budget_grid=list(CANDIDATES), max_steps=budget // 4 + 1,
+                               per_device_train_batch_size=CGRPO_BATCH, num_calibration_samples=CGRPO_CALIBRATION,
+                               calibration_batch_size=CGRPO_CALIBRATION, **common)  # fmt: skip
             trainer = CGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=warm["train"],
                                    processing_class=tokenizer, calibration_dataset=warm["calibration"],
                                    answer_extractor=str.strip, callbacks=[recorder])  # fmt: skip
@@ -400,14 +404,15 @@ def run_job(job: tuple) -> list[dict]:
         run = run_arm(task, arm, seed, steps, points, warm)
         run["warm_time"], run["warm_steps"] = warm_time, warm["warm_steps"]
         runs.append(run)
-        print(f"  {task} seed {seed:>3} {arm:>12}: exact {run['eval'][0]['exact']:.3f} -> {run['eval'][-1]['exact']:.3f}"
+        print(f"  {task} seed {seed:>3} {arm:>12}: exact {run['eval'][0]['exact']:.3f} -> "
+              f"{run['eval'][-1]['exact']:.3f}"
               f", sampled {run['eval'][-1]['sampled']:.3f}, {run['generated']} completions in {run['steps']} steps, "
               f"informative {run['probe']['informative'] / max(1, run['probe']['completions']):.2f}, "
               f"run {run['run_time']:.0f} s", flush=True)  # fmt: skip
     return runs
 
 
-# --- analysis ----------------------------------------------------------------------------------------------------------
+# --- analysis --------------------------------------------------------------------------------------------------------
 
 
 def curve(run: dict) -> tuple[list[float], list[float]]:
@@ -447,7 +452,8 @@ def summarise_task(runs: list[dict], arms: list[str], tuning: list[int], reporte
             row["final"].append(ys[-1])
             row["sampled"].append(run["eval"][-1]["sampled"])
             probe = run["probe"]
-            row["informative"].append(probe["informative"] / probe["completions"] if probe["completions"] else math.nan)
+            share = probe["informative"] / probe["completions"] if probe["completions"] else math.nan
+            row["informative"].append(share)
             groups = sum(b[0] for b in probe["bins"])
             row["mean_G"].append(probe["completions"] / groups if groups else math.nan)
             for total, b in zip(row["bins"], probe["bins"], strict=True):
@@ -482,14 +488,15 @@ def targets_verdict(summary: dict) -> dict:
         f"median ratio <= {TARGETS['ratio']}": pp["ratio_100_median"] <= TARGETS["ratio"],
         f"90% interval upper end < {TARGETS['interval_high']}": pp["ratio_100_interval"][1] < TARGETS["interval_high"],
         f"median ratio <= {TARGETS['worst_median']} (never worse)": pp["ratio_100_median"] <= TARGETS["worst_median"],
-        f"informative share >= {TARGETS['informative']}x best static": pp["informative_vs_best"] >= TARGETS["informative"],
+        f"informative share >= {TARGETS['informative']}x best static":
+            pp["informative_vs_best"] >= TARGETS["informative"],
     }  # fmt: skip
     if "cgrpo" in rows:
         verdict["ahead of trl-cgrpo (median ratio)"] = pp["ratio_100_median"] < rows["cgrpo"]["ratio_100_median"]
     return verdict
 
 
-# --- report ------------------------------------------------------------------------------------------------------------
+# --- report ----------------------------------------------------------------------------------------------------------
 
 
 def fmt_ratio(value: float) -> str:
@@ -503,8 +510,9 @@ def fmt_interval(values: tuple[float, float]) -> str:
 def fmt_bins(bins: list[list[int]]) -> str:
     """Per exact-success bin with completions: `range: share of completions, mean G`."""
     total = sum(b[1] for b in bins) or 1
+    edges = zip(SUCCESS_BINS, SUCCESS_BINS[1:])
     return "; ".join(f"{lo:g}-{hi:g}: {b[1] / total:.0%} G {b[1] / b[0]:.1f}"
-                     for (lo, hi), b in zip(zip(SUCCESS_BINS, SUCCESS_BINS[1:]), bins, strict=True) if b[0])  # fmt: skip
+                     for (lo, hi), b in zip(edges, bins, strict=True) if b[0])  # fmt: skip
 
 
 def task_table(summary: dict) -> list[str]:
@@ -527,8 +535,8 @@ def task_table(summary: dict) -> list[str]:
             f"{fmt_ms(mean_std(row['mean_G']), 1)} | {fmt_ms(mean_std(row['deferred']), 0)} | "
             f"{fmt_ms(mean_std(row['calibration']), 0)} | {fmt_ms(mean_std(row['steps']), 0)} |"
         )  # fmt: skip
-    lines += ["", "G by exact success of the trained prompt at the training temperature (share of the arm's completions"
-              ", mean G):", ""]  # fmt: skip
+    lines += ["", "G by exact success of the trained prompt at the training temperature (share of the arm's "
+              "completions, mean G):", ""]  # fmt: skip
     lines += [f"- `{arm}`: {fmt_bins(row['bins'])}" for arm, row in summary["rows"].items()]
     return lines
 
@@ -541,13 +549,14 @@ def markdown(raw: dict, summaries: dict) -> str:
         f"{o['tuning']}, budget {o['steps'] * GENERATION_BATCH} generated completions per run ({o['steps']} steps of "
         f"{GENERATION_BATCH} for the curriculum arms), {o['points']} evaluations after step 0, {o['jobs']} processes. "
         f"Wall time {raw['wall_time_s'] / 60:.1f} min; the full study ({describe_mode('full')}) is estimated at "
-        f"{raw['full_estimate_s'] / 60:.0f} min with {o['jobs']} processes, scaled from this run's timings.", "",
+        f"{estimate(raw['runs'], 'full', o['jobs'], o['arms'], o['tasks']) / 60:.0f} min with {o['jobs']} processes, "
+        "scaled from this run's wall times (they grow when other processes share the cores).", "",
         f"Exact reward: mean over {EVAL_PROMPTS} held-out prompts of the probability that sampling at temperature "
         f"{EVAL_TEMPERATURE:g} answers exactly (teacher forcing). Sampled: {EVAL_SAMPLES} samples a prompt at "
-        f"{EVAL_TEMPERATURE:g}, fixed seed. Ratios are paired per seed (completions generated to reach the best static "
-        "arm's final exact reward on that seed, or 90% of its gain over the warm start, over the best static arm's "
-        "own); `never`: not within the budget; CI: bootstrap over seeds. Rise: mean gain over the run in seed-stds of "
-        f"the final (the task counts as learnable at >= {RISE_SEED_STDS:g} for every arm). ± is the std over seeds.",
+        f"{EVAL_TEMPERATURE:g}, fixed seed. Ratios are paired per seed (completions generated to reach the best "
+        "static arm's final exact reward on that seed, or 90% of its gain over the warm start, over the best static "
+        "arm's own); `never`: not within the budget; CI: bootstrap over seeds. Rise: mean gain over the run in "
+        f"seed-stds of the final (the task counts as learnable at >= {RISE_SEED_STDS:g} for every arm). ± is the std over seeds.",
         "",
     ]  # fmt: skip
     for task, summary in summaries.items():
@@ -556,25 +565,30 @@ def markdown(raw: dict, summaries: dict) -> str:
                   "Warm-start steps per seed (until level 2's exact success at the training temperature reaches "
                   f"{WARM_GATE[1]:g}): " + ", ".join(f"{s}: {n}" for s, n in warm) + ".", "",
                   f"Best static arm: `{summary['best_static']}` (chosen on {summary['best_source']}). Every arm's "
-                  f"exact reward rises by >= {RISE_SEED_STDS:g} seed-stds: {'yes' if summary['learns'] else 'NO'}.", "",
+                  f"exact reward rises by >= {RISE_SEED_STDS:g} seed-stds: "
+                  f"{'yes' if summary['learns'] else 'NO'}.", "",
                   *task_table(summary), ""]  # fmt: skip
         verdict = targets_verdict(summary)
         if verdict:
             lines += ["Targets for `per_prompt`: " + "; ".join(f"{k}: {'met' if v else 'not met'}"
                                                                for k, v in verdict.items()) + ".", ""]  # fmt: skip
         levels = sorted(summary_levels(raw, task).items())
-        lines += ["Exact reward by level, start -> final (mean over seeds): " + "; ".join(
-            f"`{arm}` " + ", ".join(f"L{k} {a:.2f}->{b:.2f}" for k, (a, b) in per.items()) for arm, per in levels) + ".",
-            ""]  # fmt: skip
+        per_arm = (f"`{arm}` " + ", ".join(f"L{k} {a:.2f}->{b:.2f}" for k, (a, b) in per.items())
+                   for arm, per in levels)  # fmt: skip
+        lines += ["Exact reward by level, start -> final (mean over seeds): " + "; ".join(per_arm) + ".", ""]
     if raw["mode"].startswith("pilot"):
         lines += ["A pilot: it proves every arm runs and every number is computed; read no verdict from it.", ""]
     return "\n".join(lines)
 
 
+def reported_runs(raw: dict, task: str, arm: str) -> list[dict]:
+    return [r for r in raw["runs"] if r["task"] == task and r["arm"] == arm and r["seed"] in raw["options"]["seeds"]]
+
+
 def summary_levels(raw: dict, task: str) -> dict:
     out = {}
     for arm in raw["options"]["arms"]:
-        runs = [r for r in raw["runs"] if r["task"] == task and r["arm"] == arm and r["seed"] in raw["options"]["seeds"]]
+        runs = reported_runs(raw, task, arm)
         if runs:
             out[arm] = {k: (statistics.fmean(r["eval"][0]["levels"][k] for r in runs),
                             statistics.fmean(r["eval"][-1]["levels"][k] for r in runs))
@@ -590,7 +604,7 @@ def plot(raw: dict, task: str, path: Path) -> None:
 
     figure, axis = plt.subplots(figsize=(8, 5))
     for arm in raw["options"]["arms"]:
-        runs = [r for r in raw["runs"] if r["task"] == task and r["arm"] == arm and r["seed"] in raw["options"]["seeds"]]
+        runs = reported_runs(raw, task, arm)
         if not runs:
             continue
         budget = runs[0]["budget"]
@@ -635,7 +649,7 @@ def describe_mode(mode: str) -> str:
 
 
 def estimate(runs: list[dict], mode: str, jobs: int, arms: list[str], tasks: list[str]) -> float:
-    """Seconds the `mode` study would take on `jobs` processes, scaled from measured runs (per completion, per eval)."""
+    """Seconds the `mode` study would take on `jobs` processes, scaled from measured runs (per completion, eval)."""
     seeds, tuning, steps, points = MODES[mode]
     total = 0.0
     for task in tasks:
@@ -643,9 +657,12 @@ def estimate(runs: list[dict], mode: str, jobs: int, arms: list[str], tasks: lis
             measured = [r for r in runs if r["task"] == task and r["arm"] == arm]
             if not measured:
                 continue
-            per_run = statistics.fmean(r["train_time"] / r["generated"] * steps * GENERATION_BATCH
-                                       + r["eval_time"] / len(r["eval"]) * (points + 1)
-                                       + (r["run_time"] - r["train_time"] - r["eval_time"]) for r in measured)  # fmt: skip
+            per_run = statistics.fmean(
+                r["train_time"] / r["generated"] * steps * GENERATION_BATCH
+                + r["eval_time"] / len(r["eval"]) * (points + 1)
+                + (r["run_time"] - r["train_time"] - r["eval_time"])
+                for r in measured
+            )
             total += per_run * (seeds + (tuning if arm in STATIC_ARMS else 0))
         warm = [r["warm_time"] for r in runs if r["task"] == task]
         total += statistics.fmean(warm) * (seeds + tuning) if warm else 0.0
@@ -689,10 +706,9 @@ def main(argv=None) -> int:
     with multiprocessing.get_context("spawn").Pool(options.jobs, maxtasksperchild=1) as pool:
         runs = [run for job_runs in pool.imap_unordered(run_job, jobs) for run in job_runs]
     wall = time.perf_counter() - start
-    name = "pilot" if options.pilot else "full"
+    name = "custom" if "custom" in mode else "pilot" if options.pilot else "full"
     command = "python benchmarks/study.py " + " ".join(sys.argv[1:] if argv is None else argv)
     raw = {"mode": mode, "command": command.strip(), "wall_time_s": wall,
-           "full_estimate_s": estimate(runs, "full", options.jobs, arms, options.tasks),
            "options": {"name": name, "tasks": options.tasks, "arms": arms, "seeds": reported, "tuning": tuning_seeds,
                        "steps": steps, "points": points, "jobs": options.jobs},
            "runs": sorted(runs, key=lambda r: (r["task"], r["seed"], ARMS.index(r["arm"])))}  # fmt: skip
@@ -701,7 +717,7 @@ def main(argv=None) -> int:
     atomic_write(out / f"study_{name}.json", lambda f: json.dump(raw, f, separators=(",", ":")))
     print(report(raw, out))
     print(f"wall time {wall / 60:.1f} min; estimated full study ({describe_mode('full')}, {options.jobs} processes): "
-          f"{raw['full_estimate_s'] / 60:.0f} min")  # fmt: skip
+          f"{estimate(runs, 'full', options.jobs, arms, options.tasks) / 60:.0f} min")  # fmt: skip
     return 0
 
 

@@ -13,7 +13,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from study_stats import answer_probability, area_under, bootstrap_interval, first_reaching, median, paired_ratio  # noqa: E402
+from study_stats import (  # noqa: E402  (benchmarks/study_stats.py)
+    answer_probability,
+    area_under,
+    bootstrap_interval,
+    first_reaching,
+    median,
+    paired_ratio,
+)
 
 
 def test_first_reaching_interpolates_between_the_points_around_the_target():
@@ -78,8 +85,8 @@ def test_answer_probability_matches_sampling_at_the_temperature(warm_model):
     model.eval()
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                             do_sample=True, temperature=temperature, top_k=0, top_p=1.0, num_return_sequences=samples,
-                             max_new_tokens=len(answer), pad_token_id=tokenizer.pad_token_id, eos_token_id=eos)  # fmt: skip
+                             do_sample=True, temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=len(answer),
+                             num_return_sequences=samples, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos)
     hits = sum(row[len(prompt) :].tolist() == answer for row in out)
     assert abs(hits / samples - p) < 4 * math.sqrt(p * (1 - p) / samples)
 
