@@ -556,7 +556,8 @@ def markdown(raw: dict, summaries: dict) -> str:
         f"{EVAL_TEMPERATURE:g}, fixed seed. Ratios are paired per seed (completions generated to reach the best "
         "static arm's final exact reward on that seed, or 90% of its gain over the warm start, over the best static "
         "arm's own); `never`: not within the budget; CI: bootstrap over seeds. Rise: mean gain over the run in "
-        f"seed-stds of the final (the task counts as learnable at >= {RISE_SEED_STDS:g} for every arm). ± is the std over seeds.",
+        f"seed-stds of the final (the task counts as learnable at >= {RISE_SEED_STDS:g} for every arm). ± is the std "
+        "over seeds.",
         "",
     ]  # fmt: skip
     for task, summary in summaries.items():
