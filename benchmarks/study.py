@@ -2,11 +2,15 @@
 The study that can tell per-prompt arms apart: completions *generated* to reach the best static G's held-out reward,
 paired over seeds, on a task whose difficulty frontier moves, with an evaluation free of sampling noise.
 
-Task `echo_levels` (`TASKS`): `"echo : w1 ... wk ="` must be answered with exactly the tokens `w1 ... wk <eos>`
-(reward 1, else 0), levels k = 1-4 in equal shares. The tiny model (`grpo_curriculum.tasks`) is warm-started on a mix
-that stops short of the top levels (`WARM_WEIGHTS`): after it, level 1 is about solved, level 2 mixed, level 3 rarely
-solved and level 4 hard but solvable (exact success 0.01-0.03 at the training temperature); copying k words is the
-skill level k+1 extends, so the frontier moves up as training goes on.
+Task `prefix_levels` (`TASKS`): `"echo k : w1 w2 w3 w4 ="` (k a digit word) must be answered with exactly the
+tokens of the first k words and `<eos>` (reward 1, else 0), levels k = 1-4 in equal shares. The words to copy sit at
+the same distance from the answer at every level, so copying learned at level k carries to level k+1 and only where to
+stop is new: the frontier moves up as training goes on. The tiny model (`grpo_curriculum.tasks`) is warm-started on a
+mix weighted to levels 1-2 until level 2's exact success at the training temperature reaches `WARM_GATE` (a fixed step
+count leaves some seeds where RL cannot start): after it, level 1 is about solved, level 2 mixed, levels 3-4 hard but
+solvable (exact success at evaluation about 0.3 and 0.1). A first task, `"echo : w1 ... wk ="` with k = 1-4, was
+dropped: after any warm start its levels 3-4 did not learn within 7680 completions (the copy distance differs by
+level, so nothing carries over).
 
 Evaluation (every `--points`-th of the completion budget): the exact probability that the policy, sampling at
 `EVAL_TEMPERATURE`, answers a held-out prompt correctly (teacher forcing over the answer tokens and `<eos>`:
@@ -85,7 +89,7 @@ TUNING_SEED_BASE = 100  # tuning seeds: 100, 101, ...
 CGRPO_CALIBRATION = 16  # calibration prompts of the cgrpo arm (x 16 completions a calibration, every 50 steps)
 CGRPO_BATCH = 32  # its rows a step (its default): 2 prompts of width 16
 SUCCESS_BINS = (0.0, 0.05, 0.2, 0.5, 0.8, 0.95, 1.0)
-RISE_SEED_STDS = 3.0  # a task counts as learnable when every arm's mean gain is at least this many seed-stds
+RISE_SEED_STDS = 3.0  # a task counts as learnable when every arm's mean gain is this many stds of the seeds' gains
 STATIC_ARMS = [f"static_g{g}" for g in CANDIDATES]
 ARMS = [*STATIC_ARMS, "success_rate", "per_prompt", "cgrpo"]
 WARM_CHUNK = 10
@@ -468,8 +472,8 @@ def summarise_task(runs: list[dict], arms: list[str], tuning: list[int], reporte
             row[name + "_interval"] = bootstrap_interval(row[name])
         row["auc_diff_median"] = median(row["auc_diff"])
         row["auc_diff_interval"] = bootstrap_interval(row["auc_diff"])
-        gain, (_, final_std) = statistics.fmean(row["final"]) - statistics.fmean(row["start"]), mean_std(row["final"])
-        row["rise_seed_stds"] = gain / final_std if final_std else math.inf
+        gain, gain_std = mean_std([b - a for a, b in zip(row["start"], row["final"], strict=True)])
+        row["rise_seed_stds"] = gain / gain_std if gain_std else math.inf
         rows[arm] = row
     informative_best = statistics.fmean(rows[best]["informative"])
     for row in rows.values():
@@ -555,9 +559,9 @@ def markdown(raw: dict, summaries: dict) -> str:
         f"{EVAL_TEMPERATURE:g} answers exactly (teacher forcing). Sampled: {EVAL_SAMPLES} samples a prompt at "
         f"{EVAL_TEMPERATURE:g}, fixed seed. Ratios are paired per seed (completions generated to reach the best "
         "static arm's final exact reward on that seed, or 90% of its gain over the warm start, over the best static "
-        "arm's own); `never`: not within the budget; CI: bootstrap over seeds. Rise: mean gain over the run in "
-        f"seed-stds of the final (the task counts as learnable at >= {RISE_SEED_STDS:g} for every arm). ± is the std "
-        "over seeds.",
+        "arm's own); `never`: not within the budget; CI: bootstrap over seeds. Rise: mean gain over the run over "
+        f"the std of the gains across seeds (the task counts as learnable at >= {RISE_SEED_STDS:g} for every arm). "
+        "± is the std over seeds.",
         "",
     ]  # fmt: skip
     for task, summary in summaries.items():
