@@ -99,7 +99,7 @@ TASKS = {  # name: (description, level weights of training / eval prompts, warm-
     "prefix_levels": ("repeat the first k = 1-4 of 4 words exactly, then <eos>; warm-started mostly on k <= 2",
                       (1, 1, 1, 1), (8, 8, 1, 1), 300),
 }  # fmt: skip
-MODES = {"pilot": (2, 1, 160, 8), "full": (10, 3, 360, 12)}  # reported seeds, tuning seeds, steps, evaluations
+MODES = {"pilot": (2, 1, 160, 8), "full": (10, 3, 320, 12)}  # reported seeds, tuning seeds, steps, evaluations
 TARGETS = {"ratio": 0.7, "interval_high": 1.0, "worst_median": 1.1, "informative": 1.3}
 
 
@@ -700,6 +700,8 @@ def main(argv=None) -> int:
     if "cgrpo" in arms and not cgrpo_available():
         print("skipping the `cgrpo` arm: trl-cgrpo is not installed (pip install --no-deps trl-cgrpo==0.2.0)")
         arms.remove("cgrpo")
+    if not arms:
+        parser.error("no arm left to run: --arms named only `cgrpo`, and trl-cgrpo is not installed")
     reported = list(range(seeds))
     tuning_seeds = [TUNING_SEED_BASE + i for i in range(tuning)]
     jobs = [(task, seed, arms, steps, points) for task in options.tasks for seed in reported]

@@ -101,3 +101,16 @@ def test_answer_probability_does_not_depend_on_the_batch(warm_model):
     # The answers' probabilities at temperature 1 and the sum over every one-token continuation.
     first = answer_probability(model, [prompts[0]] * 30, [[t] for t in range(30)], 1.0)
     assert sum(first) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_the_study_skips_the_cgrpo_arm_when_trl_cgrpo_is_missing(hide_package, tmp_path, capsys):
+    import study
+
+    hide_package("trl_cgrpo")
+    with pytest.raises(SystemExit) as error:
+        study.main(["--arms", "cgrpo", "--out", str(tmp_path)])
+    assert error.value.code == 2
+    out, err = capsys.readouterr()
+    assert "skipping the `cgrpo` arm: trl-cgrpo is not installed (pip install --no-deps trl-cgrpo==0.2.0)" in out
+    assert "no arm left to run" in err
+    assert list(tmp_path.iterdir()) == []  # nothing written
