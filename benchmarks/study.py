@@ -28,7 +28,8 @@ schedule, the same budget of generated completions):
   per calibration). Needs `pip install --no-deps trl-cgrpo==0.2.0`; skipped with a printed line when missing.
 
 Completions on the x axis are the rows the model *generated* while training (counted at `model.generate`, evaluation
-excluded): padded rows of `cgrpo` are not counted, its calibration rollouts are. Every run stops at the budget.
+excluded): padded rows of `cgrpo` are not counted, its calibration rollouts are. Every run stops at the first step that
+reaches the budget (`cgrpo`, whose steps vary, ends up to one step past it).
 
 Primary metric, per task: per reported seed, the completions an arm needs to first reach the best static arm's final
 exact reward (that seed's run), over those the best static arm needed; median over seeds and a bootstrap 90%
@@ -477,7 +478,8 @@ def summarise_task(runs: list[dict], arms: list[str], tuning: list[int], reporte
         rows[arm] = row
     informative_best = statistics.fmean(rows[best]["informative"])
     for row in rows.values():
-        row["informative_vs_best"] = statistics.fmean(row["informative"]) / informative_best
+        share = statistics.fmean(row["informative"])
+        row["informative_vs_best"] = share / informative_best if informative_best else math.inf
     learns = all(row["rise_seed_stds"] >= RISE_SEED_STDS for row in rows.values())
     return {"best_static": best, "best_source": source, "seeds": seeds, "rows": rows, "learns": learns}
 
@@ -686,6 +688,8 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="processes in parallel (one torch thread each)")
     options, out = parse_with_output(parser, argv, "study")
     if options.from_json:
+        if len(options.from_json) > 1:
+            parser.error("--from-json takes one study_*.json here (one invocation runs every task and seed)")
         raw = json.loads(Path(options.from_json[0]).read_text())
         print(report(raw, out))
         return 0
