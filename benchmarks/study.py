@@ -40,7 +40,7 @@ Mechanism: informative-completion share (completions in groups whose rewards are
 bin (the exact probability of each trained prompt's answer at the training temperature, when it was trained), prompts
 deferred, calibration rollouts.
 
-    python benchmarks/study.py --pilot --jobs 2       # 2 seeds + 1 tuning seed x 160 steps: proves every part runs
+    python benchmarks/study.py --pilot --jobs 2       # 2 seeds + 1 tuning seed x 240 steps: proves every part runs
     python benchmarks/study.py --jobs 2               # the full study (README: the exact command and its wall time)
     python benchmarks/study.py --from-json benchmarks/results/study.json   # the report again, no training
 
@@ -100,7 +100,7 @@ TASKS = {  # name: (description, level weights of training / eval prompts, warm-
     "prefix_levels": ("repeat the first k = 1-4 of 4 words exactly, then <eos>; warm-started mostly on k <= 2",
                       (1, 1, 1, 1), (8, 8, 1, 1), 300),
 }  # fmt: skip
-MODES = {"pilot": (2, 1, 160, 8), "full": (10, 3, 320, 12)}  # reported seeds, tuning seeds, steps, evaluations
+MODES = {"pilot": (2, 1, 240, 8), "full": (10, 3, 320, 12)}  # reported seeds, tuning seeds, steps, evaluations
 TARGETS = {"ratio": 0.7, "interval_high": 1.0, "worst_median": 1.1, "informative": 1.3}
 
 
@@ -514,10 +514,10 @@ def fmt_interval(values: tuple[float, float]) -> str:
 
 
 def fmt_bins(bins: list[list[int]]) -> str:
-    """Per exact-success bin with completions: `range: share of completions, mean G`."""
+    """Per exact-success bin with completions: `range: share of completions, mean G, informative share`."""
     total = sum(b[1] for b in bins) or 1
     edges = zip(SUCCESS_BINS, SUCCESS_BINS[1:])
-    return "; ".join(f"{lo:g}-{hi:g}: {b[1] / total:.0%} G {b[1] / b[0]:.1f}"
+    return "; ".join(f"{lo:g}-{hi:g}: {b[1] / total:.0%} G {b[1] / b[0]:.1f} inf. {b[2] / b[1]:.0%}"
                      for (lo, hi), b in zip(edges, bins, strict=True) if b[0])  # fmt: skip
 
 
@@ -542,7 +542,7 @@ def task_table(summary: dict) -> list[str]:
             f"{fmt_ms(mean_std(row['calibration']), 0)} | {fmt_ms(mean_std(row['steps']), 0)} |"
         )  # fmt: skip
     lines += ["", "G by exact success of the trained prompt at the training temperature (share of the arm's "
-              "completions, mean G):", ""]  # fmt: skip
+              "completions, mean G, share of those completions in informative groups):", ""]  # fmt: skip
     lines += [f"- `{arm}`: {fmt_bins(row['bins'])}" for arm, row in summary["rows"].items()]
     return lines
 
