@@ -107,6 +107,10 @@ def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
     if not problems and values["lower_below"] >= values["raise_above"]:
         problems.append(Problem(f"{key}.lower_below", values["lower_below"],
                                 f"must be below `raise_above` ({values['raise_above']!r}), or G would flap"))
+    if not problems and values["policy"] == "success_rate" and values["margin"] >= values["target"]:
+        problems.append(Problem(f"{key}.margin", values["margin"],
+                                f"must be below `target` ({values['target']!r}): G rises below `target - margin`",
+                                f"e.g. `margin: {min(0.05, values['target'] / 2):g}`"))
     if not problems and values["collapse_below"] > values["diverse_above"]:
         problems.append(Problem(f"{key}.collapse_below", values["collapse_below"],
                                 f"must not exceed `diverse_above` ({values['diverse_above']!r})"))

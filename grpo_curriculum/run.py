@@ -450,7 +450,8 @@ def per_prompt_g(log_history: list[dict]) -> dict[int, int]:
     for entry in log_history:
         for key, value in entry.items():
             if key.startswith(prefix):
-                counts[int(key[len(prefix) :])] = counts.get(int(key[len(prefix) :]), 0) + int(value)
+                g = int(key[len(prefix) :])
+                counts[g] = counts.get(g, 0) + int(value)
     return dict(sorted(counts.items()))
 
 

@@ -455,6 +455,8 @@ def test_policies_and_metrics():
         ({"num_generations": [4], "collapse_below": 0.3},
          [("adaptive.collapse_below", "only applies with `temperature: [low, high]`")]),
         ({"num_generations": [4], "lower_below": 0.6}, [("adaptive.lower_below", "below `raise_above`")]),
+        ({"num_generations": [4], "policy": "success_rate", "target": 0.3, "margin": 0.3},
+         [("adaptive.margin", "must be below `target` (0.3): G rises below `target - margin`")]),
         ({"num_generations": [4], "patience": 0, "cooldown": -1, "smoothing": 0, "raise_above": 1.5},
          [("adaptive.raise_above", "in [0, 1]"), ("adaptive.patience", "positive integer"),
           ("adaptive.cooldown", "integer >= 0"), ("adaptive.smoothing", "in (0, 1]")]),
