@@ -239,8 +239,9 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
     def write_prompt_report(self, directory: str | None = None) -> str | None:
         """
         Write the uncertain-prompt report (`uncertain_prompts.jsonl`: the `uncertain_prompts` prompts of highest
-        reward variance, with their mean, variance and times seen) to `directory` (default: `output_dir`). Main
-        process only; returns the path.
+        reward variance, with their mean, variance and times seen) to `directory` (default: `output_dir`). A prompt is
+        one entry however many rows of a map-style dataset hold it, keyed by the first (an iterable dataset's prompts
+        are keyed by a digest of the prompt). Main process only; returns the path.
         """
         report = self._prompt_report
         if self._curriculum is None or not self.accelerator.is_main_process or not len(report) or not report.size:
