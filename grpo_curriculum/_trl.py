@@ -280,12 +280,39 @@ def local_round_rows(trainer, stream: PromptStream, prompts: list, group_sizes: 
     return [copy.deepcopy(rows[i - first]) for i in owner]
 
 
+def prompt_digest(prompt) -> str:
+    """A digest of a prompt (text or chat messages), the same on every process."""
+    return hashlib.sha1(json.dumps(prompt, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def prompt_keys(stream: PromptStream, prompts: list) -> list[str]:
     """A stable key per prompt, identical on every process: the dataset index, or a digest of an iterable row's prompt."""
     if not stream.iterable:
         return [str(i) for i in prompts]
-    return [hashlib.sha1(json.dumps(row.get("prompt"), sort_keys=True, default=str).encode()).hexdigest()[:16]
-            for row in prompts]  # fmt: skip
+    return [prompt_digest(row.get("prompt")) for row in prompts]
+
+
+def first_rows(stream: PromptStream, batch: int = 4096):
+    """
+    For a map-style dataset, each row's first row holding the same prompt (a numpy array over the rows), so that a
+    prompt the dataset repeats (drawn with replacement, or listed with several answers) is one prompt wherever it is
+    counted by prompt; `None` for an iterable dataset, whose keys are digests of the prompt already. Reads the
+    `prompt` column once, and holds a 16-byte digest a distinct prompt while it does.
+    """
+    import numpy as np
+
+    if stream.iterable:
+        return None
+    dataset = stream.dataset
+    if isinstance(dataset, Dataset):  # the column alone, in batches
+        prompts = (p for chunk in dataset.select_columns(["prompt"]).iter(batch_size=batch) for p in chunk["prompt"])
+    else:
+        prompts = (dataset[i].get("prompt") for i in range(len(dataset)))
+    seen, rows = {}, np.empty(len(dataset), dtype=np.int64)
+    for i, prompt in enumerate(prompts):
+        text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
+        rows[i] = seen.setdefault(hashlib.blake2b(text.encode(), digest_size=16).digest(), i)
+    return rows
 
 
 def prompt_texts(stream: PromptStream, prompts: list) -> list:

@@ -7,6 +7,13 @@ gathered from every process, so every process feeds the same stream to its polic
 Decisions are deterministic (no randomness, order-independent sums), never leave the candidate G values, and G and the
 temperature each change at most once every `cooldown` rounds; at most one of the two changes in a round.
 
+A switch must pay for itself, so G does not follow a signal that oscillates around its threshold: each policy decides
+on a band (hysteresis: `lower_below` < `raise_above`; success rate: `target` plus or minus `margin`), and a switch
+that reverses the previous one (G up after G down, or down after up; the same for the temperature) must wait twice as
+long as the reversal before it (`2 * cooldown` rounds after the previous change, then `4 * cooldown`, ...: at most
+about `log2(rounds / cooldown)` reversals of each in a stage). Switch reasons give the deciding numbers at the
+precision that tells them apart from the threshold.
+
 Three policies:
 
 - `hysteresis`: raise G when the smoothed share of zero-std groups stays high, lower it when it stays low.
@@ -101,6 +108,10 @@ def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
     if not problems and values["lower_below"] >= values["raise_above"]:
         problems.append(Problem(f"{key}.lower_below", values["lower_below"],
                                 f"must be below `raise_above` ({values['raise_above']!r}), or G would flap"))
+    if not problems and values["policy"] == "success_rate" and values["margin"] >= values["target"]:
+        problems.append(Problem(f"{key}.margin", values["margin"],
+                                f"must be below `target` ({values['target']!r}): G rises below `target - margin`",
+                                f"e.g. `margin: {min(0.05, values['target'] / 2):g}`"))
     if not problems and values["collapse_below"] > values["diverse_above"]:
         problems.append(Problem(f"{key}.collapse_below", values["collapse_below"],
                                 f"must not exceed `diverse_above` ({values['diverse_above']!r})"))
@@ -137,13 +148,17 @@ class Adaptive:
         patience (`int`, *optional*, defaults to `3`):
             Consecutive observed rounds a condition must hold (hysteresis G; both policies, lowering the temperature).
         cooldown (`int`, *optional*, defaults to `5`):
-            Least rounds between two G changes, and between two temperature changes (0 and 1: every round).
+            Least rounds between two G changes, and between two temperature changes (0 and 1: every round). A change
+            that reverses the previous one of its knob waits `2**k * max(cooldown, 1)` rounds, `k` the reversals of
+            that knob so far plus one.
         smoothing (`float`, *optional*, defaults to `0.3`): EMA weight of the newest round, in (0, 1].
         target (`float`, *optional*, defaults to `0.8`):
             Success rate: wanted expected fraction of informative groups. Per prompt: wanted probability that a
             prompt's group is informative.
         margin (`float`, *optional*, defaults to `0.05`):
-            Success rate: lower G only to a candidate expected to reach `target + margin`.
+            Success rate: half-width of the band around `target` where G holds: raise G only when the expected
+            informative fraction falls below `target - margin`, lower it only to a candidate expected to reach
+            `target + margin`.
         window (`int`, *optional*, defaults to `8`): Success rate: rounds whose prompts the estimate averages over.
         success_threshold (`float`, *optional*, defaults to `0.5`):
             Success rate and per prompt: a reward `>=` this is a success (pass it to [`round_stats`]).
@@ -253,6 +268,30 @@ def _usable(value) -> bool:
     return value is not None and math.isfinite(value)
 
 
+def compared(value: float, sign: str, bound: float, digits: int = 3) -> str:
+    """
+    `f"{value} {sign} {bound}"` with at least `digits` decimals, and as many more as it takes to tell the two apart,
+    so that a reason never reads "0.80 < 0.8".
+
+    Example:
+    ```python
+    >>> compared(0.7996, "<", 0.8)
+    '0.7996 < 0.8000'
+    ```
+    """
+    if value != bound:
+        for places in range(digits, 18):
+            a, b = f"{value:.{places}f}", f"{bound:.{places}f}"
+            if a != b:
+                return f"{a} {sign} {b}"
+        return f"{value!r} {sign} {bound!r}"
+    return f"{value:.{digits}f} {sign} {bound:.{digits}f}"
+
+
+def _rounds(n: int) -> str:
+    return f"{n} round" if n == 1 else f"{n} rounds"
+
+
 class Policy:
     """
     Base of the adaptive policies. Call [`Policy.observe`] with each finished round's [`RoundStats`] and
@@ -265,7 +304,9 @@ class Policy:
 
     name = ""
     _STATE = ("num_generations", "temperature", "round", "last_g_change", "last_t_change", "zero_std_ema",
-              "distinct_ema", "reward_ema", "best_reward", "stale", "clamped_from")
+              "distinct_ema", "reward_ema", "best_reward", "stale", "clamped_from", "g_direction", "g_reversals",
+              "t_direction", "t_reversals")
+    _ADDED = dict.fromkeys(_STATE[-4:], 0)  # state added later: a checkpoint without it starts them afresh
 
     def __init__(self, adaptive: Adaptive, num_generations: int, temperature: float):
         if not isinstance(adaptive, Adaptive):
@@ -285,6 +326,8 @@ class Policy:
         self.last_g_change = self.last_t_change = None
         self.zero_std_ema = self.distinct_ema = self.reward_ema = self.best_reward = None
         self.stale = 0
+        # +1 / -1: the direction of the last G (temperature) change, 0 before the first; changes that reversed one
+        self.g_direction = self.g_reversals = self.t_direction = self.t_reversals = 0
         self._decision: Decision | None = None
 
     # --- to override ---------------------------------------------------------------------------------------------
@@ -335,6 +378,9 @@ class Policy:
         g_ready = self.last_g_change is None or self.round - self.last_g_change >= a.cooldown
         t_ready = self.last_t_change is None or self.round - self.last_t_change >= a.cooldown
         proposal = self._propose() if g_ready else None
+        if proposal is not None:
+            note = self._reversal("g", 1 if proposal[0] > g else -1)
+            proposal = None if note is None else (proposal[0], proposal[1] + note)
         bounds, d, z = a.temperature, self.distinct_ema, self.zero_std_ema
         collapsed = bounds is not None and d is not None and d < a.collapse_below
         noise = (bounds is not None and d is not None and d >= a.diverse_above and z is not None
@@ -342,26 +388,53 @@ class Policy:
         if collapsed and t < bounds[1]:
             held = proposal is not None and proposal[0] > g
             proposal = None if held else proposal  # diversity first: raise T before raising G
-            if t_ready:
+            note = self._reversal("t", 1) if t_ready else None
+            if note is not None:
                 new = min(bounds[1], round(t + a.temperature_step, 6))
-                reasons.append(f"distinct fraction {d:.2f} < {a.collapse_below:g} (completions collapse): temperature "
-                               f"{t:g} -> {new:g}" + (", before raising G" if held else ""))
-                self._set_temperature(new)
+                reasons.append(f"distinct fraction {compared(d, '<', a.collapse_below)} (completions collapse): "
+                               f"temperature {t:g} -> {new:g}" + (", before raising G" if held else "") + note)
+                self._set_temperature(new, 1)
                 proposal = None  # one change a round
         if proposal is not None:
+            direction = 1 if proposal[0] > g else -1
+            self.g_reversals += direction == -self.g_direction
+            self.g_direction = direction
             self.num_generations, self.last_g_change, self.zero_std_ema = proposal[0], self.round, None
             self._g_changed()
             reasons.append(proposal[1])
         elif noise and t_ready and t > bounds[0]:  # (`collapsed` and `noise` exclude each other)
-            new = max(bounds[0], round(t - a.temperature_step, 6))
-            reasons.append(f"distinct fraction {d:.2f} >= {a.diverse_above:g} but zero-std fraction {z:.2f} < "
-                           f"{a.lower_below:g} and mean reward not improved for {self.stale} rounds: temperature "
-                           f"{t:g} -> {new:g}")
-            self._set_temperature(new)
+            note = self._reversal("t", -1)
+            if note is not None:
+                new = max(bounds[0], round(t - a.temperature_step, 6))
+                reasons.append(f"distinct fraction {compared(d, '>=', a.diverse_above)} but zero-std fraction "
+                               f"{compared(z, '<', a.lower_below)} and mean reward not improved for "
+                               f"{_rounds(self.stale)}: temperature {t:g} -> {new:g}{note}")
+                self._set_temperature(new, -1)
         self._decision = Decision(self.num_generations, self.temperature, "; ".join(reasons) or None)
         return self._decision
 
-    def _set_temperature(self, value: float) -> None:
+    def reversal_wait(self, knob: str = "g") -> int:
+        """
+        Least rounds after the last change of `knob` (`"g"` or `"t"`, the temperature) before it may move back:
+        `2**(reversals + 1) * max(cooldown, 1)`, `reversals` the earlier changes of that knob that reversed one.
+        """
+        return 2 ** (getattr(self, f"{knob}_reversals") + 1) * max(self.adaptive.cooldown, 1)
+
+    def _reversal(self, knob: str, direction: int) -> str | None:
+        """Whether `knob` may move in `direction` now: `""` (not a reversal), a note for the reason (a reversal that
+        waited long enough), or `None` (a reversal that must wait longer)."""
+        if direction != -getattr(self, f"{knob}_direction"):
+            return ""
+        wait, held = self.reversal_wait(knob), self.round - getattr(self, f"last_{knob}_change")
+        if held < wait:
+            return None  # a reversal must pay for itself: it waits until the signal has held long enough
+        name = "G" if knob == "g" else "temperature"
+        return (f"; reverses the previous {name} change after {held} rounds (a reversal waits {wait},"
+                f" the next {2 * wait})")
+
+    def _set_temperature(self, value: float, direction: int) -> None:
+        self.t_reversals += direction == -self.t_direction
+        self.t_direction = direction
         self.temperature, self.last_t_change, self.distinct_ema, self.stale = value, self.round, None, 0
 
     def metrics(self) -> dict[str, float]:
@@ -385,7 +458,7 @@ class Policy:
             raise ValueError(f"saved num_generations {state['num_generations']} is not one of the candidates "
                              f"{list(self.adaptive.num_generations)}")
         for k in self._STATE:
-            setattr(self, k, copy.deepcopy(state[k]))
+            setattr(self, k, copy.deepcopy(state.get(k, self._ADDED[k]) if k in self._ADDED else state[k]))
         self._decision = None if state["decision"] is None else Decision(*state["decision"])
 
 
@@ -411,10 +484,12 @@ class HysteresisPolicy(Policy):
         i = a.num_generations.index(g)
         if self.above >= a.patience and i + 1 < len(a.num_generations):
             new = a.num_generations[i + 1]
-            return new, f"zero-std fraction {z:.2f} > {a.raise_above:g} for {self.above} rounds: G {g} -> {new}"
+            above = compared(z, ">", a.raise_above)
+            return new, f"zero-std fraction {above} for {_rounds(self.above)}: G {g} -> {new}"
         if self.below >= a.patience and i > 0:
             new = a.num_generations[i - 1]
-            return new, f"zero-std fraction {z:.2f} < {a.lower_below:g} for {self.below} rounds: G {g} -> {new}"
+            below = compared(z, "<", a.lower_below)
+            return new, f"zero-std fraction {below} for {_rounds(self.below)}: G {g} -> {new}"
         return None
 
     def _g_changed(self) -> None:
@@ -425,8 +500,9 @@ class SuccessRatePolicy(Policy):
     """
     Estimate each prompt's success rate p as `(successes + 1) / (trials + 2)` (a Beta(1, 1) prior, accumulated over
     every time the prompt was seen; per group when prompt keys are absent), average the probability that a group of G
-    is informative, `1 - p^G - (1-p)^G`, over the prompts of the last `window` rounds, and pick the smallest candidate
-    reaching `target` (the largest when none does); lower G only to a candidate reaching `target + margin`.
+    is informative, `1 - p^G - (1-p)^G`, over the prompts of the last `window` rounds. When it falls below
+    `target - margin`, raise G to the smallest candidate reaching `target` (the largest when none does); lower G only
+    to a candidate reaching `target + margin`; in between, G holds.
 
     The counts live in two arrays over prompt slots ([`PromptSlots`]; [`Policy.bind`] sets them, hashed buckets
     otherwise): 8 bytes a prompt, whatever the dataset's size.
@@ -503,19 +579,21 @@ class SuccessRatePolicy(Policy):
         f = {c: self.expected_informative(c) for c in a.num_generations}
         if f[g] is None:
             return None
-        if f[g] < a.target:
+        if f[g] < a.target - a.margin:
             up = next((c for c in a.num_generations if c > g and f[c] >= a.target), None)
             new = a.num_generations[-1] if up is None else up
             if new == g:
                 return None
-            then = f"{f[new]:.2f} at G {new}" if up else f"no candidate reaches it (largest gives {f[new]:.2f})"
-            now = f"expected informative fraction {f[g]:.2f} < target {a.target:g} at G {g}"
-            return new, f"{now}, {then}: G {g} -> {new}"
+            now = (f"expected informative fraction {compared(f[g], '<', a.target - a.margin)} (target {a.target:g} - "
+                   f"margin {a.margin:g}) at G {g}")
+            then = (f"G {new} reaches the target ({compared(f[new], '>=', a.target)})" if up else
+                    f"no candidate reaches the target (G {new} gives {f[new]:.3f})")
+            return new, f"{now}; {then}: G {g} -> {new}"
         down = next((c for c in a.num_generations if c < g and f[c] >= a.target + a.margin), None)
         if down is None:
             return None
-        return down, (f"expected informative fraction {f[down]:.2f} >= {a.target + a.margin:g} (target + margin) "
-                      f"already at G {down}: G {g} -> {down}")
+        return down, (f"expected informative fraction {compared(f[down], '>=', a.target + a.margin)} (target "
+                      f"{a.target:g} + margin {a.margin:g}) at G {down}: G {g} -> {down}")
 
     def metrics(self) -> dict[str, float]:
         values = super().metrics()

@@ -291,8 +291,9 @@ class CurriculumCallback(TrainerCallback):
         """
         The `curriculum/*` values added to a training log line, over the rounds since the previous one (then reset):
         `num_generations` (mean G over the rounds' prompts), `prompts` (per round), `temperature` and `stage` (the
-        current round's), and in per-prompt stages `deferred` (prompts deferred) and `deferred_total` (in the run);
-        of the last round: `mean_group_std`, `zero_std_fraction` (its completions' share in zero-std groups, what TRL's
+        current round's), and in per-prompt stages `deferred` (prompts deferred), `deferred_total` (in the run) and
+        `prompts_at_g{G}` (prompts trained at each G: their sum over the log lines is the run's G distribution); of the
+        last round: `mean_group_std`, `zero_std_fraction` (its completions' share in zero-std groups, what TRL's
         `frac_reward_zero_std` logs for it) and `distinct_fraction`.
         """
         if self.current is None:
@@ -308,6 +309,8 @@ class CurriculumCallback(TrainerCallback):
         if self.per_prompt or self.deferred_total:
             metrics["curriculum/deferred"] = since.deferred if since is not self._last_round else 0
             metrics["curriculum/deferred_total"] = self.deferred_total
+        for g in sorted(set(since.sizes)):
+            metrics[f"curriculum/prompts_at_g{g}"] = since.sizes.count(g)
         stats = self.last_stats
         if stats is not None:
             metrics["curriculum/mean_group_std"] = stats.mean_group_std

@@ -265,9 +265,9 @@ def stage_summary(log_history: list[dict], generation_batch_size: int, stages: l
             The curriculum's stages: their names label the rows, and a per-prompt stage's G reads "per prompt".
 
     Returns:
-        `list[dict]`: One row a stage: optimizer steps, G (each value logged, or "per prompt" with the mean), the
-        temperature range, mean reward, mean zero-std fraction and completions per second (generation batch
-        completions per logged step over TRL's `step_time`).
+        `list[dict]`: One row a stage: optimizer steps, G (each value logged; a per-prompt stage: the range of the
+        prompts' G and their mean, see [`per_prompt_g`]), the temperature range, mean reward, mean zero-std fraction
+        and completions per second (generation batch completions per logged step over TRL's `step_time`).
     """
     rows: dict[int, dict] = {}
     for entry in log_history:
@@ -275,8 +275,9 @@ def stage_summary(log_history: list[dict], generation_batch_size: int, stages: l
             continue
         row = rows.setdefault(
             int(entry["curriculum/stage"]),
-            {"steps": 0, "G": [], "T": [], "reward": [], "zero_std": [], "time": 0.0},
+            {"steps": 0, "G": [], "T": [], "reward": [], "zero_std": [], "time": 0.0, "entries": []},
         )
+        row["entries"].append(entry)
         row["steps"] += 1
         if entry.get("curriculum/num_generations") is not None:
             row["G"].append(entry["curriculum/num_generations"])
@@ -290,7 +291,11 @@ def stage_summary(log_history: list[dict], generation_batch_size: int, stages: l
     for index, row in sorted(rows.items()):
         stage = stages[index] if stages is not None and index < len(stages) else None
         mean = lambda values: sum(values) / len(values) if values else float("nan")  # noqa: E731
-        if stage is not None and stage.adaptive is not None and stage.adaptive.per_prompt:
+        counts = per_prompt_g(row["entries"])
+        if counts:
+            prompts = sum(counts.values())
+            g = f"{min(counts)}-{max(counts)} per prompt (mean {sum(k * n for k, n in counts.items()) / prompts:.2f})"
+        elif stage is not None and stage.adaptive is not None and stage.adaptive.per_prompt:
             g = f"per prompt (mean {mean(row['G']):.2f})"
         else:
             g = "/".join(f"{value:g}" for value in sorted(set(row["G"])))
@@ -486,7 +491,7 @@ def _print_end(trainer, recipe, elapsed: float, run_dir: str, resumed: bool = Fa
     steps = trainer.state.global_step
     per_step = f" ({1000 * elapsed / steps:.0f} ms a step)" if steps and not resumed else ""
     print(f"\ntrained to step {steps} in {elapsed:.1f} s{per_step}")
-    print(switch_summary(trainer._curriculum.switches, run_dir))
+    print(switch_summary(trainer._curriculum.switches, run_dir, trainer.state.log_history))
     print()
     print(format_table(stage_summary(trainer.state.log_history, trainer.args.generation_batch_size,
                                      recipe.curriculum.stages)))
@@ -572,11 +577,37 @@ def _plural(n: int, word: str, plural: str) -> str:
     return f"{n} {word if n == 1 else plural}"
 
 
-def switch_summary(switches: list[dict], run_dir: str) -> str:
-    """The demo's closing lines about the switches: how many, where they are saved, and how steps are numbered."""
+def per_prompt_g(log_history: list[dict]) -> dict[int, int]:
+    """Prompts trained at each G in the per-prompt rounds of `log_history` (its `curriculum/prompts_at_g{G}`)."""
+    counts: dict[int, int] = {}
+    prefix = "curriculum/prompts_at_g"
+    for entry in log_history:
+        for key, value in entry.items():
+            if key.startswith(prefix):
+                g = int(key[len(prefix) :])
+                counts[g] = counts.get(g, 0) + int(value)
+    return dict(sorted(counts.items()))
+
+
+def describe_per_prompt_g(counts: dict[int, int]) -> str:
+    """`"G per prompt over 40 prompts: 2 for 10 (25%), 4 for 30 (75%); mean 3.50"`."""
+    total = sum(counts.values())
+    shares = ", ".join(f"{g} for {n} ({100 * n / total:.0f}%)" for g, n in counts.items())
+    return f"G per prompt over {total} prompts: {shares}; mean {sum(g * n for g, n in counts.items()) / total:.2f}"
+
+
+def switch_summary(switches: list[dict], run_dir: str, log_history: list[dict] = ()) -> str:
+    """
+    The demo's closing lines about the switches: how many, where they are saved, and how steps are numbered; then,
+    when some rounds gave each prompt its own G, the distribution of G over the prompts trained (from `log_history`).
+    """
     from .callback import SWITCHES_FILE, is_stage_change_only
 
+    counts = per_prompt_g(log_history)
+    per_prompt = f"\n{describe_per_prompt_g(counts)}" if counts else ""
     if not switches:
+        if counts:
+            return f"no switch of stage or temperature: the curriculum chose G per prompt{per_prompt}"
         return "no switch: the curriculum kept one setting"
     stage_only = sum(map(is_stage_change_only, switches))
     counts = _plural(len(switches) - stage_only, "switch", "switches")
@@ -587,7 +618,7 @@ def switch_summary(switches: list[dict], run_dir: str) -> str:
         f"{counts}, printed above and saved with {reasons} in {os.path.join(run_dir, SWITCHES_FILE)} and "
         "trainer_state.json.\n"
         "(A switch at step n: step n, numbered as in the log lines and the plot, is the first trained at the new "
-        "setting.)"
+        "setting.)" + per_prompt
     )
 
 

@@ -116,6 +116,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             super().__init__(*args, **kwargs)
         self._prompt_stream = None
         self._prompt_report = None
+        self._report_rows = None
         self._reset_round_state()
         if self._curriculum is None:
             return
@@ -130,6 +131,9 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         self._curriculum.round_context = {"budget": self.args.generation_batch_size, "seed": self.args.seed,
                                           "slots": slots}  # fmt: skip
         self._prompt_report = PromptReport(slots, size=self._curriculum.uncertain_prompts)
+        # The report counts a prompt the dataset repeats once, under its first row (the policies keep a row's own key).
+        if self._curriculum.uncertain_prompts and self.accelerator.is_main_process:  # (the report's process)
+            self._report_rows = _trl.first_rows(self._prompt_stream)
         _trl.install_variable_group_requests(self)  # a no-op unless vLLM server mode
         if self.args.max_steps > 0:
             self._curriculum.resolve(self.args.max_steps)  # stage ends are known: check them now
@@ -243,14 +247,17 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         self._curriculum.observe_round(stats)
         if self.accelerator.is_main_process:  # map-style prompt texts are read when the report is written
             texts = _trl.prompt_texts(self._prompt_stream, self._round_prompts) if self._prompt_stream.iterable else None
+            if self._report_rows is not None:
+                keys = [str(self._report_rows[int(key)]) for key in keys]
             self._prompt_report.update(keys, rewards, sizes, texts=texts)
         return stats.zero_std_fraction
 
     def write_prompt_report(self, directory: str | None = None) -> str | None:
         """
         Write the uncertain-prompt report (`uncertain_prompts.jsonl`: the `uncertain_prompts` prompts of highest
-        reward variance, with their mean, variance and times seen) to `directory` (default: `output_dir`). Main
-        process only; returns the path.
+        reward variance, with their mean, variance and times seen) to `directory` (default: `output_dir`). A prompt is
+        one entry however many rows of a map-style dataset hold it, keyed by the first (an iterable dataset's prompts
+        are keyed by a digest of the prompt). Main process only; returns the path.
         """
         report = self._prompt_report
         if self._curriculum is None or not self.accelerator.is_main_process or not len(report) or not report.size:

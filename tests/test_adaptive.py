@@ -1,6 +1,7 @@
 """Tests for `grpo_curriculum.adaptive`: adaptive G and temperature policies on synthetic reward streams."""
 
 import json
+import math
 import os
 import random
 import subprocess
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_curriculum.adaptive import Adaptive, Decision, HysteresisPolicy, SuccessRatePolicy, make_policy
+from grpo_curriculum.adaptive import Adaptive, Decision, HysteresisPolicy, SuccessRatePolicy, compared, make_policy
 from grpo_curriculum.checkpoint import _join_arrays, _split_arrays
 from grpo_curriculum.errors import CurriculumError
 from grpo_curriculum.signals import round_stats
@@ -83,7 +84,8 @@ def test_hysteresis_all_equal_rewards_raise_G_at_exact_rounds(kind, patience, co
     for r, d in enumerate(decisions):
         assert (d.reason is not None) == (r in expected)
     first = min(expected)
-    assert decisions[first].reason == f"zero-std fraction 1.00 > 0.5 for {patience} rounds: G 4 -> 8"
+    rounds = "1 round" if patience == 1 else f"{patience} rounds"
+    assert decisions[first].reason == f"zero-std fraction 1.000 > 0.500 for {rounds}: G 4 -> 8"
 
 
 @pytest.mark.parametrize("keys", ["fresh", "repeat", None])
@@ -117,7 +119,7 @@ def test_half_rewards_at_large_G_bring_G_down(name, keys, expected):
         (0.8, 0.05, 8, {1: 4}),  # f(4) = 1 - 2 * 0.5^4 = 0.875 >= 0.85 = target + margin
         (0.8, 0.1, 4, {}),  # f(4) = 0.875 >= target: stay (no raise), even though lowering needs 0.9
         (0.8, 0.1, 16, {1: 8}),  # f(4) = 0.875 < 0.9 = target + margin, f(8) = 0.992: lower to 8, not 4
-        (0.9, 0.05, 4, {1: 8}),  # f(4) = 0.875 < 0.9: raise to the smallest candidate reaching the target
+        (0.95, 0.05, 4, {1: 8}),  # f(4) = 0.875 < 0.95 - 0.05: raise to the smallest candidate reaching the target
         (0.999, 0.0, 4, {1: 16}),
     ],
 )
@@ -164,9 +166,81 @@ def test_never_outside_candidates_and_never_faster_than_cooldown(name, cooldown,
         assert count >= 2  # the stream does move G, so the cooldown is what holds it back
 
 
-def test_cooldown_binds_under_alternation():
-    decisions = run(policy("success_rate", cooldown=3, window=1), adversarial(1, 30))
-    assert sorted(changes(decisions)) == [1, 4, 7, 10, 13, 16, 19, 22, 25, 28]
+@pytest.mark.parametrize("name", ROUND_POLICIES)
+@pytest.mark.parametrize("period", [1, 2, 3, 5])
+@pytest.mark.parametrize("cooldown", [1, 3])
+def test_a_signal_oscillating_around_the_target_does_not_thrash(name, period, cooldown):
+    # The deciding signal swings across both thresholds every `period` rounds: each swing alone would justify a
+    # switch, yet G must not follow it every time (a reversal waits twice as long as the one before).
+    decisions = run(policy(name, G=8, patience=1, cooldown=cooldown, smoothing=1.0, window=1) if name == "success_rate"
+                    else policy(name, G=8, patience=1, cooldown=cooldown, smoothing=1.0), adversarial(period, 200))
+    # Reversals wait 2, 4, 8, ... times the cooldown: at most log2(200 / cooldown) + 1 of them, each followed by at
+    # most one more step in the same direction (3 candidates).
+    assert 2 <= len(changes(decisions)) <= 2 * (math.log2(200 / cooldown) + 1), changes(decisions)  # was 40 to 199
+
+
+@pytest.mark.parametrize(
+    "name, cooldown, expected",
+    [
+        # The signal flips every round, so it points back every other round: each reversal comes at the first such
+        # round once it has waited 2, 4, 8, ... times the cooldown (6, 12, 24, 48, 96 rounds with cooldown 3).
+        ("success_rate", 3, {1: 16, 8: 4, 21: 16, 46: 4, 95: 16, 192: 4}),
+        ("success_rate", 5, {1: 16, 12: 4, 33: 16, 74: 4, 155: 16}),
+        # Moves in the same direction (4 -> 8 -> 16) only wait the cooldown.
+        ("hysteresis", 1,
+         {1: 4, 4: 8, 6: 16, 11: 8, 13: 4, 22: 8, 24: 16, 41: 8, 43: 4, 76: 8, 78: 16, 143: 8, 145: 4}),
+        ("hysteresis", 3, {1: 4, 8: 8, 12: 16, 25: 8, 29: 4, 54: 8, 58: 16, 107: 8, 111: 4}),
+    ],
+)
+def test_reversals_wait_twice_as_long_each_time(name, cooldown, expected):
+    knobs = {"window": 1} if name == "success_rate" else {"patience": 1, "smoothing": 1.0}
+    kinds = adversarial(1, 200) if name == "success_rate" else ["half", "equal"] * 100
+    decisions = run(policy(name, G=8, cooldown=cooldown, **knobs), kinds)
+    assert changes(decisions) == expected
+    second = sorted(expected)[1]
+    wait = 2 * cooldown
+    assert decisions[second].reason.endswith(
+        f"; reverses the previous G change after {second - 1} rounds (a reversal waits {wait}, the next {2 * wait})")
+
+
+def test_temperature_reversals_wait_twice_as_long_each_time():
+    # Completions collapse in even rounds (temperature up) and are diverse but uninformative in odd ones (down).
+    p = policy(G=4, T=1.0, temperature=(0.9, 1.1), patience=1, cooldown=1, smoothing=1.0)
+    decisions = []
+    for r in range(100):
+        decisions.append(p.decide())
+        p.observe(round_data("half", 4, r, completions="same" if r % 2 == 0 else "distinct"))
+    # Reversals at 4, 11, 22, 41, 76: after 3, 5, 9, 17, 33 rounds (waits 2, 4, 8, 16, 32); was 99 changes.
+    assert changes(decisions, "temperature") == {1: 1.1, 4: 1.0, 6: 0.9, 11: 1.0, 13: 1.1, 22: 1.0, 24: 0.9, 41: 1.0,
+                                                 43: 1.1, 76: 1.0, 78: 0.9}
+
+
+@pytest.mark.parametrize(
+    "target, start, expected",
+    [
+        (0.88, 4, {}),  # f(4) = 0.875: below the target, but inside the band: no switch
+        (0.93, 4, {1: 8}),  # 0.875 < 0.93 - 0.05: raise
+        (0.84, 8, {}),  # f(4) = 0.875 < 0.84 + 0.05: inside the band, stay at 8
+    ],
+)
+def test_success_rate_holds_G_inside_the_band(target, start, expected):
+    decisions = run(policy("success_rate", G=start, target=target, margin=0.05), ["half"] * 12)
+    assert changes(decisions) == expected
+
+
+def test_reasons_show_the_deciding_numbers():
+    # At p = 0.5, f(4) = 1 - 2 * 0.5^4 = 0.875 and f(8) = 0.9921875: thresholds a hair away from f(4) must show it.
+    decisions = run(policy("success_rate", G=4, target=0.9, margin=0.0248), ["half"] * 3)
+    assert decisions[1].reason == (
+        "expected informative fraction 0.8750 < 0.8752 (target 0.9 - margin 0.0248) at G 4; G 8 reaches the target "
+        "(0.992 >= 0.900): G 4 -> 8")  # was "0.88 < target 0.9 at G 4, 0.99 at G 8"
+    decisions = run(policy("success_rate", G=16, target=0.8249, margin=0.05), ["half"] * 3)
+    assert decisions[1].reason == ("expected informative fraction 0.8750 >= 0.8749 (target 0.8249 + margin 0.05) "
+                                   "at G 4: G 16 -> 4")  # was "0.88 >= 0.8749 (target + margin)"
+    decisions = run(policy(patience=1, raise_above=0.9999), ["equal"] * 3)
+    assert decisions[1].reason == "zero-std fraction 1.0000 > 0.9999 for 1 round: G 4 -> 8"  # was "1.00 > 0.9999"
+    assert compared(0.7996, "<", 0.8) == "0.7996 < 0.8000" and compared(0.85, ">=", 0.85) == "0.850 >= 0.850"
+    assert compared(1 - 2**-52, "<", 1.0) == "0.9999999999999998 < 1.0000000000000000"
 
 
 STREAMS = [
@@ -209,6 +283,17 @@ def test_restored_policy_continues_identically(name, kinds, keys, completions, s
         tail.append(restored.decide())
         restored.observe(round_data(kind, tail[-1].num_generations, r, keys=keys, completions=completions))
     assert head + tail == reference
+
+
+def test_a_state_saved_before_reversals_were_counted_loads():
+    p = policy("success_rate", cooldown=1, window=1)
+    run(p, adversarial(1, 6))
+    state = p.state_dict()
+    for key in ("g_direction", "g_reversals", "t_direction", "t_reversals"):
+        del state[key]
+    restored = policy("success_rate", cooldown=1, window=1)
+    restored.load_state_dict(state)
+    assert (restored.g_direction, restored.g_reversals, restored.num_generations) == (0, 0, p.num_generations)
 
 
 def test_decisions_do_not_depend_on_the_hash_seed():
@@ -281,7 +366,7 @@ def test_collapse_raises_temperature_before_G(name, g_changes):
     assert changes(decisions, "temperature") == {1: 0.8, 6: 0.9}
     assert changes(decisions) == g_changes
     assert decisions[6].reason == (
-        "distinct fraction 0.25 < 0.5 (completions collapse): temperature 0.8 -> 0.9, before raising G"
+        "distinct fraction 0.250 < 0.500 (completions collapse): temperature 0.8 -> 0.9, before raising G"
     )
 
 
@@ -308,7 +393,7 @@ def test_diverse_noise_lowers_temperature():
     p = policy(T=1.2, temperature=(0.7, 1.2))
     decisions = run(p, ["half"] * 20, completions="distinct")
     assert changes(decisions, "temperature") == {4: 1.1, 9: 1.0, 14: 0.9, 19: 0.8}
-    assert decisions[4].reason.startswith("distinct fraction 1.00 >= 0.9 but zero-std fraction 0.00 < 0.1")
+    assert decisions[4].reason.startswith("distinct fraction 1.000 >= 0.900 but zero-std fraction 0.000 < 0.100")
     assert changes(decisions) == {}  # already at the smallest candidate
 
 
@@ -370,6 +455,8 @@ def test_policies_and_metrics():
         ({"num_generations": [4], "collapse_below": 0.3},
          [("adaptive.collapse_below", "only applies with `temperature: [low, high]`")]),
         ({"num_generations": [4], "lower_below": 0.6}, [("adaptive.lower_below", "below `raise_above`")]),
+        ({"num_generations": [4], "policy": "success_rate", "target": 0.3, "margin": 0.3},
+         [("adaptive.margin", "must be below `target` (0.3): G rises below `target - margin`")]),
         ({"num_generations": [4], "patience": 0, "cooldown": -1, "smoothing": 0, "raise_above": 1.5},
          [("adaptive.raise_above", "in [0, 1]"), ("adaptive.patience", "positive integer"),
           ("adaptive.cooldown", "integer >= 0"), ("adaptive.smoothing", "in (0, 1]")]),

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 import pytest
 
 from grpo_curriculum import Stage
 from grpo_curriculum.adaptive import Adaptive
+from grpo_curriculum.tasks import build_tokenizer
 
 from .test_trainer import make_trainer, train_history
 from .conftest import RoundRecorder
@@ -45,11 +47,54 @@ def test_uncertain_prompt_report(tmp_path):
                               max_steps=6, save_strategy="steps", save_steps=3)  # fmt: skip
     trainer.train()
     rows = [json.loads(line) for line in (tmp_path / "uncertain_prompts.jsonl").read_text().splitlines()]
-    assert len(rows) == 12  # 6 rounds x 2 prompts, one pass
+    trained = [i for call in recorder.calls for i in call["idx"][::4]]  # 6 rounds x 2 prompts, one pass
+    assert len(rows) == len({trainer.train_dataset[i]["prompt"] for i in trained}) == 11  # one prompt in two rows
+    assert sum(r["times_seen"] for r in rows) == 12
     assert [r["variance"] for r in rows] == sorted((r["variance"] for r in rows), reverse=True)
-    assert all(r["variance"] == 0.0 and r["mean"] == 0.5 for r in rows if int(r["prompt_key"]) % 2 == 0)
-    assert all(r["times_seen"] == 1 and r["completions"] == 4 and r["prompt"].startswith("echo :") for r in rows)
+    for row in rows:  # keyed by the prompt's first row in the dataset, which need not be the row trained
+        rows_trained = [i for i in trained if trainer.train_dataset[i]["prompt"] == row["prompt"]]
+        assert len(rows_trained) == row["times_seen"]
+        if all(i % 2 == 0 for i in rows_trained):
+            assert row["variance"] == 0.0 and row["mean"] == 0.5
+    assert all(r["completions"] == 4 * r["times_seen"] and r["prompt"].startswith("echo :") for r in rows)
     assert (tmp_path / "checkpoint-3" / "uncertain_prompts.jsonl").exists()
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_uncertain_prompt_report_lists_a_repeated_prompt_once(tmp_path, monkeypatch, chat):
+    # Rows 0-11 hold three prompts, each four times (as a dataset drawn with replacement does): the report keys a
+    # prompt by its first row and merges every visit of it, whichever row it came from.
+    from datasets import Dataset
+
+    texts = [f"echo : {w} {w} =" for w in ("red", "dog", "sun")]
+    prompts = [[{"role": "user", "content": t}] for t in texts] if chat else texts
+    dataset = Dataset.from_dict({"prompt": [prompts[i % 3] for i in range(12)], "idx": list(range(12))})
+    if chat:
+        from . import test_trainer
+
+        def with_template():
+            tokenizer = build_tokenizer()
+            tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+            return tokenizer
+
+        monkeypatch.setattr(test_trainer, "build_tokenizer", with_template)
+
+    def by_row(prompts, completions, idx, **kwargs):  # differs between the rows of one prompt
+        return [float(i) for i in idx]
+
+    recorder = RoundRecorder(reward_fn=by_row)
+    trainer, _ = make_trainer(tmp_path, [Stage(num_generations=4, temperature=1.0)], recorder=recorder,
+                              dataset=dataset, max_steps=6)  # fmt: skip
+    trainer.train()  # 6 rounds x 2 prompts: one pass over the 12 rows
+    rows = [json.loads(line) for line in (tmp_path / "uncertain_prompts.jsonl").read_text().splitlines()]
+    assert sorted(r["prompt_key"] for r in rows) == ["0", "1", "2"]  # was 12 rows, one a row
+    for row in rows:
+        first = int(row["prompt_key"])
+        rewards = [float(i) for i in range(first, 12, 3) for _ in range(4)]
+        assert row["prompt"] == prompts[first]
+        assert (row["times_seen"], row["completions"]) == (4, 16)
+        assert row["mean"] == pytest.approx(sum(rewards) / 16)
+        assert row["variance"] == pytest.approx(statistics.pvariance(rewards))
 
 
 def test_nan_and_none_rewards_do_not_break_the_policy(tmp_path):

@@ -48,6 +48,33 @@ def test_demo_smoke(tmp_path, capsys):
     assert not (tmp_path / "demo.partial").exists()
 
 
+def test_per_prompt_demo_recipe_is_checked_and_its_summary_gives_the_g_distribution(tmp_path, capsys):
+    shipped = ROOT / "grpo_curriculum" / "recipes" / "per-prompt-demo.yaml"
+    assert (ROOT / "recipes" / "per-prompt-demo.yaml").resolve() == shipped.resolve()  # shipped, linked from recipes/
+    assert main(["check", str(shipped)]) == 0
+    # One per-prompt stage: no switch at all, yet G ranges over the candidates.
+    text = shipped.read_text()
+    recipe = tmp_path / "per-prompt.yaml"
+    recipe.write_text(text[: text.index("    - name: warmup")] + text[text.index("    - name: per-prompt") :])
+    out = tmp_path / "demo"
+    assert main(["demo", "--recipe", str(recipe), "--out", str(out), "--max-steps", "8"]) == 0
+    printed = capsys.readouterr().out
+    assert "kept one setting" not in printed
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    counts = {}
+    for entry in history:
+        for g in (2, 4, 8, 16):
+            counts[g] = counts.get(g, 0) + entry.get(f"curriculum/prompts_at_g{g}", 0)
+    counts = {g: n for g, n in counts.items() if n}
+    assert sum(g * n for g, n in counts.items()) == 8 * 16  # every completion of the 8 rounds
+    total = sum(counts.values())
+    shares = ", ".join(f"{g} for {n} ({100 * n / total:.0f}%)" for g, n in counts.items())
+    mean = sum(g * n for g, n in counts.items()) / total
+    assert (f"no switch of stage or temperature: the curriculum chose G per prompt\n"
+            f"G per prompt over {total} prompts: {shares}; mean {mean:.2f}\n") in printed
+    assert f"| {min(counts)}-{max(counts)} per prompt (mean {mean:.2f}) |" in printed
+
+
 def test_torch_threads_one_for_the_tiny_model_and_the_free_cpus_for_another():
     from grpo_curriculum.recipe import load_recipe
     from grpo_curriculum.run import torch_threads
