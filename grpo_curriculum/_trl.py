@@ -189,8 +189,9 @@ class PromptStream:
 
     def consume(self, num_prompts: int) -> list:
         """Consume the next `num_prompts` prompts of the pass (all offered by [`upcoming`]) and return them."""
-        if self.iterable:
-            taken, self._lookahead = self._lookahead[:num_prompts], self._lookahead[num_prompts:]
+        if self.iterable:  # (after `load_state` nothing is read ahead yet: read them from the stream)
+            taken = list(itertools.islice(self.upcoming(), num_prompts))
+            self._lookahead = self._lookahead[len(taken) :]
         else:
             taken = self._order[self.position : self.position + num_prompts]
         if len(taken) != num_prompts:

@@ -212,3 +212,33 @@ def test_iterable_dataset(tmp_path):
     assert first_pass == list(range(16))  # in stream order, none skipped or repeated
     assert trainer._curriculum.deferred_total > 0  # prompts 0-7 (constant rewards) deferred on the next pass
     assert all(i >= 8 for prompts in taken[-2:] for i in prompts)
+
+
+def settled_or_mixed(prompts, completions, idx, **kwargs):
+    """Prompts with index % 3 == 0 always score 1 (solved), == 1 always 0 (hopeless), the others alternate (mixed)."""
+    return [1.0 if i % 3 == 0 else 0.0 if i % 3 == 1 else float(j % 2) for j, i in enumerate(idx)]
+
+
+@pytest.mark.parametrize("resume_step", [9, 17])
+def test_mid_round_resume_on_an_iterable_dataset_replays_the_rounds(tmp_path, resume_step):
+    """
+    A checkpoint taken inside a per-prompt round of a streamed dataset: the resumed run regenerates that round (same
+    prompts and G) and then trains the rounds of the run that never stopped.
+    """
+    stages = per_prompt((2, 4, 8))
+    geometry = dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=4,
+                    max_steps=22, save_strategy="steps", save_steps=1, shuffle_dataset=True)  # fmt: skip
+    make = lambda name: make_trainer(tmp_path / name, stages, recorder=RoundRecorder(settled_or_mixed),  # noqa: E731
+                                     dataset=indexed_dataset(12).to_iterable_dataset(), **geometry)  # fmt: skip
+    full, full_recorder = make("full")
+    full.train()
+    expected = [(c["step"], tuple(c["sizes"]), tuple(c["idx"])) for c in full_recorder.calls]
+    assert resume_step % 2 == 1 and full._curriculum.deferred_total > 0  # inside a round (2 steps a round); deferrals
+
+    resumed, recorder = make("resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / f"checkpoint-{resume_step}"))
+    got = [(c["step"], tuple(c["sizes"]), tuple(c["idx"])) for c in recorder.calls]
+    first = max(i for i, r in enumerate(expected) if r[0] <= resume_step)
+    assert got[0][1:] == expected[first][1:]
+    assert got[1:] == expected[first + 1 :]
+    assert resumed._curriculum.deferred_total == full._curriculum.deferred_total
