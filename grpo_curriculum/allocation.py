@@ -91,9 +91,10 @@ def uniform_draw(seed: int, slot: int, epoch: int) -> float:
 class PromptStats:
     """
     Per-prompt statistics in compact arrays, indexed by a slot (a map-style dataset's row index, or a hash bucket of
-    an iterable dataset's prompt): discounted successes and failures (`float16`) and the number of consecutive visits
-    that gave a zero-std group (`uint8`), 5 bytes a prompt; and the population's moments (an EMA over rounds of the
-    observed groups' `E[x]`, `E[x^2]`, `E[1/n]`), from which the prior of every prompt is fitted ([`beta_prior`]).
+    an iterable dataset's prompt): discounted successes and failures (`float32`: with `decay` near 1 they grow to
+    `trials / (1 - decay)`, beyond `float16`'s range and precision) and the number of consecutive visits that gave a
+    zero-std group (`uint8`), 9 bytes a prompt; and the population's moments (an EMA over rounds of the observed
+    groups' `E[x]`, `E[x^2]`, `E[1/n]`), from which the prior of every prompt is fitted ([`beta_prior`]).
 
     Args:
         size (`int`): Number of slots.
@@ -106,8 +107,8 @@ class PromptStats:
 
     def __init__(self, size: int, candidates: Sequence[int], decay: float, smoothing: float):
         self.size, self.candidates, self.decay, self.smoothing = int(size), tuple(candidates), decay, smoothing
-        self.successes = np.zeros(self.size, dtype=np.float16)
-        self.failures = np.zeros(self.size, dtype=np.float16)
+        self.successes = np.zeros(self.size, dtype=np.float32)
+        self.failures = np.zeros(self.size, dtype=np.float32)
         self.zero_streak = np.zeros(self.size, dtype=np.uint8)
         self.moments = np.array(FLAT_MOMENTS)
 
@@ -128,8 +129,8 @@ class PromptStats:
         for slot, s, n, zero in zip(slots, successes, trials, zero_std, strict=True):
             if n == 0:
                 continue  # no finite reward: nothing learned
-            self.successes[slot] = np.float16(self.decay * float(self.successes[slot]) + s)
-            self.failures[slot] = np.float16(self.decay * float(self.failures[slot]) + (n - s))
+            self.successes[slot] = self.decay * float(self.successes[slot]) + s
+            self.failures[slot] = self.decay * float(self.failures[slot]) + (n - s)
             self.zero_streak[slot] = min(int(self.zero_streak[slot]) + 1, 255) if zero else 0
             fractions.append((s / n, (s / n) ** 2, 1 / n))
         if fractions:

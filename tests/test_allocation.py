@@ -177,7 +177,7 @@ def test_prompt_stats_observe_decay_streak_and_population():
     np.testing.assert_allclose(stats.moments, [1, 1, 1 / 2])  # the last round's groups (smoothing 1)
     a, b = beta_prior(stats.moments)
     np.testing.assert_allclose(stats.success_rate([3, 0]), [a / (a + b), (a + 4) / (a + b + 4)])
-    assert stats.successes.nbytes + stats.failures.nbytes + stats.zero_streak.nbytes == 5 * 4  # 5 bytes a prompt
+    assert stats.successes.nbytes + stats.failures.nbytes + stats.zero_streak.nbytes == 9 * 4  # 9 bytes a prompt
 
 
 def test_prompt_stats_state_round_trip_and_shape_check():
@@ -231,3 +231,17 @@ def test_per_prompt_policy_keys_iterable_prompts_by_hash_bucket():
     assert slots == [PromptSlots(1024).slot_of(f"{i:016x}") for i in range(200)] and 0 <= min(slots) < max(slots) < 1024
     with pytest.raises(ValueError, match="prompt keys"):
         policy.observe(round_stats([1.0, 0.0], 2))
+
+
+@pytest.mark.parametrize("decay", [0.5, 0.99, 0.9999])
+@pytest.mark.parametrize("p, visits", [(0.05, 20_000), (0.5, 20_000), (0.95, 3_000)])
+def test_counts_neither_overflow_nor_saturate(decay, p, visits):
+    """Visits of 8 samples with `8 p` successes: the discounted counts and the estimate match exact float64 sums."""
+    stats = PromptStats(1, CANDIDATES, decay=decay, smoothing=0.3)
+    successes, failures = 0.0, 0.0
+    for _ in range(visits):
+        stats.observe([0], [8 * p], [8], [False])
+        successes, failures = decay * successes + 8 * p, decay * failures + 8 * (1 - p)
+    assert float(stats.successes[0]) == pytest.approx(successes, rel=1e-3)
+    assert float(stats.failures[0]) == pytest.approx(failures, rel=1e-3)
+    assert stats.success_rate([0])[0] == pytest.approx(p, abs=0.005)
