@@ -33,6 +33,8 @@ import numpy as np
 
 from .geometry import sums
 
+MAX_DEFERRED_ROUNDS = 4
+"""A round defers at most this many rounds' worth of prompts (at the smallest candidate), then takes the next ones."""
 FLAT_MOMENTS = (0.5, 1 / 3, 0.0)  # E[x], E[x^2], E[1/n] of Beta(1, 1) seen without noise: the prior before any data
 
 
@@ -187,6 +189,9 @@ class PerPromptAllocator:
         self._sums = sums(self.candidates, self.budget)  # bit r set: r completions can be filled with candidates
         if not self._sums >> self.budget & 1:
             raise ValueError(f"no sum of {list(self.candidates)} makes {self.budget}")
+        # A round defers at most this many prompts (then takes the next ones): O(round) work even when every prompt
+        # of a pass is settled, and the pass moves on.
+        self.max_deferred = MAX_DEFERRED_ROUNDS * (self.budget // self.candidates[0])
 
     def deferred(self, slot: int, epoch: int) -> bool:
         """Whether the stream's prompt in `slot`, met during pass `epoch`, is deferred for the rest of that pass."""
@@ -214,7 +219,7 @@ class PerPromptAllocator:
         remaining, offsets, sizes, deferred = self.budget, [], [], 0
         iterator: Iterator[int] = iter(offered)
         for offset, slot in enumerate(iterator):
-            if defer and self.deferred(slot, epoch):
+            if defer and deferred < self.max_deferred and self.deferred(slot, epoch):
                 deferred += 1
                 continue
             wanted = self.wanted(slot)

@@ -242,3 +242,45 @@ def test_mid_round_resume_on_an_iterable_dataset_replays_the_rounds(tmp_path, re
     assert got[0][1:] == expected[first][1:]
     assert got[1:] == expected[first + 1 :]
     assert resumed._curriculum.deferred_total == full._curriculum.deferred_total
+
+
+@pytest.mark.parametrize("size, iterable", [(1_000_000, False), (200_000, True)], ids=["map-1M", "iterable-200k"])
+def test_all_settled_rounds_progress_in_bounded_time_and_memory(size, iterable, monkeypatch):
+    """
+    Every prompt settled and drawn for deferral, no shuffling: each round still moves on through the pass
+    (no prompt trained twice in a pass while others wait), counts its deferrals, costs O(round) time and holds O(round)
+    rows of a streamed dataset in memory, however large the pass.
+    """
+    import time
+    import tracemalloc
+
+    from datasets import Dataset
+
+    from grpo_curriculum import _trl
+    from grpo_curriculum.adaptive import make_policy
+    from grpo_curriculum.trainer import CurriculumGRPOTrainer
+
+    dataset = Dataset.from_dict({"prompt": [f"p{i}" for i in range(size)], "idx": list(range(size))})
+    stream = _trl.PromptStream(dataset.to_iterable_dataset() if iterable else dataset, shuffle=False, seed=0)
+    policy = make_policy(Adaptive((2, 4, 8, 16), policy="per_prompt"), 2, 1.0)
+    policy.bind(budget=16, slots=_trl.prompt_slots(stream), seed=0)
+    policy.allocator.stats.zero_streak[:] = 1
+    monkeypatch.setattr(type(policy.allocator), "deferred", lambda self, slot, epoch: True)
+    fake = SimpleNamespace(_prompt_stream=stream, _curriculum=SimpleNamespace(policy=policy),
+                           args=SimpleNamespace(generation_batch_size=16))  # fmt: skip
+    build = lambda: CurriculumGRPOTrainer._per_prompt_round(fake)  # noqa: E731
+    build()  # opens the pass (a map-style pass's order is made once a pass)
+    seen, deferred, times = [], 0, []
+    for measure_memory in (False, False, False, True):
+        if measure_memory:
+            tracemalloc.start()
+        start = time.perf_counter()
+        prompts, sizes, skipped = build()
+        times.append(time.perf_counter() - start)
+        assert sum(sizes) == 16 and max(times) < 0.05, times
+        seen += [row["idx"] for row in prompts] if iterable else list(prompts)
+        deferred += skipped
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(seen) == len(set(seen)) and deferred > 0
+    assert peak < 16 * 2**20, peak  # bytes (the streamed dataset's reader holds a few batches of rows)
