@@ -141,22 +141,36 @@ def test_one_candidate_without_deferral_trains_like_plain_grpo(tmp_path):
     assert ours == plain
 
 
-def test_deferral_skips_settled_prompts_for_a_pass_and_logs_it(tmp_path):
-    """Prompts whose groups had zero std are deferred on the next pass (revisit 0 here) and counted in the logs."""
+def always_defer_settled(monkeypatch):
+    """Defer every prompt whose last group had zero std (GRESO's draw made certain)."""
+    from grpo_curriculum.allocation import PerPromptAllocator
+
+    monkeypatch.setattr(PerPromptAllocator, "deferred", lambda self, slot, epoch: self.stats.zero_streak[slot] != 0)
+
+
+def test_deferral_skips_settled_prompts_for_a_pass_and_logs_it(tmp_path, monkeypatch):
+    """Prompts whose groups had zero std are deferred on the next pass and counted in the logs, with the skip
+    probabilities."""
+    always_defer_settled(monkeypatch)
     recorder = RoundRecorder(reward_fn=lambda prompts, completions, idx, **kw: [
         float(i % 2) if i < 6 else float(j % 2) for j, i in enumerate(idx)])  # fmt: skip
     # 12 prompts, G 2, 4 prompts a round: pass 1 is rounds 0-2. Prompts 0-5 have constant rewards (zero std).
-    trainer, recorder = make_trainer(tmp_path, per_prompt(candidates=(2,), revisit=0.0), recorder=recorder,
+    trainer, recorder = make_trainer(tmp_path, per_prompt(candidates=(2,)), recorder=recorder,
                                      dataset=indexed_dataset(12), max_steps=6, shuffle_dataset=False)  # fmt: skip
     trainer.train()
     seen = [sorted(set(c["idx"])) for c in recorder.calls]
     assert seen[:3] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
-    # Every later pass: 0-5 deferred (revisit 0), 6-9 trained, and 10-11, too few for a round, dropped as TRL drops a
+    # Every later pass: 0-5 deferred, 6-9 trained, and 10-11, too few for a round, dropped as TRL drops a
     # pass's tail (with shuffling, the default, the tail is different prompts every pass).
     assert seen[3:] == [[6, 7, 8, 9]] * 3
     history = train_history(trainer)
     assert [h["curriculum/deferred"] for h in history] == [0, 0, 0, 6, 6, 6]
     assert history[-1]["curriculum/deferred_total"] == 18 == trainer._curriculum.deferred_total
+    # Rounds 1 and 2 hold all-success groups (1, 3 / 5) and all-failure ones (0, 2 / 4) above half the target share
+    # 0.25: both skip probabilities rise; the rounds of mixed prompts then lower them.
+    easy = [h["curriculum/policy/skip_p_easy"] for h in history]
+    assert easy == pytest.approx([0.51, 0.52, 0.51, 0.50, 0.49, 0.48])
+    assert [h["curriculum/policy/skip_p_hard"] for h in history] == pytest.approx(easy)
 
 
 def test_bad_per_prompt_settings_fail_before_any_step(tmp_path):
@@ -166,12 +180,16 @@ def test_bad_per_prompt_settings_fail_before_any_step(tmp_path):
         error.value)  # fmt: skip
     with pytest.raises(CurriculumError, match="larger than the generation batch"):
         make_trainer(tmp_path, per_prompt(candidates=(2, 16)), per_device_train_batch_size=8)
-    for knobs, match in [(dict(defer="yes"), "defer"), (dict(revisit=1.5), "revisit"), (dict(decay=1.0), "decay"),
+    for knobs, match in [(dict(defer="yes"), "defer"), (dict(decay=1.0), "decay"), (dict(weight="entropy"), "weight"),
+                         (dict(lookahead=-1), "lookahead"), (dict(skip_target=1.0), "skip_target"),
+                         (dict(mean_generations=0), "mean_generations"),
                          (dict(window=3), "only applies with `policy: success_rate`")]:  # fmt: skip
         with pytest.raises(CurriculumError, match=match):
             Adaptive((2, 4), policy="per_prompt", **knobs)
     with pytest.raises(CurriculumError, match="only applies with `policy: per_prompt`"):
         Adaptive((2, 4), policy="success_rate", defer=False)
+    with pytest.raises(CurriculumError, match="only applies with `policy: per_prompt`"):
+        Adaptive((2, 4), policy="hysteresis", weight="variance")
 
 
 def test_candidates_need_not_divide_the_batch(tmp_path, wanted_by_index):
@@ -196,11 +214,12 @@ def test_variable_group_metrics_for_a_fake_trainer():
     assert advantages[6].item() == pytest.approx(2 / (math.sqrt(8) + 1e-4))
 
 
-def test_iterable_dataset(tmp_path):
+def test_iterable_dataset(tmp_path, monkeypatch):
     """Per-prompt rounds over a streamed dataset: statistics keyed by hash bucket, lookahead without consuming."""
     recorder = RoundRecorder(reward_fn=lambda prompts, completions, idx, **kw: [
         float(i % 2) if i < 8 else float(j % 2) for j, i in enumerate(idx)])  # fmt: skip
-    trainer, recorder = make_trainer(tmp_path, per_prompt((2, 4), revisit=0.0), recorder=recorder,
+    always_defer_settled(monkeypatch)
+    trainer, recorder = make_trainer(tmp_path, per_prompt((2, 4)), recorder=recorder,
                                      dataset=indexed_dataset(16).to_iterable_dataset(), max_steps=11,
                                      shuffle_dataset=False, num_generations=4)  # fmt: skip
     trainer.train()
@@ -208,8 +227,9 @@ def test_iterable_dataset(tmp_path):
     for call in recorder.calls:
         assert sum(call["sizes"]) == 8 and group_runs(call["idx"]) == call["sizes"]
         taken.append([call["idx"][sum(call["sizes"][:i])] for i in range(len(call["sizes"]))])
-    first_pass = [i for prompts in taken for i in prompts][:16]
-    assert first_pass == list(range(16))  # in stream order, none skipped or repeated
+    # The first pass in stream order, none skipped or repeated; prompt 15 alone cannot fill a round: dropped with the
+    # pass's tail, as TRL drops it.
+    assert [i for prompts in taken[:5] for i in prompts] == list(range(15))
     assert trainer._curriculum.deferred_total > 0  # prompts 0-7 (constant rewards) deferred on the next pass
     assert all(i >= 8 for prompts in taken[-2:] for i in prompts)
 
