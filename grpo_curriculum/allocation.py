@@ -71,12 +71,14 @@ def beta_moment(a, b, i, j) -> np.ndarray:
     """
     a, b, i, j = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64),
                                      np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64))  # fmt: skip
-    moment = np.ones(a.shape)
-    for k in range(int(i.max(initial=0))):
-        moment = np.where(k < i, moment * (a + k) / (a + b + k), moment)
-    for k in range(int(j.max(initial=0))):
-        moment = np.where(k < j, moment * (b + k) / (a + b + i + k), moment)
-    return moment
+
+    def product(top, bottom, n):  # prod_{k<n} (top+k)/(bottom+k), by cumulative products up to the largest n
+        k = np.arange(max(int(n.max(initial=0)), 1))
+        running = np.cumprod((top[..., None] + k) / (bottom[..., None] + k), axis=-1)
+        picked = np.take_along_axis(running, np.maximum(n - 1, 0)[..., None], axis=-1)[..., 0]
+        return np.where(n > 0, picked, 1.0)
+
+    return product(a, a + b, i) * product(b, a + b + i, j)
 
 
 def expected_value(a, b, candidates: Sequence[int], weight: str = "knapsack") -> np.ndarray:
