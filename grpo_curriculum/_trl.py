@@ -188,8 +188,8 @@ class PromptStream:
         """The prompts left in the current pass after those read, in order, without consuming them (opens a pass if
         none is open)."""
         self.open_pass()
-        if not self.iterable:
-            yield from self._order[self.position :]
+        if not self.iterable:  # (by index: a slice would copy the rest of the pass every round)
+            yield from (self._order[i] for i in range(self.position, len(self._order)))
             return
         for i in itertools.count():
             if i == len(self._lookahead):
