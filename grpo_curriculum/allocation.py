@@ -31,8 +31,9 @@ prompts a round, as in Knapsack RL's `M` prompts sharing `M x n` rollouts):
    a choice). Their G maximise the total value with
    `sum G_i = B` exactly, each `G_i` a candidate: a small DP over prompts x budget. With one candidate, the window's
    first `M` prompts are taken (every prompt gets the same G: reordering gains nothing), which is TRL's order.
-5. **The pass's end.** When the prompts left in a pass cannot fill a round, they are dropped, as TRL drops a pass's
-   tail.
+5. **The pass's end.** When deferral leaves a round fewer than `M` prompts before the pass ends, the round is filled
+   without deferral from the rest of the pass (settled prompts take their turn; none is trained twice in a pass).
+   When the prompts left in a pass cannot fill a round, they are dropped, as TRL drops a pass's tail.
 """
 
 from __future__ import annotations
@@ -320,7 +321,8 @@ class PerPromptAllocator:
             defer (`bool`): `False` disables deferral for this round.
 
         Returns:
-            [`RoundPlan`], or `None` when the pass's remaining prompts cannot fill the budget.
+            [`RoundPlan`], or `None` when the pass's remaining prompts cannot fill the budget (with deferral: cannot
+            fill the round's prompts).
         """
         window, positions, read, deferred = list(waiting), list(range(len(waiting))), 0, 0
         iterator = iter(fresh)
@@ -334,6 +336,8 @@ class PerPromptAllocator:
                 continue
             window.append(slot)
             positions.append(len(waiting) + read - 1)
+        if deferred and len(window) < self.prompts:
+            return None  # deferral emptied the rest of the pass: the caller fills the round without it, in turn
         chosen = self.choose(window, len(waiting))
         if chosen is None:
             return None

@@ -304,3 +304,32 @@ def test_all_settled_rounds_progress_in_bounded_time_and_memory(size, iterable, 
     tracemalloc.stop()
     assert len(seen) == len(set(seen)) and deferred > 0
     assert peak < 2**20, peak  # bytes
+
+
+def test_a_small_all_settled_dataset_is_still_trained_in_turn():
+    """
+    Every prompt settled and mostly deferred (skip probability 0.95) in a pass shorter than a round's deferral cap:
+    when deferral would leave a round short, it is filled without deferral from the rest of the pass, so every prompt
+    takes its turn (not the first prompts of a new pass every round).
+    """
+    from collections import Counter
+
+    from datasets import Dataset
+
+    from grpo_curriculum import _trl
+    from grpo_curriculum.adaptive import make_policy
+    from grpo_curriculum.trainer import CurriculumGRPOTrainer
+
+    stream = _trl.PromptStream(Dataset.from_dict({"prompt": [f"p{i}" for i in range(12)]}), shuffle=False, seed=0)
+    policy = make_policy(Adaptive((2, 4, 8, 16), policy="per_prompt"), 2, 1.0)
+    policy.bind(budget=16, slots=_trl.prompt_slots(stream), seed=0)
+    policy.allocator.stats.zero_streak[:] = 1
+    policy.allocator.explore = {"easy": 0.05, "hard": 0.05}
+    fake = SimpleNamespace(_prompt_stream=stream, _curriculum=SimpleNamespace(policy=policy),
+                           args=SimpleNamespace(generation_batch_size=16))  # fmt: skip
+    trained = Counter()
+    for _ in range(40):
+        prompts, sizes, _ = CurriculumGRPOTrainer._per_prompt_round(fake)
+        assert sum(sizes) == 16 and len(set(prompts)) == len(prompts)
+        trained.update(prompts)
+    assert sorted(trained) == list(range(12)) and max(trained.values()) <= 2 * min(trained.values()), trained
