@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -92,9 +92,21 @@ def expected_value(a, b, candidates: Sequence[int], weight: str = "knapsack") ->
     """
     i, j = WEIGHTS[weight]
     a, b = np.asarray(a, dtype=np.float64)[:, None], np.asarray(b, dtype=np.float64)[:, None]
-    g = np.asarray(candidates, dtype=np.int64)[None, :]
-    value = beta_moment(a, b, i, j) - beta_moment(a, b, i + g, j) - beta_moment(a, b, i, j + g)
-    return np.maximum(value, 0.0)
+    g = np.asarray(candidates, dtype=np.int64)
+    k = np.arange(int(g.max()) + max(i, j))
+    # M(i+G, j) = prod_{k<i+G} (a+k)/(a+b+k) x prod_{k<j} (b+k)/(a+b+i+G+k), and M(i, j+G) likewise: one cumulative
+    # product over k for the long factor, a few terms for the short one (a cheap round: few numpy calls).
+    successes = np.cumprod((a + k) / (a + b + k), axis=1)[:, i + g - 1]
+    failures = np.cumprod((b + k) / (a + b + k), axis=1)[:, j + g - 1]
+    weight = 1.0  # M(i, j), the same way
+    for m in range(i):
+        weight = weight * (a + m) / (a + b + m)
+    for m in range(j):
+        successes = successes * (b + m) / (a + b + i + g + m)
+        weight = weight * (b + m) / (a + b + i + m)
+    for m in range(i):
+        failures = failures * (a + m) / (a + b + j + g + m)
+    return np.maximum(weight - successes - failures, 0.0)
 
 
 def beta_prior(moments: Sequence[float]) -> tuple[float, float]:
@@ -241,7 +253,8 @@ class RoundPlan:
 
     def as_dict(self) -> dict:
         """JSON-serialisable (for checkpoints)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        return {"taken": list(self.taken), "sizes": list(self.sizes), "left": list(self.left), "read": self.read,
+                "deferred": self.deferred}  # fmt: skip
 
 
 class PerPromptAllocator:
