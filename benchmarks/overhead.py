@@ -9,7 +9,7 @@ and temperature everywhere, and the time of the first steps after a switch again
 The per-prompt allocation is timed inside a per-prompt run (choosing the round's prompts and G, and taking in the
 round's outcomes), per round, against that run's own median step.
 
-    python benchmarks/overhead.py [--repeats 5] [--steps 40]
+    python benchmarks/overhead.py [--repeats 5] [--steps 40] [--allocation-only]
 """
 
 from __future__ import annotations
@@ -63,11 +63,18 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--allocation-only", action="store_true", help="time the per-prompt allocation only")
     options = parser.parse_args()
     hf_logging.set_verbosity_error()
     torch.set_num_threads(1)  # one core: stable timings, and no thread oversubscription next to other processes
     dataset = echo_dataset(4096)
+    if not options.allocation_only:
+        step_and_switch_overhead(options, dataset)
+    allocation_overhead(options, dataset)
 
+
+def step_and_switch_overhead(options, dataset) -> None:
+    """The per-step ratio curriculum / plain, and the cost of a switch."""
     plain, curriculum = [], []
     for repeat in range(options.repeats):
         order = [(GRPOTrainer, None, plain), (CurriculumGRPOTrainer, [Stage(4, 1.0)], curriculum)]
@@ -104,7 +111,10 @@ def main():
     print(f"first step after the switch: median {statistics.median(after) * 1e3:.2f} ms vs steady steps at the new G "
           f"{statistics.median(before_switch) * 1e3:.2f} ms (ratio {statistics.median(after) / statistics.median(before_switch):.3f})")  # fmt: skip
 
-    # Per-prompt G: the allocation's own work a round, inside real runs (4096 prompts, several passes' worth of state).
+
+
+def allocation_overhead(options, dataset) -> None:
+    """Per-prompt G: the allocation's own work a round, inside real runs (4096 prompts)."""
     allocation, steps = [], []
     for repeat in range(options.repeats):
         stage = Stage(temperature=1.0, adaptive=Adaptive((2, 4, 8, 16), policy="per_prompt"))

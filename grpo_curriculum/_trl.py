@@ -152,7 +152,8 @@ class PromptStream:
     `repeat_iterable_dataset` (iterable datasets) would: a fresh permutation (seeded with `seed`) a pass, consumed in
     order, a pass's tail too short for a whole round dropped. With a changing G, each round takes
     `generation_batch_size / G` prompts from where the last round stopped, so no prompt is skipped or repeated within a
-    pass whatever the switches. A per-prompt round looks ahead ([`upcoming`]) and consumes what it took ([`consume`]).
+    pass whatever the switches. A per-prompt round looks ahead ([`upcoming`]), reads what it looked at and takes some
+    of it; the prompts it leaves wait at the front of the stream for the next round ([`waiting`], [`commit`]).
 
     Args:
         dataset (`Dataset` or `IterableDataset`):
@@ -173,6 +174,7 @@ class PromptStream:
         self._order = None  # map-style: the current pass's permutation
         self._iterator = None  # iterable: the current pass's stream
         self._lookahead: list = []  # iterable: rows read from the stream but not consumed yet
+        self._waiting: list[tuple[int, object]] = []  # (position in the pass, prompt) left by a per-prompt round
         if not self.iterable:
             self._generator = torch.Generator()
             if shuffle:
@@ -187,16 +189,26 @@ class PromptStream:
             self._order = torch.randperm(len(self.dataset), generator=self._generator).tolist()
         else:
             self._order = list(range(len(self.dataset)))
-        self._lookahead = []
+        self._lookahead, self._waiting = [], []
         self.epoch += 1
         self.position = 0
 
-    def upcoming(self):
-        """The prompts left in the current pass, in order, without consuming them (opens a pass if none is open)."""
+    def open_pass(self) -> None:
+        """Start a pass if none is open."""
         if self._order is None and self._iterator is None:
             self._start_pass()
-        if not self.iterable:
-            yield from self._order[self.position :]
+
+    @property
+    def waiting(self) -> list:
+        """The prompts a per-prompt round left for the next one, in stream order (they come before [`upcoming`])."""
+        return [prompt for _, prompt in self._waiting]
+
+    def upcoming(self):
+        """The prompts left in the current pass after those read, in order, without consuming them (opens a pass if
+        none is open)."""
+        self.open_pass()
+        if not self.iterable:  # (by index: a slice would copy the rest of the pass every round)
+            yield from (self._order[i] for i in range(self.position, len(self._order)))
             return
         for i in itertools.count():
             if i == len(self._lookahead):
@@ -208,8 +220,9 @@ class PromptStream:
 
     def consume(self, num_prompts: int) -> list:
         """Consume the next `num_prompts` prompts of the pass (all offered by [`upcoming`]) and return them."""
-        if self.iterable:
-            taken, self._lookahead = self._lookahead[:num_prompts], self._lookahead[num_prompts:]
+        if self.iterable:  # (after `load_state` nothing is read ahead yet: read them from the stream)
+            taken = list(itertools.islice(self.upcoming(), num_prompts))
+            self._lookahead = self._lookahead[len(taken) :]
         else:
             taken = self._order[self.position : self.position + num_prompts]
         if len(taken) != num_prompts:
@@ -217,15 +230,28 @@ class PromptStream:
         self.position += num_prompts
         return taken
 
+    def commit(self, plan: dict) -> list:
+        """
+        Carry out a per-prompt round's plan ([`grpo_curriculum.allocation.RoundPlan.as_dict`]) over the waiting
+        prompts and the next `plan["read"]` ones: return the prompts it takes; those it leaves wait for the next round.
+        """
+        start = self.position
+        looked = self._waiting + list(zip(itertools.count(start), self.consume(plan["read"])))
+        self._waiting = [looked[i] for i in plan["left"]]
+        return [looked[i][1] for i in plan["taken"]]
+
     def end_pass(self) -> None:
         """Drop the rest of the current pass (too short for a round); the next prompts come from a new pass."""
-        self._order, self._iterator, self._lookahead = None, None, []
+        self._order, self._iterator, self._lookahead, self._waiting = None, None, [], []
 
     def take(self, num_prompts: int) -> list:
         """The next `num_prompts` unique prompts: dataset indices (map-style) or rows (iterable)."""
         for _ in range(3):  # a pass too short for one round is an error, not an endless loop
-            if len(list(itertools.islice(self.upcoming(), num_prompts))) == num_prompts:
-                return self.consume(num_prompts)
+            waiting = self.waiting[:num_prompts]  # (left by a per-prompt stage before a switch)
+            need = num_prompts - len(waiting)
+            if len(list(itertools.islice(self.upcoming(), need))) == need:
+                self._waiting = self._waiting[len(waiting) :]
+                return waiting + self.consume(need)
             self.end_pass()
         raise ValueError(
             f"The train dataset has fewer prompts than one generation round needs ({num_prompts}): "
@@ -233,23 +259,27 @@ class PromptStream:
         )
 
     def state(self) -> dict:
-        """Where the stream stands: the pass number and the prompts consumed in it (JSON-serialisable)."""
-        return {"epoch": self.epoch, "position": self.position}
+        """Where the stream stands: the pass number, the prompts read in it and the positions of those waiting
+        (JSON-serialisable)."""
+        return {"epoch": self.epoch, "position": self.position, "waiting": [i for i, _ in self._waiting]}
 
     def load_state(self, state: dict) -> None:
-        """Restore a [`state`]: replay the pass's permutation (or stream) and skip what was consumed."""
+        """Restore a [`state`]: replay the pass's permutation (or stream), skip what was read, keep what waits."""
         self.epoch, self.position, self._order, self._iterator, self._lookahead = 0, 0, None, None, []
+        waiting = state.get("waiting", [])
         if self.iterable:
             if state["epoch"] > 0:
                 self.epoch = state["epoch"] - 1
                 self._start_pass()
-                for _ in itertools.islice(self._iterator, state["position"]):
-                    pass
+                keep = set(waiting)
+                read = itertools.islice(self._iterator, state["position"])
+                self._waiting = [(i, row) for i, row in enumerate(read) if i in keep]
         else:
             if self.shuffle:
                 self._generator.manual_seed(self.seed)
             for _ in range(state["epoch"]):
                 self._start_pass()
+            self._waiting = [(i, self._order[i]) for i in waiting]
         self.position = state["position"]
 
     def materialize(self, prompts: list) -> list[dict]:

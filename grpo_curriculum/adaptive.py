@@ -36,17 +36,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from .errors import MISSING, Problem, raise_if_any
-from .rules import (MAX_STEPS, NUM_GENERATIONS, POSITIVE, TEMPERATURE, Rule, fraction, integer, is_int, is_number,
-                    unknown_keys)
+from .rules import (MAX_COUNT, MAX_STEPS, NUM_GENERATIONS, POSITIVE, TEMPERATURE, Rule, fraction, integer, is_int,
+                    is_number, unknown_keys)
 from .signals import RoundStats
 from .slots import PromptSlots
 
 POLICIES = ("hysteresis", "success_rate", "per_prompt")
+INFORMATION_WEIGHTS = ("knapsack", "variance", "uniform")
+"""Per prompt: a group's information weight `w(p)`, `p (1-p)^2`, `p (1-p)` or 1 ([`grpo_curriculum.allocation`])."""
 _ONLY = {  # knobs that only mean something with some policies, or with temperature bounds
     "raise_above": ("hysteresis",),
     **dict.fromkeys(("margin", "window"), ("success_rate",)),
-    **dict.fromkeys(("target", "success_threshold"), ("success_rate", "per_prompt")),
-    **dict.fromkeys(("defer", "revisit", "decay"), ("per_prompt",)),
+    "target": ("success_rate",),
+    "success_threshold": ("success_rate", "per_prompt"),
+    **dict.fromkeys(("defer", "decay", "mean_generations", "lookahead", "weight", "skip_target"), ("per_prompt",)),
     **dict.fromkeys(("temperature_step", "collapse_below", "diverse_above"), "temperature: [low, high]"),
 }
 MAX_CANDIDATES = 64
@@ -60,7 +63,10 @@ _KNOBS = {  # the rule of every knob
     "cooldown": integer(0, MAX_STEPS), "smoothing": fraction(True, False), "target": fraction(True, True),
     "margin": fraction(False, True), "window": integer(1, MAX_STEPS), "success_threshold": Rule("number"),
     "temperature_step": POSITIVE, "collapse_below": fraction(False, False), "diverse_above": fraction(False, False),
-    "defer": Rule("bool"), "revisit": fraction(False, False), "decay": fraction(False, True),
+    "defer": Rule("bool"), "decay": fraction(False, True),
+    "mean_generations": integer(1, MAX_COUNT),  # or None
+    "lookahead": integer(0, MAX_COUNT), "weight": Rule("choice", choices=INFORMATION_WEIGHTS),
+    "skip_target": fraction(False, True),
 }
 
 
@@ -102,8 +108,10 @@ def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
     problems += _POLICY.problems(f"{key}.policy", values.get("policy"))
     defaults = {f.name: f.default for f in fields(Adaptive)}
     for name, rule in _KNOBS.items():  # (a knob's fix: its default)
+        if name == "mean_generations" and values.get(name) is None:
+            continue
         default = str(defaults[name]).lower() if isinstance(defaults[name], bool) else defaults[name]
-        example = f"e.g. `{name}: {default}` (the default)"
+        example = f"e.g. `{name}: {'null' if default is None else default}` (the default)"
         problems += [dataclasses.replace(p, fix=example) for p in rule.problems(f"{key}.{name}", values.get(name))]
     if not problems and values["lower_below"] >= values["raise_above"]:
         problems.append(Problem(f"{key}.lower_below", values["lower_below"],
@@ -152,9 +160,7 @@ class Adaptive:
             that reverses the previous one of its knob waits `2**k * max(cooldown, 1)` rounds, `k` the reversals of
             that knob so far plus one.
         smoothing (`float`, *optional*, defaults to `0.3`): EMA weight of the newest round, in (0, 1].
-        target (`float`, *optional*, defaults to `0.8`):
-            Success rate: wanted expected fraction of informative groups. Per prompt: wanted probability that a
-            prompt's group is informative.
+        target (`float`, *optional*, defaults to `0.8`): Success rate: wanted expected fraction of informative groups.
         margin (`float`, *optional*, defaults to `0.05`):
             Success rate: half-width of the band around `target` where G holds: raise G only when the expected
             informative fraction falls below `target - margin`, lower it only to a candidate expected to reach
@@ -168,13 +174,23 @@ class Adaptive:
         diverse_above (`float`, *optional*, defaults to `0.9`):
             Smoothed distinct-completion fraction from which completions count as diverse.
         defer (`bool`, *optional*, defaults to `True`):
-            Per prompt: defer a prompt whose last visit gave a zero-std group (skipped for the rest of the pass over
-            the dataset, reconsidered at the next pass), unless a draw with probability `revisit` keeps it.
-        revisit (`float`, *optional*, defaults to `0.2`):
-            Per prompt: probability that a prompt predicted to give a zero-std group is trained anyway.
+            Per prompt: defer prompts whose last visits gave zero-std groups (skipped for the rest of the pass over
+            the dataset, counted, reconsidered at the next pass) with GRESO's adaptive skip probabilities.
         decay (`float`, *optional*, defaults to `0.5`):
             Per prompt: weight of a prompt's earlier visits when a new one is counted, in [0, 1) (the policy changes,
             so old outcomes fade).
+        mean_generations (`int`, *optional*):
+            Per prompt: a round holds `generation batch / mean_generations` prompts, which share its budget (the
+            nearest count the candidates can fill). `None`: the candidates' geometric mean (5.7 for `(2, 4, 8, 16)`:
+            a generation batch of 64 holds 11 prompts).
+        lookahead (`int`, *optional*, defaults to `2`):
+            Per prompt: upcoming prompts the round compares beyond the ones it takes; those not taken are taken by the
+            next round. Below the round's prompt count, or the round has no choice.
+        weight (`str`, *optional*, defaults to `"knapsack"`):
+            Per prompt: the information weight of a group, `"knapsack"` (`p (1-p)^2`, Knapsack RL), `"variance"`
+            (`p (1-p)`) or `"uniform"` (1: expected informative groups).
+        skip_target (`float`, *optional*, defaults to `0.25`):
+            Per prompt: the share of zero-std groups the deferral drives towards (GRESO), in [0, 1).
     """
 
     num_generations: tuple[int, ...]
@@ -193,8 +209,11 @@ class Adaptive:
     collapse_below: float = 0.5
     diverse_above: float = 0.9
     defer: bool = True
-    revisit: float = 0.2
     decay: float = 0.5
+    mean_generations: int | None = None
+    lookahead: int = 2
+    weight: str = "knapsack"
+    skip_target: float = 0.25
 
     def __post_init__(self):
         if isinstance(self.num_generations, list):
@@ -204,7 +223,7 @@ class Adaptive:
         raise_if_any(self.problems(key="Adaptive"), context="Adaptive")
         # Plain Python integers (`numpy.int64(4)` is an integer too), so that checkpoints serialise them.
         object.__setattr__(self, "num_generations", tuple(int(g) for g in self.num_generations))
-        for name in ("patience", "cooldown", "window"):
+        for name in ("patience", "cooldown", "window", "lookahead"):
             object.__setattr__(self, name, int(getattr(self, name)))
 
     def problems(self, key: str = "adaptive") -> list[Problem]:
@@ -608,9 +627,10 @@ class SuccessRatePolicy(Policy):
 
 class PerPromptPolicy(Policy):
     """
-    A G per prompt: [`PerPromptPolicy.plan`] allocates each round (see [`grpo_curriculum.allocation`]) from per-prompt
-    statistics that [`Policy.observe`] updates with every round's groups. There is no round-wide G to propose; the
-    temperature adapts within its bounds as with the other policies.
+    A G per prompt: the allocator ([`grpo_curriculum.allocation.PerPromptAllocator`]) chooses each round from
+    per-prompt statistics that [`Policy.observe`] updates with every round's groups, and GRESO's skip probabilities
+    follow the round's zero-std groups. There is no round-wide G to propose; the temperature adapts within its bounds
+    as with the other policies. Logs `skip_p_easy` and `skip_p_hard`.
 
     Call [`PerPromptPolicy.bind`] once the round's budget and the prompts' slots are known (the trainer does).
     """
@@ -621,7 +641,7 @@ class PerPromptPolicy(Policy):
         super().__init__(adaptive, num_generations, temperature)
         self.allocator, self.slots = None, None
 
-    def bind(self, budget: int, slots: PromptSlots, seed: int) -> None:
+    def bind(self, budget: int, slots: PromptSlots, seed: int, **context) -> None:
         """
         Args:
             budget (`int`): Completions per round (the generation batch).
@@ -631,8 +651,12 @@ class PerPromptPolicy(Policy):
         from .allocation import PerPromptAllocator, PromptStats
 
         a = self.adaptive
+        mean = a.mean_generations or math.prod(a.num_generations) ** (1 / len(a.num_generations))
         stats = PromptStats(slots.num_slots, a.num_generations, decay=a.decay, smoothing=a.smoothing)
-        self.allocator = PerPromptAllocator(a.num_generations, budget, stats, a.target, a.defer, a.revisit, seed)
+        prompts = max(round(budget / mean), 1)
+        self.allocator = PerPromptAllocator(a.num_generations, budget, prompts, stats, weight=a.weight,
+                                            lookahead=a.lookahead, defer=a.defer, skip_target=a.skip_target,
+                                            seed=seed)  # fmt: skip
         self.slots = slots
 
     def slot_of(self, key: str) -> int:
@@ -645,18 +669,25 @@ class PerPromptPolicy(Policy):
         successes = [0.0 if n == 0 else round(s * n) for s, n in zip(stats.group_success, stats.group_counts)]
         self.allocator.stats.observe([self.slot_of(k) for k in stats.prompt_keys], successes, stats.group_counts,
                                      stats.group_zero_std)  # fmt: skip
+        groups = [(s, n) for s, n, zero in zip(successes, stats.group_counts, stats.group_zero_std) if n and zero]
+        total = sum(1 for n in stats.group_counts if n)
+        if total:
+            easy = sum(1 for s, n in groups if s >= n / 2)
+            self.allocator.adapt(easy / total, (len(groups) - easy) / total)
 
     def metrics(self) -> dict[str, float]:
         values = super().metrics()
         values.pop("num_generations")
-        return values
+        return {**values, **self.allocator.skip_probabilities()}
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "stats": self.allocator.stats.state_dict()}
+        return {**super().state_dict(), "stats": self.allocator.stats.state_dict(),
+                "explore": dict(self.allocator.explore)}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.allocator.stats.load_state_dict(state["stats"])
+        self.allocator.explore = {kind: float(state["explore"][kind]) for kind in ("easy", "hard")}
 
 
 def make_policy(adaptive: Adaptive, num_generations: int, temperature: float) -> Policy:

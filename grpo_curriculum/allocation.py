@@ -1,71 +1,112 @@
 """
-Per-prompt `num_generations`: give each prompt of a generation round its own G under the round's fixed budget.
+Per-prompt `num_generations`: choose, each round, the prompts and their G that maximise the round's expected value
+under its exact budget.
 
 Pure logic: numpy, no torch. The trainer feeds every process the same statistics (rewards gathered from all
-processes), so every process computes the same allocation.
+processes) and the same stream of prompts, so every process computes the same allocation, and a resumed run too.
 
-The rule, per round (budget `B` = the generation batch, candidates `c_1 < ... < c_k`):
+The rule, per round (budget `B` = the generation batch, candidates `c_1 < ... < c_k`, `M = B / mean_generations`
+prompts a round, as in Knapsack RL's `M` prompts sharing `M x n` rollouts):
 
-1. Prompts come from the prompt stream in order. A prompt whose last visit gave a zero-std group (all rewards equal:
-   solved or hopeless for now) is *deferred* with probability `1 - revisit` (GRESO-style): it is skipped for the rest
-   of the current pass over the dataset and reconsidered, with a fresh draw, when the next pass reaches it. The draw
-   is a hash of (seed, prompt, pass), so every process and a resumed run draw the same. With `defer=False`, nothing
-   is deferred.
-2. Each accepted prompt wants the smallest candidate G whose probability of an informative group (rewards not all
-   equal), `1 - p^G - (1-p)^G`, reaches `target`, else the smallest candidate. `p` is the prompt's estimated success
-   rate: the mean of its Beta posterior, from its discounted successes and failures (old visits weighted by `decay`
-   per new visit) and the population's prior (empirical Bayes: a Beta fitted by moments to the success fractions of
-   recently observed groups, corrected for their binomial noise; Beta(1, 1) before any observation). An unseen prompt
-   gets the population's mean rate; a prompt seen a few times is pulled towards it, the more so the more alike the
-   population's prompts are. So a mixed prompt gets enough samples to expect a contrast, more when its successes
-   (or failures) are rare, and a settled one (solved or hopeless: no candidate reaches `target`) the fewest.
-3. Prompts are taken in stream order, each with the largest candidate up to the G it wants that keeps the rest of
-   the budget fillable, until exactly `B` completions are allocated.
+1. **Window.** The round looks at a window of `M + lookahead` upcoming prompts of the current pass, in stream order:
+   first the prompts the previous round left waiting, then new ones.
+2. **Deferral (GRESO).** A new prompt whose last `z` visits all gave zero-std groups (all successes: *easy*; all
+   failures: *hard*) is deferred, skipped for the rest of the pass and counted, with probability `1 - max(e^z,
+   0.01)`, `e` the exploration probability of its kind. `e_easy` and `e_hard` start at 0.5 and move by 0.01 after
+   each round, down while the round's share of all-success (all-failure) groups is above `skip_target / 2`, up
+   otherwise, within [0.05, 0.95]: the share of zero-std groups is driven towards `skip_target`. The draw is a hash of
+   (seed, prompt, pass). A round defers at most `4 x` its window of prompts; later ones enter the window undrawn, so
+   a round costs O(window) even when every prompt is settled, and the pass moves on.
+3. **Value.** A prompt's value at G is `v(G) = E[(1 - p^G - (1-p)^G) w(p)]`: the probability that its group is
+   informative (rewards not all equal) times the information weight `w` (`weight="knapsack"`: Knapsack RL's
+   `p (1-p)^2`; `"variance"`: `p (1-p)`; `"uniform"`: 1, the expected number of informative groups), in expectation
+   (not plugged in) under the prompt's Beta posterior of its success rate `p`, in closed form from Beta moments
+   ([`beta_moment`]). The posterior is the population's prior (empirical Bayes: a Beta fitted by moments to recently
+   observed groups, corrected for their binomial noise; Beta(1, 1) before any observation) updated with the prompt's
+   discounted successes and failures (old visits weighted by `decay` per new visit). A prompt never seen has the
+   prior's value, so a fresh run explores.
+4. **Choice.** The round takes `M` prompts of the window: those left waiting by the previous round (in order), then
+   the others by value at the largest candidate, ties in stream order; the rest wait at the front of the stream for
+   the next round of the pass (order kept, none waits more than one round; a `lookahead` below `M` leaves the round
+   a choice). Their G maximise the total value with
+   `sum G_i = B` exactly, each `G_i` a candidate: a small DP over prompts x budget. With one candidate, the window's
+   first `M` prompts are taken (every prompt gets the same G: reordering gains nothing), which is TRL's order.
+5. **The pass's end.** When deferral leaves a round fewer than `M` prompts before the pass ends, the round is filled
+   without deferral from the rest of the pass (settled prompts take their turn; none is trained twice in a pass).
+   When the prompts left in a pass cannot fill a round, they are dropped, as TRL drops a pass's tail.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .geometry import sums
 
+WEIGHTS = {"knapsack": (1, 2), "variance": (1, 1), "uniform": (0, 0)}
+"""Information weights `w(p) = p^i (1-p)^j`, as `(i, j)`."""
+EXPLORE_START, EXPLORE_STEP, EXPLORE_BOUNDS, KEEP_FLOOR = 0.5, 0.01, (0.05, 0.95), 0.01
+"""GRESO's exploration probabilities: start, step per round, bounds, and the least probability of keeping a prompt."""
+MAX_DEFERRED_WINDOWS = 4
+"""A round defers at most this many windows of prompts, then takes the next ones undrawn."""
 FLAT_MOMENTS = (0.5, 1 / 3, 0.0)  # E[x], E[x^2], E[1/n] of Beta(1, 1) seen without noise: the prior before any data
 
 
-def informative_probability(success_rate, num_generations: Sequence[int]) -> np.ndarray:
+def beta_moment(a, b, i, j) -> np.ndarray:
     """
-    Probability that a group of G binary rewards with success rate `p` is informative (not all equal):
-    `1 - p^G - (1-p)^G`.
+    `E[p^i (1-p)^j]` under `Beta(a, b)`, exactly: `B(a+i, b+j) / B(a, b) = prod_{k<i} (a+k)/(a+b+k) x prod_{k<j}
+    (b+k)/(a+b+i+k)`.
 
     Args:
-        success_rate (array-like): Per prompt, `p`.
-        num_generations (`Sequence[int]`): The G values to evaluate.
-
-    Returns:
-        `np.ndarray`: Shape `(prompts, len(num_generations))`.
+        a, b (array-like): Beta parameters (positive), broadcast together with `i` and `j`.
+        i, j (array-like of `int`): Non-negative integer exponents.
 
     Example:
     ```python
-    >>> informative_probability([0.5], [2, 4]).tolist()
-    [[0.5, 0.875]]
+    >>> beta_moment(1.0, 1.0, 3, 0).item()  # E[p^3] under the uniform distribution: 1/4
+    0.25
     ```
     """
-    p = np.asarray(success_rate, dtype=np.float64)[:, None]
-    g = np.asarray(num_generations)[None, :]
-    return 1.0 - p**g - (1.0 - p) ** g
+    a, b, i, j = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64),
+                                     np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64))  # fmt: skip
+
+    def product(top, bottom, n):  # prod_{k<n} (top+k)/(bottom+k), by cumulative products up to the largest n
+        k = np.arange(max(int(n.max(initial=0)), 1))
+        running = np.cumprod((top[..., None] + k) / (bottom[..., None] + k), axis=-1)
+        picked = np.take_along_axis(running, np.maximum(n - 1, 0)[..., None], axis=-1)[..., 0]
+        return np.where(n > 0, picked, 1.0)
+
+    return product(a, a + b, i) * product(b, a + b + i, j)
 
 
-def wanted_num_generations(probability: np.ndarray, candidates: Sequence[int], target: float) -> np.ndarray:
+def expected_value(a, b, candidates: Sequence[int], weight: str = "knapsack") -> np.ndarray:
     """
-    Per row of `probability` (informative probabilities at each candidate, ascending), the G a prompt wants: the
-    smallest candidate reaching `target`, else the smallest candidate.
+    Per prompt (posterior `Beta(a, b)`) and candidate G, `E[(1 - p^G - (1-p)^G) w(p)]` with `w` from [`WEIGHTS`]:
+    `M(i, j) - M(i+G, j) - M(i, j+G)`, `M` = [`beta_moment`].
+
+    Returns:
+        `np.ndarray`: Shape `(prompts, len(candidates))`, non-negative.
     """
-    reaches = np.asarray(probability) >= target
-    return np.asarray(candidates)[np.where(reaches.any(axis=1), reaches.argmax(axis=1), 0)]
+    i, j = WEIGHTS[weight]
+    a, b = np.asarray(a, dtype=np.float64)[:, None], np.asarray(b, dtype=np.float64)[:, None]
+    g = np.asarray(candidates, dtype=np.int64)
+    k = np.arange(int(g.max()) + max(i, j))
+    # M(i+G, j) = prod_{k<i+G} (a+k)/(a+b+k) x prod_{k<j} (b+k)/(a+b+i+G+k), and M(i, j+G) likewise: one cumulative
+    # product over k for the long factor, a few terms for the short one (a cheap round: few numpy calls).
+    successes = np.cumprod((a + k) / (a + b + k), axis=1)[:, i + g - 1]
+    failures = np.cumprod((b + k) / (a + b + k), axis=1)[:, j + g - 1]
+    weight = 1.0  # M(i, j), the same way
+    for m in range(i):
+        weight = weight * (a + m) / (a + b + m)
+    for m in range(j):
+        successes = successes * (b + m) / (a + b + i + g + m)
+        weight = weight * (b + m) / (a + b + i + m)
+    for m in range(i):
+        failures = failures * (a + m) / (a + b + j + g + m)
+    return np.maximum(weight - successes - failures, 0.0)
 
 
 def beta_prior(moments: Sequence[float]) -> tuple[float, float]:
@@ -88,12 +129,45 @@ def uniform_draw(seed: int, slot: int, epoch: int) -> float:
     return int.from_bytes(digest, "little") / 2**64
 
 
+def knapsack(values: np.ndarray, candidates: Sequence[int], budget: int) -> list[int] | None:
+    """
+    The G of each prompt (a candidate each) maximising `sum values[i, G_i]` with `sum G_i = budget` exactly: a DP over
+    prompts x budget. Ties go to the smaller G of the earlier prompt.
+
+    Args:
+        values (`np.ndarray`): `(prompts, len(candidates))`.
+        candidates (`Sequence[int]`): Ascending.
+        budget (`int`): The exact total.
+
+    Returns:
+        `list[int]` or `None` when no choice of candidates adds up to `budget`.
+    """
+    n = len(values)
+    best = np.full((n + 1, budget + 1), -np.inf)  # best[i, r]: most value of prompts i.. filling exactly r
+    best[n, 0] = 0.0
+    for i in range(n - 1, -1, -1):
+        for k, c in enumerate(candidates):
+            if c <= budget:
+                np.maximum(best[i, c:], values[i, k] + best[i + 1, : budget + 1 - c], out=best[i, c:])
+    if not np.isfinite(best[0, budget]):
+        return None
+    sizes, r = [], budget
+    for i in range(n):
+        target = best[i, r] - 1e-12 * max(1.0, abs(best[i, r]))
+        k = next(k for k, c in enumerate(candidates) if c <= r and values[i, k] + best[i + 1, r - c] >= target)
+        sizes.append(int(candidates[k]))
+        r -= candidates[k]
+    return sizes
+
+
 class PromptStats:
     """
     Per-prompt statistics in compact arrays, indexed by a slot (a map-style dataset's row index, or a hash bucket of
-    an iterable dataset's prompt): discounted successes and failures (`float16`) and the number of consecutive visits
-    that gave a zero-std group (`uint8`), 5 bytes a prompt; and the population's moments (an EMA over rounds of the
-    observed groups' `E[x]`, `E[x^2]`, `E[1/n]`), from which the prior of every prompt is fitted ([`beta_prior`]).
+    an iterable dataset's prompt): discounted successes and failures (`float32`: with `decay` near 1 they grow to
+    `trials / (1 - decay)`, beyond `float16`'s range and precision) and the signed number of consecutive visits that
+    gave a zero-std group (`int8`: `+z` all successes, `-z` all failures, 0 after a mixed group), 9 bytes a prompt; and
+    the population's moments (an EMA over rounds of the observed groups' `E[x]`, `E[x^2]`, `E[1/n]`), from which the
+    prior of every prompt is fitted ([`beta_prior`]).
 
     Args:
         size (`int`): Number of slots.
@@ -106,17 +180,21 @@ class PromptStats:
 
     def __init__(self, size: int, candidates: Sequence[int], decay: float, smoothing: float):
         self.size, self.candidates, self.decay, self.smoothing = int(size), tuple(candidates), decay, smoothing
-        self.successes = np.zeros(self.size, dtype=np.float16)
-        self.failures = np.zeros(self.size, dtype=np.float16)
-        self.zero_streak = np.zeros(self.size, dtype=np.uint8)
+        self.successes = np.zeros(self.size, dtype=np.float32)
+        self.failures = np.zeros(self.size, dtype=np.float32)
+        self.zero_streak = np.zeros(self.size, dtype=np.int8)
         self.moments = np.array(FLAT_MOMENTS)
+
+    def posterior(self, slots: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Per slot, the Beta posterior `(a, b)` of the success rate: the population prior plus the counts."""
+        slots = np.asarray(slots, dtype=np.int64)
+        a, b = beta_prior(self.moments)
+        return self.successes[slots].astype(np.float64) + a, self.failures[slots].astype(np.float64) + b
 
     def success_rate(self, slots: Sequence[int]) -> np.ndarray:
         """Per slot, the estimated success rate: the posterior mean under the population prior."""
-        slots = np.asarray(slots, dtype=np.int64)
-        a, b = beta_prior(self.moments)
-        s, f = self.successes[slots].astype(np.float64), self.failures[slots].astype(np.float64)
-        return (s + a) / (s + f + a + b)
+        a, b = self.posterior(slots)
+        return a / (a + b)
 
     def observe(self, slots: Sequence[int], successes: Sequence[float], trials: Sequence[int],
                 zero_std: Sequence[bool]) -> None:  # fmt: skip
@@ -128,9 +206,16 @@ class PromptStats:
         for slot, s, n, zero in zip(slots, successes, trials, zero_std, strict=True):
             if n == 0:
                 continue  # no finite reward: nothing learned
-            self.successes[slot] = np.float16(self.decay * float(self.successes[slot]) + s)
-            self.failures[slot] = np.float16(self.decay * float(self.failures[slot]) + (n - s))
-            self.zero_streak[slot] = min(int(self.zero_streak[slot]) + 1, 255) if zero else 0
+            self.successes[slot] = self.decay * float(self.successes[slot]) + s
+            self.failures[slot] = self.decay * float(self.failures[slot]) + (n - s)
+            streak, easy = int(self.zero_streak[slot]), s >= n / 2
+            if not zero:
+                streak = 0
+            elif easy:
+                streak = min(max(streak, 0) + 1, 127)
+            else:
+                streak = max(min(streak, 0) - 1, -127)
+            self.zero_streak[slot] = streak
             fractions.append((s / n, (s / n) ** 2, 1 / n))
         if fractions:
             self.moments = self.smoothing * np.mean(fractions, axis=0) + (1 - self.smoothing) * self.moments
@@ -149,19 +234,27 @@ class PromptStats:
 @dataclass(frozen=True)
 class RoundPlan:
     """
-    One round's allocation.
+    One round's allocation, over the prompts it looked at: the ones waiting from the previous round, then `read` new
+    ones of the stream, in order.
 
     Args:
-        offsets (`tuple[int, ...]`): Positions, among the prompts the stream offered, of the prompts taken.
+        taken (`tuple[int, ...]`): Positions (among those looked at) of the prompts taken, in stream order.
         sizes (`tuple[int, ...]`): G of each prompt taken (candidates summing to the budget).
-        consumed (`int`): Prompts consumed from the stream: the taken ones and those deferred before the last taken.
-        deferred (`int`): Prompts deferred while building the round.
+        left (`tuple[int, ...]`): Positions of the prompts left waiting for the next round, in stream order.
+        read (`int`): New prompts read from the stream (taken, left waiting or deferred).
+        deferred (`int`): Prompts deferred (skipped for the rest of the pass).
     """
 
-    offsets: tuple[int, ...]
+    taken: tuple[int, ...]
     sizes: tuple[int, ...]
-    consumed: int
+    left: tuple[int, ...]
+    read: int
     deferred: int
+
+    def as_dict(self) -> dict:
+        """JSON-serialisable (for checkpoints)."""
+        return {"taken": list(self.taken), "sizes": list(self.sizes), "left": list(self.left), "read": self.read,
+                "deferred": self.deferred}  # fmt: skip
 
 
 class PerPromptAllocator:
@@ -171,58 +264,108 @@ class PerPromptAllocator:
     Args:
         candidates (`Sequence[int]`): Candidate G values, ascending.
         budget (`int`): Completions per round (the generation batch); must be reachable as a sum of candidates.
+        prompts (`int`): Prompts a round takes (`M`), clipped to what the candidates can fill.
         stats ([`PromptStats`]): Per-prompt statistics.
-        target (`float`): Wanted probability of an informative group.
-        defer (`bool`): Whether to defer prompts whose last visit gave a zero-std group.
-        revisit (`float`): Probability that such a prompt is trained anyway when the stream reaches it.
+        weight (`str`): Information weight, a key of [`WEIGHTS`].
+        lookahead (`int`): Prompts the window holds beyond the round's `M`.
+        defer (`bool`): Whether to defer settled prompts (GRESO).
+        skip_target (`float`): The share of zero-std groups the deferral aims at.
         seed (`int`): Seed of the deferral draws.
     """
 
-    def __init__(self, candidates: Sequence[int], budget: int, stats: PromptStats, target: float, defer: bool,
-                 revisit: float, seed: int):  # fmt: skip
+    def __init__(self, candidates: Sequence[int], budget: int, prompts: int, stats: PromptStats,
+                 weight: str = "knapsack", lookahead: int = 0, defer: bool = True, skip_target: float = 0.25,
+                 seed: int = 0):  # fmt: skip
         self.candidates = tuple(int(c) for c in candidates)
         self.budget = int(budget)
-        self.stats, self.target, self.defer, self.revisit, self.seed = stats, target, defer, revisit, seed
-        self._sums = sums(self.candidates, self.budget)  # bit r set: r completions can be filled with candidates
-        if not self._sums >> self.budget & 1:
+        if not sums(self.candidates, self.budget) >> self.budget & 1:
             raise ValueError(f"no sum of {list(self.candidates)} makes {self.budget}")
+        low, high = -(-self.budget // self.candidates[-1]), self.budget // self.candidates[0]
+        fills = lambda m: knapsack(np.zeros((m, len(self.candidates))), self.candidates, self.budget)  # noqa: E731
+        # `prompts`, or the nearest count whose prompts the candidates can fill exactly (some can: the budget is a sum)
+        self.prompts = next(m for m in sorted(range(low, high + 1), key=lambda m: (abs(m - prompts), m)) if fills(m))
+        self.stats, self.weight, self.defer, self.skip_target, self.seed = stats, weight, defer, skip_target, seed
+        self.window = self.prompts + int(lookahead)
+        self.max_deferred = MAX_DEFERRED_WINDOWS * self.window
+        self.explore = {"easy": EXPLORE_START, "hard": EXPLORE_START}
 
     def deferred(self, slot: int, epoch: int) -> bool:
         """Whether the stream's prompt in `slot`, met during pass `epoch`, is deferred for the rest of that pass."""
-        if not self.defer or self.stats.zero_streak[slot] == 0:
+        streak = int(self.stats.zero_streak[slot])
+        if not self.defer or streak == 0:
             return False
-        return uniform_draw(self.seed, slot, epoch) >= self.revisit
+        keep = max(self.explore["easy" if streak > 0 else "hard"] ** abs(streak), KEEP_FLOOR)
+        return uniform_draw(self.seed, slot, epoch) >= keep
 
-    def wanted(self, slot: int) -> int:
-        """The G the prompt in `slot` wants (before the budget is applied)."""
-        probability = informative_probability(self.stats.success_rate([slot]), self.candidates)
-        return int(wanted_num_generations(probability, self.candidates, self.target)[0])
+    def values(self, slots: Sequence[int]) -> np.ndarray:
+        """Per slot and candidate, the expected value of a group of that size ([`expected_value`])."""
+        a, b = self.stats.posterior(slots)
+        return expected_value(a, b, self.candidates, self.weight)
 
-    def plan(self, offered: Iterable[int], epoch: int, defer: bool = True) -> RoundPlan | None:
+    def choose(self, slots: Sequence[int], waiting: int) -> tuple[list[int], list[int]] | None:
         """
-        Allocate one round from the slots the stream offers, in order.
-
-        Args:
-            offered (`Iterable[int]`): Slots of the upcoming prompts of the current pass, in stream order.
-            epoch (`int`): The pass they belong to (for the deferral draws).
-            defer (`bool`): `False` disables deferral for this round (used when a whole pass was deferred).
+        Choose the round from a window of prompts (its first `waiting` ones left waiting by the previous round).
 
         Returns:
-            [`RoundPlan`], or `None` when the offered prompts run out before the budget is filled.
+            `(taken, sizes)`: positions in the window (ascending) and their G; or `None` when the window cannot fill
+            the budget (the pass's end).
         """
-        remaining, offsets, sizes, deferred = self.budget, [], [], 0
-        iterator: Iterator[int] = iter(offered)
-        for offset, slot in enumerate(iterator):
-            if defer and self.deferred(slot, epoch):
+        values = self.values(slots)
+        if len(self.candidates) == 1:
+            order = list(range(len(slots)))
+        else:  # the waiting ones first, then by value at the largest candidate (a stable sort keeps stream order)
+            order = list(range(waiting)) + sorted(range(waiting, len(slots)), key=lambda i: -values[i, -1])
+        for count in range(min(self.prompts, len(slots)), 0, -1):  # fewer only at the pass's end
+            taken = sorted(order[:count])
+            sizes = knapsack(values[taken], self.candidates, self.budget)
+            if sizes is not None:
+                return taken, sizes
+        return None
+
+    def plan(self, waiting: Sequence[int], fresh: Iterable[int], epoch: int, defer: bool = True) -> RoundPlan | None:
+        """
+        Allocate one round.
+
+        Args:
+            waiting (`Sequence[int]`): Slots of the prompts the previous round left waiting, in order.
+            fresh (`Iterable[int]`): Slots of the next prompts of the current pass, in stream order (read lazily:
+                only as many as the round looks at).
+            epoch (`int`): The pass they belong to (for the deferral draws).
+            defer (`bool`): `False` disables deferral for this round.
+
+        Returns:
+            [`RoundPlan`], or `None` when the pass's remaining prompts cannot fill the budget (with deferral: cannot
+            fill the round's prompts).
+        """
+        window, positions, read, deferred = list(waiting), list(range(len(waiting))), 0, 0
+        iterator = iter(fresh)
+        while len(window) < self.window:
+            slot = next(iterator, None)
+            if slot is None:
+                break
+            read += 1
+            if defer and deferred < self.max_deferred and self.deferred(slot, epoch):
                 deferred += 1
                 continue
-            wanted = self.wanted(slot)
-            fits = [c for c in self.candidates if c <= remaining and self._sums >> (remaining - c) & 1]
-            below = [c for c in fits if c <= wanted]
-            size = below[-1] if below else fits[0]
-            offsets.append(offset)
-            sizes.append(size)
-            remaining -= size
-            if remaining == 0:
-                return RoundPlan(tuple(offsets), tuple(sizes), offset + 1, deferred)
-        return None
+            window.append(slot)
+            positions.append(len(waiting) + read - 1)
+        if deferred and len(window) < self.prompts:
+            return None  # deferral emptied the rest of the pass: the caller fills the round without it, in turn
+        chosen = self.choose(window, len(waiting))
+        if chosen is None:
+            return None
+        taken, sizes = chosen
+        left = sorted(set(range(len(window))) - set(taken))
+        return RoundPlan(tuple(positions[i] for i in taken), tuple(sizes), tuple(positions[i] for i in left), read,
+                         deferred)  # fmt: skip
+
+    def adapt(self, easy_share: float, hard_share: float) -> None:
+        """GRESO's update after a round: each kind's exploration probability moves against its zero-std share."""
+        for kind, share in (("easy", easy_share), ("hard", hard_share)):
+            step = -EXPLORE_STEP if share > self.skip_target / 2 else EXPLORE_STEP
+            self.explore[kind] = round(min(max(self.explore[kind] + step, EXPLORE_BOUNDS[0]), EXPLORE_BOUNDS[1]), 6)
+
+    def skip_probabilities(self) -> dict[str, float]:
+        """The probability that a prompt is deferred after one zero-std visit, per kind (`skip_p_easy`,
+        `skip_p_hard`)."""
+        return {f"skip_p_{kind}": 1 - max(e, KEEP_FLOOR) for kind, e in self.explore.items()}

@@ -195,9 +195,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         self._apply(setting)
         deferred = 0
         if regenerated and self._round_plan is not None:  # a per-prompt round: replay its allocation
-            consumed = stream.consume(self._round_plan["consumed"])
-            prompts = [consumed[offset] for offset in self._round_plan["offsets"]]
-            sizes = list(self._round_plan["sizes"])
+            prompts, sizes = stream.commit(self._round_plan), list(self._round_plan["sizes"])
         elif setting.num_generations is None:
             prompts, sizes, deferred = self._per_prompt_round()
         else:
@@ -214,16 +212,16 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
     def _per_prompt_round(self) -> tuple[list, list[int], int]:
         """Allocate a per-prompt round from the stream: its prompts, their G and how many prompts were deferred."""
         stream, policy = self._prompt_stream, self._curriculum.policy
-        # The rest of this pass; else a new pass; else a new pass without deferral (every prompt of a pass deferred).
-        for defer in (True, True, False):
-            slots = (policy.slot_of(_trl.prompt_keys(stream, [prompt])[0]) for prompt in stream.upcoming())
-            plan = policy.allocator.plan(slots, epoch=stream.epoch, defer=defer)
-            if plan is not None:
-                self._round_start_stream = stream.state()
-                self._round_plan = {"consumed": plan.consumed, "offsets": list(plan.offsets),
-                                    "sizes": list(plan.sizes)}  # fmt: skip
-                consumed = stream.consume(plan.consumed)
-                return [consumed[offset] for offset in plan.offsets], list(plan.sizes), plan.deferred
+        # The rest of this pass (without deferral when every prompt left would be deferred); else a new pass.
+        for _ in range(2):
+            stream.open_pass()
+            for defer in (True, False):
+                waiting = [policy.slot_of(key) for key in _trl.prompt_keys(stream, stream.waiting)]
+                fresh = (policy.slot_of(_trl.prompt_keys(stream, [prompt])[0]) for prompt in stream.upcoming())
+                plan = policy.allocator.plan(waiting, fresh, epoch=stream.epoch, defer=defer)
+                if plan is not None:
+                    self._round_start_stream, self._round_plan = stream.state(), plan.as_dict()
+                    return stream.commit(self._round_plan), list(plan.sizes), plan.deferred
             stream.end_pass()  # its remaining prompts cannot fill a round: dropped for this pass, as TRL does
         raise ValueError(
             f"The train dataset has too few prompts to fill one generation round of {self.args.generation_batch_size} "

@@ -90,13 +90,26 @@ def assert_whole_groups(idx, num_generations):
 def wanted_by_index(monkeypatch):
     """
     In per-prompt stages, make each prompt want the G given by its dataset index: `wanted_by_index(lambda i: G)`.
-    The allocation rule itself is tested with tables (tests/test_allocation.py); integration tests use this to know
-    the group sizes a round must realise.
+    The round takes the prompts of its window in stream order, each the largest candidate up to the G it wants that
+    keeps the rest of the budget fillable. The allocation rule itself is tested with tables (tests/test_allocation.py);
+    integration tests use this to know the group sizes a round must realise.
     """
     from grpo_curriculum.allocation import PerPromptAllocator
+    from grpo_curriculum.geometry import sums
 
     def fix(rule):
-        monkeypatch.setattr(PerPromptAllocator, "wanted", lambda self, slot: rule(slot))
+        def choose(self, slots, waiting):
+            fillable, remaining, sizes = sums(self.candidates, self.budget), self.budget, []
+            for slot in slots:
+                fits = [c for c in self.candidates if c <= remaining and fillable >> (remaining - c) & 1]
+                below = [c for c in fits if c <= rule(slot)]
+                sizes.append(below[-1] if below else fits[0])
+                remaining -= sizes[-1]
+                if remaining == 0:
+                    return list(range(len(sizes))), sizes
+            return None
+
+        monkeypatch.setattr(PerPromptAllocator, "choose", choose)
 
     return fix
 

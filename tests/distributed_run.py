@@ -27,7 +27,7 @@ def rank_dependent_reward(prompts, completions, **kwargs):
 
 def stages_for(mode: str):
     if mode == "per_prompt":
-        return per_prompt_stages((2, 4, 8), revisit=0.5)
+        return per_prompt_stages((2, 4, 8))
     if mode == "adaptive":
         adaptive = Adaptive(num_generations=(2, 4, 8), policy="success_rate", cooldown=1, window=2, target=0.6)
         return [Stage(num_generations=2, temperature=1.0, adaptive=adaptive)]

@@ -140,22 +140,36 @@ def test_one_candidate_without_deferral_trains_like_plain_grpo(tmp_path):
     assert ours == plain
 
 
-def test_deferral_skips_settled_prompts_for_a_pass_and_logs_it(tmp_path):
-    """Prompts whose groups had zero std are deferred on the next pass (revisit 0 here) and counted in the logs."""
+def always_defer_settled(monkeypatch):
+    """Defer every prompt whose last group had zero std (GRESO's draw made certain)."""
+    from grpo_curriculum.allocation import PerPromptAllocator
+
+    monkeypatch.setattr(PerPromptAllocator, "deferred", lambda self, slot, epoch: self.stats.zero_streak[slot] != 0)
+
+
+def test_deferral_skips_settled_prompts_for_a_pass_and_logs_it(tmp_path, monkeypatch):
+    """Prompts whose groups had zero std are deferred on the next pass and counted in the logs, with the skip
+    probabilities."""
+    always_defer_settled(monkeypatch)
     recorder = RoundRecorder(reward_fn=lambda prompts, completions, idx, **kw: [
         float(i % 2) if i < 6 else float(j % 2) for j, i in enumerate(idx)])  # fmt: skip
     # 12 prompts, G 2, 4 prompts a round: pass 1 is rounds 0-2. Prompts 0-5 have constant rewards (zero std).
-    trainer, recorder = make_trainer(tmp_path, per_prompt(candidates=(2,), revisit=0.0), recorder=recorder,
+    trainer, recorder = make_trainer(tmp_path, per_prompt(candidates=(2,)), recorder=recorder,
                                      dataset=indexed_dataset(12), max_steps=6, shuffle_dataset=False)  # fmt: skip
     trainer.train()
     seen = [sorted(set(c["idx"])) for c in recorder.calls]
     assert seen[:3] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
-    # Every later pass: 0-5 deferred (revisit 0), 6-9 trained, and 10-11, too few for a round, dropped as TRL drops a
+    # Every later pass: 0-5 deferred, 6-9 trained, and 10-11, too few for a round, dropped as TRL drops a
     # pass's tail (with shuffling, the default, the tail is different prompts every pass).
     assert seen[3:] == [[6, 7, 8, 9]] * 3
     history = train_history(trainer)
     assert [h["curriculum/deferred"] for h in history] == [0, 0, 0, 6, 6, 6]
     assert history[-1]["curriculum/deferred_total"] == 18 == trainer._curriculum.deferred_total
+    # Rounds 1 and 2 hold all-success groups (1, 3 / 5) and all-failure ones (0, 2 / 4) above half the target share
+    # 0.25: both skip probabilities rise; the rounds of mixed prompts then lower them.
+    easy = [h["curriculum/policy/skip_p_easy"] for h in history]
+    assert easy == pytest.approx([0.51, 0.52, 0.51, 0.50, 0.49, 0.48])
+    assert [h["curriculum/policy/skip_p_hard"] for h in history] == pytest.approx(easy)
 
 
 def test_bad_per_prompt_settings_fail_before_any_step(tmp_path):
@@ -165,12 +179,16 @@ def test_bad_per_prompt_settings_fail_before_any_step(tmp_path):
         error.value)  # fmt: skip
     with pytest.raises(CurriculumError, match="larger than the generation batch"):
         make_trainer(tmp_path, per_prompt(candidates=(2, 16)), per_device_train_batch_size=8)
-    for knobs, match in [(dict(defer="yes"), "defer"), (dict(revisit=1.5), "revisit"), (dict(decay=1.0), "decay"),
+    for knobs, match in [(dict(defer="yes"), "defer"), (dict(decay=1.0), "decay"), (dict(weight="entropy"), "weight"),
+                         (dict(lookahead=-1), "lookahead"), (dict(skip_target=1.0), "skip_target"),
+                         (dict(mean_generations=0), "mean_generations"),
                          (dict(window=3), "only applies with `policy: success_rate`")]:  # fmt: skip
         with pytest.raises(CurriculumError, match=match):
             Adaptive((2, 4), policy="per_prompt", **knobs)
     with pytest.raises(CurriculumError, match="only applies with `policy: per_prompt`"):
         Adaptive((2, 4), policy="success_rate", defer=False)
+    with pytest.raises(CurriculumError, match="only applies with `policy: per_prompt`"):
+        Adaptive((2, 4), policy="hysteresis", weight="variance")
 
 
 def test_candidates_need_not_divide_the_batch(tmp_path, wanted_by_index):
@@ -194,11 +212,12 @@ def test_variable_group_metrics_for_a_fake_trainer():
     assert advantages[6].item() == pytest.approx(2 / (math.sqrt(8) + 1e-4))
 
 
-def test_iterable_dataset(tmp_path):
+def test_iterable_dataset(tmp_path, monkeypatch):
     """Per-prompt rounds over a streamed dataset: statistics keyed by hash bucket, lookahead without consuming."""
     recorder = RoundRecorder(reward_fn=lambda prompts, completions, idx, **kw: [
         float(i % 2) if i < 8 else float(j % 2) for j, i in enumerate(idx)])  # fmt: skip
-    trainer, recorder = make_trainer(tmp_path, per_prompt((2, 4), revisit=0.0), recorder=recorder,
+    always_defer_settled(monkeypatch)
+    trainer, recorder = make_trainer(tmp_path, per_prompt((2, 4)), recorder=recorder,
                                      dataset=indexed_dataset(16).to_iterable_dataset(), max_steps=11,
                                      shuffle_dataset=False, num_generations=4)  # fmt: skip
     trainer.train()
@@ -206,7 +225,109 @@ def test_iterable_dataset(tmp_path):
     for call in recorder.calls:
         assert sum(call["sizes"]) == 8 and group_runs(call["idx"]) == call["sizes"]
         taken.append([call["idx"][sum(call["sizes"][:i])] for i in range(len(call["sizes"]))])
-    first_pass = [i for prompts in taken for i in prompts][:16]
-    assert first_pass == list(range(16))  # in stream order, none skipped or repeated
+    # The first pass in stream order, none skipped or repeated; prompt 15 alone cannot fill a round: dropped with the
+    # pass's tail, as TRL drops it.
+    assert [i for prompts in taken[:5] for i in prompts] == list(range(15))
     assert trainer._curriculum.deferred_total > 0  # prompts 0-7 (constant rewards) deferred on the next pass
     assert all(i >= 8 for prompts in taken[-2:] for i in prompts)
+
+
+def settled_or_mixed(prompts, completions, idx, **kwargs):
+    """Prompts with index % 3 == 0 always score 1 (solved), == 1 always 0 (hopeless), the others alternate (mixed)."""
+    return [1.0 if i % 3 == 0 else 0.0 if i % 3 == 1 else float(j % 2) for j, i in enumerate(idx)]
+
+
+@pytest.mark.parametrize("resume_step", [9, 17])
+def test_mid_round_resume_on_an_iterable_dataset_replays_the_rounds(tmp_path, resume_step):
+    """
+    A checkpoint taken inside a per-prompt round of a streamed dataset: the resumed run regenerates that round (same
+    prompts and G) and then trains the rounds of the run that never stopped.
+    """
+    stages = per_prompt((2, 4, 8))
+    geometry = dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=4,
+                    max_steps=22, save_strategy="steps", save_steps=1, shuffle_dataset=True)  # fmt: skip
+    make = lambda name: make_trainer(tmp_path / name, stages, recorder=RoundRecorder(settled_or_mixed),  # noqa: E731
+                                     dataset=indexed_dataset(12).to_iterable_dataset(), **geometry)  # fmt: skip
+    full, full_recorder = make("full")
+    full.train()
+    expected = [(c["step"], tuple(c["sizes"]), tuple(c["idx"])) for c in full_recorder.calls]
+    assert resume_step % 2 == 1 and full._curriculum.deferred_total > 0  # inside a round (2 steps a round); deferrals
+
+    resumed, recorder = make("resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / f"checkpoint-{resume_step}"))
+    got = [(c["step"], tuple(c["sizes"]), tuple(c["idx"])) for c in recorder.calls]
+    first = max(i for i, r in enumerate(expected) if r[0] <= resume_step)
+    assert got[0][1:] == expected[first][1:]
+    assert got[1:] == expected[first + 1 :]
+    assert resumed._curriculum.deferred_total == full._curriculum.deferred_total
+
+
+@pytest.mark.parametrize("size, iterable", [(1_000_000, False), (200_000, True)], ids=["map-1M", "iterable-200k"])
+def test_all_settled_rounds_progress_in_bounded_time_and_memory(size, iterable, monkeypatch):
+    """
+    Every prompt settled and drawn for deferral, no shuffling: each round still moves on through the pass
+    (no prompt trained twice in a pass while others wait), counts its deferrals, costs O(round) time and holds O(round)
+    rows of a streamed dataset in memory, however large the pass.
+    """
+    import time
+    import tracemalloc
+
+    from datasets import Dataset
+
+    from grpo_curriculum import _trl
+    from grpo_curriculum.adaptive import make_policy
+    from grpo_curriculum.trainer import CurriculumGRPOTrainer
+
+    dataset = Dataset.from_dict({"prompt": [f"p{i}" for i in range(size)], "idx": list(range(size))})
+    stream = _trl.PromptStream(dataset.to_iterable_dataset() if iterable else dataset, shuffle=False, seed=0)
+    policy = make_policy(Adaptive((2, 4, 8, 16), policy="per_prompt"), 2, 1.0)
+    policy.bind(budget=16, slots=_trl.prompt_slots(stream), seed=0)
+    policy.allocator.stats.zero_streak[:] = 1
+    monkeypatch.setattr(type(policy.allocator), "deferred", lambda self, slot, epoch: True)
+    fake = SimpleNamespace(_prompt_stream=stream, _curriculum=SimpleNamespace(policy=policy),
+                           args=SimpleNamespace(generation_batch_size=16))  # fmt: skip
+    build = lambda: CurriculumGRPOTrainer._per_prompt_round(fake)  # noqa: E731
+    build()  # opens the pass (a map-style pass's order is made once a pass)
+    seen, deferred, times = [], 0, []
+    for measure_memory in (False, False, False, True):
+        if measure_memory:
+            tracemalloc.start()
+        start = time.perf_counter()
+        prompts, sizes, skipped = build()
+        times.append(time.perf_counter() - start)
+        assert sum(sizes) == 16 and max(times) < 0.05, times
+        seen += [row["idx"] for row in prompts] if iterable else list(prompts)
+        deferred += skipped
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(seen) == len(set(seen)) and deferred > 0
+    assert peak < 2**20, peak  # bytes
+
+
+def test_a_small_all_settled_dataset_is_still_trained_in_turn():
+    """
+    Every prompt settled and mostly deferred (skip probability 0.95) in a pass shorter than a round's deferral cap:
+    when deferral would leave a round short, it is filled without deferral from the rest of the pass, so every prompt
+    takes its turn (not the first prompts of a new pass every round).
+    """
+    from collections import Counter
+
+    from datasets import Dataset
+
+    from grpo_curriculum import _trl
+    from grpo_curriculum.adaptive import make_policy
+    from grpo_curriculum.trainer import CurriculumGRPOTrainer
+
+    stream = _trl.PromptStream(Dataset.from_dict({"prompt": [f"p{i}" for i in range(12)]}), shuffle=False, seed=0)
+    policy = make_policy(Adaptive((2, 4, 8, 16), policy="per_prompt"), 2, 1.0)
+    policy.bind(budget=16, slots=_trl.prompt_slots(stream), seed=0)
+    policy.allocator.stats.zero_streak[:] = 1
+    policy.allocator.explore = {"easy": 0.05, "hard": 0.05}
+    fake = SimpleNamespace(_prompt_stream=stream, _curriculum=SimpleNamespace(policy=policy),
+                           args=SimpleNamespace(generation_batch_size=16))  # fmt: skip
+    trained = Counter()
+    for _ in range(40):
+        prompts, sizes, _ = CurriculumGRPOTrainer._per_prompt_round(fake)
+        assert sum(sizes) == 16 and len(set(prompts)) == len(prompts)
+        trained.update(prompts)
+    assert sorted(trained) == list(range(12)) and max(trained.values()) <= 2 * min(trained.values()), trained

@@ -78,7 +78,7 @@ def settled_or_mixed(prompts, completions, idx, **kwargs):
 )
 def test_per_prompt_resume_replays_the_same_rounds(tmp_path, geometry, resume_step):
     """Prompts, each prompt's G and the deferrals after a resume are those of the run that never stopped."""
-    stages = per_prompt_stages((2, 4, 8), revisit=0.3)
+    stages = per_prompt_stages((2, 4, 8))
     overrides = dict(save_strategy="steps", save_steps=1, shuffle_dataset=True,
                      per_device_train_batch_size=geometry.pop("per_device_train_batch_size", 8), **geometry)  # fmt: skip
     make = lambda name: make_trainer(tmp_path / name, stages, recorder=RoundRecorder(settled_or_mixed),  # noqa: E731
