@@ -37,8 +37,9 @@ STATE_FILE = "curriculum_state.json"
 ARRAYS_FILE = "curriculum_arrays.npz"  # per-prompt statistics, next to the state
 TRAINER_STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME
 ENTROPY_STATE_FILE = "entropy_ctrl_state.json"  # TRL's adaptive entropy controller (`use_adaptive_entropy`)
-VERSION = 3
-READS = (2, 3)  # version 2 stored the prompt report's sums of squared deviations (`m2`, float32) instead of `std`
+VERSION = 4
+READS = (2, 3, 4)  # version 2 stored the prompt report's sums of squared deviations (`m2`, float32) instead of `std`
+PER_PROMPT_SINCE = 4  # the value-maximising per-prompt rule: earlier per-prompt states (another rule) are refused
 REQUIRED = ("version", "global_step", "micro_step", "callback", "stream", "round_start_stream", "round_plan",
             "geometry", "prompt_report")  # fmt: skip
 MAX_FILE_BYTES = 1 << 30
@@ -293,10 +294,11 @@ _POLICY = ByField("policy", {
                      "counts?": {"slots": Array("int", 0, MAX_STEPS), "successes": Array("number", 0),
                                  "trials": Array("number", 0)}},
     "per_prompt": {**_POLICY_BASE, "stats": {"successes": Array("number", 0), "failures": Array("number", 0),
-                                             "zero_streak": Array("int", 0, 255),
-                                             "moments": Array("number", 0, 1, 3)}},
+                                             "zero_streak": Array("int", -127, 127),
+                                             "moments": Array("number", 0, 1, 3)},
+                   "explore": {"easy": Rule("number", low=0.05, high=0.95), "hard": Rule("number", low=0.05, high=0.95)}},
 })  # fmt: skip
-_STREAM = {"epoch": STEP, "position": STEP}
+_STREAM = {"epoch": STEP, "position": STEP, "waiting?": Each(STEP)}
 STATE_SCHEMA = {
     "global_step": STEP,
     "micro_step": integer(0, MAX_STEPS * MAX_COUNT),  # a micro-step per gradient accumulation step
@@ -307,7 +309,8 @@ STATE_SCHEMA = {
                  "policy_stage?": Nullable(STEP), "policy": Nullable(_POLICY), "deferred_total?": STEP},
     "stream": _STREAM,
     "round_start_stream": Nullable(_STREAM),
-    "round_plan": Nullable({"consumed": integer(1, MAX_STEPS), "offsets": Each(STEP), "sizes": Each(_G)}),
+    "round_plan": Nullable({"taken": Each(STEP), "sizes": Each(_G), "left": Each(STEP), "read": STEP,
+                            "deferred": STEP}),
     "prompt_report": {"slots": Array("int", 0, MAX_STEPS), "count": Array("int", 0, 2**32 - 1),
                       "seen": Array("int", 1, 2**32 - 1), "mean": Array("number"), "std?": Array("number", 0),
                       "m2?": Array("number", 0), "texts": Each((STEP, Rule("any")), high=MAX_STEPS)},
@@ -363,22 +366,28 @@ def _invariants(state: dict) -> list[Problem]:
         if state[name] is not None and state[name]["epoch"] > 3 * rounds + 1:
             problems.append(Problem(f"{name}.epoch", state[name]["epoch"], "must be at most 3 x callback.rounds + 1 = "
                                     f"{3 * rounds + 1} (a generation round opens at most 3 passes over the dataset)"))
+    for name in ("stream", "round_start_stream"):
+        waiting, position = (state[name] or {}).get("waiting", []), (state[name] or {}).get("position")
+        if not _increasing(waiting) or (waiting and waiting[-1] >= position):
+            problems.append(Problem(f"{name}.waiting", waiting, f"must be increasing positions below {name}.position "
+                                    f"= {position} (prompts read in this pass and left for the next round)"))
     start = state["round_start_stream"]
     if start is not None and start["epoch"] > state["stream"]["epoch"]:
         problems.append(Problem("round_start_stream.epoch", start["epoch"],
                                 f"must be at most stream.epoch = {state['stream']['epoch']}"))
     plan = state["round_plan"]
     if plan is not None:
-        offsets, sizes, batch = plan["offsets"], plan["sizes"], state["geometry"]["generation_batch_size"]
+        taken, left, sizes, batch = plan["taken"], plan["left"], plan["sizes"], state["geometry"]["generation_batch_size"]
         if start is None:
             problems.append(Problem("round_start_stream", None, "must be given with round_plan"))
         if sum(sizes) != batch:
             problems.append(Problem("round_plan.sizes", sizes, "must add up to geometry.generation_batch_size, "
                                     f"{batch} (a round's completions)"))
-        if len(offsets) != len(sizes) or any(b <= a for a, b in zip(offsets, offsets[1:])) or (
-                offsets and offsets[-1] >= plan["consumed"]):  # fmt: skip
-            problems.append(Problem("round_plan.offsets", offsets, f"must be {len(sizes)} increasing positions below "
-                                    f"round_plan.consumed = {plan['consumed']} (one a prompt of the round)"))
+        if len(taken) != len(sizes) or not _increasing(taken):
+            problems.append(Problem("round_plan.taken", taken, f"must be {len(sizes)} increasing positions (one a "
+                                    "prompt of the round)"))
+        if not _increasing(left) or set(taken) & set(left):
+            problems.append(Problem("round_plan.left", left, "must be increasing positions not in round_plan.taken"))
     problems += _same_lengths("prompt_report", state["prompt_report"], ("slots", "count", "seen", "mean", "std", "m2"))
     report = state["prompt_report"]
     if ("std" in report) == ("m2" in report):
@@ -401,6 +410,10 @@ def _invariants(state: dict) -> list[Problem]:
             names = ("successes", "failures", "zero_streak")
             problems += _same_lengths("callback.policy.stats", policy["stats"], names)
     return problems
+
+
+def _increasing(values: list) -> bool:
+    return all(b > a for a, b in zip(values, values[1:]))
 
 
 def _same_lengths(key: str, arrays: dict, names) -> list[Problem]:
@@ -456,6 +469,15 @@ def read_state(folder: str, global_step: int | None = None) -> dict:
             f"{path} has version {shorten(state.get('version'))}; this grpo-curriculum reads versions "
             f"{' and '.join(map(str, READS))}. Fix: resume with the grpo-curriculum version that wrote it, or "
             f"{_FIX.split(', or ')[1]}."
+        )
+    policy = state.get("callback", {}).get("policy") if isinstance(state.get("callback"), dict) else None
+    if state["version"] < PER_PROMPT_SINCE and (state.get("round_plan") is not None or (
+            isinstance(policy, dict) and policy.get("policy") == "per_prompt")):  # fmt: skip
+        raise CurriculumStateError(
+            f"{path} has version {state['version']} and holds the state of the per-prompt rule that grpo-curriculum "
+            f"0.1 used before version {PER_PROMPT_SINCE}; this one allocates by expected value and cannot continue it. "
+            "Fix: resume with the grpo-curriculum version that wrote it, or start a new run from the model weights "
+            "in it."
         )
     missing = [key for key in REQUIRED if key not in state]
     if missing:

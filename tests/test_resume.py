@@ -394,7 +394,7 @@ def test_a_fifo_is_skipped_instead_of_hanging_the_resume(saved_run, tmp_path, ca
 def per_prompt_run(tmp_path_factory):
     """A per-prompt run with checkpoints at steps 2 and 4 (a round plan and the policy's statistics in each)."""
     folder = tmp_path_factory.mktemp("per-prompt")
-    trainer, _ = make_trainer(folder, per_prompt_stages((2, 4, 8), revisit=0.3),
+    trainer, _ = make_trainer(folder, per_prompt_stages((2, 4, 8)),
                               recorder=RoundRecorder(settled_or_mixed), dataset=indexed_dataset(12), max_steps=4,
                               save_strategy="steps", save_steps=2)  # fmt: skip
     trainer.train()
@@ -405,21 +405,25 @@ def per_prompt_run(tmp_path_factory):
     ("edit", "message"),
     [
         (set_path("round_plan.sizes", [8, 7]), r"round_plan\.sizes = \[8, 7\]: must add up to geometry\.generation"),
-        (set_path("round_plan.offsets", [1, 0]), r"round_plan\.offsets = \[1, 0\]: must be 2 increasing positions"),
+        (set_path("round_plan.taken", [1, 0]), r"round_plan\.taken = \[1, 0\]: must be 2 increasing positions"),
+        (set_path("stream.waiting", [10**6]), r"stream\.waiting = \[1000000\]: must be increasing positions below"),
+        (set_path("callback.policy.explore.easy", 3.0), r"callback\.policy\.explore\.easy = 3\.0: must be"),
+        (set_path("version", 3), r"has version 3 and holds the state of the per-prompt rule"),
         (set_path("callback.policy.policy", "hysteresis"), r"callback\.policy\.above: is missing"),
         (set_array("callback.policy.stats.moments", values=[math.nan, 0.3, 0.2]),
          r"callback\.policy\.stats\.moments\[0\] = nan: must be a finite number in \[0, 1\]"),
         (set_array("callback.policy.stats.successes", -2.0),
          r"callback\.policy\.stats\.successes\[0\] = -2\.0: must be a finite number >= 0"),
     ],
-    ids=["round-of-15", "offsets-decrease", "other-policy", "nan-moment", "negative-successes"],
+    ids=["round-of-15", "taken-decrease", "waiting-beyond-position", "explore-out-of-range", "older-per-prompt-rule",
+         "other-policy", "nan-moment", "negative-successes"],
 )  # fmt: skip
 def test_out_of_range_per_prompt_state_fails_clearly(per_prompt_run, tmp_path, edit, message):
     checkpoint = tmp_path / "checkpoint-4"
     shutil.copytree(per_prompt_run / "checkpoint-4", checkpoint)
     assert json.loads((checkpoint / "curriculum_state.json").read_text())["round_plan"]["sizes"] == [4, 4]
     edit(checkpoint / "curriculum_state.json")
-    trainer, recorder = make_trainer(tmp_path / "resumed", per_prompt_stages((2, 4, 8), revisit=0.3),
+    trainer, recorder = make_trainer(tmp_path / "resumed", per_prompt_stages((2, 4, 8)),
                                      dataset=indexed_dataset(12), max_steps=4)  # fmt: skip
     with pytest.raises(CurriculumStateError, match=message):
         trainer.train(resume_from_checkpoint=str(checkpoint))
