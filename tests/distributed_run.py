@@ -5,8 +5,10 @@ Run under `torchrun --nproc_per_node 2` (CPU, gloo) by tests/test_distributed.py
 
 For each mode in turn (`stages`, `adaptive`, `per_prompt`), in the same two processes, trains the tiny model with
 that curriculum and writes, per rank, what each generation round looked like to `OUTPUT_DIR/MODE/rankR.json`: the
-step, the G and temperature in force, the rows' prompt indices and this rank's rewards. One launch for every mode
-spares the suite a launcher and two workers (each importing torch, transformers and TRL) per mode.
+step, the G and temperature in force, the rows' prompt indices and this rank's rewards. Mode `colocate_tp` runs
+tests/colocate_tp_run.py (for tests/test_vllm_tp.py); it installs a fake `vllm` for good, so it comes last. One
+launch for every mode spares the suite a launcher and two workers (each importing torch, transformers and TRL) per
+mode.
 """
 
 import json
@@ -72,7 +74,12 @@ def train(output_dir: str, mode: str) -> None:
 def main(output_dir: str, *modes: str) -> None:
     for mode in modes or ("stages",):
         os.makedirs(f"{output_dir}/{mode}", exist_ok=True)
-        train(f"{output_dir}/{mode}", mode)
+        if mode == "colocate_tp":
+            from tests import colocate_tp_run
+
+            colocate_tp_run.main(f"{output_dir}/{mode}")
+        else:
+            train(f"{output_dir}/{mode}", mode)
 
 
 if __name__ == "__main__":
