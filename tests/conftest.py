@@ -43,8 +43,12 @@ def torchrun_scenarios(tmp_path_factory, worker_id):
                    "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
             command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
                        str(project / "tests" / "distributed_run.py"), str(out), *TORCHRUN_MODES]  # fmt: skip
-            result = subprocess.run(command, env=env, cwd=project, capture_output=True, text=True, timeout=900)
-            outcome.write_text(json.dumps({"returncode": result.returncode, "stderr": result.stderr[-4000:]}))
+            try:  # a failure or a hang is recorded once, for every test to report (and no worker to launch again)
+                done = subprocess.run(command, env=env, cwd=project, capture_output=True, text=True, timeout=900)
+                returncode, stderr = done.returncode, done.stderr[-4000:]
+            except subprocess.TimeoutExpired as error:
+                returncode, stderr = None, str(error)
+            outcome.write_text(json.dumps({"returncode": returncode, "stderr": stderr}))
     result = json.loads(outcome.read_text())
 
     def ranks(mode):
