@@ -24,7 +24,7 @@ TORCHRUN_MODES = ("stages", "adaptive", "per_prompt", "colocate_tp")
 
 
 @pytest.fixture(scope="session")
-def torchrun_scenarios(tmp_path_factory, worker_id):
+def torchrun_scenarios(tmp_path_factory):
     """
     Two real processes (`torchrun --nproc_per_node 2`, gloo on CPU) train every scenario of tests/distributed_run.py
     in one launch (each launch costs a launcher and two workers importing torch, transformers and TRL):
@@ -33,7 +33,9 @@ def torchrun_scenarios(tmp_path_factory, worker_id):
     """
     from filelock import FileLock
 
-    root = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    root = tmp_path_factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        root = root.parent  # the session's folder, above the workers' own
     out, outcome = root / "torchrun-scenarios", root / "torchrun-scenarios.json"
     with FileLock(str(root / "torchrun-scenarios.lock")):
         if not outcome.exists():

@@ -1,5 +1,6 @@
 """
-Run under `torchrun --nproc_per_node 2` (CPU, gloo) by tests/test_distributed.py.
+Run under `torchrun --nproc_per_node 2` (CPU, gloo) by tests/conftest.py's `torchrun_scenarios`, once a session, for
+tests/test_distributed.py and tests/test_vllm_tp.py.
 
     distributed_run.py OUTPUT_DIR MODE [MODE ...]
 
