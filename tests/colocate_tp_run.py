@@ -1,5 +1,6 @@
 """
-Run under `torchrun --nproc_per_node 2` (CPU, gloo) by tests/test_vllm_tp.py.
+Run under `torchrun --nproc_per_node 2` (CPU, gloo) for tests/test_vllm_tp.py, as the last mode of
+tests/distributed_run.py (or alone: `colocate_tp_run.py OUTPUT_DIR`).
 
 Trains the tiny model with `use_vllm=True, vllm_mode="colocate", vllm_tensor_parallel_size=2` through TRL's real
 `VLLMGeneration`, with the fake `vllm` module of tests/fake_vllm.py installed in this process (the only thing replaced:

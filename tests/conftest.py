@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +17,47 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+# The scenarios of tests/distributed_run.py, trained in turn by one `torchrun --nproc_per_node 2` launch.
+TORCHRUN_MODES = ("stages", "adaptive", "per_prompt", "colocate_tp")
+
+
+@pytest.fixture(scope="session")
+def torchrun_scenarios(tmp_path_factory):
+    """
+    Two real processes (`torchrun --nproc_per_node 2`, gloo on CPU) train every scenario of tests/distributed_run.py
+    in one launch (each launch costs a launcher and two workers importing torch, transformers and TRL):
+    `torchrun_scenarios(mode)` is the list of both ranks' records of that mode. Under pytest-xdist the first worker
+    to ask launches it and the others wait for it and read its results, so the suite launches it once.
+    """
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        root = root.parent  # the session's folder, above the workers' own
+    out, outcome = root / "torchrun-scenarios", root / "torchrun-scenarios.json"
+    with FileLock(str(root / "torchrun-scenarios.lock")):
+        if not outcome.exists():
+            out.mkdir()
+            project = Path(__file__).resolve().parent.parent
+            env = {**os.environ, "PYTHONPATH": str(project), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline",
+                   "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+            command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+                       str(project / "tests" / "distributed_run.py"), str(out), *TORCHRUN_MODES]  # fmt: skip
+            try:  # a failure or a hang is recorded once, for every test to report (and no worker to launch again)
+                done = subprocess.run(command, env=env, cwd=project, capture_output=True, text=True, timeout=900)
+                returncode, stderr = done.returncode, done.stderr[-4000:]
+            except subprocess.TimeoutExpired as error:
+                returncode, stderr = None, str(error)
+            outcome.write_text(json.dumps({"returncode": returncode, "stderr": stderr}))
+    result = json.loads(outcome.read_text())
+
+    def ranks(mode):
+        assert result["returncode"] == 0, result["stderr"]
+        return [json.loads((out / mode / f"rank{r}.json").read_text()) for r in range(2)]
+
+    return ranks
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,15 @@
 """
-Run under `torchrun --nproc_per_node 2` (CPU, gloo) by tests/test_distributed.py.
+Run under `torchrun --nproc_per_node 2` (CPU, gloo) by tests/conftest.py's `torchrun_scenarios`, once a session, for
+tests/test_distributed.py and tests/test_vllm_tp.py.
 
-Trains the tiny model with a two-stage curriculum and writes, per rank, what each generation round looked like:
-the step, the G and temperature in force, the rows' prompt indices and this rank's rewards.
+    distributed_run.py OUTPUT_DIR MODE [MODE ...]
+
+For each mode in turn (`stages`, `adaptive`, `per_prompt`), in the same two processes, trains the tiny model with
+that curriculum and writes, per rank, what each generation round looked like to `OUTPUT_DIR/MODE/rankR.json`: the
+step, the G and temperature in force, the rows' prompt indices and this rank's rewards. Mode `colocate_tp` runs
+tests/colocate_tp_run.py (for tests/test_vllm_tp.py); it installs a fake `vllm` for good, so it comes last. One
+launch for every mode spares the suite a launcher and two workers (each importing torch, transformers and TRL) per
+mode.
 """
 
 import json
@@ -39,7 +46,7 @@ def stages_for(mode: str):
     ]
 
 
-def main(output_dir: str, mode: str = "stages") -> None:
+def train(output_dir: str, mode: str) -> None:
     recorder = RoundRecorder(reward_fn=rank_dependent_reward)
     stages = stages_for(mode)
     trainer = CurriculumGRPOTrainer(
@@ -63,6 +70,17 @@ def main(output_dir: str, mode: str = "stages") -> None:
     with open(f"{output_dir}/rank{rank}.json", "w") as f:
         json.dump({"calls": recorder.calls, "history": history, "switches": trainer._curriculum.switches,
                    "deferred_total": trainer._curriculum.deferred_total}, f)
+
+
+def main(output_dir: str, *modes: str) -> None:
+    for mode in modes or ("stages",):
+        os.makedirs(f"{output_dir}/{mode}", exist_ok=True)
+        if mode == "colocate_tp":
+            from tests import colocate_tp_run
+
+            colocate_tp_run.main(f"{output_dir}/{mode}")
+        else:
+            train(f"{output_dir}/{mode}", mode)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """
 Train the tiny model with a curriculum, appending one JSON line per generation round to `rounds.jsonl`; used by
-tests/test_resume.py in a subprocess that is killed with SIGKILL and then resumed.
+tests/test_resume.py in a subprocess that is killed with SIGKILL and then resumed, and in the test process for the
+reference run that never stopped (`main([OUTPUT_DIR])`).
 
     python tests/resume_run.py OUTPUT_DIR [--resume] [--sleep SECONDS] [--kill-at POINT:STEP] [--save-total-limit N]
 
@@ -30,14 +31,14 @@ STAGES = [
 ]
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("output_dir")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--sleep", type=float, default=0.0)
     parser.add_argument("--kill-at")
     parser.add_argument("--save-total-limit", type=int)
-    options = parser.parse_args()
+    options = parser.parse_args(argv)
     log = open(os.path.join(options.output_dir, "rounds.jsonl"), "a")
     trainer = None
 
@@ -60,6 +61,7 @@ def main():
     if options.kill_at:
         kill_at(trainer, *options.kill_at.split(":"))
     trainer.train(resume_from_checkpoint=True if options.resume else None)
+    log.close()
 
 
 def kill_at(trainer, point: str, step: str) -> None:

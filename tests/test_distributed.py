@@ -11,17 +11,8 @@ from .conftest import assert_whole_groups, group_runs
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_two_processes(tmp_path, mode):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
-               str(ROOT / "tests" / "distributed_run.py"), str(tmp_path), mode]  # fmt: skip
-    result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-
-
-def test_two_processes_switch_together(tmp_path):
-    ranks = run_two_processes(tmp_path, "stages")
+def test_two_processes_switch_together(torchrun_scenarios):
+    ranks = torchrun_scenarios("stages")
 
     expected_g = [2, 2, 8, 8, 4, 4]
     for rank in ranks:
@@ -44,9 +35,9 @@ def test_two_processes_switch_together(tmp_path):
     assert len(set(if_spanning)) == 1  # G = 8 = the whole generation batch: one prompt across both processes
 
 
-def test_adaptive_decisions_agree_when_ranks_see_different_rewards(tmp_path):
+def test_adaptive_decisions_agree_when_ranks_see_different_rewards(torchrun_scenarios):
     """Each rank scores its rows differently; decisions come from the gathered rewards, so both ranks agree."""
-    ranks = run_two_processes(tmp_path, "adaptive")
+    ranks = torchrun_scenarios("adaptive")
     settings = [[(c["step"], c["num_generations"], c["temperature"]) for c in rank["calls"]] for rank in ranks]
     assert settings[0] == settings[1]
     assert ranks[0]["switches"] == ranks[1]["switches"] and ranks[0]["switches"], "the policy never switched"
@@ -54,9 +45,9 @@ def test_adaptive_decisions_agree_when_ranks_see_different_rewards(tmp_path):
         assert_whole_groups(a["idx"] + b["idx"], a["num_generations"])
 
 
-def test_per_prompt_allocation_agrees_when_ranks_see_different_rewards(tmp_path):
+def test_per_prompt_allocation_agrees_when_ranks_see_different_rewards(torchrun_scenarios):
     """Per-prompt rounds from gathered rewards: both ranks build the same prompts and G, groups span the ranks."""
-    ranks = run_two_processes(tmp_path, "per_prompt")
+    ranks = torchrun_scenarios("per_prompt")
     rounds = [[(c["step"], c["sizes"]) for c in rank["calls"]] for rank in ranks]
     assert rounds[0] == rounds[1] and ranks[0]["deferred_total"] == ranks[1]["deferred_total"]
     assert any(len(set(sizes)) > 1 for _, sizes in rounds[0]), rounds[0]  # some round mixes group sizes

@@ -237,24 +237,35 @@ def settled_or_mixed(prompts, completions, idx, **kwargs):
     return [1.0 if i % 3 == 0 else 0.0 if i % 3 == 1 else float(j % 2) for j, i in enumerate(idx)]
 
 
+ITERABLE_GEOMETRY = dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=4,
+                         max_steps=22, save_strategy="steps", save_steps=1, shuffle_dataset=True)  # fmt: skip
+
+
+def make_iterable_run(output_dir):
+    return make_trainer(output_dir, per_prompt((2, 4, 8)), recorder=RoundRecorder(settled_or_mixed),
+                        dataset=indexed_dataset(12).to_iterable_dataset(), **ITERABLE_GEOMETRY)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def iterable_full_run(tmp_path_factory):
+    """The streamed per-prompt run that never stopped (a checkpoint every step), shared by the resumes from it."""
+    output_dir = tmp_path_factory.mktemp("iterable-full")
+    full, full_recorder = make_iterable_run(output_dir)
+    full.train()
+    return output_dir, full, [(c["step"], tuple(c["sizes"]), tuple(c["idx"])) for c in full_recorder.calls]
+
+
 @pytest.mark.parametrize("resume_step", [9, 17])
-def test_mid_round_resume_on_an_iterable_dataset_replays_the_rounds(tmp_path, resume_step):
+def test_mid_round_resume_on_an_iterable_dataset_replays_the_rounds(tmp_path, iterable_full_run, resume_step):
     """
     A checkpoint taken inside a per-prompt round of a streamed dataset: the resumed run regenerates that round (same
     prompts and G) and then trains the rounds of the run that never stopped.
     """
-    stages = per_prompt((2, 4, 8))
-    geometry = dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=4,
-                    max_steps=22, save_strategy="steps", save_steps=1, shuffle_dataset=True)  # fmt: skip
-    make = lambda name: make_trainer(tmp_path / name, stages, recorder=RoundRecorder(settled_or_mixed),  # noqa: E731
-                                     dataset=indexed_dataset(12).to_iterable_dataset(), **geometry)  # fmt: skip
-    full, full_recorder = make("full")
-    full.train()
-    expected = [(c["step"], tuple(c["sizes"]), tuple(c["idx"])) for c in full_recorder.calls]
+    full_dir, full, expected = iterable_full_run
     assert resume_step % 2 == 1 and full._curriculum.deferred_total > 0  # inside a round (2 steps a round); deferrals
 
-    resumed, recorder = make("resumed")
-    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / f"checkpoint-{resume_step}"))
+    resumed, recorder = make_iterable_run(tmp_path / "resumed")
+    resumed.train(resume_from_checkpoint=str(full_dir / f"checkpoint-{resume_step}"))
     got = [(c["step"], tuple(c["sizes"]), tuple(c["idx"])) for c in recorder.calls]
     first = max(i for i, r in enumerate(expected) if r[0] <= resume_step)
     assert got[0][1:] == expected[first][1:]

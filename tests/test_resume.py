@@ -141,9 +141,11 @@ def test_sigkill_then_resume_continues_the_schedule(tmp_path, reference_rounds):
 
 @pytest.fixture(scope="module")
 def reference_rounds(tmp_path_factory):
-    """The rounds of `tests/resume_run.py` run to the end without a stop."""
+    """The rounds of `tests/resume_run.py` run to the end without a stop (in this process: no interpreter to start)."""
+    from . import resume_run
+
     reference = tmp_path_factory.mktemp("reference")
-    subprocess.run([*RESUME_RUN, str(reference)], env=_env(), check=True, timeout=300, capture_output=True)
+    resume_run.main([str(reference)])
     return [(r["step"], r["G"], r["T"], r["idx"]) for r in _read_rounds(reference / "rounds.jsonl")]
 
 

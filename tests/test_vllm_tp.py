@@ -2,32 +2,16 @@
 Colocated vLLM with tensor parallelism across two real processes (`torchrun --nproc_per_node 2`, gloo on CPU): TRL's
 `VLLMGeneration` builds a TP subgroup of both ranks, all-gathers their prompts, generates once and hands each rank back
 its own slice. When a switch makes G span both ranks, each rank must still get its own rows' completions, and the
-sampling parameters must follow the schedule on both ranks at the same round. See tests/colocate_tp_run.py.
+sampling parameters must follow the schedule on both ranks at the same round. See tests/colocate_tp_run.py (run in
+the launch of tests/distributed_run.py that tests/conftest.py's `torchrun_scenarios` makes).
 """
-
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 from .conftest import assert_whole_groups
 from .fake_vllm import decode_fake_completion
 
-ROOT = Path(__file__).resolve().parent.parent
 PER_DEVICE = 4
 # (step, G, temperature) of each round: stage 0 (G 2, T 0.7) for steps 0-1, stage 1 (G 8, T 1.2) after.
 EXPECTED = [(0, 2, 0.7), (1, 2, 0.7), (2, 8, 1.2), (3, 8, 1.2)]
-
-
-def run_colocate_tp(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline",
-           "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
-               str(ROOT / "tests" / "colocate_tp_run.py"), str(tmp_path)]  # fmt: skip
-    result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
 
 
 def check_colocate_tp(ranks):
@@ -78,5 +62,5 @@ def check_colocate_tp(ranks):
     assert len(seen) == len(set(seen))  # no prompt reused within the pass
 
 
-def test_colocate_tensor_parallel_keeps_each_rank_s_rows_across_switches(tmp_path):
-    check_colocate_tp(run_colocate_tp(tmp_path))
+def test_colocate_tensor_parallel_keeps_each_rank_s_rows_across_switches(torchrun_scenarios):
+    check_colocate_tp(torchrun_scenarios("colocate_tp"))
