@@ -219,8 +219,13 @@ def read_yaml(path: str) -> tuple[object, list[Problem]]:
 
 def parse_value(text: str):
     """Parse one value as recipes are read (e.g. a command-line override): `"1e-5"` -> `1e-05`, `"[]"` -> `[]`; text
-    that is not valid YAML (or breaks a limit) stays a string."""
+    that is not valid YAML (or breaks a limit) stays a string, and so do YAML 1.1's other booleans (`no`, `off`,
+    `yes`, `on`, `y`, `n`): `--save_strategy no` means `"no"`, as on `trl grpo`'s command line; only `true` and
+    `false` are booleans (as in YAML 1.2)."""
     try:
-        return parse_yaml(text, "value")[0]
+        value = parse_yaml(text, "value")[0]
     except CurriculumError:
         return text
+    if isinstance(value, bool) and text.strip().lower() not in ("true", "false"):
+        return text
+    return value

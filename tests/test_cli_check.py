@@ -321,5 +321,8 @@ def test_dispatch_errors_exit_2_without_traceback(fake_run, capsys):
 def test_parse_overrides():
     assert parse_overrides([]) == {}
     assert parse_overrides(["--use-vllm", "--vllm_mode", "colocate"]) == {"use_vllm": True, "vllm_mode": "colocate"}
+    # As on `trl grpo`'s command line: YAML 1.1's other booleans are strings (`--save_strategy no` read False before).
+    assert parse_overrides(["--save_strategy", "no", "--x=off", "--y", "Yes", "--bf16", "false", "--z", "True"]) == {
+        "save_strategy": "no", "x": "off", "y": "Yes", "bf16": False, "z": True}
     with pytest.raises(CurriculumError):
         parse_overrides(["--"])
