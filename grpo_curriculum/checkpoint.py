@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import re
+import secrets
 import stat
 import zipfile
 from dataclasses import dataclass
@@ -62,16 +63,18 @@ def atomic_write(path: str | os.PathLike, write, binary: bool = False) -> None:
     Call `write(file)` on a temporary file next to `path`, sync it and rename it to `path`: readers see the old file or
     the new one, never a part (the temporary file is removed if `write` fails).
     """
-    tmp = f"{os.fspath(path)}.tmp"
+    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    f = open(tmp, "xb" if binary else "x", encoding=None if binary else "utf-8")  # a new file: never a user's
     try:
-        with open(tmp, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
+        with f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
-            os.remove(tmp)
+            os.remove(tmp)  # ours: created above
         raise
 
 

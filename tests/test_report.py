@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from grpo_curriculum.checkpoint import read_state, write_state
+from grpo_curriculum.checkpoint import atomic_json, atomic_write, read_state, write_state
 from grpo_curriculum.report import PromptReport
 from grpo_curriculum.slots import PromptSlots
 
@@ -171,3 +171,18 @@ def test_fifty_thousand_prompts_checkpoint_small_and_fast(tmp_path):
     size = sum(f.stat().st_size for f in tmp_path.iterdir())
     assert size < 1_000_000, size
     assert elapsed < 0.5, elapsed  # measured well under 0.1 s unloaded; a margin for a busy CI machine
+
+
+def test_atomic_write_never_touches_a_users_file_and_keeps_the_umask(tmp_path):
+    """The temporary file is a new one (it was `<path>.tmp`, overwritten and removed whatever it held)."""
+    target = tmp_path / "state.json"
+    (tmp_path / "state.json.tmp").write_text("the user's")
+    atomic_json(target, {"a": 1})
+    with pytest.raises(RuntimeError):
+        atomic_write(target, lambda f: (_ for _ in ()).throw(RuntimeError("write failed")))
+    assert (tmp_path / "state.json.tmp").read_text() == "the user's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json", "state.json.tmp"]
+    assert json.loads(target.read_text()) == {"a": 1}
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask
