@@ -20,9 +20,9 @@ from transformers import PrinterCallback, TrainerCallback, logging as hf_logging
 from trl import GRPOConfig
 
 from grpo_curriculum import Stage
-from grpo_curriculum.callback import CurriculumCallback
-from grpo_curriculum.tasks import build_model, build_tokenizer, echo_dataset, echo_reward
-from grpo_curriculum.trainer import CurriculumGRPOTrainer
+from grpo_curriculum.training.callback import CurriculumCallback
+from grpo_curriculum.demo.tasks import build_model, build_tokenizer, echo_dataset, echo_reward
+from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
 
 def rss_mib() -> float:

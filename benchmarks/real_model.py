@@ -1,6 +1,6 @@
 """
 The sample-efficiency protocol on a real pretrained model: SmolLM2-135M-Instruct (`builtin:smollm2`, fetched from its
-PyPI wheel and converted once) learning the mixed-difficulty arithmetic task (`grpo_curriculum.arithmetic`).
+PyPI wheel and converted once) learning the mixed-difficulty arithmetic task (`grpo_curriculum.demo.arithmetic`).
 
 Every arm trains the same pretrained model with `CurriculumGRPOTrainer` + `CurriculumCallback` on the same training
 prompts, with the same generation batch and number of optimizer steps, so every arm spends the same number of
@@ -26,7 +26,7 @@ the report without training).
     python benchmarks/real_model.py --scale gpu           # a larger study for a GPU box (batch 64, 300 steps, 3 seeds)
     python benchmarks/real_model.py --arms static_small static_large schedule success_rate hysteresis --seeds 3
 
-The model comes from `grpo_curriculum.models.fetch_model("smollm2")` (the cache, `$GRPO_CURRICULUM_CACHE`), or from
+The model comes from `grpo_curriculum.demo.models.fetch_model("smollm2")` (the cache, `$GRPO_CURRICULUM_CACHE`), or from
 `--model` (a transformers folder or Hub id, e.g. `HuggingFaceTB/SmolLM2-135M-Instruct` on a machine with Hub access).
 Runs are sequential in one process (`--threads` torch threads, default 1).
 """
@@ -54,7 +54,7 @@ from pathlib import Path
 
 from common import HeldOut, eval_callback, fmt_ms, mean_std, parse_with_output, train_arm  # benchmarks/common.py
 
-from grpo_curriculum.arithmetic import LEVELS
+from grpo_curriculum.demo.arithmetic import LEVELS
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 
@@ -196,7 +196,7 @@ def held_out_evaluation(tokenizer, scale: Scale):
     Held-out evaluation ([`common.HeldOut`]): greedy accuracy (overall and per difficulty level) and the mean accuracy
     of `eval_samples` completions a prompt at `EVAL_TEMPERATURE`. Returns `(evaluate(model) -> dict, held_out)`.
     """
-    from grpo_curriculum.arithmetic import arithmetic_dataset, arithmetic_reward
+    from grpo_curriculum.demo.arithmetic import arithmetic_dataset, arithmetic_reward
 
     held_out = arithmetic_dataset(scale.eval_prompts, seed=EVAL_PROMPT_SEED, split="eval")
     answers, levels = list(held_out["answer"]), list(held_out["level"])
@@ -223,9 +223,9 @@ def run_arm(arm: str, seed: int, scale: Scale, model_path: str, train) -> dict:
     from transformers import AutoTokenizer
     from trl import GRPOConfig
 
-    from grpo_curriculum.arithmetic import arithmetic_reward
-    from grpo_curriculum.callback import CurriculumCallback
-    from grpo_curriculum.trainer import CurriculumGRPOTrainer
+    from grpo_curriculum.demo.arithmetic import arithmetic_reward
+    from grpo_curriculum.training.callback import CurriculumCallback
+    from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
     start = time.perf_counter()
     stages = ARMS[arm].stages(scale)
@@ -446,8 +446,8 @@ def main(argv=None) -> int:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from grpo_curriculum.arithmetic import arithmetic_dataset
-    from grpo_curriculum.models import fetch_model, read_manifest
+    from grpo_curriculum.demo.arithmetic import arithmetic_dataset
+    from grpo_curriculum.demo.models import fetch_model, read_manifest
 
     torch.set_num_threads(options.threads)
     hf_logging.set_verbosity_error()

@@ -2,7 +2,7 @@
 Does the curriculum buy reward per completion? Static G, the seeds' stage schedule and the adaptive policies, side by
 side, at the same number of completions.
 
-Every arm trains the same warm-started tiny model (grpo_curriculum.tasks: build_model + warm_start) with
+Every arm trains the same warm-started tiny model (grpo_curriculum.demo.tasks: build_model + warm_start) with
 `CurriculumGRPOTrainer` + `CurriculumCallback` on CPU, with the same generation batch (so the same completions per
 optimizer step) and the same number of optimizer steps:
 
@@ -58,10 +58,10 @@ from transformers import logging as hf_logging  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 from grpo_curriculum import Stage  # noqa: E402
-from grpo_curriculum.adaptive import Adaptive  # noqa: E402
-from grpo_curriculum.callback import CurriculumCallback  # noqa: E402
-from grpo_curriculum.tasks import BENCHMARK_TASKS, build_model, build_tokenizer, warm_start  # noqa: E402
-from grpo_curriculum.trainer import CurriculumGRPOTrainer  # noqa: E402
+from grpo_curriculum.core.adaptive import Adaptive  # noqa: E402
+from grpo_curriculum.training.callback import CurriculumCallback  # noqa: E402
+from grpo_curriculum.demo.tasks import BENCHMARK_TASKS, build_model, build_tokenizer, warm_start  # noqa: E402
+from grpo_curriculum.training.trainer import CurriculumGRPOTrainer  # noqa: E402
 
 GENERATION_BATCH = 16  # completions per optimizer step, every arm; G in {2, 4, 8, 16} all divide it
 MAX_COMPLETION_LENGTH = 4  # the longest answer (three words) plus <eos>
@@ -454,7 +454,7 @@ def markdown(mode: str, options, summaries: dict, verdicts: dict, wall: float, e
         "## What was measured",
         "",
         f"- Mode: **{mode}**; {len(options.seed_list)} seeds {options.seed_list}; tasks "
-        + ", ".join(f"`{t}` ({TASK_DESCRIPTIONS[t]})" for t in tasks) + " from `grpo_curriculum.tasks` (the "
+        + ", ".join(f"`{t}` ({TASK_DESCRIPTIONS[t]})" for t in tasks) + " from `grpo_curriculum.demo.tasks` (the "
         "single-difficulty `echo` and `count` run with `--tasks echo count`).",
         f"- Every arm: **{options.steps} optimizer steps x generation batch {GENERATION_BATCH} = {completions} "
         "completions**, the same for every arm; `CurriculumGRPOTrainer` + `CurriculumCallback` for every arm (a "
@@ -462,7 +462,7 @@ def markdown(mode: str, options, summaries: dict, verdicts: dict, wall: float, e
         "- Arms: " + "; ".join(f"`{a}` ({arm_description(a)})" for a in options.arms) + ". The adaptive policies use "
         "their default knobs (not tuned on these tasks).",
         f"- Model: the tiny built-in Llama (hidden 32, 2 layers), per seed warm-started by {WARM_START_STEPS} "
-        f"supervised steps (`grpo_curriculum.tasks.warm_start`) on the {TRAIN_PROMPTS} training prompts"
+        f"supervised steps (`grpo_curriculum.demo.tasks.warm_start`) on the {TRAIN_PROMPTS} training prompts"
         + "".join(f" (`{t}`: {TASK_WARM_START[t][0]} steps on its one- and two-word prompts only)"
                   for t in options.tasks if t in TASK_WARM_START)
         + f", the same start for every arm; learning rate {LEARNING_RATE:g}, max completion length "

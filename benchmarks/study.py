@@ -5,7 +5,7 @@ paired over seeds, on a task whose difficulty frontier moves, with an evaluation
 Task `prefix_levels` (`TASKS`): `"echo k : w1 w2 w3 w4 ="` (k a digit word) must be answered with exactly the
 tokens of the first k words and `<eos>` (reward 1, else 0), levels k = 1-4 in equal shares. The words to copy sit at
 the same distance from the answer at every level, so copying learned at level k carries to level k+1 and only where to
-stop is new: the frontier moves up as training goes on. The tiny model (`grpo_curriculum.tasks`) is warm-started on a
+stop is new: the frontier moves up as training goes on. The tiny model (`grpo_curriculum.demo.tasks`) is warm-started on a
 mix weighted to levels 1-2 until level 2's exact success at the training temperature reaches `WARM_GATE` (a fixed step
 count leaves some seeds where RL cannot start): after it, level 1 is about solved, level 2 mixed, levels 3-4 hard but
 solvable (exact success at evaluation about 0.3 and 0.1). A first task, `"echo : w1 ... wk ="` with k = 1-4, was
@@ -115,7 +115,7 @@ def level_dataset(task: str, num_prompts: int, seed: int, weights: tuple[int, ..
     """
     from datasets import Dataset
 
-    from grpo_curriculum.tasks import DIGITS, WORDS
+    from grpo_curriculum.demo.tasks import DIGITS, WORDS
 
     rng = random.Random(seed)
     rows = {"prompt": [], "target": [], "level": []}
@@ -232,11 +232,11 @@ def cgrpo_groups(trainer):
 def warm_model(task: str, seed: int) -> dict:
     """
     The warm-started model, tokenizer and the prompt sets of one (task, seed): the same for every arm. The warm start
-    ([`grpo_curriculum.tasks.warm_start`], `WARM_CHUNK` steps at a time) stops once the exact success of level
+    ([`grpo_curriculum.demo.tasks.warm_start`], `WARM_CHUNK` steps at a time) stops once the exact success of level
     `WARM_GATE[0]` at the training temperature reaches `WARM_GATE[1]` (on prompts of its own), so every seed starts
     from a comparable frontier; a fixed step count leaves some seeds where RL cannot start.
     """
-    from grpo_curriculum.tasks import build_model, build_tokenizer, warm_start
+    from grpo_curriculum.demo.tasks import build_model, build_tokenizer, warm_start
 
     _, weights, warm_weights, max_steps = TASKS[task]
     level, gate = WARM_GATE
@@ -259,7 +259,7 @@ def warm_model(task: str, seed: int) -> dict:
 
 def evaluator(warm: dict, reward: ExactAnswer):
     """`evaluate(model) -> dict`: the exact reward (mean and per level), the sampled and greedy rewards."""
-    from grpo_curriculum.tasks import exact_echo_reward
+    from grpo_curriculum.demo.tasks import exact_echo_reward
 
     tokenizer, held_out = warm["tokenizer"], warm["held_out"]
     prompt_ids = [tokenizer(p).input_ids for p in held_out["prompt"]]
@@ -353,8 +353,8 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict)
         else:
             from trl import GRPOConfig
 
-            from grpo_curriculum.callback import CurriculumCallback
-            from grpo_curriculum.trainer import CurriculumGRPOTrainer
+            from grpo_curriculum.training.callback import CurriculumCallback
+            from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
             stages = arm_stages(arm)
             args = GRPOConfig(output_dir=output_dir, per_device_train_batch_size=GENERATION_BATCH, max_steps=steps,
@@ -380,7 +380,7 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict)
 
 def arm_stages(arm: str):
     from grpo_curriculum import Stage
-    from grpo_curriculum.adaptive import Adaptive
+    from grpo_curriculum.core.adaptive import Adaptive
 
     if arm.startswith("static_g"):
         return [Stage(num_generations=int(arm.removeprefix("static_g")), temperature=TEMPERATURE)]
@@ -637,7 +637,7 @@ def first_value(xs: list[float], ys: list[float], x: float) -> float:
 
 
 def report(raw: dict, out: Path) -> str:
-    from grpo_curriculum.checkpoint import atomic_write
+    from grpo_curriculum.training.checkpoint import atomic_write
 
     o = raw["options"]
     summaries = {}
@@ -723,7 +723,7 @@ def main(argv=None) -> int:
            "options": {"name": name, "tasks": options.tasks, "arms": arms, "seeds": reported, "tuning": tuning_seeds,
                        "steps": steps, "points": points, "jobs": options.jobs},
            "runs": sorted(runs, key=lambda r: (r["task"], r["seed"], ARMS.index(r["arm"])))}  # fmt: skip
-    from grpo_curriculum.checkpoint import atomic_write
+    from grpo_curriculum.training.checkpoint import atomic_write
 
     atomic_write(out / f"study_{name}.json", lambda f: json.dump(raw, f, separators=(",", ":")))
     print(report(raw, out))

@@ -40,7 +40,7 @@ def main():
     import torch
     from transformers import logging as hf_logging
 
-    from grpo_curriculum.tasks import BENCHMARK_TASKS as TASKS, build_model, build_tokenizer, warm_start
+    from grpo_curriculum.demo.tasks import BENCHMARK_TASKS as TASKS, build_model, build_tokenizer, warm_start
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", default=list(TASKS))

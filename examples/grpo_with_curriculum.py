@@ -14,7 +14,7 @@ from pathlib import Path
 from trl import GRPOConfig
 from grpo_curriculum import CurriculumCallback, CurriculumGRPOTrainer as GRPOTrainer
 
-from grpo_curriculum.tasks import build_model, build_tokenizer, echo_dataset, echo_reward
+from grpo_curriculum.demo.tasks import build_model, build_tokenizer, echo_dataset, echo_reward
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: recipes/ and runs/ whatever the current directory
 logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")

@@ -2,10 +2,10 @@
 
 __version__ = "0.1.0"
 
-from .adaptive import Adaptive
-from .errors import CurriculumError, Problem
-from .geometry import BatchGeometry
-from .schedule import ResolvedSchedule, Setting, Stage, StageSchedule
+from .core.adaptive import Adaptive
+from .core.errors import CurriculumError, Problem
+from .core.geometry import BatchGeometry
+from .core.schedule import ResolvedSchedule, Setting, Stage, StageSchedule
 
 __all__ = [
     "Adaptive",
@@ -25,11 +25,11 @@ __all__ = [
 def __getattr__(name):
     # The trainer and the callback import torch/transformers/trl; the pure pieces above do not.
     if name == "CurriculumCallback":
-        from .callback import CurriculumCallback
+        from .training.callback import CurriculumCallback
 
         return CurriculumCallback
     if name == "CurriculumGRPOTrainer":
-        from .trainer import CurriculumGRPOTrainer
+        from .training.trainer import CurriculumGRPOTrainer
 
         return CurriculumGRPOTrainer
     raise AttributeError(f"module 'grpo_curriculum' has no attribute {name!r}")

@@ -20,9 +20,9 @@ import pytest
 import torch.distributed as dist
 
 from grpo_curriculum import Stage
-from grpo_curriculum.callback import CurriculumCallback
-from grpo_curriculum.tasks import build_model, build_tokenizer
-from grpo_curriculum.trainer import CurriculumGRPOTrainer
+from grpo_curriculum.training.callback import CurriculumCallback
+from grpo_curriculum.demo.tasks import build_model, build_tokenizer
+from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 from tests.conftest import RoundRecorder, grpo_args, indexed_dataset
 from tests.fake_vllm import install_fake_vllm_colocate
 

@@ -62,7 +62,7 @@ def torchrun_scenarios(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
-    from grpo_curriculum.tasks import save_tiny_model
+    from grpo_curriculum.demo.tasks import save_tiny_model
 
     return save_tiny_model(str(tmp_path_factory.mktemp("tiny-model")))
 
@@ -117,7 +117,7 @@ class RoundRecorder:
 
 
 def indexed_dataset(num_prompts=48, seed=0):
-    from grpo_curriculum.tasks import echo_dataset
+    from grpo_curriculum.demo.tasks import echo_dataset
 
     dataset = echo_dataset(num_prompts, seed=seed)
     return dataset.add_column("idx", list(range(num_prompts)))
@@ -139,8 +139,8 @@ def wanted_by_index(monkeypatch):
     keeps the rest of the budget fillable. The allocation rule itself is tested with tables (tests/test_allocation.py);
     integration tests use this to know the group sizes a round must realise.
     """
-    from grpo_curriculum.allocation import PerPromptAllocator
-    from grpo_curriculum.geometry import sums
+    from grpo_curriculum.core.allocation import PerPromptAllocator
+    from grpo_curriculum.core.geometry import sums
 
     def fix(rule):
         def choose(self, slots, waiting):

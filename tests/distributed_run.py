@@ -17,10 +17,10 @@ import os
 import sys
 
 from grpo_curriculum import Stage
-from grpo_curriculum.adaptive import Adaptive
-from grpo_curriculum.callback import CurriculumCallback
-from grpo_curriculum.tasks import build_model, build_tokenizer
-from grpo_curriculum.trainer import CurriculumGRPOTrainer
+from grpo_curriculum.core.adaptive import Adaptive
+from grpo_curriculum.training.callback import CurriculumCallback
+from grpo_curriculum.demo.tasks import build_model, build_tokenizer
+from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 from tests.conftest import RoundRecorder, grpo_args, indexed_dataset, per_prompt_stages
 
 

@@ -49,7 +49,7 @@ from urllib.parse import urlparse
 import pytest
 import requests as _real_requests
 
-from grpo_curriculum.tasks import DIGITS, VOCAB, WORDS
+from grpo_curriculum.demo.tasks import DIGITS, VOCAB, WORDS
 
 EOS_ID = VOCAB.index("<eos>")
 WORD_IDS = frozenset(VOCAB.index(word) for word in WORDS)
@@ -77,7 +77,7 @@ def fake_completion_ids(prompt_ids: list[int], position: int, sample: int, max_t
             The request's `max_tokens`.
 
     Returns:
-        `list[int]`: Token ids, all in [`~grpo_curriculum.tasks.VOCAB`].
+        `list[int]`: Token ids, all in [`~grpo_curriculum.demo.tasks.VOCAB`].
     """
     words = [token for token in prompt_ids if token in WORD_IDS]
     digits = [DIGIT_IDS[(position // 10) % 10], DIGIT_IDS[position % 10], DIGIT_IDS[sample % 10]]

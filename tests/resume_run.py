@@ -19,9 +19,9 @@ import time
 import transformers.trainer
 
 from grpo_curriculum import Stage
-from grpo_curriculum.callback import CurriculumCallback
-from grpo_curriculum.tasks import build_model, build_tokenizer
-from grpo_curriculum.trainer import CurriculumGRPOTrainer
+from grpo_curriculum.training.callback import CurriculumCallback
+from grpo_curriculum.demo.tasks import build_model, build_tokenizer
+from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 from tests.conftest import grpo_args, indexed_dataset
 
 STAGES = [

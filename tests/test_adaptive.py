@@ -1,4 +1,4 @@
-"""Tests for `grpo_curriculum.adaptive`: adaptive G and temperature policies on synthetic reward streams."""
+"""Tests for `grpo_curriculum.core.adaptive`: adaptive G and temperature policies on synthetic reward streams."""
 
 import json
 import math
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from grpo_curriculum.adaptive import Adaptive, Decision, HysteresisPolicy, SuccessRatePolicy, compared, make_policy
-from grpo_curriculum.checkpoint import _join_arrays, _split_arrays
-from grpo_curriculum.errors import CurriculumError
-from grpo_curriculum.signals import round_stats
+from grpo_curriculum.core.adaptive import Adaptive, Decision, HysteresisPolicy, SuccessRatePolicy, compared, make_policy
+from grpo_curriculum.training.checkpoint import _join_arrays, _split_arrays
+from grpo_curriculum.core.errors import CurriculumError
+from grpo_curriculum.core.signals import round_stats
 
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "grpo_curriculum"
@@ -302,8 +302,8 @@ def test_decisions_do_not_depend_on_the_hash_seed():
         "pkg = types.ModuleType('grpo_curriculum')\n"
         f"pkg.__path__ = [{str(PACKAGE_DIR)!r}]\n"
         "sys.modules['grpo_curriculum'] = pkg\n"
-        "from grpo_curriculum.adaptive import Adaptive, make_policy\n"
-        "from grpo_curriculum.signals import round_stats\n"
+        "from grpo_curriculum.core.adaptive import Adaptive, make_policy\n"
+        "from grpo_curriculum.core.signals import round_stats\n"
         "for name in ('success_rate', 'hysteresis'):\n"
         "    p = make_policy(Adaptive((2, 4, 8), (0.5, 1.5), name, patience=2, cooldown=2), 4, 1.0)\n"
         "    for r in range(40):\n"
@@ -525,7 +525,7 @@ def test_modules_do_not_import_torch_or_numpy():
         "pkg = types.ModuleType('grpo_curriculum')\n"
         f"pkg.__path__ = [{str(PACKAGE_DIR)!r}]\n"
         "sys.modules['grpo_curriculum'] = pkg\n"
-        "import grpo_curriculum.adaptive, grpo_curriculum.signals\n"
+        "import grpo_curriculum.core.adaptive, grpo_curriculum.core.signals\n"
         "bad = sorted(m for m in ('torch', 'numpy', 'trl', 'transformers') if m in sys.modules)\n"
         "assert not bad, bad\n"
     )

@@ -9,8 +9,8 @@ import statistics
 import pytest
 
 from grpo_curriculum import Stage
-from grpo_curriculum.adaptive import Adaptive
-from grpo_curriculum.tasks import build_tokenizer
+from grpo_curriculum.core.adaptive import Adaptive
+from grpo_curriculum.demo.tasks import build_tokenizer
 
 from .test_trainer import make_trainer, train_history
 from .conftest import RoundRecorder

@@ -1,4 +1,4 @@
-"""Tests for `grpo_curriculum.allocation`: the value-maximising per-prompt rule, GRESO deferral, exact budgets."""
+"""Tests for `grpo_curriculum.core.allocation`: the value-maximising per-prompt rule, GRESO deferral, exact budgets."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import random
 import numpy as np
 import pytest
 
-from grpo_curriculum.adaptive import INFORMATION_WEIGHTS, Adaptive, make_policy
-from grpo_curriculum.allocation import (
+from grpo_curriculum.core.adaptive import INFORMATION_WEIGHTS, Adaptive, make_policy
+from grpo_curriculum.core.allocation import (
     FLAT_MOMENTS,
     KEEP_FLOOR,
     WEIGHTS,
@@ -23,9 +23,9 @@ from grpo_curriculum.allocation import (
     knapsack,
     uniform_draw,
 )
-from grpo_curriculum.geometry import sums
-from grpo_curriculum.signals import round_stats
-from grpo_curriculum.slots import PromptSlots
+from grpo_curriculum.core.geometry import sums
+from grpo_curriculum.core.signals import round_stats
+from grpo_curriculum.core.slots import PromptSlots
 
 CANDIDATES = (2, 4, 8, 16)
 

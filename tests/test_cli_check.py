@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_curriculum.cli import main, parse_overrides
-from grpo_curriculum.errors import CurriculumError, Problem
+from grpo_curriculum.cli.main import main, parse_overrides
+from grpo_curriculum.core.errors import CurriculumError, Problem
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = str(ROOT / "recipes" / "demo.yaml")
@@ -118,7 +118,7 @@ def test_eval_constraint(capsys, tmp_path):
 PER_PROMPT_RECIPE = """
 model_name_or_path: builtin:tiny
 dataset_name: builtin:echo
-reward_funcs: [grpo_curriculum.tasks:echo_reward]
+reward_funcs: [grpo_curriculum.demo.tasks:echo_reward]
 per_device_train_batch_size: 12
 num_generations: 4
 curriculum:
@@ -267,7 +267,7 @@ def test_module_runs_as_a_script():
 @pytest.fixture
 def fake_run(monkeypatch):
     calls = []
-    module = types.ModuleType("grpo_curriculum.run")
+    module = types.ModuleType("grpo_curriculum.cli.run")
 
     def entry(name):
         def function(args):
@@ -282,7 +282,7 @@ def fake_run(monkeypatch):
 
     for name in ("train_main", "demo_main", "plot_main"):
         setattr(module, name, entry(name))
-    monkeypatch.setitem(sys.modules, "grpo_curriculum.run", module)
+    monkeypatch.setitem(sys.modules, "grpo_curriculum.cli.run", module)
     return calls
 
 

@@ -1,4 +1,4 @@
-"""Tests for `grpo_curriculum.geometry`: TRL 1.16's batch rules and the seed documents' worked cases."""
+"""Tests for `grpo_curriculum.core.geometry`: TRL 1.16's batch rules and the seed documents' worked cases."""
 
 import subprocess
 import sys
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from grpo_curriculum.errors import CurriculumError, Problem
-from grpo_curriculum.geometry import BatchGeometry, Fixes, divisors
+from grpo_curriculum.core.errors import CurriculumError, Problem
+from grpo_curriculum.core.geometry import BatchGeometry, Fixes, divisors
 
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "grpo_curriculum"
@@ -310,7 +310,7 @@ def test_geometry_module_does_not_import_torch():
         "pkg = types.ModuleType('grpo_curriculum')\n"
         f"pkg.__path__ = [{str(PACKAGE_DIR)!r}]\n"
         "sys.modules['grpo_curriculum'] = pkg\n"
-        "import grpo_curriculum.geometry\n"
+        "import grpo_curriculum.core.geometry\n"
         "bad = sorted(m for m in ('torch', 'trl', 'numpy', 'transformers') if m in sys.modules)\n"
         "assert not bad, bad\n"
     )
@@ -318,7 +318,7 @@ def test_geometry_module_does_not_import_torch():
 
 
 def test_fills_agrees_with_a_plain_table():
-    from grpo_curriculum.geometry import fills
+    from grpo_curriculum.core.geometry import fills
 
     for candidates in [(2,), (3, 5), (5, 8), (4, 6, 9), (7, 11, 13), (2, 16), (6, 10, 15), (12,)]:
         table = [True]
@@ -329,8 +329,8 @@ def test_fills_agrees_with_a_plain_table():
 
 def test_bounds_are_checked_before_any_arithmetic():
     """A huge batch would make `divisors` loop for hours; it is refused instead, naming the product."""
-    from grpo_curriculum.geometry import fills
-    from grpo_curriculum.rules import MAX_COUNT
+    from grpo_curriculum.core.geometry import fills
+    from grpo_curriculum.core.rules import MAX_COUNT
 
     with pytest.raises(CurriculumError, match=f"must be at most {MAX_COUNT}"):
         BatchGeometry(1, 10**26, 1)

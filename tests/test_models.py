@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_curriculum import models
-from grpo_curriculum.cli import main
-from grpo_curriculum.models import MANIFEST, ModelFetchError, ModelSource, fetch_model, fetched_path
+from grpo_curriculum.demo import models
+from grpo_curriculum.cli.main import main
+from grpo_curriculum.demo.models import MANIFEST, ModelFetchError, ModelSource, fetch_model, fetched_path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,7 +124,7 @@ def test_a_failed_conversion_leaves_nothing_that_counts(tmp_path, cache, monkeyp
 KILLED = """
 import sys, time
 from pathlib import Path
-from grpo_curriculum import models
+from grpo_curriculum.demo import models
 sys.path.insert(0, {tests!r})
 from test_models import fake_source
 spec, wheel = fake_source(Path({tmp!r}))
@@ -217,7 +217,7 @@ def test_a_converted_folder_is_returned_without_importing_torch(cache):
     folder = cache / "smollm2-135m-instruct-q4_1"
     folder.mkdir(parents=True)
     (folder / MANIFEST).write_text(json.dumps({"model": "smollm2"}))
-    code = "import sys; from grpo_curriculum.cli import main; code = main(['fetch-model', 'smollm2']); " \
+    code = "import sys; from grpo_curriculum.cli.main import main; code = main(['fetch-model', 'smollm2']); " \
            "print(code, 'torch' in sys.modules, 'transformers' in sys.modules)"  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), models.CACHE_ENV: str(cache)}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
@@ -235,13 +235,13 @@ def test_help_lists_the_command(capsys):
 
 
 def test_recipes_accept_builtin_smollm2():
-    from grpo_curriculum.recipe import parse_recipe
+    from grpo_curriculum.config.recipe import parse_recipe
 
     recipe = parse_recipe({"model_name_or_path": "builtin:smollm2", "dataset_name": "builtin:arithmetic",
-                           "reward_funcs": ["grpo_curriculum.arithmetic:arithmetic_reward"]})  # fmt: skip
+                           "reward_funcs": ["grpo_curriculum.demo.arithmetic:arithmetic_reward"]})  # fmt: skip
     assert recipe.model_name_or_path == "builtin:smollm2"
-    from grpo_curriculum.errors import CurriculumError
+    from grpo_curriculum.core.errors import CurriculumError
 
     with pytest.raises(CurriculumError, match="did you mean `builtin:smollm2`"):
         parse_recipe({"model_name_or_path": "builtin:smollm", "dataset_name": "builtin:arithmetic",
-                      "reward_funcs": ["grpo_curriculum.arithmetic:arithmetic_reward"]})  # fmt: skip
+                      "reward_funcs": ["grpo_curriculum.demo.arithmetic:arithmetic_reward"]})  # fmt: skip

@@ -29,7 +29,7 @@ def test_wheel_carries_the_demo_recipes_and_builds_without_deprecation_warnings(
         metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     shipped = {f"grpo_curriculum/recipes/{p.name}" for p in (ROOT / "grpo_curriculum" / "recipes").glob("*.yaml")}
     assert "grpo_curriculum/recipes/demo.yaml" in shipped and shipped <= names
-    assert "grpo_curriculum/trl_fields.json" in names
+    assert "grpo_curriculum/config/trl_fields.json" in names
     headers = metadata.split("\n\n", 1)[0].splitlines()
     assert "License-Expression: Apache-2.0" in headers
     assert any(line.startswith("Requires-Dist: matplotlib") and "extra ==" not in line for line in headers)

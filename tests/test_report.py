@@ -1,4 +1,4 @@
-"""Tests for `grpo_curriculum.report`: the uncertain-prompt report in compact arrays, top K, checkpointed sparsely."""
+"""Tests for `grpo_curriculum.training.report`: the uncertain-prompt report in compact arrays, top K, checkpointed sparsely."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import time
 import numpy as np
 import pytest
 
-from grpo_curriculum.checkpoint import atomic_json, atomic_write, read_state, write_state
-from grpo_curriculum.report import PromptReport
-from grpo_curriculum.slots import PromptSlots
+from grpo_curriculum.training.checkpoint import atomic_json, atomic_write, read_state, write_state
+from grpo_curriculum.training.report import PromptReport
+from grpo_curriculum.core.slots import PromptSlots
 
 NAN = math.nan
 
@@ -154,7 +154,7 @@ def test_report_errors():
 
 def test_fifty_thousand_prompts_checkpoint_small_and_fast(tmp_path):
     """Issue 11's bound: the curriculum files of a checkpoint for 50k prompts seen: well under 2 MB, 100 ms."""
-    from grpo_curriculum.allocation import PromptStats
+    from grpo_curriculum.core.allocation import PromptStats
 
     n = 50_000
     rng = np.random.default_rng(0)

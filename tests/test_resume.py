@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from grpo_curriculum import Adaptive, Stage
-from grpo_curriculum.checkpoint import CurriculumStateError
+from grpo_curriculum.training.checkpoint import CurriculumStateError
 
 from .conftest import RoundRecorder, assert_whole_groups, indexed_dataset, per_prompt_stages
 from .test_trainer import make_trainer
@@ -449,7 +449,7 @@ def test_resume_true_skips_a_checkpoint_with_truncated_arrays(saved_run, tmp_pat
 
 HOSTILE = r"""
 import json, os, sys, time
-from grpo_curriculum.checkpoint import CurriculumStateError, newest_complete_checkpoint, read_state
+from grpo_curriculum.training.checkpoint import CurriculumStateError, newest_complete_checkpoint, read_state
 found = {}
 for folder in sys.argv[1:]:
     begin = time.perf_counter()
@@ -515,7 +515,7 @@ def test_resume_with_adaptive_entropy_needs_its_state(tmp_path, caplog, monkeypa
     overrides = dict(max_steps=4, save_strategy="steps", save_steps=2, use_adaptive_entropy=True, entropy_coef=0.01)
     import trl.trainer.grpo_trainer
 
-    from grpo_curriculum import checkpoint
+    from grpo_curriculum.training import checkpoint
 
     written, trl_opened, atomic_write = [], [], checkpoint.atomic_write
 
@@ -606,7 +606,7 @@ def test_resume_without_a_checkpoint_is_one_clear_error(tmp_path, case):
 
 
 def test_cli_resume_without_a_checkpoint_exits_2(tmp_path, capsys):
-    from grpo_curriculum.cli import main
+    from grpo_curriculum.cli.main import main
 
     from .test_train_command import DEMO, FAST
 

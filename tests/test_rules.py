@@ -1,4 +1,4 @@
-"""The one validator (`grpo_curriculum.rules`): rule messages, the integer check, bounds and short value reprs."""
+"""The one validator (`grpo_curriculum.core.rules`): rule messages, the integer check, bounds and short value reprs."""
 
 import json
 import math
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from grpo_curriculum import Adaptive, BatchGeometry, CurriculumError, Stage, StageSchedule
-from grpo_curriculum.errors import MISSING, Problem, shorten
-from grpo_curriculum.recipe import geometry_of, parse_recipe
-from grpo_curriculum.rules import (
+from grpo_curriculum.core.errors import MISSING, Problem, shorten
+from grpo_curriculum.config.recipe import geometry_of, parse_recipe
+from grpo_curriculum.core.rules import (
     COUNT,
     MAX_COUNT,
     NUM_GENERATIONS,

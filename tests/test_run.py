@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_curriculum.cli import main
+from grpo_curriculum.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,8 +76,8 @@ def test_per_prompt_demo_recipe_is_checked_and_its_summary_gives_the_g_distribut
 
 
 def test_torch_threads_one_for_the_tiny_model_and_the_free_cpus_for_another():
-    from grpo_curriculum.recipe import load_recipe
-    from grpo_curriculum.run import torch_threads
+    from grpo_curriculum.config.recipe import load_recipe
+    from grpo_curriculum.cli.run import torch_threads
 
     tiny = load_recipe(ROOT / "recipes" / "demo.yaml")
     smollm2 = load_recipe(ROOT / "recipes" / "smollm2-arithmetic.yaml")

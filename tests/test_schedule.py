@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grpo_curriculum import CurriculumError, Stage, StageSchedule
-from grpo_curriculum.geometry import BatchGeometry
+from grpo_curriculum.core.geometry import BatchGeometry
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,7 +122,7 @@ def test_geometry_problems_cover_every_reachable_g():
 def test_schedule_module_imports_no_torch():
     code = (
         "import sys, types; pkg = types.ModuleType('grpo_curriculum'); pkg.__path__ = [%r]; "
-        "sys.modules['grpo_curriculum'] = pkg; import grpo_curriculum.schedule; "
+        "sys.modules['grpo_curriculum'] = pkg; import grpo_curriculum.core.schedule; "
         "assert 'torch' not in sys.modules and 'numpy' not in sys.modules, sorted(sys.modules)"
     ) % str(ROOT / "grpo_curriculum")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -130,7 +130,7 @@ def test_schedule_module_imports_no_torch():
 
 def test_stage_fields_are_checked_by_one_table():
     """Every field's own rule is in `STAGE_RULES`; null counts as not given (the required fields then say so)."""
-    from grpo_curriculum.schedule import STAGE_RULES, stage_problems
+    from grpo_curriculum.core.schedule import STAGE_RULES, stage_problems
 
     assert set(STAGE_RULES) == {"num_generations", "temperature", "temperature_end", "temperature_ramp", "until_step",
                                 "until_fraction"}

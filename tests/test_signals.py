@@ -1,10 +1,10 @@
-"""Tests for `grpo_curriculum.signals`: round statistics from flat rewards, over groups of any size."""
+"""Tests for `grpo_curriculum.core.signals`: round statistics from flat rewards, over groups of any size."""
 
 import math
 
 import pytest
 
-from grpo_curriculum.signals import RoundStats, round_stats
+from grpo_curriculum.core.signals import RoundStats, round_stats
 
 
 NAN = float("nan")

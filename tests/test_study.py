@@ -62,7 +62,7 @@ def test_area_under_is_the_mean_height_up_to_the_cut():
 def warm_model():
     import torch
 
-    from grpo_curriculum.tasks import build_model, build_tokenizer, echo_dataset, warm_start
+    from grpo_curriculum.demo.tasks import build_model, build_tokenizer, echo_dataset, warm_start
 
     torch.manual_seed(0)
     tokenizer = build_tokenizer()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_curriculum import tasks
+from grpo_curriculum.demo import tasks
 from grpo_curriculum.rewards import gsm8k_accuracy_reward, last_number
 
 

@@ -9,8 +9,8 @@ import pytest
 from datasets import Dataset
 
 from grpo_curriculum import CurriculumError, Stage
-from grpo_curriculum.callback import CurriculumCallback
-from grpo_curriculum.trainer import CurriculumGRPOTrainer
+from grpo_curriculum.training.callback import CurriculumCallback
+from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
 from .conftest import RoundRecorder, group_runs, grpo_args, per_prompt_stages
 from .fake_vllm import FakeVLLMServer, fake_vllm_server  # noqa: F401 - fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_curriculum.cli import main
+from grpo_curriculum.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = str(ROOT / "recipes" / "demo.yaml")
@@ -93,13 +93,13 @@ def test_train_refuses_an_output_dir_it_could_overwrite(tmp_path, capsys):
 
 
 def test_reward_module_with_a_syntax_error_stops_before_the_model_loads(tmp_path, capsys, monkeypatch):
-    import grpo_curriculum.tasks
+    import grpo_curriculum.demo.tasks
 
     monkeypatch.chdir(tmp_path)  # reward modules import from the current directory, as with `trl grpo`
     (tmp_path / "broken_rewards.py").write_text("def reward(completions, **kwargs)\n    return [0.0]\n")
     recipe = tmp_path / "broken.yaml"
-    recipe.write_text(Path(DEMO).read_text().replace("grpo_curriculum.tasks:echo_reward", "broken_rewards:reward"))
-    monkeypatch.setattr(grpo_curriculum.tasks, "build_model", lambda **kwargs: pytest.fail("the model was built"))
+    recipe.write_text(Path(DEMO).read_text().replace("grpo_curriculum.demo.tasks:echo_reward", "broken_rewards:reward"))
+    monkeypatch.setattr(grpo_curriculum.demo.tasks, "build_model", lambda **kwargs: pytest.fail("the model was built"))
     assert main(["train", str(recipe), "--output_dir", str(tmp_path / "out")]) == 2  # a traceback before
     error = capsys.readouterr().err
     assert "reward_funcs = 'broken_rewards:reward': cannot be imported: its module fails (SyntaxError:" in error

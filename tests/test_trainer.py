@@ -9,9 +9,9 @@ import torch
 from trl import GRPOTrainer
 
 from grpo_curriculum import CurriculumError, Stage
-from grpo_curriculum.callback import CurriculumCallback
-from grpo_curriculum.tasks import build_model, build_tokenizer, echo_reward
-from grpo_curriculum.trainer import CurriculumGRPOTrainer
+from grpo_curriculum.training.callback import CurriculumCallback
+from grpo_curriculum.demo.tasks import build_model, build_tokenizer, echo_reward
+from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
 from .conftest import RoundRecorder, assert_whole_groups, grpo_args, indexed_dataset, per_prompt_stages
 
@@ -194,7 +194,7 @@ def test_logprobs_at_the_sampling_temperature(tmp_path, tiny_model_dir):
     assert {t for _, _, t, ref in checked if ref} == {0.5, 2.0}  # the reference model too
     assert {t for _, _, t, ref in checked if not ref} == {0.5, 2.0}
     # every copy of the temperature agrees after the run
-    from grpo_curriculum import _trl
+    from grpo_curriculum.training import _trl
 
     found = _trl.sampling_temperatures(trainer, trainer._temperature_cells)
     assert len(trainer._temperature_cells) == 2 and set(found.values()) == {2.0}, found

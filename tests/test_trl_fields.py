@@ -7,19 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from grpo_curriculum import trl_fields as module
-from grpo_curriculum.trl_fields import SNAPSHOT, describe_trl, main, render, trl_fields
+from grpo_curriculum.config import trl_fields as module
+from grpo_curriculum.config.trl_fields import SNAPSHOT, describe_trl, main, render, trl_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_shipped_snapshot_is_what_the_installed_trl_generates():
-    """A TRL (or transformers) upgrade fails here until `python -m grpo_curriculum.trl_fields` rewrites the file."""
+    """A TRL (or transformers) upgrade fails here until `python -m grpo_curriculum.config.trl_fields` rewrites the file."""
     assert render(describe_trl()) == SNAPSHOT.read_text(encoding="utf-8")
 
 
 def test_snapshot_is_read_without_importing_trl():
-    code = ("import sys; from grpo_curriculum.trl_fields import trl_fields; fields = trl_fields(); "
+    code = ("import sys; from grpo_curriculum.config.trl_fields import trl_fields; fields = trl_fields(); "
             "assert fields['per_device_train_batch_size'] == {'owner': 'GRPOConfig', 'type': ['int'], 'default': 8}; "
             "heavy = {'trl', 'torch', 'transformers'} & set(sys.modules); assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)

@@ -8,9 +8,9 @@ order.
 from __future__ import annotations
 
 from grpo_curriculum import Stage
-from grpo_curriculum.callback import CurriculumCallback
-from grpo_curriculum.tasks import build_model, build_tokenizer
-from grpo_curriculum.trainer import CurriculumGRPOTrainer
+from grpo_curriculum.training.callback import CurriculumCallback
+from grpo_curriculum.demo.tasks import build_model, build_tokenizer
+from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
 import pytest
 

@@ -15,7 +15,7 @@ Tested against TRL 1.16. What the curriculum relies on:
   ourselves from a prompt stream that reproduces `RepeatSampler`'s order, so the data loader's read-ahead (accelerate
   prefetch, worker prefetch) never hands a row grouped for the old G to a round with the new G.
 - Each training round appends one `frac_reward_zero_std` to `trainer._metrics["train"]`; the curriculum replaces it
-  by its own zero-std share ([`grpo_curriculum.signals.is_zero_std`]: one definition for both logs).
+  by its own zero-std share ([`grpo_curriculum.core.signals.is_zero_std`]: one definition for both logs).
 - Without a `train_dataset` (an `environment_factory` owns the data), `__init__` sets `trainer.train_dataset` to a
   placeholder of `generation_batch_size // num_generations` empty prompts.
 - `_generate_single_turn` samples a round's first turn (then, with tools, each later turn of TRL's tool loop, one
@@ -25,20 +25,19 @@ Tested against TRL 1.16. What the curriculum relies on:
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import functools
-import hashlib
 import importlib
-import itertools
-import json
 import logging
 import math
 import os
 import warnings
 
 import torch
-from datasets import Dataset, IterableDataset
+from datasets import Dataset
+
+from .advantages import group_advantages
+from .stream import PromptStream
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -144,212 +143,6 @@ def train_dataset_as_loaded(trainer):
     return dataset
 
 
-class PromptStream:
-    """
-    The sequence of unique prompts consumed by generation rounds, independent of G.
-
-    With a constant G it yields exactly the prompts TRL's `RepeatSampler` (map-style datasets) or
-    `repeat_iterable_dataset` (iterable datasets) would: a fresh permutation (seeded with `seed`) a pass, consumed in
-    order, a pass's tail too short for a whole round dropped. With a changing G, each round takes
-    `generation_batch_size / G` prompts from where the last round stopped, so no prompt is skipped or repeated within a
-    pass whatever the switches. A per-prompt round looks ahead ([`upcoming`]), reads what it looked at and takes some
-    of it; the prompts it leaves wait at the front of the stream for the next round ([`waiting`], [`commit`]).
-
-    Args:
-        dataset (`Dataset` or `IterableDataset`):
-            The train dataset.
-        shuffle (`bool`):
-            Whether to shuffle each pass (`GRPOConfig.shuffle_dataset`).
-        seed (`int`):
-            The run's seed (`TrainingArguments.seed`).
-    """
-
-    def __init__(self, dataset, shuffle: bool, seed: int):
-        self.dataset = dataset
-        self.shuffle = shuffle
-        self.seed = seed
-        self.iterable = isinstance(dataset, IterableDataset)
-        self.epoch = 0  # passes started so far
-        self.position = 0  # prompts consumed in the current pass
-        self._order = None  # map-style: the current pass's permutation
-        self._iterator = None  # iterable: the current pass's stream
-        self._lookahead: list = []  # iterable: rows read from the stream but not consumed yet
-        self._waiting: list[tuple[int, object]] = []  # (position in the pass, prompt) left by a per-prompt round
-        if not self.iterable:
-            self._generator = torch.Generator()
-            if shuffle:
-                self._generator.manual_seed(seed)
-
-    def _start_pass(self) -> None:
-        if self.iterable:
-            stream = self.dataset.shuffle(seed=self.seed) if self.shuffle else self.dataset
-            stream.set_epoch(self.epoch)
-            self._iterator = iter(stream)
-        elif self.shuffle:
-            self._order = torch.randperm(len(self.dataset), generator=self._generator).tolist()
-        else:
-            self._order = list(range(len(self.dataset)))
-        self._lookahead, self._waiting = [], []
-        self.epoch += 1
-        self.position = 0
-
-    def open_pass(self) -> None:
-        """Start a pass if none is open."""
-        if self._order is None and self._iterator is None:
-            self._start_pass()
-
-    @property
-    def waiting(self) -> list:
-        """The prompts a per-prompt round left for the next one, in stream order (they come before [`upcoming`])."""
-        return [prompt for _, prompt in self._waiting]
-
-    def upcoming(self):
-        """The prompts left in the current pass after those read, in order, without consuming them (opens a pass if
-        none is open)."""
-        self.open_pass()
-        if not self.iterable:  # (by index: a slice would copy the rest of the pass every round)
-            yield from (self._order[i] for i in range(self.position, len(self._order)))
-            return
-        for i in itertools.count():
-            if i == len(self._lookahead):
-                row = next(self._iterator, _END)
-                if row is _END:
-                    return
-                self._lookahead.append(row)
-            yield self._lookahead[i]
-
-    def consume(self, num_prompts: int) -> list:
-        """Consume the next `num_prompts` prompts of the pass (all offered by [`upcoming`]) and return them."""
-        if self.iterable:  # (after `load_state` nothing is read ahead yet: read them from the stream)
-            taken = list(itertools.islice(self.upcoming(), num_prompts))
-            self._lookahead = self._lookahead[len(taken) :]
-        else:
-            taken = self._order[self.position : self.position + num_prompts]
-        if len(taken) != num_prompts:
-            raise RuntimeError(f"the pass has {len(taken)} prompts left, {num_prompts} were asked for")
-        self.position += num_prompts
-        return taken
-
-    def commit(self, plan: dict) -> list:
-        """
-        Carry out a per-prompt round's plan ([`grpo_curriculum.allocation.RoundPlan.as_dict`]) over the waiting
-        prompts and the next `plan["read"]` ones: return the prompts it takes; those it leaves wait for the next round.
-        """
-        start = self.position
-        looked = self._waiting + list(zip(itertools.count(start), self.consume(plan["read"])))
-        self._waiting = [looked[i] for i in plan["left"]]
-        return [looked[i][1] for i in plan["taken"]]
-
-    def end_pass(self) -> None:
-        """Drop the rest of the current pass (too short for a round); the next prompts come from a new pass."""
-        self._order, self._iterator, self._lookahead, self._waiting = None, None, [], []
-
-    def take(self, num_prompts: int) -> list:
-        """The next `num_prompts` unique prompts: dataset indices (map-style) or rows (iterable)."""
-        for _ in range(3):  # a pass too short for one round is an error, not an endless loop
-            waiting = self.waiting[:num_prompts]  # (left by a per-prompt stage before a switch)
-            need = num_prompts - len(waiting)
-            if len(list(itertools.islice(self.upcoming(), need))) == need:
-                self._waiting = self._waiting[len(waiting) :]
-                return waiting + self.consume(need)
-            self.end_pass()
-        raise ValueError(
-            f"The train dataset has fewer prompts than one generation round needs ({num_prompts}): "
-            "use a larger dataset, a smaller generation batch, or a larger num_generations."
-        )
-
-    def state(self) -> dict:
-        """Where the stream stands: the pass number, the prompts read in it and the positions of those waiting
-        (JSON-serialisable)."""
-        return {"epoch": self.epoch, "position": self.position, "waiting": [i for i, _ in self._waiting]}
-
-    def load_state(self, state: dict) -> None:
-        """Restore a [`state`]: replay the pass's permutation (or stream), skip what was read, keep what waits."""
-        self.epoch, self.position, self._order, self._iterator, self._lookahead = 0, 0, None, None, []
-        waiting = state.get("waiting", [])
-        if self.iterable:
-            if state["epoch"] > 0:
-                self.epoch = state["epoch"] - 1
-                self._start_pass()
-                keep = set(waiting)
-                read = itertools.islice(self._iterator, state["position"])
-                self._waiting = [(i, row) for i, row in enumerate(read) if i in keep]
-        else:
-            if self.shuffle:
-                self._generator.manual_seed(self.seed)
-            for _ in range(state["epoch"]):
-                self._start_pass()
-            self._waiting = [(i, self._order[i]) for i in waiting]
-        self.position = state["position"]
-
-    def materialize(self, prompts: list) -> list[dict]:
-        """The rows of `prompts` (as returned by [`take`]), read in one batched call for map-style datasets."""
-        if self.iterable:
-            return prompts
-        if hasattr(self.dataset, "__getitems__"):
-            return self.dataset.__getitems__(list(prompts))
-        return [self.dataset[i] for i in prompts]
-
-
-_END = object()
-
-
-def local_round_rows(trainer, stream: PromptStream, prompts: list, group_sizes: list[int]) -> list[dict]:
-    """
-    This process's rows of a generation round holding `prompts` (from [`PromptStream.take`]), prompt `i` repeated
-    `group_sizes[i]` times in a row: process `p` takes the `p`-th contiguous slice of the round's rows, exactly the
-    layout `RepeatSampler` and accelerate's batch sharding give (groups may span processes).
-    """
-    local = trainer.args.generation_batch_size // trainer.accelerator.num_processes
-    start = trainer.accelerator.process_index * local
-    owner = [i for i, size in enumerate(group_sizes) for _ in range(size)][start : start + local]
-    first = owner[0]
-    rows = stream.materialize(prompts[first : owner[-1] + 1])
-    # A fresh copy for every repeat, as the data loader gives: TRL writes per-row fields into them, and a reward
-    # function mutating one row's fields must not change the other rows of its group.
-    return [copy.deepcopy(rows[i - first]) for i in owner]
-
-
-def prompt_digest(prompt) -> str:
-    """A digest of a prompt (text or chat messages), the same on every process."""
-    return hashlib.sha1(json.dumps(prompt, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def prompt_keys(stream: PromptStream, prompts: list) -> list[str]:
-    """A stable key per prompt, identical on every process: the dataset index, or a digest of an iterable row's prompt."""
-    if not stream.iterable:
-        return [str(i) for i in prompts]
-    return [prompt_digest(row.get("prompt")) for row in prompts]
-
-
-def first_rows(stream: PromptStream, batch: int = 4096):
-    """
-    For a map-style dataset, each row's first row holding the same prompt (a numpy array over the rows), so that a
-    prompt the dataset repeats (drawn with replacement, or listed with several answers) is one prompt wherever it is
-    counted by prompt; `None` for an iterable dataset, whose keys are digests of the prompt already. Reads the
-    `prompt` column once, and holds a 16-byte digest a distinct prompt while it does.
-    """
-    import numpy as np
-
-    if stream.iterable:
-        return None
-    dataset = stream.dataset
-    if isinstance(dataset, Dataset):  # the column alone, in batches
-        prompts = (p for chunk in dataset.select_columns(["prompt"]).iter(batch_size=batch) for p in chunk["prompt"])
-    else:
-        prompts = (dataset[i].get("prompt") for i in range(len(dataset)))
-    seen, rows = {}, np.empty(len(dataset), dtype=np.int64)
-    for i, prompt in enumerate(prompts):
-        text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
-        rows[i] = seen.setdefault(hashlib.blake2b(text.encode(), digest_size=16).digest(), i)
-    return rows
-
-
-def prompt_texts(stream: PromptStream, prompts: list) -> list:
-    """The `prompt` field of each prompt (text or chat messages), for reports."""
-    return [row.get("prompt") for row in stream.materialize(prompts)]
-
-
 def completion_keys(trainer, completion_ids_list) -> list[int]:
     """A key per completion of the whole round (gathered from every process, in row order) to count distinct ones."""
     from accelerate.utils import gather_object
@@ -385,83 +178,13 @@ def all_processes_agree(trainer, fingerprint: tuple) -> None:
         )
 
 
-# --- rounds whose groups differ in size (per-prompt G) -------------------------------------------------------------
-# TRL groups a round's rewards with `rewards.view(-1, num_generations)` and, in vLLM server mode, sends
-# `all_prompts[::num_generations]` with `n=num_generations`. A round whose prompts have different G runs with
-# `num_generations = 1` (every row its own prompt as far as TRL's grouping goes); its advantages are then recomputed
-# per real group ([`group_advantages`]) and the server requests regrouped ([`install_variable_group_requests`]).
-
-
-def _segment_nanmean(values, group, num_groups: int):
-    mask = ~torch.isnan(values)
-    shape = (num_groups, *values.shape[1:])
-    sums = torch.zeros(shape, dtype=values.dtype, device=values.device).index_add_(0, group, values.nan_to_num(0.0))
-    counts = torch.zeros(shape, dtype=values.dtype, device=values.device).index_add_(0, group, mask.to(values.dtype))
-    return sums / counts, counts
-
-
-def _segment_nanstd(values, group, num_groups: int):
-    """TRL's `nanstd` (NaN-aware, Bessel-corrected; NaN for fewer than 2 values) of each group."""
-    mean, counts = _segment_nanmean(values, group, num_groups)
-    squares = ((values - mean[group]) ** 2).nan_to_num(0.0)
-    total = torch.zeros_like(mean).index_add_(0, group, squares)
-    variance = torch.where(counts > 1, total / (counts - 1), torch.full_like(total, float("nan")))
-    return torch.sqrt(variance)
-
-
-def group_advantages(trainer, rewards_per_func, group_sizes: list[int]):
-    """
-    The advantages `GRPOTrainer._generate_and_score_completions` computes, with each group of its own size: a group's
-    mean and std are over its own rewards; `scale_rewards` ("group", "batch", "none") and `multi_objective_aggregation`
-    ("sum_then_normalize", "normalize_then_sum") mean what they mean in TRL; rows every reward function left unscored
-    get advantage 0.
-
-    Args:
-        trainer ([`~trl.GRPOTrainer`]): For its reward weights, `scale_rewards` and `multi_objective_aggregation`.
-        rewards_per_func (`torch.Tensor`): `(rows, reward functions)`, gathered from every process, in row order.
-        group_sizes (`list[int]`): Each group's size, in row order (they add up to the rows).
-
-    Returns:
-        `torch.Tensor`: The advantage of each row.
-    """
-    from trl.trainer.utils import nanstd
-
-    device = rewards_per_func.device
-    num_groups = len(group_sizes)
-    group = torch.repeat_interleave(torch.arange(num_groups, device=device), torch.tensor(group_sizes, device=device))
-    weights = trainer.reward_weights.to(device).unsqueeze(0)
-    unscorable = torch.isnan(rewards_per_func).all(dim=1)
-    if trainer.multi_objective_aggregation == "sum_then_normalize":
-        rewards = (rewards_per_func * weights).nansum(dim=1)
-        rewards[unscorable] = torch.nan
-        mean = _segment_nanmean(rewards, group, num_groups)[0][group]
-        if trainer.scale_rewards in ("group", "none"):
-            std = _segment_nanstd(rewards, group, num_groups)[group]
-        elif trainer.scale_rewards == "batch":
-            std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
-        else:
-            raise ValueError(f"Invalid value for scale_rewards: {trainer.scale_rewards}.")
-        advantages = rewards - mean
-        if trainer.scale_rewards != "none":
-            advantages = advantages / (std + 1e-4)
-    elif trainer.multi_objective_aggregation == "normalize_then_sum":
-        mean = _segment_nanmean(rewards_per_func, group, num_groups)[0][group]
-        std_k = _segment_nanstd(rewards_per_func, group, num_groups)[group]
-        rewards = (((rewards_per_func - mean) / (std_k + 1e-4)) * weights).nansum(dim=1)
-        rewards[unscorable] = torch.nan
-        std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
-        advantages = (rewards - torch.nanmean(rewards)) / (std + 1e-4)
-    else:
-        raise ValueError(f"Invalid multi_objective_aggregation: {trainer.multi_objective_aggregation}.")
-    return torch.nan_to_num(advantages, nan=0.0)
-
-
 def regroup_round_output(trainer, output: dict, rewards_per_func, group_sizes: list[int]) -> None:
     """
     Replace what TRL computed for a round of mixed group sizes (it ran with `num_generations = 1`) by the values of
     the real groups: this process's `advantages` in `output` and the advantages of the completion log.
     """
-    advantages = group_advantages(trainer, rewards_per_func, group_sizes)
+    advantages = group_advantages(rewards_per_func, group_sizes, trainer.reward_weights, trainer.scale_rewards,
+                                  trainer.multi_objective_aggregation)
     local = len(output["advantages"])
     start = trainer.accelerator.process_index * local
     output["advantages"] = advantages[start : start + local].to(output["advantages"].device)
@@ -472,7 +195,7 @@ def regroup_round_output(trainer, output: dict, rewards_per_func, group_sizes: l
 def log_zero_std_fraction(trainer, fraction: float) -> None:
     """
     Log `fraction` (the curriculum's share of the round's completions in zero-std groups,
-    [`grpo_curriculum.signals.is_zero_std`]) as the round's `frac_reward_zero_std`, in place of TRL's (NaN, when no
+    [`grpo_curriculum.core.signals.is_zero_std`]) as the round's `frac_reward_zero_std`, in place of TRL's (NaN, when no
     reward was finite: TRL's stays).
     """
     if not math.isnan(fraction):
@@ -678,13 +401,6 @@ class GRPOHooks:
 def current_sampling(trainer) -> tuple[int, float]:
     """The G and temperature the next round would use."""
     return trainer.num_generations, trainer.temperature
-
-
-def prompt_slots(stream: PromptStream):
-    """Where per-prompt statistics live: a slot per dataset row, or hash buckets for an iterable dataset's prompts."""
-    from .slots import PromptSlots
-
-    return PromptSlots() if stream.iterable else PromptSlots(len(stream.dataset), indexed=True)
 
 
 def new_prompt_stream(trainer) -> PromptStream:

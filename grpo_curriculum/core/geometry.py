@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from math import gcd
 
@@ -338,3 +339,20 @@ class BatchGeometry:
             return None
         return (f"note: {n} x {b} = {n * b} completions per micro-step is not a multiple of num_generations {G}, so "
                 "groups span processes or micro-steps (TRL allows this; the stricter per-step rule does not)")
+
+
+def split_batches_problem(key: str, value) -> Problem:
+    """The problem of an `accelerator_config` (named `key`) whose `split_batches` is `value` (on)."""
+    return Problem(f"{key}.split_batches", value, "is not supported: GRPO's grouping assumes accelerate's default "
+                   "sharding, where each process draws its own per-device batch (with `split_batches` every process "
+                   "gets a slice of one batch, and groups of G completions are cut)",
+                   "remove `split_batches` (or set it to false)")
+
+
+def generation_kwargs_problems(value, key: str = "generation_kwargs") -> list[Problem]:
+    """A `temperature` in `generation_kwargs` (TRL applies them last) would pin every round's temperature."""
+    if not isinstance(value, Mapping) or "temperature" not in value:
+        return []
+    return [Problem(f"{key}.temperature", value["temperature"], "would override the curriculum's temperature in every "
+                    "round (TRL applies `generation_kwargs` last)",
+                    "remove `temperature` from `generation_kwargs`; set it per stage instead")]

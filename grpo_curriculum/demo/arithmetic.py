@@ -19,7 +19,7 @@ import itertools
 import random
 from dataclasses import dataclass
 
-from .rewards import last_number_reward
+from ..rewards import last_number_reward
 
 INSTRUCTION = "Answer with just the number."
 EVAL_SHARE = 8  # one problem in EVAL_SHARE is held out (by hash of its text)

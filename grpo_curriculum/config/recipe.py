@@ -14,7 +14,7 @@ fields such as `model_name_or_path`, `ScriptArguments` fields such as `dataset_n
 ```yaml
 model_name_or_path: builtin:tiny
 dataset_name: builtin:echo
-reward_funcs: [grpo_curriculum.tasks:echo_reward]
+reward_funcs: [grpo_curriculum.demo.tasks:echo_reward]
 per_device_train_batch_size: 16
 curriculum:
   stages:
@@ -24,8 +24,8 @@ curriculum:
 
 Validation reports every problem at once, as a [`CurriculumError`] whose problems name their key path (e.g.
 `curriculum.stages[1].temperature`), the value, the rule and a fix. TRL's keys are checked against the fields of its
-config dataclasses, read from a snapshot shipped with the package ([`grpo_curriculum.trl_fields`]), so validating a
-recipe imports neither TRL nor torch; the curriculum's keys against the rule tables of [`grpo_curriculum.rules`].
+config dataclasses, read from a snapshot shipped with the package ([`grpo_curriculum.config.trl_fields`]), so validating a
+recipe imports neither TRL nor torch; the curriculum's keys against the rule tables of [`grpo_curriculum.core.rules`].
 """
 
 from __future__ import annotations
@@ -39,20 +39,31 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from .errors import MISSING, CurriculumError, Problem, raise_if_any
-from .geometry import BatchGeometry
+from ..core.errors import MISSING, CurriculumError, Problem, raise_if_any
+from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_batches_problem
+from ..core.rules import (
+    COUNT,
+    MAX_STEPS,
+    NUM_GENERATIONS,
+    STEPS,
+    UNCERTAIN_PROMPTS,
+    Rule,
+    check,
+    integer,
+    is_int,
+    suggest,
+    unknown_keys,
+)
+from ..core.schedule import Stage, StageSchedule, stage_problems
+from ..demo.models import MODELS
 from .loading import find_recipe, parse_value, read_yaml
-from .models import MODELS
-from .rules import (COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, UNCERTAIN_PROMPTS, Rule, check, integer, is_int,
-                    suggest, unknown_keys)
-from .schedule import Stage, StageSchedule, stage_problems
 from .trl_fields import CLASSES, trl_fields
 
 __all__ = ["Recipe", "geometry_of", "import_reward", "load_curriculum", "load_recipe", "parse_recipe", "parse_value",
            "run_geometry", "starting_num_generations", "training_geometry"]
 
 BUILTIN = "builtin:"
-TINY_MODEL = BUILTIN + "tiny"  # the demo's 2-layer model (grpo_curriculum.tasks)
+TINY_MODEL = BUILTIN + "tiny"  # the demo's 2-layer model (grpo_curriculum.demo.tasks)
 BUILTIN_MODELS = ("tiny", *MODELS)  # builtin:smollm2 is fetched from PyPI on first use (see models.py)
 RECIPE_RULES = {  # the recipe's own keys besides `reward_funcs` and `curriculum` (TRL's: see `_trl_rule`)
     "num_processes": dataclasses.replace(COUNT, fix="e.g. `num_processes: 2` (the world size the recipe is for)"),
@@ -184,7 +195,7 @@ _DOTTED = rf"{_IDENT}(?:\.{_IDENT})*"
 
 
 def _reward_problems(value) -> list[Problem]:
-    example = "e.g. `reward_funcs: [grpo_curriculum.tasks:echo_reward]`"
+    example = "e.g. `reward_funcs: [grpo_curriculum.demo.tasks:echo_reward]`"
     if not isinstance(value, list) or not value:
         if value is None:
             return [Problem("reward_funcs", MISSING, "is required", example)]
@@ -221,23 +232,6 @@ def _split_batches_problems(value) -> list[Problem]:
     if not isinstance(config, Mapping) or config.get("split_batches") in (None, False):
         return []
     return [split_batches_problem(key, config["split_batches"])]
-
-
-def split_batches_problem(key: str, value) -> Problem:
-    """The problem of an `accelerator_config` (named `key`) whose `split_batches` is `value` (on)."""
-    return Problem(f"{key}.split_batches", value, "is not supported: GRPO's grouping assumes accelerate's default "
-                   "sharding, where each process draws its own per-device batch (with `split_batches` every process "
-                   "gets a slice of one batch, and groups of G completions are cut)",
-                   "remove `split_batches` (or set it to false)")
-
-
-def generation_kwargs_problems(value, key: str = "generation_kwargs") -> list[Problem]:
-    """A `temperature` in `generation_kwargs` (TRL applies them last) would pin every round's temperature."""
-    if not isinstance(value, Mapping) or "temperature" not in value:
-        return []
-    return [Problem(f"{key}.temperature", value["temperature"], "would override the curriculum's temperature in every "
-                    "round (TRL applies `generation_kwargs` last)",
-                    "remove `temperature` from `generation_kwargs`; set it per stage instead")]
 
 
 # --- public API --------------------------------------------------------------------------------------------------
@@ -290,7 +284,7 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
     for key, value in (("model_name_or_path", model_name), ("dataset_name", dataset_name)):
         if value is None or value == "":
             problems.append(Problem(key, MISSING if value is None else value, "is required", f"add `{key}: ...`"))
-    from .tasks import TASKS
+    from ..demo.tasks import TASKS
 
     problems += _builtin_problems("model_name_or_path", model_name, BUILTIN_MODELS)
     problems += _builtin_problems("dataset_name", dataset_name, list(TASKS))

@@ -9,12 +9,12 @@ from dataclasses import asdict
 
 from transformers import TrainerCallback
 
+from ..core.adaptive import make_policy
+from ..core.errors import raise_if_any
+from ..core.rules import UNCERTAIN_PROMPTS
+from ..core.schedule import ResolvedSchedule, Setting, Stage, StageSchedule
 from . import tracking
-from .adaptive import make_policy
 from .checkpoint import atomic_write
-from .errors import raise_if_any
-from .rules import UNCERTAIN_PROMPTS
-from .schedule import ResolvedSchedule, Setting, Stage, StageSchedule
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -120,7 +120,7 @@ class CurriculumCallback(TrainerCallback):
         Raises:
             [`CurriculumError`]: listing every problem in the file, each with its key path, value, rule and fix.
         """
-        from .recipe import load_curriculum
+        from ..config.recipe import load_curriculum
 
         schedule, options = load_curriculum(path, with_options=True)
         return cls(schedule, **{**options, **kwargs})
@@ -197,7 +197,7 @@ class CurriculumCallback(TrainerCallback):
         self.switches: list[dict] = []
         self.policy = None  # the adaptive policy of the current stage, if it is adaptive
         self.policy_stage: int | None = None
-        self.last_stats = None  # signals of the last round (grpo_curriculum.signals.RoundStats)
+        self.last_stats = None  # signals of the last round (grpo_curriculum.core.signals.RoundStats)
         self.deferred_total = 0  # prompts deferred by per-prompt stages in this run
         self._since_log, self._last_round = _RoundCounts(), _RoundCounts()
 

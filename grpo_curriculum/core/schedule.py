@@ -185,7 +185,7 @@ class Stage:
 class Setting:
     """
     What applies to one generation round: the stage index, G and the temperature. `num_generations` is `None` in a
-    per-prompt stage (each prompt of the round gets its own G, see [`grpo_curriculum.allocation`]).
+    per-prompt stage (each prompt of the round gets its own G, see [`grpo_curriculum.core.allocation`]).
     """
 
     stage: int

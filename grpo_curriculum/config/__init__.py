@@ -1,0 +1,1 @@
+"""Recipes: YAML loading, validation and the GRPOConfig fields they may set."""

@@ -1,0 +1,1 @@
+"""The curriculum itself, pure Python (no torch, TRL or transformers): schedules, geometry, policies, allocation."""

@@ -1,0 +1,84 @@
+"""
+Advantages of a round whose groups differ in size (per-prompt G).
+
+TRL groups a round's rewards with `rewards.view(-1, num_generations)` and, in vLLM server mode, sends
+`all_prompts[::num_generations]` with `n=num_generations`. A round whose prompts have different G runs with
+`num_generations = 1` (every row its own prompt as far as TRL's grouping goes); its advantages are then recomputed
+per real group here ([`group_advantages`]) and the server requests regrouped
+([`grpo_curriculum.training._trl.install_variable_group_requests`]).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _segment_nanmean(values, group, num_groups: int):
+    mask = ~torch.isnan(values)
+    shape = (num_groups, *values.shape[1:])
+    sums = torch.zeros(shape, dtype=values.dtype, device=values.device).index_add_(0, group, values.nan_to_num(0.0))
+    counts = torch.zeros(shape, dtype=values.dtype, device=values.device).index_add_(0, group, mask.to(values.dtype))
+    return sums / counts, counts
+
+
+def _segment_nanstd(values, group, num_groups: int):
+    """TRL's `nanstd` (NaN-aware, Bessel-corrected; NaN for fewer than 2 values) of each group."""
+    mean, counts = _segment_nanmean(values, group, num_groups)
+    squares = ((values - mean[group]) ** 2).nan_to_num(0.0)
+    total = torch.zeros_like(mean).index_add_(0, group, squares)
+    variance = torch.where(counts > 1, total / (counts - 1), torch.full_like(total, float("nan")))
+    return torch.sqrt(variance)
+
+
+def group_advantages(rewards_per_func, group_sizes: list[int], reward_weights, scale_rewards: str = "group",
+                     multi_objective_aggregation: str = "sum_then_normalize"):
+    """
+    The advantages `GRPOTrainer._generate_and_score_completions` computes, with each group of its own size: a group's
+    mean and std are over its own rewards; `scale_rewards` ("group", "batch", "none") and `multi_objective_aggregation`
+    ("sum_then_normalize", "normalize_then_sum") mean what they mean in TRL; rows every reward function left unscored
+    get advantage 0.
+
+    Args:
+        rewards_per_func (`torch.Tensor`): `(rows, reward functions)`, gathered from every process, in row order.
+        group_sizes (`list[int]`): Each group's size, in row order (they add up to the rows).
+        reward_weights (`torch.Tensor`): One weight a reward function (`GRPOTrainer.reward_weights`).
+        scale_rewards, multi_objective_aggregation (`str`): As in [`~trl.GRPOConfig`].
+
+    Returns:
+        `torch.Tensor`: The advantage of each row.
+    """
+    device = rewards_per_func.device
+    num_groups = len(group_sizes)
+    group = torch.repeat_interleave(torch.arange(num_groups, device=device), torch.tensor(group_sizes, device=device))
+    weights = reward_weights.to(device).unsqueeze(0)
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)
+    if multi_objective_aggregation == "sum_then_normalize":
+        rewards = (rewards_per_func * weights).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        mean = _segment_nanmean(rewards, group, num_groups)[0][group]
+        if scale_rewards in ("group", "none"):
+            std = _segment_nanstd(rewards, group, num_groups)[group]
+        elif scale_rewards == "batch":
+            std = _batch_std(rewards)
+        else:
+            raise ValueError(f"Invalid value for scale_rewards: {scale_rewards}.")
+        advantages = rewards - mean
+        if scale_rewards != "none":
+            advantages = advantages / (std + 1e-4)
+    elif multi_objective_aggregation == "normalize_then_sum":
+        mean = _segment_nanmean(rewards_per_func, group, num_groups)[0][group]
+        std_k = _segment_nanstd(rewards_per_func, group, num_groups)[group]
+        rewards = (((rewards_per_func - mean) / (std_k + 1e-4)) * weights).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        std = _batch_std(rewards)
+        advantages = (rewards - torch.nanmean(rewards)) / (std + 1e-4)
+    else:
+        raise ValueError(f"Invalid multi_objective_aggregation: {multi_objective_aggregation}.")
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
+def _batch_std(rewards):
+    """TRL's `nanstd` over the whole round (0 for a single row), broadcast to every row."""
+    if rewards.numel() < 2:
+        return torch.zeros_like(rewards)
+    return _segment_nanstd(rewards, torch.zeros_like(rewards, dtype=torch.long), 1)[0].expand_as(rewards)
