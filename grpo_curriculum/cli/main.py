@@ -22,7 +22,7 @@ import argparse
 import importlib
 import sys
 
-from ..core.errors import CurriculumError, GeometryError, Problem, shorten
+from ..core.errors import CurriculumError, GeometryError, Problem, plural, shorten
 from ..core.rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
 from ..demo.models import MODELS, ModelFetchError
 from ..training.checkpoint import CurriculumStateError
@@ -126,10 +126,6 @@ def _error(command: str, error: Exception) -> None:
 # --- check -------------------------------------------------------------------------------------------------------
 
 
-def _plural(n: int, word: str, plural: str | None = None) -> str:
-    return f"{n} {word if n == 1 else plural or word + 's'}"
-
-
 def _stage_rows(schedule, max_steps=None) -> list[tuple[str, int]]:
     """`(label, G)` for every stage of a schedule (with their steps when `max_steps` is given)."""
     stages = schedule.stages
@@ -226,7 +222,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
                 lines.append(f"{label}: valid (each prompt gets its own G: the candidates need not divide the "
                              f"generation batch {batch}, only fill it together)")
         elif geometry.is_valid(G):
-            lines.append(f"{label}: valid ({batch} / {G} = {_plural(batch // G, 'prompt')} per "
+            lines.append(f"{label}: valid ({batch} / {G} = {plural(batch // G, 'prompt')} per "
                          "generation round)")
             note = geometry.per_step_note(G)
             lines += [f"  {note}"] if note else []
@@ -244,9 +240,9 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
             lines += [f"eval: num_generations_eval {G}: INVALID ({problems[0].rule})", f"  {problems[0].fix}"]
         else:
             lines.append(f"eval: num_generations_eval {G}: valid (global eval batch: {e} per-device eval batch x "
-                         f"{_plural(n, 'process', 'processes')} = {e * n})")
+                         f"{plural(n, 'process')} = {e * n})")
         invalid += bool(problems)
-    where = f"on {_plural(geometry.num_processes, 'process', 'processes')}"
+    where = f"on {plural(geometry.num_processes, 'process')}"
     lines.append(f"result: INVALID, {invalid} of {checked} checks fail {where}" if invalid else
                  f"result: OK, all {checked} checks valid {where}")
     return lines, not invalid

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ..config.recipe import BUILTIN, TINY_MODEL
-from ..core.errors import CurriculumError, Problem, raise_if_any
+from ..core.errors import CurriculumError, Problem, plural, raise_if_any
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -581,10 +581,6 @@ def _curriculum_output(quiet: bool):
         hf_logging.set_verbosity(hf_level)
 
 
-def _plural(n: int, word: str, plural: str) -> str:
-    return f"{n} {word if n == 1 else plural}"
-
-
 def per_prompt_g(log_history: list[dict]) -> dict[int, int]:
     """Prompts trained at each G in the per-prompt rounds of `log_history` (its `curriculum/prompts_at_g{G}`)."""
     counts: dict[int, int] = {}
@@ -618,9 +614,9 @@ def switch_summary(switches: list[dict], run_dir: str, log_history: list[dict] =
             return f"no switch of stage or temperature: the curriculum chose G per prompt{per_prompt}"
         return "no switch: the curriculum kept one setting"
     stage_only = sum(map(is_stage_change_only, switches))
-    counts = _plural(len(switches) - stage_only, "switch", "switches")
+    counts = plural(len(switches) - stage_only, "switch")
     if stage_only:
-        counts += " and " + _plural(stage_only, "stage change", "stage changes")
+        counts += " and " + plural(stage_only, "stage change")
     reasons = "its reason" if len(switches) == 1 else "their reasons"
     return (
         f"{counts}, printed above and saved with {reasons} in {os.path.join(run_dir, SWITCHES_FILE)} and "

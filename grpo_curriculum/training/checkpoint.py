@@ -29,7 +29,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import MISSING, Problem, shorten, shorten_text
+from ..core.errors import MISSING, Problem, plural, shorten, shorten_text
 from ..core.rules import MAX_COUNT, MAX_STEPS, POSITIVE, Rule, fraction, integer
 
 logger = logging.getLogger("grpo_curriculum")
@@ -337,7 +337,7 @@ def _invariants(state: dict) -> list[Problem]:
         if index < len(stages):
             return stages[index]
         problems.append(Problem(key, index, f"must be a stage index below {len(stages)} (the checkpoint's schedule "
-                                            f"has {len(stages)} stage{'s' if len(stages) != 1 else ''})"))  # fmt: skip
+                                            f"has {plural(len(stages), 'stage')})"))  # fmt: skip
         return None
 
     current = callback["current"]
