@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from ..config.recipe import BUILTIN, TINY_MODEL
@@ -561,8 +562,6 @@ def _curriculum_output(quiet: bool):
     """
     from transformers.utils import logging as hf_logging
 
-    from ..training import _trl
-
     handler, level, propagate = _TqdmHandler(), logger.level, logger.propagate
     handler.setFormatter(logging.Formatter("%(message)s"))
     hf_level = hf_logging.get_verbosity()
@@ -571,8 +570,11 @@ def _curriculum_output(quiet: bool):
     logger.propagate = False
     if quiet:
         hf_logging.set_verbosity_error()
-    try:  # the demo only hides these; the `train` command and the library show them
-        with _trl.hide_renamed_method_warnings() if quiet else contextlib.nullcontext():
+    try:
+        with warnings.catch_warnings():
+            if quiet:  # transformers 5 renamed model methods TRL 1.16 calls in every round; `train` shows the warnings
+                renamed = r"`(is_gradient_checkpointing|gradient_checkpointing_enable|gradient_checkpointing_disable)`"
+                warnings.filterwarnings("ignore", message=renamed + " is deprecated", category=FutureWarning)
             yield
     finally:
         logger.removeHandler(handler)
