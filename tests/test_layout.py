@@ -47,9 +47,7 @@ def _imported_layers(path: Path) -> set[str]:
     return {layer for layer in found if layer in LAYERS}
 
 
-@pytest.mark.parametrize("layer", [pytest.param(layer, marks=pytest.mark.xfail(
-    strict=True, reason="CurriculumCallback.from_yaml reads recipes: being moved")) if layer == "training" else layer
-    for layer in LAYERS])  # fmt: skip
+@pytest.mark.parametrize("layer", LAYERS)
 def test_no_module_imports_a_layer_above_its_own(layer):
     allowed = set(LAYERS[: LAYERS.index(layer) + 1])
     wrong = {str(path.relative_to(PACKAGE)): sorted(_imported_layers(path) - allowed)

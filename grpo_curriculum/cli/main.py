@@ -22,7 +22,7 @@ import argparse
 import importlib
 import sys
 
-from ..core.errors import CurriculumError, GeometryError, Problem, plural, shorten
+from ..core.errors import CurriculumError, GeometryError, plural, shorten
 from ..core.rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
 from ..demo.models import MODELS, ModelFetchError
 from ..training.checkpoint import CurriculumStateError
@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser(
         "train", help="train a recipe", description="Train a recipe. Overrides follow it as `--key value` (any "
-        "recipe key, e.g. `--max_steps 10 --output_dir runs/x`). Launch with `accelerate launch -m "
+        "recipe key, read as on `trl grpo`'s command line, e.g. `--max_steps 10 --output_dir runs/x`). Launch with `accelerate launch -m "
         "grpo_curriculum.cli.main train ...` for several processes. The output_dir must be new or empty, unless "
         "`--resume_from_checkpoint` continues the run in it. " + EXIT_STATUS + ".")
     train.add_argument("recipe", help=recipe_help)
@@ -164,14 +164,8 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     Raises:
         [`CurriculumError`]: for a malformed recipe or geometry.
     """
-    from ..config.recipe import (
-        is_curriculum_file,
-        load_curriculum,
-        load_recipe,
-        run_geometry,
-        starting_num_generations,
-        training_geometry,
-    )
+    from ..config.recipe import load_recipe, run_geometry, starting_num_generations, training_geometry
+    from ..core.curriculum import is_curriculum_file, load_curriculum
 
     overrides = {name: getattr(args, name) for name in [*GEOMETRY_FLAGS, "num_generations"]}
     overrides = {name: value for name, value in overrides.items() if value is not None}
@@ -261,37 +255,9 @@ def run_check(args: argparse.Namespace) -> int:
 # --- train, demo, plot -------------------------------------------------------------------------------------------
 
 
-def parse_overrides(tokens: list[str]) -> dict:
-    """
-    Parse `--key value`, `--key=value` and bare `--flag` (true) tokens into a dict; dashes in keys become
-    underscores and values are read as YAML (`--learning_rate 1e-5` -> `1e-05`, `--report_to []` -> `[]`).
-
-    Raises:
-        [`CurriculumError`]: for a token that is not `--key`.
-    """
-    from ..config.loading import parse_value
-
-    overrides, i = {}, 0
-    while i < len(tokens):
-        token = tokens[i]
-        if not token.startswith("--") or token == "--":
-            raise CurriculumError([Problem("command line", token, "must be `--key value` after the recipe",
-                                           "write overrides as e.g. `--max_steps 10`")])
-        key, equals, text = token[2:].partition("=")
-        if not equals:
-            has_value = i + 1 < len(tokens) and not tokens[i + 1].startswith("--")
-            text = tokens[i + 1] if has_value else "true"
-            i += has_value
-        overrides[key.replace("-", "_")] = parse_value(text)
-        i += 1
-    return overrides
-
-
 def _dispatch(name: str):
     def command(args: argparse.Namespace) -> int:
         try:
-            if name == "train_main":
-                args.overrides = parse_overrides(args.overrides)
             run = importlib.import_module(f"{__package__}.run")
             return getattr(run, name)(args)
         except (CurriculumError, CurriculumStateError, FileNotFoundError, ModelFetchError) as error:
@@ -315,7 +281,7 @@ def run_fetch_model(args: argparse.Namespace) -> int:
 
 def run_recipes(args: argparse.Namespace) -> int:
     """`grpo-curriculum recipes`: each shipped recipe's name, the first sentence of its header comment, and its path."""
-    from ..config.loading import shipped_recipes
+    from ..core.loading import shipped_recipes
 
     for name, path in shipped_recipes().items():
         summary = []

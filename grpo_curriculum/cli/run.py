@@ -124,36 +124,15 @@ def launch_geometry(recipe):
     return run_geometry(recipe, num_processes=int(os.environ.get("WORLD_SIZE", "1")))
 
 
-def grpo_config(recipe, output_dir: str | None = None):
+def model_arguments(model_args, args, loads_model: bool) -> dict:
     """
-    `GRPOConfig` for the recipe. G and temperature start at the first stage's values (see
-    [`~recipe.starting_num_generations`] for a per-prompt first stage).
-    """
-    from trl import GRPOConfig
-
-    from ..config.recipe import starting_num_generations
-
-    kwargs = dict(recipe.training)
-    kwargs["num_generations"] = starting_num_generations(recipe, launch_geometry(recipe))
-    kwargs["temperature"] = recipe.curriculum.stages[0].temperature_at(0.0)
-    kwargs.pop("resume_from_checkpoint", None)  # an argument of `train()` (`true` is not a path GRPOConfig takes)
-    if "gradient_checkpointing" not in kwargs:  # TRL's default (on), under transformers 5's name: no FutureWarning
-        kwargs.setdefault("activation_checkpointing", True)
-    if output_dir is not None:
-        kwargs["output_dir"] = output_dir
-    return GRPOConfig(**kwargs)
-
-
-def model_arguments(recipe, args, loads_model: bool) -> dict:
-    """
-    What `CurriculumGRPOTrainer` gets from the recipe's `ModelConfig` fields, as TRL's `trl grpo` script routes them:
-    `peft_config` (LoRA) and, when TRL loads the model (`loads_model`: a name or path, not an instance), `args`'
+    What `CurriculumGRPOTrainer` gets from the recipe's `ModelConfig` (`model_args`), as TRL's `trl grpo` script routes
+    it: `peft_config` (LoRA) and, when TRL loads the model (`loads_model`: a name or path, not an instance), `args`'
     `model_init_kwargs` (revision, trust_remote_code, attn_implementation, dtype; the recipe's own `model_init_kwargs`
     on top) and `quantization_config`.
     """
-    from trl import ModelConfig, get_peft_config, get_quantization_config
+    from trl import get_peft_config, get_quantization_config
 
-    model_args = ModelConfig(model_name_or_path=recipe.model_name_or_path, **recipe.model)
     if not loads_model:
         args.model_init_kwargs = None  # an instance: nothing to load
         return {"peft_config": get_peft_config(model_args)}
@@ -163,14 +142,20 @@ def model_arguments(recipe, args, loads_model: bool) -> dict:
     return {"quantization_config": get_quantization_config(model_args), "peft_config": get_peft_config(model_args)}
 
 
-def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=()):
-    from ..config.recipe import curriculum_options
+def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=(), **settings):
+    """
+    `CurriculumGRPOTrainer` for a validated recipe, its `GRPOConfig` and `ModelConfig` built by TRL's parser (see
+    [`~config.arguments.trl_arguments`]) with `settings` (and `output_dir`, when given) on top.
+    """
+    from ..config.arguments import trl_arguments
+    from ..core.curriculum import curriculum_options
     from ..training.callback import CurriculumCallback
     from ..training.trainer import CurriculumGRPOTrainer
 
-    args = grpo_config(recipe, output_dir)
+    settings.update({"output_dir": output_dir} if output_dir is not None else {})
+    args, model_args = trl_arguments(recipe, launch_geometry(recipe), **settings)
     model, tokenizer, dataset, eval_dataset, rewards = build_run(recipe)
-    routed = model_arguments(recipe, args, loads_model=isinstance(model, str))
+    routed = model_arguments(model_args, args, loads_model=isinstance(model, str))
     return CurriculumGRPOTrainer(
         model=model,
         reward_funcs=rewards,
@@ -448,15 +433,11 @@ def read_log_history(run_dir: str) -> list[dict]:
 # --- commands ------------------------------------------------------------------------------------------------------
 
 
-def _overrides(args) -> dict:
-    return dict(getattr(args, "overrides", None) or {})
-
-
 def train_main(args) -> int:
     """`grpo-curriculum train RECIPE [--key value ...]`: run a recipe with `CurriculumGRPOTrainer`."""
-    from ..config.recipe import load_recipe
+    from ..config.arguments import load_run
 
-    recipe = load_recipe(args.recipe, overrides=_overrides(args))
+    recipe = load_run(args.recipe, args.overrides)
     validate_for_launch(recipe)
     resume = recipe.training.get("resume_from_checkpoint")
     output_dir = recipe.training.get("output_dir") or "trainer_output"  # TRL's default
@@ -650,7 +631,6 @@ def demo_main(args) -> int:
     out = getattr(args, "out", None) or new_folder(recipe.training.get("output_dir") or "runs/demo")
     raise_if_any(output_dir_problems(out, "--out", "choose a new folder, or leave out `--out`: the demo then writes "
                                      "a new one (runs/demo, runs/demo-2, ...)"), context="demo")
-    recipe.training.update(disable_tqdm=True, logging_steps=1)
     threads, why = torch_threads(recipe)
     _set_threads(threads)
 
@@ -659,7 +639,8 @@ def demo_main(args) -> int:
     staging = str(partial_folder(Path(out).absolute()))  # ours: removed if the run fails (or by the next demo)
     try:
         with _curriculum_output(quiet=True):
-            trainer = build_trainer(recipe, output_dir=staging, extra_callbacks=[progress_callback()])
+            trainer = build_trainer(recipe, output_dir=staging, extra_callbacks=[progress_callback()],
+                                    disable_tqdm=True, logging_steps=1)
             trainer.remove_callback(PrinterCallback)  # the progress bar shows G, temperature and reward instead
             _print_start(recipe.path, trainer, why)
             start = time.perf_counter()
