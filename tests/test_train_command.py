@@ -133,14 +133,15 @@ def test_a_recipe_and_its_overrides_mean_what_they_mean_in_trl_grpo(tmp_path):
     from trl.scripts.grpo import make_parser
 
     from grpo_curriculum.cli.run import launch_geometry
-    from grpo_curriculum.config.arguments import load_run, trl_arguments
+    from grpo_curriculum.config.arguments import RecipeParser, trl_arguments
+    from grpo_curriculum.config.recipe import load_recipe
 
     args = ["--max_steps", "7", "--learning_rate", "1e-5", "--save_strategy", "no", "--report_to", "none",
             "--seed", "-1", "--use_peft", "--lora_target_modules", "q_proj", "v_proj", "--dtype", "float32",
             "--output_dir", str(tmp_path / "out"), "--run_name", "2024"]  # fmt: skip
     _, trl_training, trl_model, _ = make_parser().parse_args_and_config(["--config", DEMO, *args],
                                                                         fail_with_unknown_args=False)
-    recipe = load_run(DEMO, args)
+    recipe = load_recipe(DEMO, RecipeParser().overrides(args))
     training, model = trl_arguments(recipe, launch_geometry(recipe))
     assert model == trl_model and model.lora_target_modules == ["q_proj", "v_proj"]
     ours, theirs = training.to_dict(), trl_training.to_dict()
@@ -150,10 +151,11 @@ def test_a_recipe_and_its_overrides_mean_what_they_mean_in_trl_grpo(tmp_path):
 
 
 def test_command_line_mistakes_are_named():
-    from grpo_curriculum.config.arguments import RecipeParser, load_run
+    from grpo_curriculum.config.arguments import RecipeParser
+    from grpo_curriculum.config.recipe import load_recipe
 
     def refused(args, text):
-        error = pytest.raises(CurriculumError, load_run, DEMO, args).value
+        error = pytest.raises(CurriculumError, lambda: load_recipe(DEMO, RecipeParser().overrides(args))).value
         assert text in str(error), str(error)
 
     refused(["max_steps", "10"], "'max_steps' must be `--key value` after the recipe")

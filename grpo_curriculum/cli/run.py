@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..config.recipe import BUILTIN, TINY_MODEL
 from ..core.errors import CurriculumError, Problem, plural, raise_if_any
+from ..core.geometry import BatchGeometry
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -396,16 +397,8 @@ def read_log_history(run_dir: str) -> list[dict]:
         value of the wrong type) and the fix.
     """
     from ..core.rules import Rule
-    from ..training.checkpoint import (
-        STEP,
-        TRAINER_STATE_FILE,
-        CurriculumStateError,
-        Nullable,
-        checkpoints,
-        problems_of,
-        read_trainer_state,
-        state_error,
-    )
+    from ..training.checkpoint import (STEP, TRAINER_STATE_FILE, CurriculumStateError, Nullable, checkpoints,
+                                       problems_of, read_trainer_state, state_error)
 
     fix = (f"pass the output directory of a grpo-curriculum run (it holds {TRAINER_STATE_FILE}, or checkpoint-N "
            "folders holding one)")  # fmt: skip
@@ -435,9 +428,10 @@ def read_log_history(run_dir: str) -> list[dict]:
 
 def train_main(args) -> int:
     """`grpo-curriculum train RECIPE [--key value ...]`: run a recipe with `CurriculumGRPOTrainer`."""
-    from ..config.arguments import load_run
+    from ..config.arguments import RecipeParser
+    from ..config.recipe import load_recipe
 
-    recipe = load_run(args.recipe, args.overrides)
+    recipe = load_recipe(args.recipe, RecipeParser().overrides(args.overrides))  # read as `trl grpo` reads them
     validate_for_launch(recipe)
     resume = recipe.training.get("resume_from_checkpoint")
     output_dir = recipe.training.get("output_dir") or "trainer_output"  # TRL's default
@@ -472,7 +466,7 @@ def _print_start(recipe_path: str, trainer, why: str) -> None:
     import torch
 
     print(f"recipe: {recipe_path}")
-    print(f"geometry: {_describe_geometry(trainer)}")
+    print(f"geometry: {BatchGeometry.from_args(trainer.args).describe()}")
     print(f"torch threads: {torch.get_num_threads()} ({why})", flush=True)
 
 
@@ -661,12 +655,6 @@ def demo_main(args) -> int:
                               context="demo") from None
     print(f"\nrun directory: {out} ({', '.join(sorted(os.listdir(out)))})")
     return 0
-
-
-def _describe_geometry(trainer) -> str:
-    from ..core.geometry import BatchGeometry
-
-    return BatchGeometry.from_args(trainer.args).describe()
 
 
 def plot_main(args) -> int:

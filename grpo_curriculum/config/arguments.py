@@ -1,13 +1,8 @@
 """
-The arguments of `grpo-curriculum train`, parsed by TRL's own [`~trl.TrlParser`] as `trl grpo --config RECIPE
---key value ...` parses them (`trl/scripts/grpo.py`): a recipe's top-level keys are the defaults of the dataclasses'
-options, and each command-line override is read by its field's type (`--max_steps 10` an integer, `--bf16` true,
-`--save_strategy no` the string `"no"`, `--lora_target_modules q_proj v_proj` a list). The dataclasses are TRL's
-`GRPOScriptArguments`, `GRPOConfig` and `ModelConfig`, with the recipe's own keys in [`RecipeArguments`] and the
-curriculum in [`CurriculumArguments`].
-
-Before any config is built, the recipe and its overrides are validated by [`~config.recipe.load_recipe`], the
-import-free check `grpo-curriculum check` runs: every problem is reported at once with its key, value, rule and fix.
+The arguments of `grpo-curriculum train`, parsed by TRL's own [`~trl.TrlParser`] as `trl grpo --config RECIPE --key
+value ...` parses them: the recipe's keys are the defaults, each override is read by its field's type (`--max_steps 10`
+an integer, `--use_peft` true, `--save_strategy no` a string, `--lora_target_modules q_proj v_proj` a list). Before any
+config is built, [`~config.recipe.load_recipe`] (what `grpo-curriculum check` runs) names every problem at once.
 """
 
 from __future__ import annotations
@@ -20,7 +15,7 @@ from trl.scripts.grpo import GRPOScriptArguments
 
 from ..core.errors import MISSING, CurriculumError, Problem
 from ..core.geometry import BatchGeometry
-from .recipe import Recipe, load_recipe, starting_num_generations
+from .recipe import Recipe, starting_num_generations
 
 
 @dataclass
@@ -43,12 +38,7 @@ class RecipeArguments(GRPOScriptArguments):
 
 @dataclass
 class CurriculumArguments:
-    """
-    The recipe's `curriculum:` mapping (its `stages:` and options), read from the recipe file.
-
-    Args:
-        curriculum (`dict`, *optional*): See [`~core.curriculum.load_curriculum`].
-    """
+    """The recipe's `curriculum:` mapping (see [`~core.curriculum.load_curriculum`])."""
 
     curriculum: dict | None = field(default=None, metadata={"help": "`stages:` and options (recipe file only)."})
 
@@ -88,16 +78,6 @@ class RecipeParser(TrlParser):
             given[key[2:].replace("-", "_")] = text if equals or text else MISSING
             i += 1
         return given
-
-
-def load_run(path: str, args: list[str] = ()) -> Recipe:
-    """
-    Read and validate a recipe with the command-line overrides `args` applied (see [`RecipeParser.overrides`]).
-
-    Raises:
-        [`CurriculumError`]: listing every problem in the file and the overrides.
-    """
-    return load_recipe(path, RecipeParser().overrides(list(args)))
 
 
 def trl_arguments(recipe: Recipe, geometry: BatchGeometry, **settings) -> tuple[GRPOConfig, ModelConfig]:

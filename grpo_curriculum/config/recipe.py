@@ -44,18 +44,7 @@ from ..core.curriculum import _parse_curriculum, _rekey, load_curriculum
 from ..core.errors import MISSING, CurriculumError, Problem, raise_if_any
 from ..core.loading import find_recipe, read_yaml
 from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_batches_problem
-from ..core.rules import (
-    COUNT,
-    MAX_STEPS,
-    NUM_GENERATIONS,
-    STEPS,
-    Rule,
-    check,
-    integer,
-    is_int,
-    suggest,
-    unknown_keys,
-)
+from ..core.rules import COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, Rule, check, integer, is_int, suggest, unknown_keys
 from ..core.schedule import Stage, StageSchedule, stage_problems
 from ..demo.models import MODELS
 from .trl_fields import CLASSES, trl_fields

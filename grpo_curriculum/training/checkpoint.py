@@ -556,15 +556,6 @@ def check_checkpoint(folder: str | os.PathLike, entropy: bool = False) -> None:
             raise state_error(path, problems)
 
 
-def is_complete(folder: str | os.PathLike, entropy: bool = False) -> bool:
-    """Whether a checkpoint folder was written completely and validates ([`check_checkpoint`])."""
-    try:
-        check_checkpoint(folder, entropy)
-    except CurriculumStateError:
-        return False
-    return True
-
-
 def checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     """The `checkpoint-N` folders in `output_dir`, newest (highest N) first."""
     if not os.path.isdir(output_dir):
