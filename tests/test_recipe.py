@@ -1,4 +1,4 @@
-"""Tests for `grpo_curriculum.config.recipe`: every shipped recipe validates; every malformed one is explained at once."""
+"""Tests for `grpo_curriculum.config.recipe`: every shipped recipe validates; each malformed one is explained."""
 
 import json
 import math

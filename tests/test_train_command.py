@@ -99,7 +99,8 @@ def test_reward_module_with_a_syntax_error_stops_before_the_model_loads(tmp_path
     monkeypatch.chdir(tmp_path)  # reward modules import from the current directory, as with `trl grpo`
     (tmp_path / "broken_rewards.py").write_text("def reward(completions, **kwargs)\n    return [0.0]\n")
     recipe = tmp_path / "broken.yaml"
-    recipe.write_text(Path(DEMO).read_text().replace("grpo_curriculum.demo.tasks:echo_reward", "broken_rewards:reward"))
+    recipe.write_text(Path(DEMO).read_text().replace("grpo_curriculum.demo.tasks:echo_reward",
+                                                     "broken_rewards:reward"))
     monkeypatch.setattr(grpo_curriculum.demo.tasks, "build_model", lambda **kwargs: pytest.fail("the model was built"))
     assert main(["train", str(recipe), "--output_dir", str(tmp_path / "out")]) == 2  # a traceback before
     error = capsys.readouterr().err

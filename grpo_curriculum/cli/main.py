@@ -83,9 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser(
         "train", help="train a recipe", description="Train a recipe. Overrides follow it as `--key value` (any "
-        "recipe key, read as on `trl grpo`'s command line, e.g. `--max_steps 10 --output_dir runs/x`). Launch with `accelerate launch -m "
-        "grpo_curriculum.cli.main train ...` for several processes. The output_dir must be new or empty, unless "
-        "`--resume_from_checkpoint` continues the run in it. " + EXIT_STATUS + ".")
+        "recipe key, read as on `trl grpo`'s command line, e.g. `--max_steps 10 --output_dir runs/x`). Launch with "
+        "`accelerate launch -m grpo_curriculum.cli.main train ...` for several processes. The output_dir must be new "
+        "or empty, unless `--resume_from_checkpoint` continues the run in it. " + EXIT_STATUS + ".")
     train.add_argument("recipe", help=recipe_help)
     train.add_argument("overrides", nargs=argparse.REMAINDER, help="`--key value` pairs overriding the recipe")
 
@@ -140,7 +140,8 @@ def _stage_rows(schedule, max_steps=None) -> list[tuple[str, int]]:
             ends += f" ({resolved.steps_text(i)} of {max_steps})"
         label = f"stage {i}" + (f" ({stage.name})" if stage.name else "")
         if stage.adaptive is None:
-            rows.append((f"{label}: G={stage.num_generations}, temperature {temperature}, {ends}", stage.num_generations))
+            g = stage.num_generations
+            rows.append((f"{label}: G={g}, temperature {temperature}, {ends}", g))
             continue
         bounds = stage.adaptive.temperature
         temperature = f"{bounds[0]:g}-{bounds[1]:g}" if bounds else temperature
@@ -280,7 +281,7 @@ def run_fetch_model(args: argparse.Namespace) -> int:
 
 
 def run_recipes(args: argparse.Namespace) -> int:
-    """`grpo-curriculum recipes`: each shipped recipe's name, the first sentence of its header comment, and its path."""
+    """`grpo-curriculum recipes`: each shipped recipe's name, its header comment's first sentence and its path."""
     from ..core.loading import shipped_recipes
 
     for name, path in shipped_recipes().items():

@@ -18,7 +18,7 @@ from ..core.geometry import BatchGeometry
 
 logger = logging.getLogger("grpo_curriculum")
 
-DEMO_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml"  # shipped in the package (recipes/ links it)
+DEMO_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml"  # shipped (recipes/ links it)
 
 
 # --- building a run ----------------------------------------------------------------------------------------------
@@ -95,8 +95,8 @@ def validate_for_launch(recipe) -> None:
     needs = [("use_vllm", recipe.training.get("use_vllm"), "vllm", "install it on a CUDA machine "
               "(`pip install 'grpo-curriculum[vllm]'`), or set `use_vllm: false`"),
              ("use_peft", recipe.model.get("use_peft"), "peft", "`pip install peft`, or set `use_peft: false`"),
-             *((key, recipe.model.get(key), "bitsandbytes", f"`pip install bitsandbytes` (CUDA), or set `{key}: false`")
-               for key in ("load_in_4bit", "load_in_8bit"))]  # fmt: skip
+             *((key, recipe.model.get(key), "bitsandbytes", f"`pip install bitsandbytes` (CUDA), or set `{key}: "
+                "false`") for key in ("load_in_4bit", "load_in_8bit"))]  # fmt: skip
     report_to = recipe.training.get("report_to")
     for name in [report_to] if isinstance(report_to, str) else report_to or []:
         packages, install = REPORTERS.get(name, ((), None))
@@ -105,7 +105,8 @@ def validate_for_launch(recipe) -> None:
                           "(`--report_to none`: no tracking)"))
     for key, wanted, package, fix in needs:
         if wanted and importlib.util.find_spec(package) is None:
-            problems.append(Problem(key, wanted, f"needs `{package}`, which is not installed in this environment", fix))
+            problems.append(Problem(key, wanted, f"needs `{package}`, which is not installed in this environment",
+                                    fix))
     for key, why in NOT_ROUTED.items():
         if key in recipe.script:
             problems.append(Problem(key, recipe.script[key], f"is not supported: {why}", f"remove `{key}`"))
