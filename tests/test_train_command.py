@@ -188,3 +188,12 @@ def test_a_setting_trl_refuses_stops_before_loading(tmp_path, capsys):
     error = capsys.readouterr().err
     assert "demo.yaml: is refused by TRL's config: auto_find_batch_size is not supported by GRPO" in error
     assert "Traceback" not in error and not out.exists()
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tests" / "data" / "bad_recipes").glob("*.yaml")), ids=lambda p: p.stem)
+def test_train_refuses_each_malformed_recipe_as_check_does(path, tmp_path, capsys):
+    assert main(["check", str(path)]) == 2
+    checked = capsys.readouterr().err.replace("grpo-curriculum check: error: ", "")
+    assert main(["train", str(path), "--output_dir", str(tmp_path / "never")]) == 2
+    assert capsys.readouterr().err.replace("grpo-curriculum train: error: ", "") == checked
+    assert not (tmp_path / "never").exists()

@@ -3,8 +3,8 @@ The `grpo-curriculum` command.
 
 - `check [RECIPE] [--num-processes N] [...]`: the batch geometry, every valid `num_generations`, and a verdict with
   fixes for each stage, before anything is loaded. RECIPE may also be a file holding only a `curriculum:` mapping.
-- `train RECIPE [--key value ...]`: train a recipe, with TRL-style overrides (launch with `accelerate launch` for
-  several processes), printing the stage plan, each switch, the resume and a per-stage table.
+- `train RECIPE [--key value ...]`: train a recipe, with overrides read as `trl grpo` reads them (launch with
+  `accelerate launch` for several processes), printing the stage plan, each switch, the resume and a per-stage table.
 - `demo [--recipe RECIPE] [--out DIR] [--max-steps N]`: a few-minute CPU run of the built-in task, into a new folder.
 - `recipes`: the recipes shipped in the package; RECIPE is a path or one of their names (e.g. `adaptive-demo`).
 - `plot RUN_DIR [-o FILE.png]`: plot a run's reward, G and temperature.
