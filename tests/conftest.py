@@ -62,9 +62,13 @@ def torchrun_scenarios(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
-    from grpo_curriculum.demo.tasks import save_tiny_model
+    """A tiny model and its tokenizer saved to a folder (so it can be passed by name, e.g. as a reference model)."""
+    from grpo_curriculum.demo.tasks import build_model, build_tokenizer
 
-    return save_tiny_model(str(tmp_path_factory.mktemp("tiny-model")))
+    path = str(tmp_path_factory.mktemp("tiny-model"))
+    build_model(0).save_pretrained(path)
+    build_tokenizer().save_pretrained(path)
+    return path
 
 
 def grpo_args(output_dir, **overrides):

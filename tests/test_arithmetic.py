@@ -7,7 +7,8 @@ import collections
 import pytest
 
 from grpo_curriculum.demo import arithmetic
-from grpo_curriculum.demo.arithmetic import LEVELS, arithmetic_dataset, arithmetic_reward, arithmetic_rows, solve, split_of
+from grpo_curriculum.demo.arithmetic import (LEVELS, arithmetic_dataset, arithmetic_reward, arithmetic_rows, solve,
+                                             split_of)
 from grpo_curriculum.demo.tasks import BENCHMARK_TASKS, TASKS
 
 

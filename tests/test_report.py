@@ -1,4 +1,4 @@
-"""Tests for `grpo_curriculum.training.report`: the uncertain-prompt report in compact arrays, top K, checkpointed sparsely."""
+"""Tests for `grpo_curriculum.training.report`: uncertain-prompt report: compact arrays, top K, sparse checkpoints."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from grpo_curriculum import Adaptive, BatchGeometry, CurriculumError, Stage, StageSchedule
-from grpo_curriculum.core.errors import MISSING, Problem, shorten
+from grpo_curriculum.core.errors import MISSING, Problem, plural, shorten
 from grpo_curriculum.config.recipe import geometry_of, parse_recipe
 from grpo_curriculum.core.rules import (
     COUNT,
@@ -86,6 +86,13 @@ def test_many_unknown_keys_stay_fast():
     many = {f"key_{i}": i for i in range(5000)}
     found = unknown_keys(many, [f"field_{i}" for i in range(250)], None, "a field", "remove it")
     assert len(found) == 5000 and all(p.fix == "remove it" for p in found[100:])
+
+
+def test_one_pluraliser_for_every_message():
+    assert [plural(1, "prompt"), plural(2, "prompt"), plural(0, "stage change")] == ["1 prompt", "2 prompts",
+                                                                                     "0 stage changes"]
+    assert [plural(1, "process"), plural(4, "process"), plural(3, "switch")] == ["1 process", "4 processes",
+                                                                                 "3 switches"]
 
 
 def test_messages_quote_any_value_briefly():

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from grpo_curriculum.cli.main import main
+from grpo_curriculum.core.errors import CurriculumError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = str(ROOT / "recipes" / "demo.yaml")
@@ -44,7 +45,7 @@ def test_use_peft_trains_a_lora_adapter(tmp_path):
     pytest.importorskip("peft")
     out = tmp_path / "lora"
     assert main(["train", DEMO, "--output_dir", str(out), "--max_steps", "2", "--warm_start_steps", "0",
-                 "--use_peft", "true", "--lora_r", "4", "--lora_target_modules", "[q_proj, v_proj]"]) == 0  # fmt: skip
+                 "--use_peft", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj"]) == 0  # as on trl grpo
     adapter = json.loads((out / "adapter_config.json").read_text())
     assert adapter["r"] == 4 and set(adapter["target_modules"]) == {"q_proj", "v_proj"}
 
@@ -98,7 +99,8 @@ def test_reward_module_with_a_syntax_error_stops_before_the_model_loads(tmp_path
     monkeypatch.chdir(tmp_path)  # reward modules import from the current directory, as with `trl grpo`
     (tmp_path / "broken_rewards.py").write_text("def reward(completions, **kwargs)\n    return [0.0]\n")
     recipe = tmp_path / "broken.yaml"
-    recipe.write_text(Path(DEMO).read_text().replace("grpo_curriculum.demo.tasks:echo_reward", "broken_rewards:reward"))
+    recipe.write_text(Path(DEMO).read_text().replace("grpo_curriculum.demo.tasks:echo_reward",
+                                                     "broken_rewards:reward"))
     monkeypatch.setattr(grpo_curriculum.demo.tasks, "build_model", lambda **kwargs: pytest.fail("the model was built"))
     assert main(["train", str(recipe), "--output_dir", str(tmp_path / "out")]) == 2  # a traceback before
     error = capsys.readouterr().err
@@ -121,4 +123,77 @@ def test_check_and_train_exit_1_for_the_same_misfit_num_generations(tmp_path, ca
     assert main(["check", str(recipe)]) == 1
     assert main(["train", str(recipe), "--output_dir", str(tmp_path / "never")]) == 1  # 2 before
     assert "curriculum.stages[1].num_generations = 5: must divide the generation batch" in capsys.readouterr().err
+    assert not (tmp_path / "never").exists()
+
+
+# --- the command line, read by TRL's parser ----------------------------------------------------------------------
+
+
+def test_a_recipe_and_its_overrides_mean_what_they_mean_in_trl_grpo(tmp_path):
+    """`train RECIPE ARGS` builds the GRPOConfig and ModelConfig `trl grpo --config RECIPE ARGS` builds."""
+    from trl.scripts.grpo import make_parser
+
+    from grpo_curriculum.cli.run import launch_geometry
+    from grpo_curriculum.config.arguments import RecipeParser, trl_arguments
+    from grpo_curriculum.config.recipe import load_recipe
+
+    args = ["--max_steps", "7", "--learning_rate", "1e-5", "--save_strategy", "no", "--report_to", "none",
+            "--seed", "-1", "--use_peft", "--lora_target_modules", "q_proj", "v_proj", "--dtype", "float32",
+            "--output_dir", str(tmp_path / "out"), "--run_name", "2024"]  # fmt: skip
+    _, trl_training, trl_model, _ = make_parser().parse_args_and_config(["--config", DEMO, *args],
+                                                                        fail_with_unknown_args=False)
+    recipe = load_recipe(DEMO, RecipeParser().overrides(args))
+    training, model = trl_arguments(recipe, launch_geometry(recipe))
+    assert model == trl_model and model.lora_target_modules == ["q_proj", "v_proj"]
+    ours, theirs = training.to_dict(), trl_training.to_dict()
+    assert (ours.pop("num_generations"), ours.pop("temperature")) == (2, 0.8)  # the curriculum's first stage
+    assert (theirs.pop("num_generations"), theirs.pop("temperature")) == (8, 1.0)  # the recipe's top level
+    assert ours == theirs and ours["run_name"] == "2024" and ours["seed"] == -1 and ours["save_strategy"] == "no"
+
+
+def test_command_line_mistakes_are_named():
+    from grpo_curriculum.config.arguments import RecipeParser
+    from grpo_curriculum.config.recipe import load_recipe
+
+    def refused(args, text):
+        error = pytest.raises(CurriculumError, lambda: load_recipe(DEMO, RecipeParser().overrides(args))).value
+        assert text in str(error), str(error)
+
+    refused(["max_steps", "10"], "'max_steps' must be `--key value` after the recipe")
+    refused(["--max_steps", "10", "20"], "'20' must be `--key value`")
+    refused(["--max_steps", "ten"], "argument --max_steps/--max-steps: invalid int value: 'ten'")
+    refused(["--save_strategy", "never"], "invalid choice: 'never'")
+    refused(["--max_stepz", "5"], "max_stepz = '5': is not a recipe key")
+    refused(["--max_stepz=5", "--bogus"], "did you mean `max_steps`?")
+    refused(["--warm_start_steps", "-1"], "warm_start_steps = -1: must be an integer >= 0")
+    parser, bomb = RecipeParser(), "[" + ",".join(["&a [x,x,x,x,x,x,x,x,x]"] + ["*a"] * 2000) + "]"
+    assert parser.overrides(["--run_name", bomb, "--hub_model_id", "9" * 5000]) == {
+        "run_name": bomb, "hub_model_id": "9" * 5000}  # text, as TRL reads it: never expanded
+    assert parser.overrides(["--resume_from_checkpoint", "true"]) == {"resume_from_checkpoint": True}  # the newest
+
+
+def test_train_and_check_know_the_same_keys():
+    """Every key the import-free check accepts is a field of the dataclasses train parses, and only those."""
+    from grpo_curriculum.config.arguments import RecipeParser
+    from grpo_curriculum.config.recipe import RECIPE_KEYS, UNSUPPORTED
+    from grpo_curriculum.config.trl_fields import trl_fields
+
+    parsed = {action.dest for action in RecipeParser()._actions} - {"help"}
+    assert parsed - set(UNSUPPORTED) == {*trl_fields(), *RECIPE_KEYS}
+
+
+def test_a_setting_trl_refuses_stops_before_loading(tmp_path, capsys):
+    out = tmp_path / "never"
+    assert main(["train", DEMO, "--auto_find_batch_size", "true", "--output_dir", str(out)]) == 2  # a traceback before
+    error = capsys.readouterr().err
+    assert "demo.yaml: is refused by TRL's config: auto_find_batch_size is not supported by GRPO" in error
+    assert "Traceback" not in error and not out.exists()
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tests" / "data" / "bad_recipes").glob("*.yaml")), ids=lambda p: p.stem)
+def test_train_refuses_each_malformed_recipe_as_check_does(path, tmp_path, capsys):
+    assert main(["check", str(path)]) == 2
+    checked = capsys.readouterr().err.replace("grpo-curriculum check: error: ", "")
+    assert main(["train", str(path), "--output_dir", str(tmp_path / "never")]) == 2
+    assert capsys.readouterr().err.replace("grpo-curriculum train: error: ", "") == checked
     assert not (tmp_path / "never").exists()

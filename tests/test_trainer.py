@@ -16,6 +16,20 @@ from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 from .conftest import RoundRecorder, assert_whole_groups, grpo_args, indexed_dataset, per_prompt_stages
 
 
+def sampling_temperatures(trainer, cells: list) -> dict[str, float]:
+    """Where each copy of the sampling temperature stands: the trainer's, generation config's, vLLM's, fused head's."""
+    found = {"trainer": trainer.temperature}
+    if getattr(trainer, "generation_config", None) is not None:
+        found["generation_config"] = trainer.generation_config.temperature
+    if getattr(trainer, "generation_kwargs", None) is not None:
+        found["generation_kwargs"] = trainer.generation_kwargs["temperature"]
+    if getattr(trainer, "use_vllm", False):
+        found["vllm"] = trainer.vllm_generation.temperature
+    for i, cell in enumerate(cells):
+        found[f"fused_lm_head[{i}]"] = cell.cell_contents
+    return found
+
+
 def make_trainer(tmp_path, stages, recorder=None, dataset=None, model=None, cls=CurriculumGRPOTrainer, eval_dataset=None,
                  **overrides):  # fmt: skip
     recorder = recorder or RoundRecorder()
@@ -194,9 +208,7 @@ def test_logprobs_at_the_sampling_temperature(tmp_path, tiny_model_dir):
     assert {t for _, _, t, ref in checked if ref} == {0.5, 2.0}  # the reference model too
     assert {t for _, _, t, ref in checked if not ref} == {0.5, 2.0}
     # every copy of the temperature agrees after the run
-    from grpo_curriculum.training import _trl
-
-    found = _trl.sampling_temperatures(trainer, trainer._temperature_cells)
+    found = sampling_temperatures(trainer, trainer._temperature_cells)
     assert len(trainer._temperature_cells) == 2 and set(found.values()) == {2.0}, found
 
 

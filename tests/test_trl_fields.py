@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_shipped_snapshot_is_what_the_installed_trl_generates():
-    """A TRL (or transformers) upgrade fails here until `python -m grpo_curriculum.config.trl_fields` rewrites the file."""
+    """A TRL (or transformers) upgrade fails here until `python -m grpo_curriculum.config.trl_fields` rewrites it."""
     assert render(describe_trl()) == SNAPSHOT.read_text(encoding="utf-8")
 
 

@@ -3,8 +3,8 @@ The `grpo-curriculum` command.
 
 - `check [RECIPE] [--num-processes N] [...]`: the batch geometry, every valid `num_generations`, and a verdict with
   fixes for each stage, before anything is loaded. RECIPE may also be a file holding only a `curriculum:` mapping.
-- `train RECIPE [--key value ...]`: train a recipe, with TRL-style overrides (launch with `accelerate launch` for
-  several processes), printing the stage plan, each switch, the resume and a per-stage table.
+- `train RECIPE [--key value ...]`: train a recipe, with overrides read as `trl grpo` reads them (launch with
+  `accelerate launch` for several processes), printing the stage plan, each switch, the resume and a per-stage table.
 - `demo [--recipe RECIPE] [--out DIR] [--max-steps N]`: a few-minute CPU run of the built-in task, into a new folder.
 - `recipes`: the recipes shipped in the package; RECIPE is a path or one of their names (e.g. `adaptive-demo`).
 - `plot RUN_DIR [-o FILE.png]`: plot a run's reward, G and temperature.
@@ -22,7 +22,7 @@ import argparse
 import importlib
 import sys
 
-from ..core.errors import CurriculumError, GeometryError, Problem, shorten
+from ..core.errors import CurriculumError, GeometryError, plural, shorten
 from ..core.rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
 from ..demo.models import MODELS, ModelFetchError
 from ..training.checkpoint import CurriculumStateError
@@ -83,9 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser(
         "train", help="train a recipe", description="Train a recipe. Overrides follow it as `--key value` (any "
-        "recipe key, e.g. `--max_steps 10 --output_dir runs/x`). Launch with `accelerate launch -m "
-        "grpo_curriculum.cli.main train ...` for several processes. The output_dir must be new or empty, unless "
-        "`--resume_from_checkpoint` continues the run in it. " + EXIT_STATUS + ".")
+        "recipe key, read as on `trl grpo`'s command line, e.g. `--max_steps 10 --output_dir runs/x`). Launch with "
+        "`accelerate launch -m grpo_curriculum.cli.main train ...` for several processes. The output_dir must be new "
+        "or empty, unless `--resume_from_checkpoint` continues the run in it. " + EXIT_STATUS + ".")
     train.add_argument("recipe", help=recipe_help)
     train.add_argument("overrides", nargs=argparse.REMAINDER, help="`--key value` pairs overriding the recipe")
 
@@ -126,10 +126,6 @@ def _error(command: str, error: Exception) -> None:
 # --- check -------------------------------------------------------------------------------------------------------
 
 
-def _plural(n: int, word: str, plural: str | None = None) -> str:
-    return f"{n} {word if n == 1 else plural or word + 's'}"
-
-
 def _stage_rows(schedule, max_steps=None) -> list[tuple[str, int]]:
     """`(label, G)` for every stage of a schedule (with their steps when `max_steps` is given)."""
     stages = schedule.stages
@@ -144,7 +140,8 @@ def _stage_rows(schedule, max_steps=None) -> list[tuple[str, int]]:
             ends += f" ({resolved.steps_text(i)} of {max_steps})"
         label = f"stage {i}" + (f" ({stage.name})" if stage.name else "")
         if stage.adaptive is None:
-            rows.append((f"{label}: G={stage.num_generations}, temperature {temperature}, {ends}", stage.num_generations))
+            g = stage.num_generations
+            rows.append((f"{label}: G={g}, temperature {temperature}, {ends}", g))
             continue
         bounds = stage.adaptive.temperature
         temperature = f"{bounds[0]:g}-{bounds[1]:g}" if bounds else temperature
@@ -168,14 +165,8 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     Raises:
         [`CurriculumError`]: for a malformed recipe or geometry.
     """
-    from ..config.recipe import (
-        is_curriculum_file,
-        load_curriculum,
-        load_recipe,
-        run_geometry,
-        starting_num_generations,
-        training_geometry,
-    )
+    from ..config.recipe import load_recipe, run_geometry, starting_num_generations, training_geometry
+    from ..core.curriculum import is_curriculum_file, load_curriculum
 
     overrides = {name: getattr(args, name) for name in [*GEOMETRY_FLAGS, "num_generations"]}
     overrides = {name: value for name, value in overrides.items() if value is not None}
@@ -226,7 +217,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
                 lines.append(f"{label}: valid (each prompt gets its own G: the candidates need not divide the "
                              f"generation batch {batch}, only fill it together)")
         elif geometry.is_valid(G):
-            lines.append(f"{label}: valid ({batch} / {G} = {_plural(batch // G, 'prompt')} per "
+            lines.append(f"{label}: valid ({batch} / {G} = {plural(batch // G, 'prompt')} per "
                          "generation round)")
             note = geometry.per_step_note(G)
             lines += [f"  {note}"] if note else []
@@ -244,9 +235,9 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
             lines += [f"eval: num_generations_eval {G}: INVALID ({problems[0].rule})", f"  {problems[0].fix}"]
         else:
             lines.append(f"eval: num_generations_eval {G}: valid (global eval batch: {e} per-device eval batch x "
-                         f"{_plural(n, 'process', 'processes')} = {e * n})")
+                         f"{plural(n, 'process')} = {e * n})")
         invalid += bool(problems)
-    where = f"on {_plural(geometry.num_processes, 'process', 'processes')}"
+    where = f"on {plural(geometry.num_processes, 'process')}"
     lines.append(f"result: INVALID, {invalid} of {checked} checks fail {where}" if invalid else
                  f"result: OK, all {checked} checks valid {where}")
     return lines, not invalid
@@ -265,37 +256,9 @@ def run_check(args: argparse.Namespace) -> int:
 # --- train, demo, plot -------------------------------------------------------------------------------------------
 
 
-def parse_overrides(tokens: list[str]) -> dict:
-    """
-    Parse `--key value`, `--key=value` and bare `--flag` (true) tokens into a dict; dashes in keys become
-    underscores and values are read as YAML (`--learning_rate 1e-5` -> `1e-05`, `--report_to []` -> `[]`).
-
-    Raises:
-        [`CurriculumError`]: for a token that is not `--key`.
-    """
-    from ..config.loading import parse_value
-
-    overrides, i = {}, 0
-    while i < len(tokens):
-        token = tokens[i]
-        if not token.startswith("--") or token == "--":
-            raise CurriculumError([Problem("command line", token, "must be `--key value` after the recipe",
-                                           "write overrides as e.g. `--max_steps 10`")])
-        key, equals, text = token[2:].partition("=")
-        if not equals:
-            has_value = i + 1 < len(tokens) and not tokens[i + 1].startswith("--")
-            text = tokens[i + 1] if has_value else "true"
-            i += has_value
-        overrides[key.replace("-", "_")] = parse_value(text)
-        i += 1
-    return overrides
-
-
 def _dispatch(name: str):
     def command(args: argparse.Namespace) -> int:
         try:
-            if name == "train_main":
-                args.overrides = parse_overrides(args.overrides)
             run = importlib.import_module(f"{__package__}.run")
             return getattr(run, name)(args)
         except (CurriculumError, CurriculumStateError, FileNotFoundError, ModelFetchError) as error:
@@ -318,8 +281,8 @@ def run_fetch_model(args: argparse.Namespace) -> int:
 
 
 def run_recipes(args: argparse.Namespace) -> int:
-    """`grpo-curriculum recipes`: each shipped recipe's name, the first sentence of its header comment, and its path."""
-    from ..config.loading import shipped_recipes
+    """`grpo-curriculum recipes`: each shipped recipe's name, its header comment's first sentence and its path."""
+    from ..core.loading import shipped_recipes
 
     for name, path in shipped_recipes().items():
         summary = []

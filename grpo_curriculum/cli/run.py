@@ -9,14 +9,16 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from ..config.recipe import BUILTIN, TINY_MODEL
-from ..core.errors import CurriculumError, Problem, raise_if_any
+from ..core.errors import CurriculumError, Problem, plural, raise_if_any
+from ..core.geometry import BatchGeometry
 
 logger = logging.getLogger("grpo_curriculum")
 
-DEMO_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml"  # shipped in the package (recipes/ links it)
+DEMO_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml"  # shipped (recipes/ links it)
 
 
 # --- building a run ----------------------------------------------------------------------------------------------
@@ -93,8 +95,8 @@ def validate_for_launch(recipe) -> None:
     needs = [("use_vllm", recipe.training.get("use_vllm"), "vllm", "install it on a CUDA machine "
               "(`pip install 'grpo-curriculum[vllm]'`), or set `use_vllm: false`"),
              ("use_peft", recipe.model.get("use_peft"), "peft", "`pip install peft`, or set `use_peft: false`"),
-             *((key, recipe.model.get(key), "bitsandbytes", f"`pip install bitsandbytes` (CUDA), or set `{key}: false`")
-               for key in ("load_in_4bit", "load_in_8bit"))]  # fmt: skip
+             *((key, recipe.model.get(key), "bitsandbytes", f"`pip install bitsandbytes` (CUDA), or set `{key}: "
+                "false`") for key in ("load_in_4bit", "load_in_8bit"))]  # fmt: skip
     report_to = recipe.training.get("report_to")
     for name in [report_to] if isinstance(report_to, str) else report_to or []:
         packages, install = REPORTERS.get(name, ((), None))
@@ -103,7 +105,8 @@ def validate_for_launch(recipe) -> None:
                           "(`--report_to none`: no tracking)"))
     for key, wanted, package, fix in needs:
         if wanted and importlib.util.find_spec(package) is None:
-            problems.append(Problem(key, wanted, f"needs `{package}`, which is not installed in this environment", fix))
+            problems.append(Problem(key, wanted, f"needs `{package}`, which is not installed in this environment",
+                                    fix))
     for key, why in NOT_ROUTED.items():
         if key in recipe.script:
             problems.append(Problem(key, recipe.script[key], f"is not supported: {why}", f"remove `{key}`"))
@@ -123,36 +126,15 @@ def launch_geometry(recipe):
     return run_geometry(recipe, num_processes=int(os.environ.get("WORLD_SIZE", "1")))
 
 
-def grpo_config(recipe, output_dir: str | None = None):
+def model_arguments(model_args, args, loads_model: bool) -> dict:
     """
-    `GRPOConfig` for the recipe. G and temperature start at the first stage's values (see
-    [`~recipe.starting_num_generations`] for a per-prompt first stage).
-    """
-    from trl import GRPOConfig
-
-    from ..config.recipe import starting_num_generations
-
-    kwargs = dict(recipe.training)
-    kwargs["num_generations"] = starting_num_generations(recipe, launch_geometry(recipe))
-    kwargs["temperature"] = recipe.curriculum.stages[0].temperature_at(0.0)
-    kwargs.pop("resume_from_checkpoint", None)  # an argument of `train()` (`true` is not a path GRPOConfig takes)
-    if "gradient_checkpointing" not in kwargs:  # TRL's default (on), under transformers 5's name: no FutureWarning
-        kwargs.setdefault("activation_checkpointing", True)
-    if output_dir is not None:
-        kwargs["output_dir"] = output_dir
-    return GRPOConfig(**kwargs)
-
-
-def model_arguments(recipe, args, loads_model: bool) -> dict:
-    """
-    What `CurriculumGRPOTrainer` gets from the recipe's `ModelConfig` fields, as TRL's `trl grpo` script routes them:
-    `peft_config` (LoRA) and, when TRL loads the model (`loads_model`: a name or path, not an instance), `args`'
+    What `CurriculumGRPOTrainer` gets from the recipe's `ModelConfig` (`model_args`), as TRL's `trl grpo` script routes
+    it: `peft_config` (LoRA) and, when TRL loads the model (`loads_model`: a name or path, not an instance), `args`'
     `model_init_kwargs` (revision, trust_remote_code, attn_implementation, dtype; the recipe's own `model_init_kwargs`
     on top) and `quantization_config`.
     """
-    from trl import ModelConfig, get_peft_config, get_quantization_config
+    from trl import get_peft_config, get_quantization_config
 
-    model_args = ModelConfig(model_name_or_path=recipe.model_name_or_path, **recipe.model)
     if not loads_model:
         args.model_init_kwargs = None  # an instance: nothing to load
         return {"peft_config": get_peft_config(model_args)}
@@ -162,14 +144,20 @@ def model_arguments(recipe, args, loads_model: bool) -> dict:
     return {"quantization_config": get_quantization_config(model_args), "peft_config": get_peft_config(model_args)}
 
 
-def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=()):
-    from ..config.recipe import curriculum_options
+def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=(), **settings):
+    """
+    `CurriculumGRPOTrainer` for a validated recipe, its `GRPOConfig` and `ModelConfig` built by TRL's parser (see
+    [`~config.arguments.trl_arguments`]) with `settings` (and `output_dir`, when given) on top.
+    """
+    from ..config.arguments import trl_arguments
+    from ..core.curriculum import curriculum_options
     from ..training.callback import CurriculumCallback
     from ..training.trainer import CurriculumGRPOTrainer
 
-    args = grpo_config(recipe, output_dir)
+    settings.update({"output_dir": output_dir} if output_dir is not None else {})
+    args, model_args = trl_arguments(recipe, launch_geometry(recipe), **settings)
     model, tokenizer, dataset, eval_dataset, rewards = build_run(recipe)
-    routed = model_arguments(recipe, args, loads_model=isinstance(model, str))
+    routed = model_arguments(model_args, args, loads_model=isinstance(model, str))
     return CurriculumGRPOTrainer(
         model=model,
         reward_funcs=rewards,
@@ -410,16 +398,8 @@ def read_log_history(run_dir: str) -> list[dict]:
         value of the wrong type) and the fix.
     """
     from ..core.rules import Rule
-    from ..training.checkpoint import (
-        STEP,
-        TRAINER_STATE_FILE,
-        CurriculumStateError,
-        Nullable,
-        checkpoints,
-        problems_of,
-        read_trainer_state,
-        state_error,
-    )
+    from ..training.checkpoint import (STEP, TRAINER_STATE_FILE, CurriculumStateError, Nullable, checkpoints,
+                                       problems_of, read_trainer_state, state_error)
 
     fix = (f"pass the output directory of a grpo-curriculum run (it holds {TRAINER_STATE_FILE}, or checkpoint-N "
            "folders holding one)")  # fmt: skip
@@ -447,15 +427,12 @@ def read_log_history(run_dir: str) -> list[dict]:
 # --- commands ------------------------------------------------------------------------------------------------------
 
 
-def _overrides(args) -> dict:
-    return dict(getattr(args, "overrides", None) or {})
-
-
 def train_main(args) -> int:
     """`grpo-curriculum train RECIPE [--key value ...]`: run a recipe with `CurriculumGRPOTrainer`."""
+    from ..config.arguments import RecipeParser
     from ..config.recipe import load_recipe
 
-    recipe = load_recipe(args.recipe, overrides=_overrides(args))
+    recipe = load_recipe(args.recipe, RecipeParser().overrides(args.overrides))  # read as `trl grpo` reads them
     validate_for_launch(recipe)
     resume = recipe.training.get("resume_from_checkpoint")
     output_dir = recipe.training.get("output_dir") or "trainer_output"  # TRL's default
@@ -490,7 +467,7 @@ def _print_start(recipe_path: str, trainer, why: str) -> None:
     import torch
 
     print(f"recipe: {recipe_path}")
-    print(f"geometry: {_describe_geometry(trainer)}")
+    print(f"geometry: {BatchGeometry.from_args(trainer.args).describe()}")
     print(f"torch threads: {torch.get_num_threads()} ({why})", flush=True)
 
 
@@ -561,8 +538,6 @@ def _curriculum_output(quiet: bool):
     """
     from transformers.utils import logging as hf_logging
 
-    from ..training import _trl
-
     handler, level, propagate = _TqdmHandler(), logger.level, logger.propagate
     handler.setFormatter(logging.Formatter("%(message)s"))
     hf_level = hf_logging.get_verbosity()
@@ -571,18 +546,17 @@ def _curriculum_output(quiet: bool):
     logger.propagate = False
     if quiet:
         hf_logging.set_verbosity_error()
-    try:  # the demo only hides these; the `train` command and the library show them
-        with _trl.hide_renamed_method_warnings() if quiet else contextlib.nullcontext():
+    try:
+        with warnings.catch_warnings():
+            if quiet:  # transformers 5 renamed model methods TRL 1.16 calls in every round; `train` shows the warnings
+                renamed = r"`(is_gradient_checkpointing|gradient_checkpointing_enable|gradient_checkpointing_disable)`"
+                warnings.filterwarnings("ignore", message=renamed + " is deprecated", category=FutureWarning)
             yield
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
         logger.propagate = propagate
         hf_logging.set_verbosity(hf_level)
-
-
-def _plural(n: int, word: str, plural: str) -> str:
-    return f"{n} {word if n == 1 else plural}"
 
 
 def per_prompt_g(log_history: list[dict]) -> dict[int, int]:
@@ -618,9 +592,9 @@ def switch_summary(switches: list[dict], run_dir: str, log_history: list[dict] =
             return f"no switch of stage or temperature: the curriculum chose G per prompt{per_prompt}"
         return "no switch: the curriculum kept one setting"
     stage_only = sum(map(is_stage_change_only, switches))
-    counts = _plural(len(switches) - stage_only, "switch", "switches")
+    counts = plural(len(switches) - stage_only, "switch")
     if stage_only:
-        counts += " and " + _plural(stage_only, "stage change", "stage changes")
+        counts += " and " + plural(stage_only, "stage change")
     reasons = "its reason" if len(switches) == 1 else "their reasons"
     return (
         f"{counts}, printed above and saved with {reasons} in {os.path.join(run_dir, SWITCHES_FILE)} and "
@@ -652,7 +626,6 @@ def demo_main(args) -> int:
     out = getattr(args, "out", None) or new_folder(recipe.training.get("output_dir") or "runs/demo")
     raise_if_any(output_dir_problems(out, "--out", "choose a new folder, or leave out `--out`: the demo then writes "
                                      "a new one (runs/demo, runs/demo-2, ...)"), context="demo")
-    recipe.training.update(disable_tqdm=True, logging_steps=1)
     threads, why = torch_threads(recipe)
     _set_threads(threads)
 
@@ -661,7 +634,8 @@ def demo_main(args) -> int:
     staging = str(partial_folder(Path(out).absolute()))  # ours: removed if the run fails (or by the next demo)
     try:
         with _curriculum_output(quiet=True):
-            trainer = build_trainer(recipe, output_dir=staging, extra_callbacks=[progress_callback()])
+            trainer = build_trainer(recipe, output_dir=staging, extra_callbacks=[progress_callback()],
+                                    disable_tqdm=True, logging_steps=1)
             trainer.remove_callback(PrinterCallback)  # the progress bar shows G, temperature and reward instead
             _print_start(recipe.path, trainer, why)
             start = time.perf_counter()
@@ -682,12 +656,6 @@ def demo_main(args) -> int:
                               context="demo") from None
     print(f"\nrun directory: {out} ({', '.join(sorted(os.listdir(out)))})")
     return 0
-
-
-def _describe_geometry(trainer) -> str:
-    from ..core.geometry import BatchGeometry
-
-    return BatchGeometry.from_args(trainer.args).describe()
 
 
 def plot_main(args) -> int:

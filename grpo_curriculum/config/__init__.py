@@ -1,1 +1,1 @@
-"""Recipes: YAML loading, validation and the GRPOConfig fields they may set."""
+"""Recipes: their import-free validation, the TRL fields they may set, `train`'s arguments parsed by TrlParser."""

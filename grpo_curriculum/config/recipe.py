@@ -24,8 +24,9 @@ curriculum:
 
 Validation reports every problem at once, as a [`CurriculumError`] whose problems name their key path (e.g.
 `curriculum.stages[1].temperature`), the value, the rule and a fix. TRL's keys are checked against the fields of its
-config dataclasses, read from a snapshot shipped with the package ([`grpo_curriculum.config.trl_fields`]), so validating a
-recipe imports neither TRL nor torch; the curriculum's keys against the rule tables of [`grpo_curriculum.core.rules`].
+config dataclasses, read from a snapshot shipped with the package ([`~config.trl_fields`]), so validating a recipe
+imports neither TRL nor torch; the curriculum's keys against the rule tables of [`~core.rules`]. `grpo-curriculum
+train` then builds TRL's configs from the validated recipe with TRL's own parser ([`~config.arguments`]).
 """
 
 from __future__ import annotations
@@ -39,28 +40,17 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from ..core.curriculum import _parse_curriculum, _rekey, load_curriculum
 from ..core.errors import MISSING, CurriculumError, Problem, raise_if_any
+from ..core.loading import find_recipe, read_yaml
 from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_batches_problem
-from ..core.rules import (
-    COUNT,
-    MAX_STEPS,
-    NUM_GENERATIONS,
-    STEPS,
-    UNCERTAIN_PROMPTS,
-    Rule,
-    check,
-    integer,
-    is_int,
-    suggest,
-    unknown_keys,
-)
+from ..core.rules import COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, Rule, check, integer, is_int, suggest, unknown_keys
 from ..core.schedule import Stage, StageSchedule, stage_problems
 from ..demo.models import MODELS
-from .loading import find_recipe, parse_value, read_yaml
 from .trl_fields import CLASSES, trl_fields
 
-__all__ = ["Recipe", "geometry_of", "import_reward", "load_curriculum", "load_recipe", "parse_recipe", "parse_value",
-           "run_geometry", "starting_num_generations", "training_geometry"]
+__all__ = ["Recipe", "geometry_of", "import_reward", "load_curriculum", "load_recipe", "parse_recipe", "run_geometry",
+           "starting_num_generations", "training_geometry"]
 
 BUILTIN = "builtin:"
 TINY_MODEL = BUILTIN + "tiny"  # the demo's 2-layer model (grpo_curriculum.demo.tasks)
@@ -72,13 +62,11 @@ RECIPE_RULES = {  # the recipe's own keys besides `reward_funcs` and `curriculum
     "dataset_prompt_column": Rule("str", low=1, why="a column name", fix="e.g. `dataset_prompt_column: question`"),
 }
 RECIPE_KEYS = ("reward_funcs", *RECIPE_RULES, "curriculum")
-STAGE_KEYS = tuple(f.name for f in dataclasses.fields(Stage))
 UNSUPPORTED = {
     "reward_model_name_or_path": "wrap the reward model in a reward function and list it in `reward_funcs`",
     "datasets": "name one dataset with `dataset_name` (and `dataset_config`, `dataset_train_split`)",
 }
 TRL_REWARDS = ("accuracy_reward", "reasoning_accuracy_reward", "think_format_reward")
-_EXAMPLE_STAGES = "`curriculum: {stages: [{num_generations: 4, temperature: 0.7, until_fraction: 0.5}, ...]}`"
 
 
 @dataclass
@@ -143,51 +131,6 @@ def _trl_rule(name: str, spec: dict) -> Rule:
 
 
 # --- parts of a recipe -------------------------------------------------------------------------------------------
-
-
-def _rekey(problems: list[Problem], prefix: str) -> list[Problem]:
-    return [dataclasses.replace(p, key=f"{prefix}.{p.key}") for p in problems]
-
-
-CURRICULUM_RULES = {  # the curriculum's settings besides `stages` (arguments of `CurriculumCallback`)
-    "uncertain_prompts": UNCERTAIN_PROMPTS,
-}
-
-
-def curriculum_options(value: Mapping) -> dict:
-    """The `CurriculumCallback` arguments a (validated) `curriculum:` mapping sets besides its stages."""
-    return {name: value[name] for name in CURRICULUM_RULES if name in value}
-
-
-def _parse_curriculum(value, key: str = "curriculum") -> tuple[StageSchedule | None, list[Problem]]:
-    """Validate a `curriculum:` mapping; return the schedule (when every stage is valid) and every problem."""
-    if not isinstance(value, Mapping):
-        return None, [Problem(key, value, "must be a mapping holding a `stages:` list", f"write {_EXAMPLE_STAGES}")]
-    problems = unknown_keys(value, ("stages", *CURRICULUM_RULES), key, "a curriculum key (the curriculum holds "
-                            "`stages` and optionally `uncertain_prompts`)", "remove it")  # fmt: skip
-    problems += check(CURRICULUM_RULES, value, key)
-    stages = value.get("stages")
-    if not isinstance(stages, list) or not stages:
-        rule, shown = ("must be a non-empty list of stages", stages) if "stages" in value else ("is required", MISSING)
-        return None, problems + [Problem(f"{key}.stages", shown, rule, f"write {_EXAMPLE_STAGES}")]
-    valid = True
-    for i, stage in enumerate(stages):
-        where = f"{key}.stages[{i}]"
-        if not isinstance(stage, Mapping):
-            problems.append(Problem(where, stage, "must be a mapping of stage fields",
-                                    "e.g. `- {num_generations: 4, temperature: 0.7, until_fraction: 0.5}`"))
-            valid = False
-            continue
-        found = unknown_keys(stage, STAGE_KEYS, where, "a stage field", f"use only {list(STAGE_KEYS)}")
-        found += stage_problems(stage, key=where)
-        problems += found
-        valid = valid and not found
-    if not valid:
-        return None, problems
-    try:
-        return StageSchedule([Stage(**stage) for stage in stages]), problems
-    except CurriculumError as error:
-        return None, problems + _rekey(error.problems, key)
 
 
 _IDENT = r"[A-Za-z_]\w*"
@@ -351,37 +294,6 @@ def load_recipe(path: str, overrides: dict | None = None) -> Recipe:
     path = find_recipe(path)
     data, problems = read_yaml(path)
     return _parse(data, path, overrides, problems)
-
-
-def is_curriculum_file(path: str) -> bool:
-    """Whether `path` holds only a `curriculum:` mapping (what [`load_curriculum`] reads), not a whole recipe."""
-    try:
-        data, _ = read_yaml(find_recipe(path))
-    except CurriculumError:
-        return False  # loading it as a recipe says what is wrong
-    return isinstance(data, Mapping) and list(data) == ["curriculum"]
-
-
-def load_curriculum(path: str, with_options: bool = False) -> StageSchedule | tuple[StageSchedule, dict]:
-    """
-    Read only the `curriculum:` mapping of a file (a full recipe, or a file holding just the curriculum), or of a
-    recipe shipped in the package, by name.
-
-    Returns:
-        [`StageSchedule`]: The validated stages; with `with_options`, also the mapping's other settings
-        ([`curriculum_options`]).
-
-    Raises:
-        [`CurriculumError`]: listing every problem in the curriculum.
-    """
-    path = find_recipe(path)
-    data, problems = read_yaml(path)
-    if not isinstance(data, Mapping) or "curriculum" not in data:
-        raise CurriculumError([Problem(f"{path}: curriculum", MISSING, "is required: the file has no top-level "
-                                       "`curriculum:` mapping", f"add {_EXAMPLE_STAGES}")], f"recipe {path}")
-    schedule, found = _parse_curriculum(data["curriculum"])
-    raise_if_any(problems + found, f"recipe {path}")
-    return (schedule, curriculum_options(data["curriculum"])) if with_options else schedule
 
 
 def training_geometry(training: Mapping, num_processes: int | None = None) -> BatchGeometry:

@@ -13,7 +13,7 @@ python -m grpo_curriculum.config.trl_fields          # rewrite grpo_curriculum/t
 python -m grpo_curriculum.config.trl_fields --check  # exit 1 when the shipped file differs
 ```
 
-Types are written in a small vocabulary that [`grpo_curriculum.core.rules.Rule`] reads: a list of alternatives, each one of
+Types are written in a small vocabulary that [`~core.rules.Rule`] reads: a list of alternatives, each one of
 `"bool"`, `"int"`, `"float"`, `"str"`, `"null"`, `"dict"`, `"list"`, `"list[str]"`, `"list[float]"`, `"any"` (not
 checked here; TRL checks it when the config is built) or `{"choice": [...]}` (an enum's values, a `Literal`, or the
 field's `choices` metadata).

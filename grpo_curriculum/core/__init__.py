@@ -1,1 +1,1 @@
-"""The curriculum itself, pure Python (no torch, TRL or transformers): schedules, geometry, policies, allocation."""
+"""The curriculum itself, pure Python (no torch, TRL or transformers): schedules, geometry, policies, YAML input."""

@@ -34,6 +34,11 @@ def shorten_text(text: str, limit: int = 100) -> str:
     return f"{text[: limit // 2]}...<{len(text) - limit} characters>...{text[-limit // 2 :]}"
 
 
+def plural(n: int, word: str) -> str:
+    """`n` and `word`, in the plural unless `n` is 1: `"1 prompt"`, `"2 prompts"`, `"3 processes"`, `"2 switches"`."""
+    return f"{n} {word if n == 1 else word + ('es' if word.endswith(('s', 'ch')) else 's')}"
+
+
 def shorten(value) -> str:
     """A `repr` of `value` short enough for a message, whatever its size or depth."""
     try:
@@ -104,7 +109,7 @@ class CurriculumError(ValueError):
         super().__init__(self.format())
 
     def format(self) -> str:
-        head = f"{len(self.problems)} problem{'s' if len(self.problems) > 1 else ''} in the curriculum"
+        head = f"{plural(len(self.problems), 'problem')} in the curriculum"
         if self.context:
             head += f" ({self.context})"
         return head + ":\n" + "\n".join(f"  - {problem}" for problem in self.problems)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from math import gcd
 
-from .errors import CurriculumError, Problem, raise_if_any
+from .errors import CurriculumError, Problem, plural, raise_if_any
 from .rules import COUNT, MAX_COUNT, NUM_GENERATIONS, check, is_int
 
 
@@ -47,10 +47,6 @@ def fills(candidates, total: int) -> bool:
 
 def _positive(values: dict[str, object], optional: bool = False) -> list[Problem]:
     return check({k: COUNT for k in values}, {k: v for k, v in values.items() if not (optional and v is None)})
-
-
-def _processes(n: int) -> str:
-    return f"{n} process{'es' if n != 1 else ''}"
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -141,7 +137,7 @@ class BatchGeometry:
                 object.__setattr__(self, name, int(getattr(self, name)))
         n, e = self.num_processes, self.per_device_eval_batch_size
         batches = {"generation_batch_size": (self.generation_batch_size, self.describe()),
-                   "per_device_eval_batch_size": (e and e * n, f"{e} per-device eval batch x {_processes(n)}")}
+                   "per_device_eval_batch_size": (e and e * n, f"{e} per-device eval batch x {plural(n, 'process')}")}
         raise_if_any([Problem(key, size, f"makes a batch of {size} completions ({how}), more than the {MAX_COUNT} "
                               "the curriculum checks (a bound on the input)", "use a smaller batch")
                       for key, (size, how) in batches.items() if size and size > MAX_COUNT], "batch geometry")
@@ -188,7 +184,7 @@ class BatchGeometry:
                 low, high = generation_batch_size // step * step, _round_up(generation_batch_size, step)
                 raise CurriculumError([Problem(
                     "generation_batch_size", generation_batch_size, f"must be a multiple of the global batch "
-                    f"({_processes(num_processes)} x {per_device_train_batch_size} per-device batch = {step})",
+                    f"({plural(num_processes, 'process')} x {per_device_train_batch_size} per-device batch = {step})",
                     f"use generation_batch_size {f'{low} or ' if low else ''}{high}")], "batch geometry")
             steps_per_generation = generation_batch_size // step
         elif steps_per_generation is None:
@@ -229,7 +225,7 @@ class BatchGeometry:
 
     def describe(self) -> str:
         """`str`: e.g. `"2 processes x 3 per-device batch x 1 steps per generation = generation batch 6"`."""
-        return (f"{_processes(self.num_processes)} x {self.per_device_train_batch_size} per-device batch x "
+        return (f"{plural(self.num_processes, 'process')} x {self.per_device_train_batch_size} per-device batch x "
                 f"{self.steps_per_generation} steps per generation = generation batch {self.generation_batch_size}")
 
     def valid_num_generations(self) -> list[int]:
@@ -319,8 +315,8 @@ class BatchGeometry:
         valid = [d for d in divisors(e * n) if d >= 2]
         e2 = _round_up(e, G // gcd(G, n))
         fix = (f"use num_generations_eval {' or '.join(map(str, _nearest(valid, G)))}, or " if valid else "use ")
-        return [Problem(key, G, f"must divide the global eval batch ({e} per-device eval batch x {_processes(n)} = "
-                        f"{e * n}); valid values: {', '.join(map(str, valid)) or 'none'}",
+        return [Problem(key, G, f"must divide the global eval batch ({e} per-device eval batch x "
+                        f"{plural(n, 'process')} = {e * n}); valid values: {', '.join(map(str, valid)) or 'none'}",
                         fix + f"per_device_eval_batch_size {e2} -> global eval batch {e2 * n}")]
 
     def per_step_note(self, num_generations: int) -> str | None:

@@ -3,7 +3,7 @@ Reward-variance signals of a generation round.
 
 Pure logic: the standard library only (no torch, no numpy). The trainer gathers the round's rewards from every process
 and passes them here as flat lists, so every process computes the same [`RoundStats`] and the adaptive policies
-([`grpo_curriculum.core.adaptive`]) take the same decisions. A group whose rewards are all equal has zero advantage in GRPO
+([`~core.adaptive`]) take the same decisions. A group whose rewards are all equal has zero advantage in GRPO
 and wastes its completions; the share of completions in such groups is the main signal.
 
 A *zero-std group* is one definition for everything the curriculum computes and logs, TRL's `frac_reward_zero_std` of

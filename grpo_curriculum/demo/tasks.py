@@ -82,13 +82,6 @@ def build_model(seed: int = 0, hidden_size: int = 32, num_layers: int = 2):
     return model
 
 
-def save_tiny_model(path: str, seed: int = 0) -> str:
-    """Save a tiny model and its tokenizer to `path` (so it can be passed by name, e.g. for a reference model)."""
-    build_model(seed).save_pretrained(path)
-    build_tokenizer().save_pretrained(path)
-    return path
-
-
 # --- tasks -------------------------------------------------------------------------------------------------------
 
 
@@ -102,12 +95,17 @@ def echo_dataset(num_prompts: int = 64, seed: int = 0, length: int = 2):
     Returns:
         [`~datasets.Dataset`]: Columns `prompt` (str) and `target` (str).
     """
+    return _echo_dataset(num_prompts, seed, lambda rng: length)
+
+
+def _echo_dataset(num_prompts: int, seed: int, draw_length: Callable):
+    """`num_prompts` echo prompts, each of `draw_length(rng)` words drawn by `random.Random(seed)`."""
     from datasets import Dataset
 
     rng = random.Random(seed)
     rows = {"prompt": [], "target": []}
     for _ in range(num_prompts):
-        words = [rng.choice(WORDS) for _ in range(length)]
+        words = [rng.choice(WORDS) for _ in range(draw_length(rng))]
         rows["prompt"].append("echo : " + " ".join(words) + " =")
         rows["target"].append(" ".join(words))
     return Dataset.from_dict(rows)
@@ -212,15 +210,7 @@ def echo_mixed_dataset(num_prompts: int = 64, seed: int = 0, min_length: int = 1
     Returns:
         [`~datasets.Dataset`]: Columns `prompt` (str) and `target` (str).
     """
-    from datasets import Dataset
-
-    rng = random.Random(seed)
-    rows = {"prompt": [], "target": []}
-    for _ in range(num_prompts):
-        words = [rng.choice(WORDS) for _ in range(rng.randint(min_length, max_length))]
-        rows["prompt"].append("echo : " + " ".join(words) + " =")
-        rows["target"].append(" ".join(words))
-    return Dataset.from_dict(rows)
+    return _echo_dataset(num_prompts, seed, lambda rng: rng.randint(min_length, max_length))
 
 
 def count_mixed_dataset(num_prompts: int = 64, seed: int = 0):
@@ -245,15 +235,7 @@ def echo_tiers_dataset(num_prompts: int = 64, seed: int = 0, weights: tuple[int,
     Returns:
         [`~datasets.Dataset`]: Columns `prompt` (str) and `target` (str).
     """
-    from datasets import Dataset
-
-    rng = random.Random(seed)
-    rows = {"prompt": [], "target": []}
-    for _ in range(num_prompts):
-        words = [rng.choice(WORDS) for _ in range(rng.choices(range(1, len(weights) + 1), weights=weights)[0])]
-        rows["prompt"].append("echo : " + " ".join(words) + " =")
-        rows["target"].append(" ".join(words))
-    return Dataset.from_dict(rows)
+    return _echo_dataset(num_prompts, seed, lambda rng: rng.choices(range(1, len(weights) + 1), weights=weights)[0])
 
 
 def exact_echo_reward(completions: list[str], target: list[str], **kwargs) -> list[float]:

@@ -31,7 +31,6 @@ import importlib
 import logging
 import math
 import os
-import warnings
 
 import torch
 from datasets import Dataset
@@ -102,20 +101,6 @@ def set_temperature(trainer, temperature: float, cells: list) -> None:
         trainer.vllm_generation.temperature = temperature
     for cell in cells:
         cell.cell_contents = temperature
-
-
-def sampling_temperatures(trainer, cells: list) -> dict[str, float]:
-    """Where each temperature currently stands (for tests and the consistency check)."""
-    found = {"trainer": trainer.temperature}
-    if getattr(trainer, "generation_config", None) is not None:
-        found["generation_config"] = trainer.generation_config.temperature
-    if getattr(trainer, "generation_kwargs", None) is not None:
-        found["generation_kwargs"] = trainer.generation_kwargs["temperature"]
-    if getattr(trainer, "use_vllm", False):
-        found["vllm"] = trainer.vllm_generation.temperature
-    for i, cell in enumerate(cells):
-        found[f"fused_lm_head[{i}]"] = cell.cell_contents
-    return found
 
 
 def fit_environment_placeholder(trainer, num_prompts: int) -> None:
@@ -406,16 +391,3 @@ def current_sampling(trainer) -> tuple[int, float]:
 def new_prompt_stream(trainer) -> PromptStream:
     """A prompt stream over the train dataset as the data loader reads it, shuffled like TRL's sampler."""
     return PromptStream(train_dataset_as_loaded(trainer), shuffle=trainer.shuffle_dataset, seed=trainer.args.seed)
-
-
-@contextlib.contextmanager
-def hide_renamed_method_warnings():
-    """
-    Hide the FutureWarnings of the model methods transformers 5 renamed that TRL 1.16 calls
-    (`is_gradient_checkpointing`, read in every generation round, and `gradient_checkpointing_enable/disable` when
-    checkpointing is on): no recipe setting avoids them.
-    """
-    with warnings.catch_warnings():
-        renamed = r"`(is_gradient_checkpointing|gradient_checkpointing_enable|gradient_checkpointing_disable)`"
-        warnings.filterwarnings("ignore", message=renamed + " is deprecated", category=FutureWarning)
-        yield

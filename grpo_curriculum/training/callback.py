@@ -120,7 +120,7 @@ class CurriculumCallback(TrainerCallback):
         Raises:
             [`CurriculumError`]: listing every problem in the file, each with its key path, value, rule and fix.
         """
-        from ..config.recipe import load_curriculum
+        from ..core.curriculum import load_curriculum
 
         schedule, options = load_curriculum(path, with_options=True)
         return cls(schedule, **{**options, **kwargs})

@@ -6,7 +6,7 @@ Every file the package reads back (a checkpoint's curriculum state and arrays, T
 `trainer_state.json` that resume and `grpo-curriculum plot` read) goes through one bounded reader ([`read_file`]):
 regular files only (a FIFO, a device or a link to one is refused before it is read), at most [`MAX_FILE_BYTES`]
 bytes, and any problem is one [`CurriculumStateError`] naming the file and the fix. The curriculum state is then
-checked against a schema of [`~grpo_curriculum.core.rules.Rule`] tables with ranges, and against the invariants that tie
+checked against a schema of [`~core.rules.Rule`] tables with ranges, and against the invariants that tie
 its parts together, before anything of it is applied.
 
 A checkpoint folder is *complete* when everything resume reads parses and validates: its `trainer_state.json` (the
@@ -29,7 +29,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import MISSING, Problem, shorten, shorten_text
+from ..core.errors import MISSING, Problem, plural, shorten, shorten_text
 from ..core.rules import MAX_COUNT, MAX_STEPS, POSITIVE, Rule, fraction, integer
 
 logger = logging.getLogger("grpo_curriculum")
@@ -79,7 +79,7 @@ def atomic_write(path: str | os.PathLike, write, binary: bool = False) -> None:
 
 
 def atomic_json(path: str, data) -> None:
-    """Write `data` as JSON to `path` through a temporary file and a rename: readers see the old file or the new one."""
+    """Write `data` as JSON to `path` through a temporary file and a rename: readers see the old or the new file."""
     atomic_write(path, lambda f: f.write(json.dumps(data, indent=2, sort_keys=True) + "\n"))
 
 
@@ -229,7 +229,7 @@ def problems_of(schema, value, key: str = "") -> list[Problem]:
     """
     Every problem of `value` against `schema` (the first 20), each with its key path.
 
-    A schema is a [`~grpo_curriculum.core.rules.Rule`] (one value), an [`Array`], a `dict` (a mapping that must hold each
+    A schema is a [`~core.rules.Rule`] (one value), an [`Array`], a `dict` (a mapping that must hold each
     key, a key ending in `?` may be absent; other keys are ignored), a `tuple` (a list of exactly those values), or a
     [`Nullable`], [`Each`] or [`ByField`].
     """
@@ -337,7 +337,7 @@ def _invariants(state: dict) -> list[Problem]:
         if index < len(stages):
             return stages[index]
         problems.append(Problem(key, index, f"must be a stage index below {len(stages)} (the checkpoint's schedule "
-                                            f"has {len(stages)} stage{'s' if len(stages) != 1 else ''})"))  # fmt: skip
+                                            f"has {plural(len(stages), 'stage')})"))  # fmt: skip
         return None
 
     current = callback["current"]
@@ -554,15 +554,6 @@ def check_checkpoint(folder: str | os.PathLike, entropy: bool = False) -> None:
         problems = problems_of(ENTROPY_STATE_SCHEMA, read_json(path, _FIX))
         if problems:
             raise state_error(path, problems)
-
-
-def is_complete(folder: str | os.PathLike, entropy: bool = False) -> bool:
-    """Whether a checkpoint folder was written completely and validates ([`check_checkpoint`])."""
-    try:
-        check_checkpoint(folder, entropy)
-    except CurriculumStateError:
-        return False
-    return True
 
 
 def checkpoints(output_dir: str | os.PathLike) -> list[Path]:

@@ -1,5 +1,5 @@
 """
-Reading YAML input (recipe files, command-line override values) without trusting it.
+Reading YAML recipe files without trusting them.
 
 Every way a file can be wrong becomes a [`Problem`] naming the file, never a traceback or a hang: a file that does not
 exist or is not a regular file, one over [`MAX_BYTES`], bytes that are not UTF-8, YAML syntax errors (with line and
@@ -15,7 +15,7 @@ import re
 
 import yaml
 
-from ..core.errors import MISSING, CurriculumError, Problem, shorten_text
+from .errors import MISSING, CurriculumError, Problem, shorten_text
 
 MAX_BYTES = 64 * 1024
 """Largest recipe file read, in bytes (the shipped recipes are about 1 KB)."""
@@ -215,17 +215,3 @@ def read_yaml(path: str) -> tuple[object, list[Problem]]:
         raise CurriculumError([Problem(path, "", "is empty: a recipe is a YAML mapping of `key: value` settings",
                                        "start from recipes/demo.yaml")], context)
     return data, problems
-
-
-def parse_value(text: str):
-    """Parse one value as recipes are read (e.g. a command-line override): `"1e-5"` -> `1e-05`, `"[]"` -> `[]`; text
-    that is not valid YAML (or breaks a limit) stays a string, and so do YAML 1.1's other booleans (`no`, `off`,
-    `yes`, `on`, `y`, `n`): `--save_strategy no` means `"no"`, as on `trl grpo`'s command line; only `true` and
-    `false` are booleans (as in YAML 1.2)."""
-    try:
-        value = parse_yaml(text, "value")[0]
-    except CurriculumError:
-        return text
-    if isinstance(value, bool) and text.strip().lower() not in ("true", "false"):
-        return text
-    return value

@@ -1,0 +1,105 @@
+"""
+The arguments of `grpo-curriculum train`, parsed by TRL's own [`~trl.TrlParser`] as `trl grpo --config RECIPE --key
+value ...` parses them: the recipe's keys are the defaults, each override is read by its field's type (`--max_steps 10`
+an integer, `--use_peft` true, `--save_strategy no` a string, `--lora_target_modules q_proj v_proj` a list). Before any
+config is built, [`~config.recipe.load_recipe`] (what `grpo-curriculum check` runs) names every problem at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig, ModelConfig, TrlParser
+from trl.scripts.grpo import GRPOScriptArguments
+
+from ..core.errors import MISSING, CurriculumError, Problem
+from ..core.geometry import BatchGeometry
+from .recipe import Recipe, starting_num_generations
+
+
+@dataclass
+class RecipeArguments(GRPOScriptArguments):
+    """
+    `trl grpo`'s script arguments plus the recipe's own keys (see [`~config.recipe`]).
+
+    Args:
+        num_processes (`int`, *optional*): World size the recipe was written for.
+        dataset_num_prompts (`int`, *optional*): Prompts of a built-in dataset (default 256).
+        dataset_prompt_column (`str`, *optional*, defaults to `"prompt"`): Dataset column holding the prompt.
+        warm_start_steps (`int`, *optional*, defaults to `0`): Supervised steps of the built-in model before RL.
+    """
+
+    num_processes: int | None = field(default=None, metadata={"help": "World size the recipe was written for."})
+    dataset_num_prompts: int | None = field(default=None, metadata={"help": "Prompts of a built-in dataset."})
+    dataset_prompt_column: str = field(default="prompt", metadata={"help": "Dataset column holding the prompt."})
+    warm_start_steps: int = field(default=0, metadata={"help": "Supervised steps of `builtin:tiny` before RL."})
+
+
+@dataclass
+class CurriculumArguments:
+    """The recipe's `curriculum:` mapping (see [`~core.curriculum.load_curriculum`])."""
+
+    curriculum: dict | None = field(default=None, metadata={"help": "`stages:` and options (recipe file only)."})
+
+
+class RecipeParser(TrlParser):
+    """A [`~trl.TrlParser`] for `grpo-curriculum train` whose usage errors are [`CurriculumError`]s."""
+
+    def __init__(self):
+        super().__init__((RecipeArguments, GRPOConfig, ModelConfig, CurriculumArguments),
+                         prog="grpo-curriculum train RECIPE")
+
+    def error(self, message: str):
+        raise CurriculumError([Problem("command line", MISSING, message, "write overrides as on `trl grpo`'s "
+                                       "command line, e.g. `--max_steps 10 --report_to none`")])
+
+    def overrides(self, args: list[str]) -> dict:
+        """
+        The settings the command-line `args` give, read as `trl grpo` reads them; an unknown `--key` is kept (its
+        value as text) for the recipe check to name it, with the closest key.
+
+        Raises:
+            [`CurriculumError`]: for a value its field's type refuses, or a token that is not `--key` or its value.
+        """
+        unset = object()
+        namespace = argparse.Namespace(**{action.dest: unset for action in self._actions})
+        namespace, rest = self.parse_known_args(args, namespace)
+        given = {name: value for name, value in vars(namespace).items() if value is not unset}
+        if str(given.get("resume_from_checkpoint")).lower() in ("true", "false"):  # as in a recipe: the newest one
+            given["resume_from_checkpoint"] = given["resume_from_checkpoint"].lower() == "true"
+        i = 0
+        while i < len(rest):
+            key, equals, text = rest[i].partition("=")
+            if not key.startswith("--") or key == "--":
+                self.error(f"{rest[i]!r} must be `--key value` after the recipe")
+            if not equals and i + 1 < len(rest) and not rest[i + 1].startswith("--"):
+                text, i = rest[i + 1], i + 1
+            given[key[2:].replace("-", "_")] = text if equals or text else MISSING
+            i += 1
+        return given
+
+
+def trl_arguments(recipe: Recipe, geometry: BatchGeometry, **settings) -> tuple[GRPOConfig, ModelConfig]:
+    """
+    The `GRPOConfig` and `ModelConfig` of a validated recipe (`settings` on top), as [`~trl.TrlParser`] builds them
+    for `trl grpo --config`. `num_generations` and `temperature` are the curriculum's first ones (see
+    [`~config.recipe.starting_num_generations`] for a per-prompt first stage on `geometry`).
+    Activation checkpointing, on by TRL's default, is set under transformers 5's name (no FutureWarning).
+
+    Raises:
+        [`CurriculumError`]: naming the recipe and TRL's message, for a setting TRL's config classes refuse.
+    """
+    config = {**recipe.raw, **recipe.training, **settings}
+    if "gradient_checkpointing" not in config:
+        config.setdefault("activation_checkpointing", True)
+    config["num_generations"] = starting_num_generations(recipe, geometry)
+    config["temperature"] = recipe.curriculum.stages[0].temperature_at(0.0)
+    parser = RecipeParser()
+    parser.set_defaults_with_config(**config)
+    try:
+        _, training_args, model_args, _ = parser.parse_args_into_dataclasses([])
+    except ValueError as error:  # a check of TRL's or transformers' own (e.g. `auto_find_batch_size`)
+        raise CurriculumError([Problem(recipe.path or "recipe", MISSING, f"is refused by TRL's config: {error}",
+                                       "change the setting TRL names")], f"recipe {recipe.path}") from None
+    return training_args, model_args
