@@ -202,10 +202,11 @@ class Probe:
 
 
 def curriculum_groups(trainer):
-    """Group rows of a `CurriculumGRPOTrainer` round: consecutive blocks of the round's sizes (one process)."""
+    """Group rows of a `CurriculumGRPOTrainer` increment (a whole round unless it samples in increments): consecutive
+    blocks of its groups' sizes (one process)."""
 
     def rows(n: int) -> list[list[int]]:
-        sizes, start, out = trainer._round_sizes, 0, []
+        sizes, start, out = trainer._round.last_increment()[1], 0, []
         for size in sizes:
             out.append(list(range(start, start + size)))
             start += size

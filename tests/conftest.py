@@ -109,7 +109,8 @@ class RoundRecorder:
         if self.trainer is not None:
             entry["num_generations"] = self.trainer.num_generations
             entry["temperature"] = self.trainer.temperature
-            entry["sizes"] = list(getattr(self.trainer, "_round_sizes", None) or [])
+            round_ = getattr(self.trainer, "_round", None)
+            entry["sizes"] = [] if round_ is None else list(round_.sizes)
         self.calls.append(entry)
         if self.reward_fn is not None:
             return self.reward_fn(prompts=prompts, completions=completions, idx=idx, **kwargs)
