@@ -22,17 +22,23 @@ SWITCHES_FILE = "switches.jsonl"
 
 
 class _RoundCounts:
-    """Rounds, prompts, completions and deferred prompts counted over some rounds."""
+    """Rounds, prompts, completions (trained on and generated), increments and deferred and dropped prompts counted
+    over some rounds."""
 
     def __init__(self):
         self.rounds = self.prompts = self.completions = self.deferred = 0
+        self.generated = self.increments = self.dropped = 0
         self.sizes: list[int] = []
 
-    def add(self, group_sizes, deferred: int, keep_sizes: bool) -> None:
+    def add(self, group_sizes, deferred: int, keep_sizes: bool, generated: int | None = None, increments: int = 1,
+            dropped: int = 0) -> None:  # fmt: skip
         self.rounds += 1
         self.prompts += len(group_sizes)
         self.completions += sum(group_sizes)
         self.deferred += deferred
+        self.generated += sum(group_sizes) if generated is None else generated
+        self.increments += increments
+        self.dropped += dropped
         if keep_sizes:
             self.sizes += list(group_sizes)
 
@@ -199,6 +205,7 @@ class CurriculumCallback(TrainerCallback):
         self.policy_stage: int | None = None
         self.last_stats = None  # signals of the last round (grpo_curriculum.core.signals.RoundStats)
         self.deferred_total = 0  # prompts deferred by per-prompt stages in this run
+        self.informative_share = None  # the last round's share of trained completions in informative groups
         self._since_log, self._last_round = _RoundCounts(), _RoundCounts()
 
     def _stage_start_reason(self, index: int, global_step: int) -> str:
@@ -224,15 +231,22 @@ class CurriculumCallback(TrainerCallback):
         """Whether the current round is allocated per prompt."""
         return self.current is not None and self.current.num_generations is None
 
-    def record_round(self, group_sizes, deferred: int = 0, replayed: bool = False) -> None:
+    def record_round(self, group_sizes, deferred: int = 0, replayed: bool = False, generated: int | None = None,
+                     increments: int = 1, dropped: int = 0, informative_share: float | None = None) -> None:  # fmt: skip
         """
-        The trainer reports the round it built: each prompt's G and how many prompts were deferred. A round replayed
-        after a resume (its first build was counted before the checkpoint) only sets what later log lines repeat.
+        The trainer reports the round it sampled: the G of each prompt trained on, how many prompts were deferred, and
+        for a round sampled in increments the completions generated (default: those trained on), the increments, the
+        groups dropped (sampled, not trained on) and the share of the trained completions in informative groups. A
+        round replayed after a resume (its first build was counted before the checkpoint) only sets what later log
+        lines repeat.
         """
         self._last_round = _RoundCounts()
-        self._last_round.add(group_sizes, 0, keep_sizes=False)
+        self._last_round.add(group_sizes, 0, keep_sizes=False, generated=generated, increments=increments,
+                             dropped=dropped)  # fmt: skip
+        self.informative_share = informative_share
         if not replayed:
-            self._since_log.add(group_sizes, deferred, keep_sizes=self.per_prompt)
+            self._since_log.add(group_sizes, deferred, keep_sizes=self.per_prompt, generated=generated,
+                                increments=increments, dropped=dropped)  # fmt: skip
             self.deferred_total += deferred
 
     def round_sizes_since_log(self) -> list[int]:
@@ -294,7 +308,11 @@ class CurriculumCallback(TrainerCallback):
         current round's), and in per-prompt stages `deferred` (prompts deferred), `deferred_total` (in the run) and
         `prompts_at_g{G}` (prompts trained at each G: their sum over the log lines is the run's G distribution); of the
         last round: `mean_group_std`, `zero_std_fraction` (its completions' share in zero-std groups, what TRL's
-        `frac_reward_zero_std` logs for it) and `distinct_fraction`.
+        `frac_reward_zero_std` logs for it) and `distinct_fraction`. In a stage that samples in increments (top-up,
+        dynamic sampling): `generated` (completions sampled since the last log line, trained on or not),
+        `increments` (generation passes per round), `dropped` (groups sampled but not trained on, since the last log
+        line: they count as seen in the pass) and `informative_share` (the last round's share of trained completions
+        in groups whose rewards differ).
         """
         if self.current is None:
             return {}
@@ -311,6 +329,12 @@ class CurriculumCallback(TrainerCallback):
             metrics["curriculum/deferred_total"] = self.deferred_total
         for g in sorted(set(since.sizes)):
             metrics[f"curriculum/prompts_at_g{g}"] = since.sizes.count(g)
+        if self.informative_share is not None:
+            fresh = since is not self._last_round
+            metrics["curriculum/generated"] = since.generated if fresh else 0
+            metrics["curriculum/increments"] = since.increments / since.rounds if since.rounds else None
+            metrics["curriculum/dropped"] = since.dropped if fresh else 0
+            metrics["curriculum/informative_share"] = self.informative_share
         stats = self.last_stats
         if stats is not None:
             metrics["curriculum/mean_group_std"] = stats.mean_group_std
