@@ -1,0 +1,301 @@
+"""
+Rounds sampled in increments, in real TRL training loops: top-up rounds (a pilot for every prompt, then more
+completions for the groups whose rewards are still all equal) and DAPO's dynamic sampling (new prompts until the batch
+holds enough informative groups). Each increment is one TRL generation and scoring pass; the round TRL trains on is
+their merge, each group whole and contiguous, its advantages over all its completions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+
+import pytest
+import torch
+from trl import GRPOTrainer
+
+from grpo_curriculum import Stage
+from grpo_curriculum.core.sampling import DynamicSampling, TopUp
+from grpo_curriculum.demo.tasks import build_tokenizer, echo_dataset
+
+from .conftest import RoundRecorder, group_runs, indexed_dataset
+from .test_trainer import make_trainer, train_history
+
+
+def sampling_stage(g=4, temperature=1.0, top_up=None, dynamic_sampling=None):
+    """A stage of `g` whose rounds sample in increments (top-up or dynamic sampling)."""
+    return [Stage(num_generations=g, temperature=temperature)], dict(top_up=top_up, dynamic_sampling=dynamic_sampling)
+
+
+def sampling_trainer(tmp_path, stages, recorder=None, **overrides):
+    stages, sampling = stages
+    trainer, recorder = make_trainer(tmp_path, stages, recorder=recorder, **overrides)
+    decide = trainer._curriculum.setting_for_round
+
+    def setting_for_round(step):
+        setting = decide(step)
+        if sampling["top_up"] is not None:
+            setting = dataclasses.replace(setting, num_generations=None, top_up=sampling["top_up"])
+        if sampling["dynamic_sampling"] is not None:
+            setting = dataclasses.replace(setting, dynamic_sampling=sampling["dynamic_sampling"])
+        trainer._curriculum.current = setting
+        return setting
+
+    trainer._curriculum.setting_for_round = setting_for_round
+    return trainer, recorder
+
+
+def record_outputs(trainer):
+    """Spy on each round TRL trains on: the round, its prompt texts in row order and its output."""
+    rounds, original = [], trainer._generate_and_score_completions
+    tokenizer = build_tokenizer()
+
+    def spy(inputs):
+        output = original(inputs)
+        prompts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
+        rounds.append({"round": trainer._round, "prompts": prompts, "output": output})
+        return output
+
+    trainer._generate_and_score_completions = spy
+    return rounds
+
+
+class KindReward:
+    """
+    Counts every row it scores (per prompt). A prompt's kind is its index % 3: 0 always 1, 1 always 0, 2 a fair coin
+    that alternates 1, 0, 1, ... over the prompt's rows in the order they are scored.
+    """
+
+    __name__ = "kind"
+
+    def __init__(self):
+        self.scored = Counter()
+
+    def __call__(self, prompts, completions, idx, **kwargs):
+        rewards = []
+        for i in idx:
+            self.scored[i] += 1
+            rewards.append([1.0, 0.0, float(self.scored[i] % 2)][i % 3])
+        return rewards
+
+
+def closed_form(kind: int, size: int) -> list[float]:
+    """The advantages of a group of `size` rows of a prompt of `kind` (scale_rewards "group")."""
+    if kind != 2:
+        return [0.0] * size
+    rewards = [float((j + 1) % 2) for j in range(size)]
+    mean = sum(rewards) / size
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (size - 1))
+    return [(r - mean) / (std + 1e-4) for r in rewards]
+
+
+def test_top_up_scores_each_row_once_keeps_groups_whole_and_contiguous(tmp_path):
+    reward = KindReward()
+    recorder = RoundRecorder(reward_fn=reward)
+    stages = sampling_stage(top_up=TopUp(pilot=2, largest=8, prompts=5))
+    trainer, recorder = sampling_trainer(tmp_path, stages, recorder=recorder, max_steps=3,
+                                         per_device_train_batch_size=16, shuffle_dataset=False)  # fmt: skip
+    rounds = record_outputs(trainer)
+    dataset = trainer.train_dataset
+    trainer.train()
+    assert len(rounds) == 3
+    calls = iter(recorder.calls)
+    scored = Counter()
+    for r in rounds:
+        round_ = r["round"]
+        # Kinds of prompts 0-4: 1, 0, coin, 1, 0 (then 5-9: coin, 1, 0, coin, 1; ...). The pilot: 2 each (10 rows);
+        # then 6 more: the all-equal groups first, by group index.
+        assert len(round_.prompts) == 5 and sum(round_.sizes) == 16
+        rows = [next(calls) for _ in round_.increments]
+        assert [len(call["idx"]) for call in rows] == [sum(added) for added in round_.increments]
+        for call in rows:
+            scored.update(call["idx"])
+        kinds = [i % 3 for i in round_.prompts]
+        zero = [g for g, kind in enumerate(kinds) if kind != 2]
+        expected = [2] * 5
+        for g in zero[:3]:
+            expected[g] += 2
+        assert round_.sizes == expected
+        # Groups whole and contiguous in the trained batch, in group order, each group's rows its prompt's.
+        assert group_runs(r["prompts"]) == round_.sizes
+        assert r["prompts"] == [dataset[i]["prompt"] for i, size in zip(round_.prompts, round_.sizes) for _ in
+                                range(size)]  # fmt: skip
+        advantages = r["output"]["advantages"].tolist()
+        assert advantages == pytest.approx([a for kind, size in zip(kinds, round_.sizes)
+                                            for a in closed_form(kind, size)], abs=1e-5)  # fmt: skip
+    assert scored == reward.scored  # every row scored once: what the reward function counted, row by row
+    assert sum(reward.scored.values()) == 3 * 16
+    history = train_history(trainer)
+    assert [h["curriculum/generated"] for h in history] == [16] * 3
+    assert [h["curriculum/increments"] for h in history] == [2] * 3
+
+
+def test_top_up_advantages_in_closed_form_for_every_kind_of_prompt(tmp_path):
+    """Always 1 and always 0: advantage 0 however many rows; a coin: (r - p) / std over all its rows."""
+    stages = sampling_stage(top_up=TopUp(pilot=2, largest=8, prompts=3))
+    trainer, _ = sampling_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=KindReward()), max_steps=2,
+                                  per_device_train_batch_size=12, shuffle_dataset=False)  # fmt: skip
+    rounds = record_outputs(trainer)
+    trainer.train()
+    for r in rounds:
+        round_ = r["round"]
+        kinds = [i % 3 for i in round_.prompts]
+        assert sorted(kinds) == [0, 1, 2]
+        # pilot 6, then the two all-equal groups +2 (10), then the lowest variance: one all-equal group again.
+        assert sum(round_.sizes) == 12 and max(round_.sizes) <= 8
+        expected = [a for kind, size in zip(kinds, round_.sizes) for a in closed_form(kind, size)]
+        assert r["output"]["advantages"].tolist() == pytest.approx(expected, abs=1e-5)
+
+
+def by_position(prompts, completions, **kwargs):
+    """Every row of a call its own reward: no group is ever all equal."""
+    return [float(j) for j in range(len(completions))]
+
+
+def run_records(trainer, recorder):
+    trainer.train()
+    steps = [(h["reward"], h["loss"], h["frac_reward_zero_std"]) for h in train_history(trainer)]
+    weights = [p.detach().clone() for p in trainer.model.parameters()]
+    return [c["idx"] for c in recorder.calls], [c["completions"] for c in recorder.calls], steps, weights
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
+def test_dynamic_sampling_with_nothing_to_drop_trains_like_plain_grpo(tmp_path, loss_type):
+    overrides = dict(num_generations=4, temperature=0.9, max_steps=4, seed=3, gradient_accumulation_steps=2,
+                     loss_type=loss_type)  # fmt: skip
+    expected = run_records(*make_trainer(tmp_path / "plain", None, recorder=RoundRecorder(reward_fn=by_position),
+                                         cls=GRPOTrainer, **overrides))  # fmt: skip
+    stages = sampling_stage(g=4, temperature=0.9, dynamic_sampling=DynamicSampling(max_rounds=4))
+    ours, recorder = sampling_trainer(tmp_path / "ours", stages, recorder=RoundRecorder(reward_fn=by_position),
+                                      **overrides)  # fmt: skip
+    got = run_records(ours, recorder)
+    assert got[:3] == expected[:3]
+    for a, b in zip(got[3], expected[3], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    history = train_history(ours)
+    assert [h["curriculum/dropped"] for h in history] == [0] * 4
+    assert [h["curriculum/informative_share"] for h in history] == [1.0] * 4
+
+
+def test_one_increment_top_up_trains_like_the_round_it_equals(tmp_path):
+    """Pilot = largest = 4: every group full after the pilot; the same run as plain GRPO at G 4."""
+    overrides = dict(num_generations=4, temperature=0.9, max_steps=4, seed=3, per_device_train_batch_size=8)
+    expected = run_records(*make_trainer(tmp_path / "plain", None, recorder=RoundRecorder(reward_fn=by_position),
+                                         cls=GRPOTrainer, **overrides))  # fmt: skip
+    stages = sampling_stage(g=4, temperature=0.9, top_up=TopUp(pilot=4, largest=4, prompts=2))
+    ours, recorder = sampling_trainer(tmp_path / "ours", stages, recorder=RoundRecorder(reward_fn=by_position),
+                                      **overrides)  # fmt: skip
+    got = run_records(ours, recorder)
+    assert got[:3] == expected[:3]
+    for a, b in zip(got[3], expected[3], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def half_constant(prompts, completions, idx, **kwargs):
+    """Even prompts always 1 (all equal); odd prompts by row position (informative)."""
+    return [1.0 if i % 2 == 0 else float(j) for j, i in enumerate(idx)]
+
+
+def test_dynamic_sampling_drops_all_equal_groups_and_refills(tmp_path):
+    stages = sampling_stage(g=2, dynamic_sampling=DynamicSampling(max_rounds=4))
+    trainer, recorder = sampling_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=half_constant),
+                                         max_steps=2, shuffle_dataset=False)  # fmt: skip
+    rounds = record_outputs(trainer)
+    dataset = trainer.train_dataset
+    trainer.train()
+    # Generation batch 8 at G 2: 4 prompts a pass, 2 of them informative; the second pass fills the batch.
+    assert [len(c["idx"]) for c in recorder.calls] == [8, 8, 8, 8]
+    for r, first in zip(rounds, (0, 8)):
+        round_ = r["round"]
+        assert round_.prompts == list(range(first, first + 8))
+        assert round_.trained == [1, 3, 5, 7]
+        assert r["prompts"] == [dataset[first + g]["prompt"] for g in (1, 3, 5, 7) for _ in range(2)]
+        assert r["output"]["advantages"].abs().min() > 0.5
+    history = train_history(trainer)
+    assert [h["curriculum/generated"] for h in history] == [16, 16]
+    assert [h["curriculum/dropped"] for h in history] == [4, 4]
+    assert [h["curriculum/increments"] for h in history] == [2, 2]
+    assert [h["frac_reward_zero_std"] for h in history] == [0.0, 0.0]
+    assert [h["curriculum/informative_share"] for h in history] == [1.0, 1.0]
+
+
+def test_dynamic_sampling_at_its_cap_fills_the_batch_with_dropped_groups(tmp_path):
+    stages = sampling_stage(g=2, dynamic_sampling=DynamicSampling(max_rounds=3))
+    trainer, recorder = sampling_trainer(tmp_path, stages, recorder=RoundRecorder(), max_steps=1,
+                                         shuffle_dataset=False)  # fmt: skip
+    rounds = record_outputs(trainer)
+    trainer.train()  # the recorder's reward is the prompt index: every group all equal
+    assert [len(c["idx"]) for c in recorder.calls] == [8, 8, 8]
+    assert rounds[0]["round"].trained == [0, 1, 2, 3]
+    assert rounds[0]["output"]["advantages"].abs().max() == 0
+    history = train_history(trainer)
+    assert history[0]["curriculum/dropped"] == 8 and history[0]["curriculum/generated"] == 24
+    assert history[0]["frac_reward_zero_std"] == 1.0 and history[0]["curriculum/informative_share"] == 0.0
+
+
+def two_of_four_constant(prompts, completions, idx, **kwargs):
+    """Prompts 0 and 3 of every 4 always 1; prompts 1 and 2 by row position (informative)."""
+    return [1.0 if i % 4 in (0, 3) else float(j) for j, i in enumerate(idx)]
+
+
+def mixed_length_dataset(long=lambda index: index % 3 == 2):
+    """48 echo prompts, those where `long(index)` of 4 words, the others of 2: an increment of short prompts only is
+    padded narrower than the round it is merged into."""
+    from datasets import concatenate_datasets
+
+    short, longer = echo_dataset(48, seed=0, length=2), echo_dataset(48, seed=1, length=4)
+    rows = concatenate_datasets([short, longer]).select([i + 48 * long(i) for i in range(48)])
+    return rows.add_column("idx", list(range(48)))
+
+
+LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_every_loss_type_trains_on_merged_rounds(tmp_path, tiny_model_dir, loss_type):
+    stages = sampling_stage(top_up=TopUp(pilot=2, largest=8, prompts=5))
+    trainer, _ = sampling_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=KindReward()), max_steps=2,
+                                  per_device_train_batch_size=16, loss_type=loss_type, beta=0.1,
+                                  model=tiny_model_dir, dataset=mixed_length_dataset(),
+                                  shuffle_dataset=False)  # fmt: skip
+    trainer.train()
+    assert all(math.isfinite(h["loss"]) for h in train_history(trainer))
+
+
+@pytest.mark.parametrize("sampling", ["top_up", "dynamic_sampling"])
+def test_merged_rounds_with_several_iterations_and_steps_per_generation(tmp_path, tiny_model_dir, sampling):
+    """num_iterations 2, steps_per_generation 2: the old and reference log-probs describe the rows as trained on (their
+    prompts padded to the round's widest), not as each increment padded them."""
+    stage = (sampling_stage(top_up=TopUp(pilot=2, largest=8, prompts=5)) if sampling == "top_up" else
+             sampling_stage(g=2, dynamic_sampling=DynamicSampling(max_rounds=3)))  # fmt: skip
+    reward = KindReward() if sampling == "top_up" else two_of_four_constant
+    # Top-up: the coins long, so the second increment (the all-equal groups) is all short; dynamic sampling: the
+    # second pass long, the first short.
+    long = (lambda i: i % 3 == 2) if sampling == "top_up" else (lambda i: i // 4 % 2 == 1)
+    trainer, _ = sampling_trainer(tmp_path, stage, recorder=RoundRecorder(reward_fn=reward), max_steps=4,
+                                  per_device_train_batch_size=8 if sampling == "top_up" else 4, num_iterations=2,
+                                  steps_per_generation=2, beta=0.1, dataset=mixed_length_dataset(long),
+                                  model=tiny_model_dir, shuffle_dataset=False)  # fmt: skip
+    rounds = record_outputs(trainer)
+    weights = {}
+
+    def snapshot(inputs):  # the policy's weights when the round is sampled
+        weights["policy"] = [p.detach().clone() for p in trainer.model.parameters()]
+        return spied(inputs)
+
+    spied, trainer._generate_and_score_completions = trainer._generate_and_score_completions, snapshot
+    trainer.train()
+    assert len(rounds) == 1 and len(rounds[0]["round"].increments) > 1
+    output = rounds[-1]["output"]
+    assert output["old_per_token_logps"] is not None and output["ref_per_token_logps"] is not None
+    with torch.no_grad():
+        for p, saved in zip(trainer.model.parameters(), weights["policy"], strict=True):
+            p.copy_(saved)
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        logps = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, output["completion_ids"].size(1),
+                                                           batch_size=4)[0]  # fmt: skip
+    keep = output["completion_mask"].bool()
+    torch.testing.assert_close(logps[keep], output["old_per_token_logps"][keep], atol=1e-5, rtol=1e-5)
+    assert len(set(output["prompt_mask"].sum(1).tolist())) > 1  # prompts of several widths in one round
