@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from math import gcd
 
-from .errors import CurriculumError, Problem, raise_if_any
+from .errors import MISSING, CurriculumError, Problem, raise_if_any
 from .rules import COUNT, MAX_COUNT, NUM_GENERATIONS, check, is_int
 
 
@@ -301,6 +301,47 @@ class BatchGeometry:
                             "the candidates makes it, and a round holds exactly that many completions",
                             f"add a candidate that divides {batch} (valid: "
                             f"{', '.join(map(str, self.valid_num_generations()))})")]
+        return []
+
+    def top_up_problems(self, top_up, key: str = "adaptive") -> list[Problem]:
+        """
+        Check that a top-up round ([`grpo_curriculum.core.sampling.TopUp`]) can hold exactly the generation batch: the
+        batch is a multiple of the pilot (every increment adds pilots), the pilots of the round's prompts fit in it,
+        the groups at their largest size can take all of it, and the prompts split evenly over the processes (each
+        process samples the pilots of its share of the prompts).
+
+        Args:
+            top_up ([`TopUp`]): The stage's plan.
+            key (`str`, *optional*, defaults to `"adaptive"`): Where the stage's `adaptive` settings live.
+
+        Returns:
+            `list[Problem]`: Empty when every top-up round can be filled.
+        """
+        batch, n, pilot, largest = self.generation_batch_size, self.num_processes, top_up.pilot, top_up.largest
+        where = f"the generation batch ({self.describe()})"
+        pilots = [d for d in divisors(batch) if 2 <= d <= largest and largest % d == 0]
+        if batch % pilot:
+            return [Problem(f"{key}.pilot", pilot, f"must divide {where}: a top-up round grows by pilots and holds "
+                            f"exactly the generation batch", f"use `pilot: {pilots[-1]}`" if pilots else
+                            f"use a generation batch that is a multiple of {pilot}")]
+        prompts, given = top_up.prompts_for(batch), top_up.prompts is not None
+        value, what = (prompts, "") if given else (MISSING, f"(not given: the default rule makes {prompts}) ")
+        if prompts * pilot > batch:
+            return [Problem(f"{key}.prompts", value, f"{what}must be at most {batch // pilot}: {prompts} prompts x "
+                            f"pilot {pilot} = {prompts * pilot} completions in pilots exceed {where}",
+                            f"use `prompts: {batch // pilot}` or fewer")]
+        if prompts * largest < batch:
+            least = -(-batch // largest)
+            return [Problem(f"{key}.prompts", value, f"{what}must be at least {least}: {prompts} prompts x largest "
+                            f"{largest} = {prompts * largest} completions cannot fill {where}",
+                            f"use `prompts: {least}` or more, or a larger largest candidate")]
+        if prompts % n:
+            low, high = prompts // n * n, -(-prompts // n) * n
+            fits = [p for p in (low, high) if p and p * pilot <= batch and p * largest >= batch]
+            return [Problem(f"{key}.prompts", value, f"{what}must be a multiple of the {_processes(n)}: each process "
+                            "samples the pilots of its share of the round's prompts",
+                            f"use `prompts: {' or '.join(map(str, fits))}`" if fits else
+                            "change the number of processes or the generation batch")]
         return []
 
     def eval_problems(self, key: str = "num_generations_eval") -> list[Problem]:

@@ -135,8 +135,9 @@ class CurriculumCallback(TrainerCallback):
     def initial_setting(self) -> Setting:
         """The setting before the first round: the first stage's."""
         stage = self.schedule.stages[0]
-        per_prompt = stage.adaptive is not None and stage.adaptive.per_prompt
-        return Setting(0, None if per_prompt else stage.num_generations, stage.temperature_at(0.0))
+        per_prompt = stage.adaptive is not None and (stage.adaptive.per_prompt or stage.top_up is not None)
+        return Setting(0, None if per_prompt else stage.num_generations, stage.temperature_at(0.0), stage.top_up,
+                       stage.dynamic_sampling)
 
     def setting_for_round(self, global_step: int) -> Setting:
         """
@@ -149,7 +150,8 @@ class CurriculumCallback(TrainerCallback):
         setting = self.resolved.setting_at(global_step)
         stage = self.schedule.stages[setting.stage]
         decided = None  # an adaptive policy's reason for a change
-        if stage.adaptive is not None:
+        history = stage.adaptive is not None and stage.top_up is None  # a top-up stage decides within its rounds
+        if history:
             if self.policy_stage != setting.stage:
                 self.policy = self._make_policy(setting.stage)
                 self.policy_stage = setting.stage
@@ -164,7 +166,7 @@ class CurriculumCallback(TrainerCallback):
         changed = previous is not None and (
             starts
             or setting.num_generations != previous.num_generations
-            or (stage.adaptive is not None and setting.temperature != previous.temperature)
+            or (history and setting.temperature != previous.temperature)
         )
         if changed:
             reasons = [self._stage_start_reason(setting.stage, global_step)] if starts or decided is None else []
@@ -184,7 +186,7 @@ class CurriculumCallback(TrainerCallback):
             return self.initial_setting().temperature
         setting = self.resolved.setting_at(global_step)
         stage = self.schedule.stages[setting.stage]
-        if stage.adaptive is None:
+        if stage.adaptive is None or stage.top_up is not None:
             return setting.temperature
         if self.policy is not None and self.policy_stage == setting.stage:
             return self.policy.temperature
