@@ -220,7 +220,8 @@ GEOMETRIES = {  # name: (top-up, processes, per-device batch, steps per generati
     "prompts do not split over processes": (TopUp(4, 16, prompts=3), 2, 8, 2, "a.prompts",
                                             "must be a multiple of the 2 processes"),
     "default prompts do not split over processes": (
-        TopUp(2, 8), 4, 3, 1, "a.prompts", "(not given: the default rule makes 3) must be a multiple of the 4 processes"),
+        TopUp(2, 8), 4, 3, 1, "a.prompts", "(not given: the default rule makes 3) must be a multiple of the 4 "
+        "processes"),
 }
 
 

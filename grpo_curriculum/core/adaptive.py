@@ -88,8 +88,10 @@ _KNOBS = {  # the rule of every knob
     "mean_generations": integer(1, MAX_COUNT),  # or None
     "lookahead": integer(0, MAX_COUNT), "weight": Rule("choice", choices=INFORMATION_WEIGHTS),
     "skip_target": fraction(False, True),
-    "pilot": dataclasses.replace(NUM_GENERATIONS, why="completions every prompt of a top-up round gets first"),
-    "prompts": integer(1, MAX_COUNT, why="prompts a top-up round holds"),  # each: or None
+    "pilot": dataclasses.replace(NUM_GENERATIONS, why="completions every prompt of a top-up round gets first",
+                                 fix="e.g. `pilot: 4`, or omit it (the smallest candidate)"),
+    "prompts": integer(1, MAX_COUNT, why="prompts a top-up round holds",
+                       fix="e.g. `prompts: 8`, or omit it (chosen from the generation batch)"),  # each: or None
 }
 _OPTIONAL = ("mean_generations", "pilot", "prompts")  # knobs whose default `None` means "chosen from the geometry"
 
@@ -135,7 +137,7 @@ def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
         if name in _OPTIONAL and values.get(name) is None:
             continue
         default = str(defaults[name]).lower() if isinstance(defaults[name], bool) else defaults[name]
-        example = f"e.g. `{name}: {'null' if default is None else default}` (the default)"
+        example = rule.fix or f"e.g. `{name}: {'null' if default is None else default}` (the default)"
         problems += [dataclasses.replace(p, fix=example) for p in rule.problems(f"{key}.{name}", values.get(name))]
     if not problems and values["lower_below"] >= values["raise_above"]:
         problems.append(Problem(f"{key}.lower_below", values["lower_below"],
@@ -147,8 +149,10 @@ def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
     if not problems and values["collapse_below"] > values["diverse_above"]:
         problems.append(Problem(f"{key}.collapse_below", values["collapse_below"],
                                 f"must not exceed `diverse_above` ({values['diverse_above']!r})"))
-    if not problems and values["policy"] == "top_up":
-        problems += _top_up_problems(values, key)
+    if values.get("policy") == "top_up":
+        names = ("num_generations", "pilot")
+        problems += _top_up_problems(values, key, not any(p.key.startswith(f"{key}.{n}") for p in problems
+                                                          for n in names))
     for name in given:
         if name in _ONLY and not _applies(_ONLY[name], values):
             needs = _condition(_ONLY[name])
@@ -157,24 +161,27 @@ def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
     return problems
 
 
-def _top_up_problems(values: Mapping, key: str) -> list[Problem]:
-    """A top-up stage: groups grow by the pilot up to the largest candidate; its temperature is the stage's."""
-    problems, g = [], list(values["num_generations"])
-    pilot = g[0] if values.get("pilot") is None else values["pilot"]
-    off = [c for c in g if c % pilot]
-    if off:
-        where = f"{key}.pilot" if values.get("pilot") is not None else f"{key}.num_generations"
-        shown = pilot if values.get("pilot") is not None else g
-        divisors_ = [d for d in range(2, g[0] + 1) if all(c % d == 0 for c in g)]
-        problems.append(Problem(where, shown, f"the pilot {pilot} must divide every candidate G {g} (a top-up group "
-                                f"grows by the pilot from it to the largest candidate): {off} "
-                                f"{'is not a multiple' if len(off) == 1 else 'are not multiples'}",
-                                f"use `pilot: {divisors_[-1]}`" if divisors_ else f"drop {off}"))
+def _top_up_problems(values: Mapping, key: str, checked: bool) -> list[Problem]:
+    """A top-up stage: groups grow by the pilot up to the largest candidate (`checked`: the candidates and the pilot
+    are valid, so this can be checked); its temperature is the stage's."""
+    problems = []
     if values.get("temperature") is not None:
         problems.append(Problem(f"{key}.temperature", values["temperature"], "cannot be adapted in a top-up stage "
                                 "(it decides within each round, from no history)",
                                 "remove the bounds and set the stage's `temperature` (and `temperature_end` for a "
                                 "ramp)"))
+    if not checked:
+        return problems
+    g, given = list(values["num_generations"]), values.get("pilot") is not None
+    pilot = values["pilot"] if given else g[0]
+    off = [c for c in g if c % pilot]
+    if off:
+        common = [d for d in range(2, g[0] + 1) if all(c % d == 0 for c in g)]
+        problems.append(Problem(f"{key}.pilot" if given else f"{key}.num_generations", pilot if given else g,
+                                f"the pilot {pilot} must divide every candidate G {g} (a top-up group grows by the "
+                                f"pilot from it to the largest candidate): {off} "
+                                f"{'is not a multiple' if len(off) == 1 else 'are not multiples'}",
+                                f"use `pilot: {common[-1]}`" if common else f"drop {off}"))
     return problems
 
 

@@ -319,20 +319,21 @@ class BatchGeometry:
         """
         batch, n, pilot, largest = self.generation_batch_size, self.num_processes, top_up.pilot, top_up.largest
         where = f"the generation batch ({self.describe()})"
-        pilots = [d for d in divisors(batch) if 2 <= d <= largest and largest % d == 0]
         if batch % pilot:
+            common = gcd(batch, pilot)  # its divisors divide the batch and every candidate
             return [Problem(f"{key}.pilot", pilot, f"must divide {where}: a top-up round grows by pilots and holds "
-                            f"exactly the generation batch", f"use `pilot: {pilots[-1]}`" if pilots else
+                            f"exactly the generation batch", f"use `pilot: {common}`" if common >= 2 else
                             f"use a generation batch that is a multiple of {pilot}")]
         prompts, given = top_up.prompts_for(batch), top_up.prompts is not None
+        count = f"{prompts} prompt{'s' if prompts != 1 else ''}"
         value, what = (prompts, "") if given else (MISSING, f"(not given: the default rule makes {prompts}) ")
         if prompts * pilot > batch:
-            return [Problem(f"{key}.prompts", value, f"{what}must be at most {batch // pilot}: {prompts} prompts x "
+            return [Problem(f"{key}.prompts", value, f"{what}must be at most {batch // pilot}: {count} x "
                             f"pilot {pilot} = {prompts * pilot} completions in pilots exceed {where}",
                             f"use `prompts: {batch // pilot}` or fewer")]
         if prompts * largest < batch:
             least = -(-batch // largest)
-            return [Problem(f"{key}.prompts", value, f"{what}must be at least {least}: {prompts} prompts x largest "
+            return [Problem(f"{key}.prompts", value, f"{what}must be at least {least}: {count} x largest "
                             f"{largest} = {prompts * largest} completions cannot fill {where}",
                             f"use `prompts: {least}` or more, or a larger largest candidate")]
         if prompts % n:
