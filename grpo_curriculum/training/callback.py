@@ -42,15 +42,18 @@ class _RoundCounts:
         return int(mean) if mean.is_integer() else mean
 
 
-def describe_g(num_generations: int | None) -> str:
-    """`"8"`, or `"per prompt"` for a per-prompt round."""
+def describe_g(num_generations: int | None, top_up=None) -> str:
+    """`"8"`, `"per prompt"` for a per-prompt round, or `"by top-up"` for a top-up round (`top_up` set)."""
+    if top_up is not None:
+        return "by top-up"
     return "per prompt" if num_generations is None else str(num_generations)
 
 
 def is_stage_change_only(switch: dict) -> bool:
     """Whether a switch record changes the stage but neither G nor the temperature."""
     before, after = switch["from"], switch["to"]
-    return before["num_generations"] == after["num_generations"] and before["temperature"] == after["temperature"]
+    return (before["num_generations"] == after["num_generations"] and before["temperature"] == after["temperature"]
+            and before.get("top_up") == after.get("top_up"))
 
 
 def describe_switch(switch: dict) -> str:
@@ -67,7 +70,8 @@ def describe_switch(switch: dict) -> str:
         unchanged (...)"`, and a per-prompt setting reads `"G per prompt"`.
     """
     before, after = switch["from"], switch["to"]
-    g_before, g_after = describe_g(before["num_generations"]), describe_g(after["num_generations"])
+    g_before = describe_g(before["num_generations"], before.get("top_up"))
+    g_after = describe_g(after["num_generations"], after.get("top_up"))
     t_before, t_after = f"{before['temperature']:.4g}", f"{after['temperature']:.4g}"
     where = f"at step {switch['step']} (round {switch['round']})"
     if is_stage_change_only(switch):
