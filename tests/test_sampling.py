@@ -193,11 +193,19 @@ def test_setting_rebuilds_its_parts_from_mappings():
      "only applies with `policy: hysteresis` or `policy: success_rate` or `policy: per_prompt`"),
     ({"adaptive": {"policy": "hysteresis", "num_generations": [4, 8], "pilot": 4}}, "Stage.adaptive.pilot",
      "only applies with `policy: top_up`"),
+    ({"num_generations": 8, "adaptive": {"policy": "top_up", "num_generations": [4, 8]}}, "Stage.num_generations",
+     "does not apply to a top-up stage: every group starts at the pilot (4) and grows up to 8"),
 ])
 def test_stage_refuses(kwargs, key, text):
     kwargs.setdefault("temperature", 1.0)
     error = pytest.raises(CurriculumError, Stage, **kwargs).value
     assert any(p.key == key and text in p.rule and p.fix for p in error.problems), str(error)
+
+
+def test_a_top_up_stage_starts_at_its_pilot():
+    stage = Stage(temperature=1.0, adaptive=Adaptive(policy="top_up", num_generations=(4, 8), pilot=2))
+    assert stage.num_generations == stage.top_up.pilot == 2  # the G GRPOConfig gets when the run starts here
+    assert Stage(num_generations=2, temperature=1.0, adaptive=stage.adaptive).top_up == stage.top_up
 
 
 def test_top_up_has_no_history_policy():

@@ -78,7 +78,12 @@ def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
         problems.append(Problem(f"{at}temperature", MISSING, "is required", "add e.g. `temperature: 0.9`"))
     problems += check(STAGE_RULES, given, key or None)
     g, t, t_end = given.get("num_generations"), given.get("temperature"), given.get("temperature_end")
-    if adaptive is not None and is_int(g) and g not in adaptive.num_generations:
+    top_up = adaptive.top_up if adaptive is not None else None
+    if top_up is not None and is_int(g) and g != top_up.pilot:
+        problems.append(Problem(f"{at}num_generations", g, f"does not apply to a top-up stage: every group starts "
+                                f"at the pilot ({top_up.pilot}) and grows up to {top_up.largest}",
+                                "remove `num_generations` (set `adaptive.pilot` to change the pilot)"))
+    elif top_up is None and adaptive is not None and is_int(g) and g not in adaptive.num_generations:
         problems.append(Problem(f"{at}num_generations", g, "must be one of the adaptive candidates "
                                 f"{list(adaptive.num_generations)}",
                                 "start the stage at a candidate, or omit `num_generations` to start at the smallest"))
@@ -92,8 +97,7 @@ def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
                                 "changes G; a top-up stage already spends its rounds on the groups whose rewards are "
                                 "all equal)", "give the stage one `num_generations` and drop `adaptive`, or drop "
                                 "`dynamic_sampling`"))
-    top_up = adaptive is not None and adaptive.policy == "top_up"
-    if values.get("adaptive") is not None and t_end is not None and not top_up:
+    if values.get("adaptive") is not None and t_end is not None and top_up is None:
         problems.append(Problem(f"{at}temperature_end", t_end, "cannot be combined with `adaptive`: the policy sets "
                                 "the temperature", "remove `temperature_end`"))
     if given.get("temperature_ramp") in RAMPS and t_end is None:
@@ -164,7 +168,9 @@ class Stage:
         adaptive, _ = _adaptive_of(self.adaptive, "Stage.adaptive")
         dynamic, _ = _dynamic_sampling_of(self.dynamic_sampling, "Stage.dynamic_sampling")
         object.__setattr__(self, "dynamic_sampling", dynamic)
-        g = adaptive.num_generations[0] if self.num_generations is None else self.num_generations
+        g = self.num_generations
+        if g is None:  # an adaptive stage starts at its smallest candidate; a top-up stage's groups at the pilot
+            g = adaptive.top_up.pilot if adaptive.top_up is not None else adaptive.num_generations[0]
         t = adaptive.temperature[0] if self.temperature is None else self.temperature
         # Plain Python numbers (`numpy.int64(4)` is an integer too), so that checkpoints and logs serialise them.
         object.__setattr__(self, "adaptive", adaptive)
