@@ -358,21 +358,22 @@ def test_check_prints_the_top_up_and_dynamic_sampling_plans(tmp_path, capsys):
             "prompts per generation round)\n  dynamic sampling: groups whose rewards are all equal are dropped and "
             "refilled from further rounds of 16 prompts (64 completions each), at most 4 rounds (256 completions) a "
             "training batch") in out
-    code, out, _ = check(capsys, recipe, *flags(3, 4, 1))  # a generation batch of 12: 1 default prompt, pilot 16
+    code, out, _ = check(capsys, recipe, *flags(3, 4, 1))  # a generation batch of 12 on 3 processes
     assert code == 1 and "result: INVALID, 2 of 3 checks fail on 3 processes" in out
     assert ("stage 0: top-up from pilot 4 to 16, temperature 1 -> 0.8 (linear), until 0.5 of the run: INVALID: "
-            "adaptive.prompts: (not given: the default rule makes 1) must be a multiple of the 3 processes") in out
+            "adaptive.pilot = 4: must be a multiple of the 3 processes") in out
+    assert "  fix: use `pilot: 12` (if it divides every candidate)\n" not in out  # 12 does not divide 16
     assert "stage 1: top-up from pilot 16 to 16, temperature 1, until 0.7 of the run: INVALID: adaptive.pilot = 16" \
         in out
 
 
 def test_check_and_train_exit_1_for_top_up_rounds_that_cannot_fill(tmp_path, capsys):
     code, out, _ = check(capsys, BAD / "top_up_cannot_fill.yaml")
-    assert code == 1 and "result: INVALID, 3 of 3 checks fail on 2 processes" in out
-    assert "  fix: use `prompts: 2 or 4`" in out
+    assert code == 1 and "result: INVALID, 3 of 3 checks fail on 4 processes" in out
+    assert "  fix: use `pilot: 4` (if it divides every candidate); or run on 2 processes\n" in out
     never = tmp_path / "never"
     assert main(["train", str(BAD / "top_up_cannot_fill.yaml"), "--output_dir", str(never)]) == 1  # on 1 process
     err = capsys.readouterr().err
-    assert "curriculum.stages[1].adaptive.prompts = 3: must be at most 2: 3 prompts x pilot 4 = 12 completions" in err
+    assert "1 problem in the curriculum" in err  # a generation batch of 4: only stage 2's pilot 6 does not fit
     assert "curriculum.stages[2].adaptive.pilot = 6: must divide the generation batch" in err
     assert "Traceback" not in err and not never.exists()

@@ -176,8 +176,8 @@ CASES = {
 
 GEOMETRY_CASES = {  # well-formed recipes that do not fit their batch geometry (`check` and `train` exit 1)
     "top_up_cannot_fill": [("curriculum.stages[0].adaptive.prompts", "must be at least 2: 1 prompt x largest 8 = 8 "
-                            "completions cannot fill the generation batch (2 processes x 8 per-device batch"),
-                           ("curriculum.stages[1].adaptive.prompts", "must be a multiple of the 2 processes"),
+                            "completions cannot fill the generation batch (4 processes x 4 per-device batch"),
+                           ("curriculum.stages[1].adaptive.pilot", "must be a multiple of the 4 processes"),
                            ("curriculum.stages[2].adaptive.pilot", "must divide the generation batch")],
 }
 

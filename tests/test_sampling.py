@@ -225,11 +225,9 @@ GEOMETRIES = {  # name: (top-up, processes, per-device batch, steps per generati
                                 "pilot 4 = 20 completions in pilots exceed the generation batch"),
     "largest cannot fill the batch": (TopUp(4, 8, prompts=2), 1, 32, 1, "a.prompts",
                                       "must be at least 4: 2 prompts x largest 8 = 16 completions cannot fill"),
-    "prompts do not split over processes": (TopUp(4, 16, prompts=3), 2, 8, 2, "a.prompts",
-                                            "must be a multiple of the 2 processes"),
-    "default prompts do not split over processes": (
-        TopUp(2, 8), 4, 3, 1, "a.prompts", "(not given: the default rule makes 3) must be a multiple of the 4 "
-        "processes"),
+    "prompts need not split over processes": (TopUp(4, 16, prompts=3), 2, 8, 2, None, None),
+    "pilot not a multiple of the processes": (TopUp(2, 16), 4, 4, 1, "a.pilot", "must be a multiple of the 4 "
+                                              "processes: every increment adds a pilot to some of the groups"),
 }
 
 

@@ -307,8 +307,9 @@ class BatchGeometry:
         """
         Check that a top-up round ([`grpo_curriculum.core.sampling.TopUp`]) can hold exactly the generation batch: the
         batch is a multiple of the pilot (every increment adds pilots), the pilots of the round's prompts fit in it,
-        the groups at their largest size can take all of it, and the prompts split evenly over the processes (each
-        process samples the pilots of its share of the prompts).
+        the groups at their largest size can take all of it, and the pilot is a multiple of the number of processes
+        (an increment adds a pilot to any number of groups, and each increment's completions are split evenly over
+        the processes, as TRL splits a generation batch).
 
         Args:
             top_up ([`TopUp`]): The stage's plan.
@@ -320,10 +321,14 @@ class BatchGeometry:
         batch, n, pilot, largest = self.generation_batch_size, self.num_processes, top_up.pilot, top_up.largest
         where = f"the generation batch ({self.describe()})"
         if batch % pilot:
-            common = gcd(batch, pilot)  # its divisors divide the batch and every candidate
+            # A divisor of the pilot divides every candidate; it must divide the batch and split over the processes.
+            fits = [d for d in divisors(gcd(batch, pilot)) if d >= 2 and d % n == 0]
+            others = [d for d in divisors(batch) if d >= 2 and d % n == 0]
+            fix = (f"use `pilot: {fits[-1]}`" if fits else f"use candidates that are multiples of a pilot dividing "
+                   f"{batch} and splitting over the {_processes(n)} (e.g. {others[0]})" if others else
+                   f"use a generation batch that is a multiple of {pilot * n // gcd(pilot, n)}")
             return [Problem(f"{key}.pilot", pilot, f"must divide {where}: a top-up round grows by pilots and holds "
-                            f"exactly the generation batch", f"use `pilot: {common}`" if common >= 2 else
-                            f"use a generation batch that is a multiple of {pilot}")]
+                            f"exactly the generation batch", fix)]
         prompts, given = top_up.prompts_for(batch), top_up.prompts is not None
         count = f"{prompts} prompt{'s' if prompts != 1 else ''}"
         value, what = (prompts, "") if given else (MISSING, f"(not given: the default rule makes {prompts}) ")
@@ -336,13 +341,15 @@ class BatchGeometry:
             return [Problem(f"{key}.prompts", value, f"{what}must be at least {least}: {count} x largest "
                             f"{largest} = {prompts * largest} completions cannot fill {where}",
                             f"use `prompts: {least}` or more, or a larger largest candidate")]
-        if prompts % n:
-            low, high = prompts // n * n, -(-prompts // n) * n
-            fits = [p for p in (low, high) if p and p * pilot <= batch and p * largest >= batch]
-            return [Problem(f"{key}.prompts", value, f"{what}must be a multiple of the {_processes(n)}: each process "
-                            "samples the pilots of its share of the round's prompts",
-                            f"use `prompts: {' or '.join(map(str, fits))}`" if fits else
-                            "change the number of processes or the generation batch")]
+        if pilot % n:
+            fits = [d for d in divisors(pilot) if d > 1 and d < n] if n > 1 else []
+            wider = pilot * n // gcd(pilot, n)
+            fix = [f"use `pilot: {wider}` (if it divides every candidate)"] if batch % wider == largest % wider == 0 \
+                else []
+            fix += [f"run on {' or '.join(map(str, fits))} processes"] if fits else []
+            return [Problem(f"{key}.pilot", pilot, f"must be a multiple of the {_processes(n)}: every increment adds "
+                            "a pilot to some of the groups, and its completions must split evenly over the processes",
+                            "; or ".join(fix) or f"use a pilot that is a multiple of {n}")]
         return []
 
     def eval_problems(self, key: str = "num_generations_eval") -> list[Problem]:
