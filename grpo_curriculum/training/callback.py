@@ -48,15 +48,18 @@ class _RoundCounts:
         return int(mean) if mean.is_integer() else mean
 
 
-def describe_g(num_generations: int | None) -> str:
-    """`"8"`, or `"per prompt"` for a per-prompt round."""
+def describe_g(num_generations: int | None, top_up=None) -> str:
+    """`"8"`, `"per prompt"` for a per-prompt round, or `"by top-up"` for a top-up round (`top_up` set)."""
+    if top_up is not None:
+        return "by top-up"
     return "per prompt" if num_generations is None else str(num_generations)
 
 
 def is_stage_change_only(switch: dict) -> bool:
     """Whether a switch record changes the stage but neither G nor the temperature."""
     before, after = switch["from"], switch["to"]
-    return before["num_generations"] == after["num_generations"] and before["temperature"] == after["temperature"]
+    return (before["num_generations"] == after["num_generations"] and before["temperature"] == after["temperature"]
+            and before.get("top_up") == after.get("top_up"))
 
 
 def describe_switch(switch: dict) -> str:
@@ -73,7 +76,8 @@ def describe_switch(switch: dict) -> str:
         unchanged (...)"`, and a per-prompt setting reads `"G per prompt"`.
     """
     before, after = switch["from"], switch["to"]
-    g_before, g_after = describe_g(before["num_generations"]), describe_g(after["num_generations"])
+    g_before = describe_g(before["num_generations"], before.get("top_up"))
+    g_after = describe_g(after["num_generations"], after.get("top_up"))
     t_before, t_after = f"{before['temperature']:.4g}", f"{after['temperature']:.4g}"
     where = f"at step {switch['step']} (round {switch['round']})"
     if is_stage_change_only(switch):
@@ -141,8 +145,9 @@ class CurriculumCallback(TrainerCallback):
     def initial_setting(self) -> Setting:
         """The setting before the first round: the first stage's."""
         stage = self.schedule.stages[0]
-        per_prompt = stage.adaptive is not None and stage.adaptive.per_prompt
-        return Setting(0, None if per_prompt else stage.num_generations, stage.temperature_at(0.0))
+        per_prompt = stage.adaptive is not None and (stage.adaptive.per_prompt or stage.top_up is not None)
+        return Setting(0, None if per_prompt else stage.num_generations, stage.temperature_at(0.0), stage.top_up,
+                       stage.dynamic_sampling)
 
     def setting_for_round(self, global_step: int) -> Setting:
         """
@@ -155,7 +160,8 @@ class CurriculumCallback(TrainerCallback):
         setting = self.resolved.setting_at(global_step)
         stage = self.schedule.stages[setting.stage]
         decided = None  # an adaptive policy's reason for a change
-        if stage.adaptive is not None:
+        history = stage.adaptive is not None and stage.top_up is None  # a top-up stage decides within its rounds
+        if history:
             if self.policy_stage != setting.stage:
                 self.policy = self._make_policy(setting.stage)
                 self.policy_stage = setting.stage
@@ -170,7 +176,7 @@ class CurriculumCallback(TrainerCallback):
         changed = previous is not None and (
             starts
             or setting.num_generations != previous.num_generations
-            or (stage.adaptive is not None and setting.temperature != previous.temperature)
+            or (history and setting.temperature != previous.temperature)
         )
         if changed:
             reasons = [self._stage_start_reason(setting.stage, global_step)] if starts or decided is None else []
@@ -190,7 +196,7 @@ class CurriculumCallback(TrainerCallback):
             return self.initial_setting().temperature
         setting = self.resolved.setting_at(global_step)
         stage = self.schedule.stages[setting.stage]
-        if stage.adaptive is None:
+        if stage.adaptive is None or stage.top_up is not None:
             return setting.temperature
         if self.policy is not None and self.policy_stage == setting.stage:
             return self.policy.temperature
