@@ -15,35 +15,22 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
-from grpo_curriculum import Stage
-from grpo_curriculum.core.sampling import DynamicSampling, TopUp
+from grpo_curriculum import Adaptive, DynamicSampling, Stage
 from grpo_curriculum.demo.tasks import build_tokenizer, echo_dataset
 
 from .conftest import RoundRecorder, group_runs, indexed_dataset
 from .test_trainer import make_trainer, train_history
 
 
-def sampling_stage(g=4, temperature=1.0, top_up=None, dynamic_sampling=None):
-    """A stage of `g` whose rounds sample in increments (top-up or dynamic sampling)."""
-    return [Stage(num_generations=g, temperature=temperature)], dict(top_up=top_up, dynamic_sampling=dynamic_sampling)
+def top_up(candidates=(2, 4, 8), pilot=2, prompts=None, temperature=1.0):
+    """One top-up stage."""
+    adaptive = Adaptive(num_generations=candidates, policy="top_up", pilot=pilot, prompts=prompts)
+    return [Stage(temperature=temperature, adaptive=adaptive)]
 
 
-def sampling_trainer(tmp_path, stages, recorder=None, **overrides):
-    stages, sampling = stages
-    trainer, recorder = make_trainer(tmp_path, stages, recorder=recorder, **overrides)
-    decide = trainer._curriculum.setting_for_round
-
-    def setting_for_round(step):
-        setting = decide(step)
-        if sampling["top_up"] is not None:
-            setting = dataclasses.replace(setting, num_generations=None, top_up=sampling["top_up"])
-        if sampling["dynamic_sampling"] is not None:
-            setting = dataclasses.replace(setting, dynamic_sampling=sampling["dynamic_sampling"])
-        trainer._curriculum.current = setting
-        return setting
-
-    trainer._curriculum.setting_for_round = setting_for_round
-    return trainer, recorder
+def dynamic(g=2, max_rounds=4, temperature=1.0):
+    """One stage of G `g` with dynamic sampling."""
+    return [Stage(num_generations=g, temperature=temperature, dynamic_sampling=DynamicSampling(max_rounds=max_rounds))]
 
 
 def record_outputs(trainer):
@@ -93,8 +80,8 @@ def closed_form(kind: int, size: int) -> list[float]:
 def test_top_up_scores_each_row_once_keeps_groups_whole_and_contiguous(tmp_path):
     reward = KindReward()
     recorder = RoundRecorder(reward_fn=reward)
-    stages = sampling_stage(top_up=TopUp(pilot=2, largest=8, prompts=5))
-    trainer, recorder = sampling_trainer(tmp_path, stages, recorder=recorder, max_steps=3,
+    stages = top_up(prompts=5)
+    trainer, recorder = make_trainer(tmp_path, stages, recorder=recorder, max_steps=3,
                                          per_device_train_batch_size=16, shuffle_dataset=False)  # fmt: skip
     rounds = record_outputs(trainer)
     dataset = trainer.train_dataset
@@ -133,8 +120,8 @@ def test_top_up_scores_each_row_once_keeps_groups_whole_and_contiguous(tmp_path)
 
 def test_top_up_advantages_in_closed_form_for_every_kind_of_prompt(tmp_path):
     """Always 1 and always 0: advantage 0 however many rows; a coin: (r - p) / std over all its rows."""
-    stages = sampling_stage(top_up=TopUp(pilot=2, largest=8, prompts=3))
-    trainer, _ = sampling_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=KindReward()), max_steps=2,
+    stages = top_up(prompts=3)
+    trainer, _ = make_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=KindReward()), max_steps=2,
                                   per_device_train_batch_size=12, shuffle_dataset=False)  # fmt: skip
     rounds = record_outputs(trainer)
     trainer.train()
@@ -166,8 +153,8 @@ def test_dynamic_sampling_with_nothing_to_drop_trains_like_plain_grpo(tmp_path, 
                      loss_type=loss_type)  # fmt: skip
     expected = run_records(*make_trainer(tmp_path / "plain", None, recorder=RoundRecorder(reward_fn=by_position),
                                          cls=GRPOTrainer, **overrides))  # fmt: skip
-    stages = sampling_stage(g=4, temperature=0.9, dynamic_sampling=DynamicSampling(max_rounds=4))
-    ours, recorder = sampling_trainer(tmp_path / "ours", stages, recorder=RoundRecorder(reward_fn=by_position),
+    stages = dynamic(g=4, temperature=0.9)
+    ours, recorder = make_trainer(tmp_path / "ours", stages, recorder=RoundRecorder(reward_fn=by_position),
                                       **overrides)  # fmt: skip
     got = run_records(ours, recorder)
     assert got[:3] == expected[:3]
@@ -183,8 +170,8 @@ def test_one_increment_top_up_trains_like_the_round_it_equals(tmp_path):
     overrides = dict(num_generations=4, temperature=0.9, max_steps=4, seed=3, per_device_train_batch_size=8)
     expected = run_records(*make_trainer(tmp_path / "plain", None, recorder=RoundRecorder(reward_fn=by_position),
                                          cls=GRPOTrainer, **overrides))  # fmt: skip
-    stages = sampling_stage(g=4, temperature=0.9, top_up=TopUp(pilot=4, largest=4, prompts=2))
-    ours, recorder = sampling_trainer(tmp_path / "ours", stages, recorder=RoundRecorder(reward_fn=by_position),
+    stages = top_up(candidates=(4,), pilot=4, prompts=2, temperature=0.9)
+    ours, recorder = make_trainer(tmp_path / "ours", stages, recorder=RoundRecorder(reward_fn=by_position),
                                       **overrides)  # fmt: skip
     got = run_records(ours, recorder)
     assert got[:3] == expected[:3]
@@ -198,8 +185,8 @@ def half_constant(prompts, completions, idx, **kwargs):
 
 
 def test_dynamic_sampling_drops_all_equal_groups_and_refills(tmp_path):
-    stages = sampling_stage(g=2, dynamic_sampling=DynamicSampling(max_rounds=4))
-    trainer, recorder = sampling_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=half_constant),
+    stages = dynamic(g=2, max_rounds=4)
+    trainer, recorder = make_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=half_constant),
                                          max_steps=2, shuffle_dataset=False)  # fmt: skip
     rounds = record_outputs(trainer)
     dataset = trainer.train_dataset
@@ -221,8 +208,8 @@ def test_dynamic_sampling_drops_all_equal_groups_and_refills(tmp_path):
 
 
 def test_dynamic_sampling_at_its_cap_fills_the_batch_with_dropped_groups(tmp_path):
-    stages = sampling_stage(g=2, dynamic_sampling=DynamicSampling(max_rounds=3))
-    trainer, recorder = sampling_trainer(tmp_path, stages, recorder=RoundRecorder(), max_steps=1,
+    stages = dynamic(g=2, max_rounds=3)
+    trainer, recorder = make_trainer(tmp_path, stages, recorder=RoundRecorder(), max_steps=1,
                                          shuffle_dataset=False)  # fmt: skip
     rounds = record_outputs(trainer)
     trainer.train()  # the recorder's reward is the prompt index: every group all equal
@@ -254,8 +241,8 @@ LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vesp
 
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_every_loss_type_trains_on_merged_rounds(tmp_path, tiny_model_dir, loss_type):
-    stages = sampling_stage(top_up=TopUp(pilot=2, largest=8, prompts=5))
-    trainer, _ = sampling_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=KindReward()), max_steps=2,
+    stages = top_up(prompts=5)
+    trainer, _ = make_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=KindReward()), max_steps=2,
                                   per_device_train_batch_size=16, loss_type=loss_type, beta=0.1,
                                   model=tiny_model_dir, dataset=mixed_length_dataset(),
                                   shuffle_dataset=False)  # fmt: skip
@@ -267,13 +254,13 @@ def test_every_loss_type_trains_on_merged_rounds(tmp_path, tiny_model_dir, loss_
 def test_merged_rounds_with_several_iterations_and_steps_per_generation(tmp_path, tiny_model_dir, sampling):
     """num_iterations 2, steps_per_generation 2: the old and reference log-probs describe the rows as trained on (their
     prompts padded to the round's widest), not as each increment padded them."""
-    stage = (sampling_stage(top_up=TopUp(pilot=2, largest=8, prompts=5)) if sampling == "top_up" else
-             sampling_stage(g=2, dynamic_sampling=DynamicSampling(max_rounds=3)))  # fmt: skip
+    stage = (top_up(prompts=5) if sampling == "top_up" else
+             dynamic(g=2, max_rounds=3))  # fmt: skip
     reward = KindReward() if sampling == "top_up" else two_of_four_constant
     # Top-up: the coins long, so the second increment (the all-equal groups) is all short; dynamic sampling: the
     # second pass long, the first short.
     long = (lambda i: i % 3 == 2) if sampling == "top_up" else (lambda i: i // 4 % 2 == 1)
-    trainer, _ = sampling_trainer(tmp_path, stage, recorder=RoundRecorder(reward_fn=reward), max_steps=4,
+    trainer, _ = make_trainer(tmp_path, stage, recorder=RoundRecorder(reward_fn=reward), max_steps=4,
                                   per_device_train_batch_size=8 if sampling == "top_up" else 4, num_iterations=2,
                                   steps_per_generation=2, beta=0.1, dataset=mixed_length_dataset(long),
                                   model=tiny_model_dir, shuffle_dataset=False)  # fmt: skip
