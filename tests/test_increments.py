@@ -19,6 +19,7 @@ from grpo_curriculum import Adaptive, DynamicSampling, Stage
 from grpo_curriculum.demo.tasks import build_tokenizer, echo_dataset
 
 from .conftest import RoundRecorder, group_runs, indexed_dataset
+from .fake_vllm import decode_fake_completion, fake_vllm_colocate, fake_vllm_server  # noqa: F401 - fixtures
 from .test_trainer import make_trainer, train_history
 
 
@@ -286,3 +287,65 @@ def test_merged_rounds_with_several_iterations_and_steps_per_generation(tmp_path
     keep = output["completion_mask"].bool()
     torch.testing.assert_close(logps[keep], output["old_per_token_logps"][keep], atol=1e-5, rtol=1e-5)
     assert len(set(output["prompt_mask"].sum(1).tolist())) > 1  # prompts of several widths in one round
+
+
+@pytest.mark.parametrize("mode", ["server", "colocate"])
+def test_vllm_is_asked_once_per_increment(tmp_path, mode, request):
+    """Server mode: one request an increment, `n` = the pilot, the prompts of the groups it grows in group order;
+    colocate mode: one `generate` call an increment, every row of it. Completions come back to their own groups."""
+    from .test_vllm import make_vllm_trainer, prompt_ids_of
+
+    engine = request.getfixturevalue(f"fake_vllm_{mode}")
+    trainer, recorder, dataset = make_vllm_trainer(tmp_path, top_up(prompts=5), mode, max_steps=2,
+                                                   per_device_train_batch_size=16, shuffle_dataset=False)  # fmt: skip
+    rounds = record_outputs(trainer)
+    trainer.train()  # every reward is the prompt's index: every group all equal, the first three grow
+    calls = iter(recorder.calls)
+    engine_calls = iter(engine.generation_requests if mode == "server" else engine.generate_calls)
+    for r in rounds:
+        round_ = r["round"]
+        assert round_.increments == [[2] * 5, [2, 2, 2, 0, 0]]
+        for added in round_.increments:
+            groups = [round_.prompts[g] for g, a in enumerate(added) if a]
+            call, asked = next(calls), next(engine_calls)
+            assert call["idx"] == [i for i in groups for _ in range(2)]
+            if mode == "server":
+                assert (asked.n, asked.temperature) == (2, 1.0) and asked.prompts == prompt_ids_of(dataset, groups)
+            else:
+                assert asked.sampling_params.n == 1 and asked.prompts == prompt_ids_of(dataset, call["idx"])
+            for i, text in zip(call["idx"], call["completions"], strict=True):
+                assert decode_fake_completion(text).words == tuple(dataset[i]["target"].split())
+        assert group_runs(r["prompts"]) == round_.sizes == [4, 4, 4, 2, 2]
+    assert next(engine_calls, None) is None
+
+
+def settled_or_mixed(prompts, completions, idx, **kwargs):
+    """Prompts with index % 3 == 0 always score 1, == 1 always 0, the others by row parity in the call."""
+    return [1.0 if i % 3 == 0 else 0.0 if i % 3 == 1 else float(j % 2) for j, i in enumerate(idx)]
+
+
+@pytest.mark.parametrize("stages", [top_up(prompts=4), dynamic(g=2, max_rounds=3)], ids=["top_up", "dynamic"])
+def test_resume_inside_a_round_replays_it(tmp_path, stages):
+    """
+    A checkpoint inside a round (TRL regenerates the round at the resume): the round's prompts and pilot are replayed
+    from where the stream stood at its start; with rewards that depend on the prompts only, its later increments,
+    every later round and the logged counts are those of the run that never stopped.
+    """
+    overrides = dict(save_strategy="steps", save_steps=1, shuffle_dataset=True, per_device_train_batch_size=4,
+                     gradient_accumulation_steps=2, steps_per_generation=4, max_steps=8)  # fmt: skip
+    make = lambda name: make_trainer(tmp_path / name, stages, recorder=RoundRecorder(settled_or_mixed),  # noqa: E731
+                                     dataset=indexed_dataset(24), **overrides)  # fmt: skip
+    full, full_recorder = make("full")
+    full.train()  # rounds at steps 0, 2, 4, 6: checkpoint-3 is inside the round started at step 2
+    expected = [(c["step"], tuple(c["idx"])) for c in full_recorder.calls]
+    assert len(expected) > 4  # rounds of several increments
+
+    resumed, recorder = make("resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))
+    got = [(c["step"], tuple(c["idx"])) for c in recorder.calls]
+    first = next(i for i, (step, _) in enumerate(expected) if step == 2)
+    assert [idx for _, idx in got] == [idx for _, idx in expected[first:]]
+    keys = ("curriculum/generated", "curriculum/increments", "curriculum/dropped", "curriculum/informative_share")
+    logged = lambda trainer: [tuple(h[k] for k in ("step", *keys)) for h in trainer.state.log_history  # noqa: E731
+                              if "loss" in h]  # fmt: skip
+    assert logged(resumed) == logged(full)
