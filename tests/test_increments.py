@@ -349,3 +349,13 @@ def test_resume_inside_a_round_replays_it(tmp_path, stages):
     logged = lambda trainer: [tuple(h[k] for k in ("step", *keys)) for h in trainer.state.log_history  # noqa: E731
                               if "loss" in h]  # fmt: skip
     assert logged(resumed) == logged(full)
+
+
+def test_a_top_up_round_that_cannot_fill_fails_before_any_step(tmp_path):
+    """2 prompts of at most 4 completions cannot hold a generation batch of 16: one clear error at construction."""
+    from grpo_curriculum import CurriculumError
+
+    with pytest.raises(CurriculumError) as error:
+        make_trainer(tmp_path, top_up(candidates=(2, 4), prompts=2), per_device_train_batch_size=16)
+    message = str(error.value)
+    assert "prompts" in message and "cannot fill" in message and "use `prompts: 4` or more" in message

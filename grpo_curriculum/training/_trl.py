@@ -13,7 +13,12 @@ Tested against TRL 1.16. What the curriculum relies on:
 - `_generate_and_score_completions(inputs)` is called once per generation round in training, with the local slice of
   the round's rows (prompt repeated G times, contiguous, processes taking consecutive slices). We build those rows
   ourselves from a prompt stream that reproduces `RepeatSampler`'s order, so the data loader's read-ahead (accelerate
-  prefetch, worker prefetch) never hands a row grouped for the old G to a round with the new G.
+  prefetch, worker prefetch) never hands a row grouped for the old G to a round with the new G. A round sampled in
+  increments (top-up, dynamic sampling) calls the parent method once per increment (it generates, scores each row
+  once and computes log-probabilities at the round's temperature) and merges the outputs ([`merge_increments`]): the
+  per-row keys of `_ROW_TENSORS` are padded, gathered and re-sliced, `advantages` and `num_items_in_batch` recomputed.
+- `_calculate_rewards` returns the rewards per function of every process (gathered), in row order; `_logs` holds the
+  completion log (deques of `generation_batch_size`) and `_metrics["train"]` one list per metric, appended per pass.
 - Each training round appends one `frac_reward_zero_std` to `trainer._metrics["train"]`; the curriculum replaces it
   by its own zero-std share ([`grpo_curriculum.core.signals.is_zero_std`]: one definition for both logs).
 - Without a `train_dataset` (an `environment_factory` owns the data), `__init__` sets `trainer.train_dataset` to a

@@ -101,6 +101,21 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
       temperature the samples were drawn with;
     - every process applies the same setting at the same round (checked at each round in multi-process runs).
 
+    Rounds sampled in increments ([`grpo_curriculum.training.round.Round`]), each increment one TRL generation and
+    scoring pass (every completion scored once), merged into the round TRL trains on with each group whole and
+    contiguous and its advantages computed over all its completions:
+    - a top-up stage (`Adaptive(policy="top_up")`): a pilot of `pilot` completions for each of the round's prompts,
+      then increments from [`grpo_curriculum.core.sampling.top_up_increment`] (the groups whose rewards are all equal
+      first) until the round holds `generation_batch_size` completions;
+    - dynamic sampling (`Stage(dynamic_sampling=DynamicSampling(max_rounds))`, DAPO): rounds of new prompts at the
+      stage's G until `generation_batch_size / G` groups are informative (two finite rewards at least, not all equal)
+      or `max_rounds` rounds were sampled; the batch then holds the first informative groups, filled up with all-equal
+      groups when short (advantage 0: no policy gradient, but their tokens count in the loss normalisation as TRL
+      counts them for its own zero-std groups: in each sequence mean for `grpo`, `sapo` and `luspo`, in the token
+      counts of `bnpo`, `dapo`, `cispo` and `vespo` (`num_items_in_batch`), in the batch size of `dr_grpo`; the KL
+      and entropy terms apply to them). Groups sampled and not trained on are counted (`curriculum/dropped`): their
+      prompts were seen in the pass and are not drawn again in it.
+
     `num_generations` and `temperature` in `args` are overridden by the first stage; evaluation keeps G fixed at
     `num_generations_eval or num_generations` from `args` and samples and scores at the temperature of the stage in
     force at that step. Checkpoints hold the curriculum's state ([`grpo_curriculum.training.checkpoint`]).
