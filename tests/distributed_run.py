@@ -5,12 +5,12 @@ tests/test_distributed.py and tests/test_vllm_tp.py.
     distributed_run.py OUTPUT_DIR MODE [MODE ...]
 
 For each mode in turn (`stages`, `adaptive`, `per_prompt`, `increments`), in the same two processes, trains the tiny
-model with that curriculum and writes, per rank, what each generation round looked like to `OUTPUT_DIR/MODE/rankR.json`:
-the step, the G and temperature in force, the rows' prompt indices and this rank's rewards (`increments`: a top-up
-stage then a dynamic-sampling one, and each round's increments and the rows this rank trained on). Mode `colocate_tp` runs
-tests/colocate_tp_run.py (for tests/test_vllm_tp.py); it installs a fake `vllm` for good, so it comes last. One
-launch for every mode spares the suite a launcher and two workers (each importing torch, transformers and TRL) per
-mode.
+model with that curriculum and writes, per rank, what each generation round looked like to
+`OUTPUT_DIR/MODE/rankR.json`: the step, the G and temperature in force, the rows' prompt indices and this rank's
+rewards (`increments`: a top-up stage then a dynamic-sampling one, and each round's increments and the rows this rank
+trained on). Mode `colocate_tp` runs tests/colocate_tp_run.py (for tests/test_vllm_tp.py); it installs a fake
+`vllm` for good, so it comes last. One launch for every mode spares the suite a launcher and two workers (each
+importing torch, transformers and TRL) per mode.
 """
 
 import json

@@ -7,7 +7,6 @@ their merge, each group whole and contiguous, its advantages over all its comple
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import Counter
 

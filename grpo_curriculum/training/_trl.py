@@ -453,7 +453,7 @@ def _recompute_logps(trainer, output: dict) -> None:
 
 
 def _log_reward_metrics(trainer, rewards_per_func) -> None:
-    """TRL's reward metrics of one pass (`reward`, `reward_std`, `rewards/<name>/mean|std`), for the rows trained on."""
+    """TRL's reward metrics of a pass (`reward`, `reward_std`, `rewards/<name>/mean|std`), for the rows trained on."""
     from trl.trainer.utils import nanstd
 
     metrics = trainer._metrics["train"]

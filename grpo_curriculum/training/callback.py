@@ -238,7 +238,7 @@ class CurriculumCallback(TrainerCallback):
         return self.current is not None and self.current.num_generations is None
 
     def record_round(self, group_sizes, deferred: int = 0, replayed: bool = False, generated: int | None = None,
-                     increments: int = 1, dropped: int = 0, informative_share: float | None = None) -> None:  # fmt: skip
+                     increments: int = 1, dropped: int = 0, informative_share: float | None = None) -> None:
         """
         The trainer reports the round it sampled: the G of each prompt trained on, how many prompts were deferred, and
         for a round sampled in increments the completions generated (default: those trained on), the increments, the

@@ -254,8 +254,8 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             top_up = setting.top_up
             added = top_up_increment(round_.rewards, round_.sizes, top_up.pilot, top_up.largest, budget)
             if not any(added):
-                raise RuntimeError(f"grpo-curriculum: a top-up round holds {sum(round_.sizes)} completions and can add "
-                                   f"none: it cannot reach generation_batch_size {batch}. This is a bug if the "
+                raise RuntimeError(f"grpo-curriculum: a top-up round holds {sum(round_.sizes)} completions and can "
+                                   f"add none: it cannot reach generation_batch_size {batch}. This is a bug if the "
                                    "geometry check passed.")  # fmt: skip
             round_.add_increment(added)
         elif setting.dynamic_sampling is not None:
