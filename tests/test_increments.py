@@ -118,20 +118,32 @@ def test_top_up_scores_each_row_once_keeps_groups_whole_and_contiguous(tmp_path)
     assert [h["curriculum/increments"] for h in history] == [2] * 3
 
 
-def test_top_up_advantages_in_closed_form_for_every_kind_of_prompt(tmp_path):
-    """Always 1 and always 0: advantage 0 however many rows; a coin: (r - p) / std over all its rows."""
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+def test_top_up_advantages_in_closed_form_for_every_kind_of_prompt(tmp_path, scale_rewards):
+    """Always 1 and always 0: advantage 0 however many rows; a coin: (r - p) / std over all its rows (`scale_rewards`
+    "batch": over the round's rows; "none": r - p)."""
     stages = top_up(prompts=3)
     trainer, _ = make_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=KindReward()), max_steps=2,
-                                  per_device_train_batch_size=12, shuffle_dataset=False)  # fmt: skip
+                              per_device_train_batch_size=12, shuffle_dataset=False,
+                              scale_rewards=scale_rewards)  # fmt: skip
     rounds = record_outputs(trainer)
     trainer.train()
     for r in rounds:
         round_ = r["round"]
         kinds = [i % 3 for i in round_.prompts]
         assert sorted(kinds) == [0, 1, 2]
-        # pilot 6, then the two all-equal groups +2 (10), then the lowest variance: one all-equal group again.
-        assert sum(round_.sizes) == 12 and max(round_.sizes) <= 8
+        # The pilot (6), then the two all-equal groups grow (10), then only they may grow again: the first one (12).
+        assert round_.sizes == [6 if g == min(g for g, k in enumerate(kinds) if k != 2) else 4 if k != 2 else 2
+                                for g, k in enumerate(kinds)]  # fmt: skip
         expected = [a for kind, size in zip(kinds, round_.sizes) for a in closed_form(kind, size)]
+        if scale_rewards != "group":
+            rewards, _ = round_.group_rewards()
+            mean = sum(rewards) / len(rewards)
+            batch_std = math.sqrt(sum((x - mean) ** 2 for x in rewards) / (len(rewards) - 1))
+            coin = [(1 - 0.5, 0 - 0.5)[j % 2] for j in range(2)]  # the coin group: pilot 2, rewards 1, 0
+            scale = batch_std + 1e-4 if scale_rewards == "batch" else 1.0
+            expected = [0.0 if kind != 2 else coin[j] / scale for kind, size in zip(kinds, round_.sizes)
+                        for j in range(size)]  # fmt: skip
         assert r["output"]["advantages"].tolist() == pytest.approx(expected, abs=1e-5)
 
 
