@@ -50,8 +50,9 @@ def record_outputs(trainer):
 
 class KindReward:
     """
-    Counts every row it scores (per prompt). A prompt's kind is its index % 3: 0 always 1, 1 always 0, 2 a fair coin
-    that alternates 1, 0, 1, ... over the prompt's rows in the order they are scored.
+    Counts every row it scores (per prompt). A prompt's kind is its index % 4: 0 always 1, 1 always 0, 2 a fair coin
+    that alternates 1, 0, 1, ... over the prompt's rows in the order they are scored, 3 a late one: 0, 0, then 1, 0,
+    1, ... (all equal in its pilot, informative once topped up).
     """
 
     __name__ = "kind"
@@ -63,18 +64,30 @@ class KindReward:
         rewards = []
         for i in idx:
             self.scored[i] += 1
-            rewards.append([1.0, 0.0, float(self.scored[i] % 2)][i % 3])
+            rewards.append(kind_rewards(i % 4, self.scored[i])[-1])
         return rewards
 
 
-def closed_form(kind: int, size: int) -> list[float]:
-    """The advantages of a group of `size` rows of a prompt of `kind` (scale_rewards "group")."""
-    if kind != 2:
-        return [0.0] * size
-    rewards = [float((j + 1) % 2) for j in range(size)]
-    mean = sum(rewards) / size
-    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (size - 1))
-    return [(r - mean) / (std + 1e-4) for r in rewards]
+def kind_rewards(kind: int, size: int) -> list[float]:
+    """The first `size` rewards of a prompt of `kind` (see [`KindReward`])."""
+    return [[1.0, 0.0, float(j % 2 == 0), float(j >= 2 and j % 2 == 0)][kind] for j in range(size)]
+
+
+def closed_form(kinds: list[int], sizes: list[int], scale_rewards: str = "group") -> list[float]:
+    """The advantages of a round of groups of `kinds` and `sizes`: each row's reward less its group's mean, over the
+    group's std, the round's std or 1 (`scale_rewards`); standard deviations Bessel-corrected, as TRL's."""
+
+    def std(values):
+        mean = sum(values) / len(values)
+        return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+    groups = [kind_rewards(kind, size) for kind, size in zip(kinds, sizes, strict=True)]
+    batch = std([r for group in groups for r in group])
+    advantages = []
+    for group in groups:
+        scale = {"group": std(group) + 1e-4, "batch": batch + 1e-4, "none": 1.0}[scale_rewards]
+        advantages += [(r - sum(group) / len(group)) / scale for r in group]
+    return advantages
 
 
 def test_top_up_scores_each_row_once_keeps_groups_whole_and_contiguous(tmp_path):
@@ -91,14 +104,13 @@ def test_top_up_scores_each_row_once_keeps_groups_whole_and_contiguous(tmp_path)
     scored = Counter()
     for r in rounds:
         round_ = r["round"]
-        # Kinds of prompts 0-4: 1, 0, coin, 1, 0 (then 5-9: coin, 1, 0, coin, 1; ...). The pilot: 2 each (10 rows);
-        # then 6 more: the all-equal groups first, by group index.
+        # The pilot: 2 each (10 rows); then 6 more: the all-equal groups (every kind but the coin) first, by index.
         assert len(round_.prompts) == 5 and sum(round_.sizes) == 16
         rows = [next(calls) for _ in round_.increments]
         assert [len(call["idx"]) for call in rows] == [sum(added) for added in round_.increments]
         for call in rows:
             scored.update(call["idx"])
-        kinds = [i % 3 for i in round_.prompts]
+        kinds = [i % 4 for i in round_.prompts]
         zero = [g for g, kind in enumerate(kinds) if kind != 2]
         expected = [2] * 5
         for g in zero[:3]:
@@ -108,9 +120,7 @@ def test_top_up_scores_each_row_once_keeps_groups_whole_and_contiguous(tmp_path)
         assert group_runs(r["prompts"]) == round_.sizes
         assert r["prompts"] == [dataset[i]["prompt"] for i, size in zip(round_.prompts, round_.sizes) for _ in
                                 range(size)]  # fmt: skip
-        advantages = r["output"]["advantages"].tolist()
-        assert advantages == pytest.approx([a for kind, size in zip(kinds, round_.sizes)
-                                            for a in closed_form(kind, size)], abs=1e-5)  # fmt: skip
+        assert r["output"]["advantages"].tolist() == pytest.approx(closed_form(kinds, round_.sizes), abs=1e-5)
     assert scored == reward.scored  # every row scored once: what the reward function counted, row by row
     assert sum(reward.scored.values()) == 3 * 16
     history = train_history(trainer)
@@ -120,30 +130,23 @@ def test_top_up_scores_each_row_once_keeps_groups_whole_and_contiguous(tmp_path)
 
 @pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
 def test_top_up_advantages_in_closed_form_for_every_kind_of_prompt(tmp_path, scale_rewards):
-    """Always 1 and always 0: advantage 0 however many rows; a coin: (r - p) / std over all its rows (`scale_rewards`
-    "batch": over the round's rows; "none": r - p)."""
-    stages = top_up(prompts=3)
-    trainer, _ = make_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=KindReward()), max_steps=2,
-                              per_device_train_batch_size=12, shuffle_dataset=False,
+    """
+    Always 1 and always 0: advantage 0 however many rows; a coin and a late success: (r - mean) / std over all the
+    group's rows, those of its pilot and of the increments after it (`scale_rewards` "batch": the round's std; "none":
+    no scaling).
+    """
+    trainer, _ = make_trainer(tmp_path, top_up(prompts=4), recorder=RoundRecorder(reward_fn=KindReward()), max_steps=2,
+                              per_device_train_batch_size=16, shuffle_dataset=False,
                               scale_rewards=scale_rewards)  # fmt: skip
     rounds = record_outputs(trainer)
     trainer.train()
     for r in rounds:
         round_ = r["round"]
-        kinds = [i % 3 for i in round_.prompts]
-        assert sorted(kinds) == [0, 1, 2]
-        # The pilot (6), then the two all-equal groups grow (10), then only they may grow again: the first one (12).
-        assert round_.sizes == [6 if g == min(g for g, k in enumerate(kinds) if k != 2) else 4 if k != 2 else 2
-                                for g, k in enumerate(kinds)]  # fmt: skip
-        expected = [a for kind, size in zip(kinds, round_.sizes) for a in closed_form(kind, size)]
-        if scale_rewards != "group":
-            rewards, _ = round_.group_rewards()
-            mean = sum(rewards) / len(rewards)
-            batch_std = math.sqrt(sum((x - mean) ** 2 for x in rewards) / (len(rewards) - 1))
-            coin = [(1 - 0.5, 0 - 0.5)[j % 2] for j in range(2)]  # the coin group: pilot 2, rewards 1, 0
-            scale = batch_std + 1e-4 if scale_rewards == "batch" else 1.0
-            expected = [0.0 if kind != 2 else coin[j] / scale for kind, size in zip(kinds, round_.sizes)
-                        for j in range(size)]  # fmt: skip
+        kinds = [i % 4 for i in round_.prompts]
+        assert kinds == [0, 1, 2, 3]
+        # The pilot (8); the all-equal groups grow (14: the late one now informative); then the first one (16).
+        assert round_.sizes == [6, 4, 2, 4] and round_.rewards[3] == [0.0, 0.0, 1.0, 0.0]
+        expected = closed_form(kinds, round_.sizes, scale_rewards)
         assert r["output"]["advantages"].tolist() == pytest.approx(expected, abs=1e-5)
 
 
@@ -238,7 +241,7 @@ def two_of_four_constant(prompts, completions, idx, **kwargs):
     return [1.0 if i % 4 in (0, 3) else float(j) for j, i in enumerate(idx)]
 
 
-def mixed_length_dataset(long=lambda index: index % 3 == 2):
+def mixed_length_dataset(long=lambda index: index % 4 == 2):
     """48 echo prompts, those where `long(index)` of 4 words, the others of 2: an increment of short prompts only is
     padded narrower than the round it is merged into."""
     from datasets import concatenate_datasets
@@ -271,7 +274,7 @@ def test_merged_rounds_with_several_iterations_and_steps_per_generation(tmp_path
     reward = KindReward() if sampling == "top_up" else two_of_four_constant
     # Top-up: the coins long, so the second increment (the all-equal groups) is all short; dynamic sampling: the
     # second pass long, the first short.
-    long = (lambda i: i % 3 == 2) if sampling == "top_up" else (lambda i: i // 4 % 2 == 1)
+    long = (lambda i: i % 4 == 2) if sampling == "top_up" else (lambda i: i // 4 % 2 == 1)
     trainer, _ = make_trainer(tmp_path, stage, recorder=RoundRecorder(reward_fn=reward), max_steps=4,
                                   per_device_train_batch_size=8 if sampling == "top_up" else 4, num_iterations=2,
                                   steps_per_generation=2, beta=0.1, dataset=mixed_length_dataset(long),
