@@ -123,7 +123,14 @@ def test_top_up_scores_each_row_once_keeps_groups_whole_and_contiguous(tmp_path)
         assert r["output"]["advantages"].tolist() == pytest.approx(closed_form(kinds, round_.sizes), abs=1e-5)
     assert scored == reward.scored  # every row scored once: what the reward function counted, row by row
     assert sum(reward.scored.values()) == 3 * 16
+    # TRL's completion log and reward metrics describe the last round as trained on, in its row order.
+    last = rounds[-1]
+    assert list(trainer._logs["prompt"]) == last["prompts"]
+    assert list(trainer._logs["advantages"]) == pytest.approx(last["output"]["advantages"].tolist())
+    assert list(trainer._logs["rewards"]["recorder"]) == last["round"].group_rewards()[0]
     history = train_history(trainer)
+    rewards = last["round"].group_rewards()[0]
+    assert history[-1]["reward"] == pytest.approx(sum(rewards) / len(rewards))
     assert [h["curriculum/generated"] for h in history] == [16] * 3
     assert [h["curriculum/increments"] for h in history] == [2] * 3
 
