@@ -390,8 +390,8 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         if self.accelerator.is_main_process:
             now = self._curriculum.current
             logger.info("curriculum resumed from %s at step %d%s", checkpoint, self.state.global_step,
-                        "" if now is None else f" (stage {now.stage}, G {describe_g(now.num_generations, now.top_up)}, "
-                        f"temperature {now.temperature:.4g})")  # fmt: skip
+                        "" if now is None else f" (stage {now.stage}, G "
+                        f"{describe_g(now.num_generations, now.top_up)}, temperature {now.temperature:.4g})")  # fmt: skip
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """
