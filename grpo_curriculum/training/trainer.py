@@ -389,9 +389,9 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             self._apply(self._curriculum.current)
         if self.accelerator.is_main_process:
             now = self._curriculum.current
-            logger.info("curriculum resumed from %s at step %d%s", checkpoint, self.state.global_step,
-                        "" if now is None else f" (stage {now.stage}, G "
-                        f"{describe_g(now.num_generations, now.top_up)}, temperature {now.temperature:.4g})")  # fmt: skip
+            where = "" if now is None else (f" (stage {now.stage}, G {describe_g(now.num_generations, now.top_up)}, "
+                                            f"temperature {now.temperature:.4g})")  # fmt: skip
+            logger.info("curriculum resumed from %s at step %d%s", checkpoint, self.state.global_step, where)
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """
