@@ -89,7 +89,7 @@ def main():
     trainer = CurriculumGRPOTrainer(model=build_model(), processing_class=build_tokenizer(), reward_funcs=reward,
                                     args=args, train_dataset=dataset, callbacks=[curriculum, probe])  # fmt: skip
     trainer.remove_callback(PrinterCallback)
-    hooks = {name: timed(trainer, name) for name in ("_curriculum_round_rows", "_curriculum_round_rewards")}
+    hooks = {name: timed(trainer, name) for name in ("_curriculum_round_start", "_curriculum_round_end")}
     start = time.perf_counter()
     trainer.train()
     elapsed = time.perf_counter() - start

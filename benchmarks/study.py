@@ -23,12 +23,20 @@ schedule, the same budget of generated completions):
 - `static_g{2,4,8,16}`: fixed G, generation batch `GENERATION_BATCH`;
 - `success_rate`: one G a round among {2, 4, 8, 16} (`Adaptive(policy="success_rate")`, default knobs);
 - `per_prompt`: a G per prompt among {2, 4, 8, 16} under the same batch, deferral on (`Adaptive(policy="per_prompt")`);
+- `top_up`: each round sampled in increments (`Adaptive(policy="top_up", num_generations=(2, 4, 8, 16))`): a pilot of 2
+  for `GENERATION_BATCH / 4` prompts, the other half of the batch 2 at a time to the groups whose rewards are still all
+  equal, then to the lowest-variance ones, up to 16 (`grpo_curriculum.core.sampling`); the same completions a round;
+- `dynamic`: DAPO's dynamic sampling at G `DYNAMIC_G` (`DynamicSampling(max_rounds=DYNAMIC_ROUNDS)`): groups whose
+  rewards are all equal are dropped and more rounds generated, so a step costs up to `DYNAMIC_ROUNDS` rounds;
 - `cgrpo`: the published peer `trl-cgrpo` 0.2.0 (`CGRPOTrainer`: per-prompt budgets along [2, 4, 8, 16] stopped by
   split-conformal sets; its defaults but for the grid, `CGRPO_CALIBRATION` calibration prompts and one generation call
   per calibration). Needs `pip install --no-deps trl-cgrpo==0.2.0`; skipped with a printed line when missing.
 
 Completions on the x axis are the rows the model *generated* while training (counted at `model.generate`, evaluation
-excluded): padded rows of `cgrpo` are not counted, its calibration rollouts are. Every run stops at the first step that
+excluded): padded rows of `cgrpo` are not counted, its calibration rollouts are; every increment of `top_up` and every
+round of `dynamic`, dropped groups included, is. The trainer's own count (`curriculum/generated`, summed over the log
+lines) is kept next to it, with `curriculum/increments` and `curriculum/dropped`, and each arm's wall time (training,
+evaluation excluded). Every run stops at the first step that
 reaches the budget (`cgrpo`, whose steps vary, ends up to one step past it).
 
 Primary metric, per task: per reported seed, the completions an arm needs to first reach the best static arm's final
@@ -36,7 +44,9 @@ exact reward (that seed's run), over those the best static arm needed; median ov
 interval; the same at 90% of the best static arm's gain over the warm start (a target on the reference's plateau
 measures noise). The best static G is chosen on separate tuning seeds (`--tuning-seeds`), not the reported ones.
 Secondary: the area under the exact-reward-vs-completions curve, paired difference to the best static arm.
-Mechanism: informative-completion share (completions in groups whose rewards are not all equal), G by exact-success
+Mechanism: informative-completion share (completions in groups whose rewards are not all equal, of those generated:
+`dynamic` trains on its informative groups only, and its share of generated completions shows what that costs), G by
+exact-success
 bin (the exact probability of each trained prompt's answer at the training temperature, when it was trained), prompts
 deferred, calibration rollouts.
 
@@ -91,8 +101,11 @@ CGRPO_CALIBRATION = 16  # calibration prompts of the cgrpo arm (x 16 completions
 CGRPO_BATCH = 32  # its rows a step (its default): 2 prompts of width 16
 SUCCESS_BINS = (0.0, 0.05, 0.2, 0.5, 0.8, 0.95, 1.0)
 RISE_SEED_STDS = 3.0  # a task counts as learnable when every arm's mean gain is this many stds of the seeds' gains
+DYNAMIC_G = 4  # G of the `dynamic` arm (DAPO's dynamic sampling)
+DYNAMIC_ROUNDS = 4  # its max_rounds
 STATIC_ARMS = [f"static_g{g}" for g in CANDIDATES]
-ARMS = [*STATIC_ARMS, "success_rate", "per_prompt", "cgrpo"]
+INCREMENT_ARMS = ["top_up", "dynamic"]  # arms whose reward calls are increments, not whole rounds
+ARMS = [*STATIC_ARMS, "success_rate", "per_prompt", *INCREMENT_ARMS, "cgrpo"]
 WARM_CHUNK = 10
 WARM_GATE = (2, 0.4)  # the warm start stops when level 2's exact success at the training temperature reaches 0.4
 CHECK_PROMPT_SEED = 30_000
@@ -102,6 +115,7 @@ TASKS = {  # name: (description, level weights of training / eval prompts, warm-
 }  # fmt: skip
 MODES = {"pilot": (2, 1, 240, 8), "full": (10, 3, 320, 12)}  # reported seeds, tuning seeds, steps, evaluations
 TARGETS = {"ratio": 0.7, "interval_high": 1.0, "worst_median": 1.1, "informative": 1.3}
+TOP_UP_TARGETS = {"ratio": 0.7, "informative": 1.5}  # the sampling issue's targets for `top_up`
 
 
 # --- task ------------------------------------------------------------------------------------------------------------
@@ -172,16 +186,34 @@ class Probe:
     """
     Per training round: each group's real size, whether its rewards differ (informative) and the exact probability of
     its prompt's answer at the training temperature under the policy that generated it. `group_rows()` returns the
-    round's groups as lists of row indices (real rows only).
+    round's groups as lists of row indices (real rows only); `None` groups rows by prompt instead, over reward calls
+    until `round_size` rows are in, then counts them (a top-up round's increments, or a dynamic-sampling round).
     """
 
-    def __init__(self, model, reward: ExactAnswer, group_rows):
-        self.model, self.reward, self.group_rows = model, reward, group_rows
+    def __init__(self, model, reward: ExactAnswer, group_rows, round_size: int = GENERATION_BATCH):
+        self.model, self.reward, self.group_rows, self.round_size = model, reward, group_rows, round_size
         self.completions = self.informative = 0
         self.bins = [[0, 0, 0] for _ in SUCCESS_BINS[1:]]  # per bin: groups, completions, informative completions
+        self._pending = {}  # by-prompt mode: prompt -> (target, rewards so far), in first-seen order
 
     def __call__(self, prompts, target, rewards) -> None:
-        groups = self.group_rows(len(rewards))
+        if self.group_rows is None:
+            for prompt, t, r in zip(prompts, target, rewards, strict=True):
+                self._pending.setdefault(prompt, (t, []))[1].append(r)
+            if sum(len(r) for _, r in self._pending.values()) < self.round_size:
+                return
+            pending, self._pending = self._pending, {}
+            prompts = [p for p, (_, r) in pending.items() for _ in r]
+            target = [t for t, r in pending.values() for _ in r]
+            rewards = [v for _, r in pending.values() for v in r]
+            sizes = [len(r) for _, r in pending.values()]
+            starts = [sum(sizes[:i]) for i in range(len(sizes))]
+            groups = [list(range(start, start + size)) for start, size in zip(starts, sizes, strict=True)]
+        else:
+            groups = self.group_rows(len(rewards))
+        self._count(prompts, target, rewards, groups)
+
+    def _count(self, prompts, target, rewards, groups) -> None:
         tokenizer = self.reward.tokenizer
         heads = [rows[0] for rows in groups]
         prompt_ids = [tokenizer(prompts[i]).input_ids for i in heads]
@@ -202,10 +234,11 @@ class Probe:
 
 
 def curriculum_groups(trainer):
-    """Group rows of a `CurriculumGRPOTrainer` round: consecutive blocks of the round's sizes (one process)."""
+    """Group rows of a `CurriculumGRPOTrainer` increment (a whole round unless it samples in increments): consecutive
+    blocks of its groups' sizes (one process)."""
 
     def rows(n: int) -> list[list[int]]:
-        sizes, start, out = trainer._round_sizes, 0, []
+        sizes, start, out = trainer._round.last_increment()[1], 0, []
         for size in sizes:
             out.append(list(range(start, start + size)))
             start += size
@@ -364,23 +397,28 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict)
                                             callbacks=[CurriculumCallback(stages), recorder])  # fmt: skip
             groups = curriculum_groups(trainer)
         trainer.remove_callback(PrinterCallback)
-        probe = Probe(model, reward, groups)
+        probe = Probe(model, reward, None if arm in INCREMENT_ARMS else groups)
         reward.observer = probe
         trainer.train()
     history = trainer.state.log_history
     deferred = [h["curriculum/deferred_total"] for h in history if "curriculum/deferred_total" in h]
+    lines = [h for h in history if "loss" in h]  # the training log lines (one a step)
+    shares = [h["curriculum/informative_share"] for h in lines if h.get("curriculum/informative_share") is not None]
+    logged = {"generated": sum(h.get("curriculum/generated", 0) for h in lines),
+              "dropped": sum(h.get("curriculum/dropped", 0) for h in lines),
+              "increments": statistics.fmean(h.get("curriculum/increments", 1) for h in lines) if lines else math.nan,
+              "informative_steps": sum(share >= 1 - 1e-9 for share in shares) / len(shares) if shares else math.nan}
     return {
         "task": task, "arm": arm, "seed": seed, "budget": budget, "steps": trainer.state.global_step,
         "generated": counter.count, "eval": recorder.points, "probe": probe.summary(),
         "deferred": deferred[-1] if deferred else 0,
-        "calibration_rollouts": sum(h.get("cgrpo/calibration_rollouts", 0) for h in history),
+        "calibration_rollouts": sum(h.get("cgrpo/calibration_rollouts", 0) for h in history), "logged": logged,
         "train_time": recorder.train_time, "eval_time": recorder.eval_time, "run_time": time.perf_counter() - start,
     }  # fmt: skip
 
 
 def arm_stages(arm: str):
-    from grpo_curriculum import Stage
-    from grpo_curriculum.core.adaptive import Adaptive
+    from grpo_curriculum import Adaptive, DynamicSampling, Stage
 
     if arm.startswith("static_g"):
         return [Stage(num_generations=int(arm.removeprefix("static_g")), temperature=TEMPERATURE)]
@@ -389,6 +427,11 @@ def arm_stages(arm: str):
                       adaptive=Adaptive(num_generations=CANDIDATES, policy=arm))]  # fmt: skip
     if arm == "per_prompt":
         return [Stage(temperature=TEMPERATURE, name=arm, adaptive=Adaptive(num_generations=CANDIDATES, policy=arm))]
+    if arm == "top_up":
+        return [Stage(temperature=TEMPERATURE, name=arm, adaptive=Adaptive(num_generations=CANDIDATES, policy=arm))]
+    if arm == "dynamic":
+        return [Stage(num_generations=DYNAMIC_G, temperature=TEMPERATURE, name=arm,
+                      dynamic_sampling=DynamicSampling(max_rounds=DYNAMIC_ROUNDS))]  # fmt: skip
     raise ValueError(f"unknown arm {arm!r}; use one of {ARMS}")
 
 
@@ -444,12 +487,18 @@ def summarise_task(runs: list[dict], arms: list[str], tuning: list[int], reporte
     for arm in arms:
         row = {"ratio_100": [], "ratio_90": [], "auc": [], "auc_diff": [], "start": [], "final": [], "sampled": [],
                "informative": [], "mean_G": [], "deferred": [], "calibration": [], "steps": [], "train_time": [],
-               "bins": [[0, 0, 0] for _ in SUCCESS_BINS[1:]]}  # fmt: skip
+               "reach_100": [], "generated": [], "logged_generated": [], "increments": [], "dropped": [],
+               "informative_steps": [], "bins": [[0, 0, 0] for _ in SUCCESS_BINS[1:]]}  # fmt: skip
         for seed in seeds:
             run, ref = by[(arm, seed)], by[(best, seed)]
             (xs, ys), (rx, ry) = curve(run), curve(ref)
             for name, target in (("ratio_100", ry[-1]), ("ratio_90", ry[0] + 0.9 * (ry[-1] - ry[0]))):
                 row[name].append(paired_ratio(first_reaching(xs, ys, target), first_reaching(rx, ry, target)))
+            row["reach_100"].append(first_reaching(xs, ys, ry[-1]))  # completions to the best static's final
+            logged = run.get("logged") or {}  # (runs of the earlier study have none)
+            row["generated"].append(run["generated"])
+            for name in ("generated", "increments", "dropped", "informative_steps"):
+                row["logged_generated" if name == "generated" else name].append(logged.get(name, math.nan))
             budget = run["budget"]
             row["auc"].append(area_under(xs, ys, budget))
             row["auc_diff"].append(row["auc"][-1] - area_under(rx, ry, budget))
@@ -482,6 +531,41 @@ def summarise_task(runs: list[dict], arms: list[str], tuning: list[int], reporte
         row["informative_vs_best"] = share / informative_best if informative_best else math.inf
     learns = all(row["rise_seed_stds"] >= RISE_SEED_STDS for row in rows.values())
     return {"best_static": best, "best_source": source, "seeds": seeds, "rows": rows, "learns": learns}
+
+
+def sampling_verdicts(summary: dict) -> dict[str, dict]:
+    """
+    The sampling issue's targets, per arm, each `True`/`False` or a number reported either way: `top_up` against the
+    best static arm (informative share, median paired ratio and its interval); `dynamic`: the share of its steps whose
+    training batch held only informative groups, and its completions to the best static arm's final reward over
+    those of `top_up` (paired per seed).
+    """
+    rows, out = summary["rows"], {}
+    if "top_up" in rows:
+        row = rows["top_up"]
+        out["top_up"] = {
+            f"informative share >= {TOP_UP_TARGETS['informative']}x best static ({row['informative_vs_best']:.2f}x)":
+                row["informative_vs_best"] >= TOP_UP_TARGETS["informative"],
+            f"completions to the best static's final reward <= {TOP_UP_TARGETS['ratio']}x (median "
+            f"{fmt_ratio(row['ratio_100_median'])}, 90% CI {fmt_interval(row['ratio_100_interval'])})":
+                row["ratio_100_median"] <= TOP_UP_TARGETS["ratio"],
+            f"90% interval upper end <= {TOP_UP_TARGETS['ratio']}":
+                row["ratio_100_interval"][1] <= TOP_UP_TARGETS["ratio"],
+        }  # fmt: skip
+    if "dynamic" in rows:
+        row = rows["dynamic"]
+        steps = [v for v in row["informative_steps"] if not math.isnan(v)]
+        full = statistics.fmean(steps) if steps else math.nan
+        verdict = {f"steps whose batch held only informative groups: {full:.0%}" if steps else
+                   "steps whose batch held only informative groups: not logged": None,
+                   f"completions to the best static's final reward: median {fmt_ratio(row['ratio_100_median'])}x "
+                   f"the best static's, 90% CI {fmt_interval(row['ratio_100_interval'])}": None}  # fmt: skip
+        if "top_up" in rows:
+            ratios = [paired_ratio(a, b) for a, b in zip(row["reach_100"], rows["top_up"]["reach_100"], strict=True)]
+            verdict[f"... over top_up's (paired): median {fmt_ratio(median(ratios))}, 90% CI "
+                    f"{fmt_interval(bootstrap_interval(ratios))}"] = None
+        out["dynamic"] = verdict
+    return out
 
 
 def targets_verdict(summary: dict) -> dict:
@@ -525,8 +609,9 @@ def task_table(summary: dict) -> list[str]:
     best = summary["best_static"]
     lines = ["| arm | exact reward: start -> final | sampled final | rise (seed-stds) | completions ratio to 100% "
              "target: median [90% CI] (per seed) | ratio to 90% of gain: median [90% CI] | AUC | AUC - best static: "
-             "median [90% CI] | informative share (x best) | mean G | deferred | calibration completions | steps |",
-             "|" + "---|" * 13]  # fmt: skip
+             "median [90% CI] | informative share (x best) | mean G | deferred | calibration completions | steps | "
+             "generated (trainer's count) | increments a round | groups dropped | training time (s) |",
+             "|" + "---|" * 17]  # fmt: skip
     for arm, row in summary["rows"].items():
         mark = " (best static)" if arm == best else ""
         lines.append(
@@ -539,7 +624,10 @@ def task_table(summary: dict) -> list[str]:
             f"[{row['auc_diff_interval'][0]:+.3f}, {row['auc_diff_interval'][1]:+.3f}] | "
             f"{fmt_ms(mean_std(row['informative']), 2)} ({row['informative_vs_best']:.2f}x) | "
             f"{fmt_ms(mean_std(row['mean_G']), 1)} | {fmt_ms(mean_std(row['deferred']), 0)} | "
-            f"{fmt_ms(mean_std(row['calibration']), 0)} | {fmt_ms(mean_std(row['steps']), 0)} |"
+            f"{fmt_ms(mean_std(row['calibration']), 0)} | {fmt_ms(mean_std(row['steps']), 0)} | "
+            f"{fmt_ms(mean_std(row['generated']), 0)} ({fmt_ms(mean_std(row['logged_generated']), 0)}) | "
+            f"{fmt_ms(mean_std(row['increments']), 2)} | {fmt_ms(mean_std(row['dropped']), 0)} | "
+            f"{fmt_ms(mean_std(row['train_time']), 0)} |"
         )  # fmt: skip
     lines += ["", "G by exact success of the trained prompt at the training temperature (share of the arm's "
               "completions, mean G, share of those completions in informative groups):", ""]  # fmt: skip
@@ -550,7 +638,7 @@ def task_table(summary: dict) -> list[str]:
 def markdown(raw: dict, summaries: dict) -> str:
     o = raw["options"]
     lines = [
-        f"# Study: per-prompt G vs static G and trl-cgrpo ({raw['mode']} run)", "",
+        f"# Study: per-prompt G, top-up and dynamic sampling vs static G and trl-cgrpo ({raw['mode']} run)", "",
         f"Generated by `{raw['command']}`: {len(o['seeds'])} reported seeds {o['seeds']}, tuning seeds "
         f"{o['tuning']}, budget {o['steps'] * GENERATION_BATCH} generated completions per run ({o['steps']} steps of "
         f"{GENERATION_BATCH} for the curriculum arms), {o['points']} evaluations after step 0, {o['jobs']} processes. "
@@ -575,6 +663,9 @@ def markdown(raw: dict, summaries: dict) -> str:
                   f"exact reward rises by >= {RISE_SEED_STDS:g} seed-stds: "
                   f"{'yes' if summary['learns'] else 'NO'}.", "",
                   *task_table(summary), ""]  # fmt: skip
+        for arm, verdict in sampling_verdicts(summary).items():
+            lines += [f"Targets for `{arm}`: " + "; ".join(k if v is None else f"{k}: {'met' if v else 'not met'}"
+                                                          for k, v in verdict.items()) + ".", ""]  # fmt: skip
         verdict = targets_verdict(summary)
         if verdict:
             lines += ["Targets for `per_prompt`: " + "; ".join(f"{k}: {'met' if v else 'not met'}"

@@ -5,6 +5,7 @@ __version__ = "0.1.0"
 from .core.adaptive import Adaptive
 from .core.errors import CurriculumError, Problem
 from .core.geometry import BatchGeometry
+from .core.sampling import DynamicSampling
 from .core.schedule import ResolvedSchedule, Setting, Stage, StageSchedule
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "CurriculumCallback",
     "CurriculumError",
     "CurriculumGRPOTrainer",
+    "DynamicSampling",
     "Problem",
     "ResolvedSchedule",
     "Setting",

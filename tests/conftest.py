@@ -20,7 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 # The scenarios of tests/distributed_run.py, trained in turn by one `torchrun --nproc_per_node 2` launch.
-TORCHRUN_MODES = ("stages", "adaptive", "per_prompt", "colocate_tp")
+TORCHRUN_MODES = ("stages", "adaptive", "per_prompt", "increments", "colocate_tp")
 
 
 @pytest.fixture(scope="session")
@@ -113,7 +113,8 @@ class RoundRecorder:
         if self.trainer is not None:
             entry["num_generations"] = self.trainer.num_generations
             entry["temperature"] = self.trainer.temperature
-            entry["sizes"] = list(getattr(self.trainer, "_round_sizes", None) or [])
+            round_ = getattr(self.trainer, "_round", None)
+            entry["sizes"] = [] if round_ is None else list(round_.sizes)
         self.calls.append(entry)
         if self.reward_fn is not None:
             return self.reward_fn(prompts=prompts, completions=completions, idx=idx, **kwargs)

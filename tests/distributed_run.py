@@ -4,19 +4,20 @@ tests/test_distributed.py and tests/test_vllm_tp.py.
 
     distributed_run.py OUTPUT_DIR MODE [MODE ...]
 
-For each mode in turn (`stages`, `adaptive`, `per_prompt`), in the same two processes, trains the tiny model with
-that curriculum and writes, per rank, what each generation round looked like to `OUTPUT_DIR/MODE/rankR.json`: the
-step, the G and temperature in force, the rows' prompt indices and this rank's rewards. Mode `colocate_tp` runs
-tests/colocate_tp_run.py (for tests/test_vllm_tp.py); it installs a fake `vllm` for good, so it comes last. One
-launch for every mode spares the suite a launcher and two workers (each importing torch, transformers and TRL) per
-mode.
+For each mode in turn (`stages`, `adaptive`, `per_prompt`, `increments`), in the same two processes, trains the tiny
+model with that curriculum and writes, per rank, what each generation round looked like to
+`OUTPUT_DIR/MODE/rankR.json`: the step, the G and temperature in force, the rows' prompt indices and this rank's
+rewards (`increments`: a top-up stage then a dynamic-sampling one, and each round's increments and the rows this rank
+trained on). Mode `colocate_tp` runs tests/colocate_tp_run.py (for tests/test_vllm_tp.py); it installs a fake
+`vllm` for good, so it comes last. One launch for every mode spares the suite a launcher and two workers (each
+importing torch, transformers and TRL) per mode.
 """
 
 import json
 import os
 import sys
 
-from grpo_curriculum import Stage
+from grpo_curriculum import DynamicSampling, Stage
 from grpo_curriculum.core.adaptive import Adaptive
 from grpo_curriculum.training.callback import CurriculumCallback
 from grpo_curriculum.demo.tasks import build_model, build_tokenizer
@@ -33,6 +34,9 @@ def rank_dependent_reward(prompts, completions, **kwargs):
 
 
 def stages_for(mode: str):
+    if mode == "increments":  # top-up rounds (pilot 2, groups of up to 4), then dynamic sampling at G 2
+        return [Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4), policy="top_up"), until_step=3),
+                Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=3))]
     if mode == "per_prompt":
         return per_prompt_stages((2, 4, 8))
     if mode == "adaptive":
@@ -55,11 +59,12 @@ def train(output_dir: str, mode: str) -> None:
         reward_funcs=recorder,
         args=grpo_args(output_dir, per_device_train_batch_size=8 if mode == "per_prompt" else 4,
                        num_generations=8 if mode == "per_prompt" else 2,  # TRL's loader: 16 / 8 prompts a batch
-                       max_steps={"stages": 6, "adaptive": 10}.get(mode, 12), shuffle_dataset=True),
+                       max_steps={"stages": 6, "adaptive": 10, "increments": 6}.get(mode, 12), shuffle_dataset=True),
         train_dataset=indexed_dataset(8 if mode == "per_prompt" else 48),
         callbacks=[CurriculumCallback(stages)],
     )
     recorder.trainer = trainer
+    rounds = record_rounds(trainer) if mode == "increments" else []
     trainer.train()
     rank = trainer.accelerator.process_index
     history = [
@@ -69,7 +74,26 @@ def train(output_dir: str, mode: str) -> None:
     ]
     with open(f"{output_dir}/rank{rank}.json", "w") as f:
         json.dump({"calls": recorder.calls, "history": history, "switches": trainer._curriculum.switches,
-                   "deferred_total": trainer._curriculum.deferred_total}, f)
+                   "deferred_total": trainer._curriculum.deferred_total, "rounds": rounds}, f)
+
+
+def record_rounds(trainer) -> list[dict]:
+    """Each round's prompts, increments, sizes and trained groups, and the rows (prompt texts) and advantages this rank
+    trains on."""
+    rounds, original = [], trainer._generate_and_score_completions
+    tokenizer = build_tokenizer()
+
+    def spy(inputs):
+        output = original(inputs)
+        round_ = trainer._round
+        rounds.append({"prompts": [int(i) for i in round_.prompts], "increments": round_.increments,
+                       "sizes": round_.sizes, "trained": round_.trained,
+                       "rows": tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True),
+                       "advantages": output["advantages"].tolist()})  # fmt: skip
+        return output
+
+    trainer._generate_and_score_completions = spy
+    return rounds
 
 
 def main(output_dir: str, *modes: str) -> None:

@@ -312,3 +312,54 @@ def test_dispatch_errors_exit_2_without_traceback(fake_run, capsys):
     err = capsys.readouterr().err
     assert "Traceback" not in err and "max_steps = 0: must be positive" in err
     assert "No such file or directory: raise-missing/log.jsonl" in err
+
+
+SAMPLING = """\
+model_name_or_path: builtin:tiny
+dataset_name: builtin:echo
+reward_funcs: [grpo_curriculum.demo.tasks:echo_reward]
+per_device_train_batch_size: 16
+gradient_accumulation_steps: 4
+curriculum:
+  stages:
+    - {adaptive: {policy: top_up, num_generations: [4, 8, 16]}, temperature: 1.0, temperature_end: 0.8,
+       until_fraction: 0.5}
+    - {adaptive: {policy: top_up, num_generations: [16]}, temperature: 1.0, until_fraction: 0.7}
+    - {num_generations: 4, temperature: 1.0, dynamic_sampling: {max_rounds: 4}}
+"""
+
+
+def test_check_prints_the_top_up_and_dynamic_sampling_plans(tmp_path, capsys):
+    recipe = tmp_path / "sampling.yaml"
+    recipe.write_text(SAMPLING)
+    code, out, _ = check(capsys, recipe)
+    assert code == 0 and "result: OK, all 3 checks valid on 1 process" in out
+    assert ("stage 0: top-up from pilot 4 to 16, temperature 1 -> 0.8 (linear), until 0.5 of the run: valid\n"
+            "  a round: 8 prompts (the default rule) x pilot 4 = 32 completions first; the other 32 of the generation "
+            "batch 64 go 4 at a time to the groups whose rewards are all equal, then to the lowest-variance ones; a "
+            "group holds 4, 8, 12 or 16 completions; at most 6 increments (generation calls) after the pilots\n"
+            ) in out
+    assert "x pilot 16 = 64 completions first, the whole generation batch 64: no increment" in out
+    assert ("stage 2: G=4 with dynamic sampling (max_rounds 4), temperature 1, until the end: valid (64 / 4 = 16 "
+            "prompts per generation round)\n  dynamic sampling: groups whose rewards are all equal are dropped and "
+            "refilled from further rounds of 16 prompts (64 completions each), at most 4 rounds (256 completions) a "
+            "training batch") in out
+    code, out, _ = check(capsys, recipe, *flags(3, 4, 1))  # a generation batch of 12 on 3 processes
+    assert code == 1 and "result: INVALID, 2 of 3 checks fail on 3 processes" in out
+    assert ("stage 0: top-up from pilot 4 to 16, temperature 1 -> 0.8 (linear), until 0.5 of the run: INVALID: "
+            "adaptive.pilot = 4: must be a multiple of the 3 processes") in out
+    assert "  fix: use `pilot: 12` (if it divides every candidate)\n" not in out  # 12 does not divide 16
+    assert "stage 1: top-up from pilot 16 to 16, temperature 1, until 0.7 of the run: INVALID: adaptive.pilot = 16" \
+        in out
+
+
+def test_check_and_train_exit_1_for_top_up_rounds_that_cannot_fill(tmp_path, capsys):
+    code, out, _ = check(capsys, BAD / "top_up_cannot_fill.yaml")
+    assert code == 1 and "result: INVALID, 3 of 3 checks fail on 4 processes" in out
+    assert "  fix: use `pilot: 4` (if it divides every candidate); or run on 2 processes\n" in out
+    never = tmp_path / "never"
+    assert main(["train", str(BAD / "top_up_cannot_fill.yaml"), "--output_dir", str(never)]) == 1  # on 1 process
+    err = capsys.readouterr().err
+    assert "1 problem in the curriculum" in err  # a generation batch of 4: only stage 2's pilot 6 does not fit
+    assert "curriculum.stages[2].adaptive.pilot = 6: must divide the generation batch" in err
+    assert "Traceback" not in err and not never.exists()

@@ -76,3 +76,25 @@ def test_train_command_under_torchrun_validates_the_real_world_size(tmp_path):
     assert "curriculum.stages[1].num_generations = 8" in bad.stderr and "2 processes x 3 per-device batch" in bad.stderr
     # torchrun's launcher prints its own traceback for a failed child; none may come from our code.
     assert 'grpo_curriculum/' not in "".join(bad.stderr.split("Traceback")[1:]) and not (tmp_path / "bad").exists()
+
+
+def test_rounds_in_increments_agree_and_keep_groups_whole_across_ranks(torchrun_scenarios):
+    """
+    Top-up, then dynamic sampling, on two ranks that score their rows differently: both ranks plan the same increments
+    and keep the same groups (from the gathered rewards); each trains on half of the round, and the round (rank 0's
+    rows, then rank 1's) holds each trained group whole and contiguous, rows generated on the other rank included.
+    """
+    from .conftest import indexed_dataset
+
+    prompts = indexed_dataset(48)["prompt"]
+    ranks = torchrun_scenarios("increments")
+    plans = [[(r["prompts"], r["increments"], r["sizes"], r["trained"]) for r in rank["rounds"]] for rank in ranks]
+    assert plans[0] == plans[1] and len(plans[0]) == 6
+    for a, b in zip(ranks[0]["rounds"], ranks[1]["rounds"], strict=True):
+        trained = a["trained"] if a["trained"] is not None else range(len(a["sizes"]))
+        assert len(a["rows"]) == len(b["rows"]) == 4  # the generation batch, split evenly
+        assert a["rows"] + b["rows"] == [prompts[a["prompts"][g]] for g in trained for _ in range(a["sizes"][g])]
+    top_up, dynamic = plans[0][:3], plans[0][3:]
+    assert all(len(increments) > 1 and sum(sizes) == 8 for _, increments, sizes, _ in top_up)
+    assert any(trained is not None for *_, trained in dynamic)  # some groups dropped, the kept ones redistributed
+    assert ranks[0]["history"] == ranks[1]["history"]

@@ -30,7 +30,7 @@ def record_rounds(trainer):
 
     def spy(inputs):
         output = original(inputs)
-        rounds.append({"sizes": list(trainer._round_sizes), "advantages": output["advantages"].tolist()})
+        rounds.append({"sizes": list(trainer._round.sizes), "advantages": output["advantages"].tolist()})
         return output
 
     trainer._generate_and_score_completions = spy
@@ -302,7 +302,7 @@ def test_all_settled_rounds_progress_in_bounded_time_and_memory(size, iterable, 
         if measure_memory:
             tracemalloc.start()
         start = time.perf_counter()
-        prompts, sizes, skipped = build()
+        _, _, prompts, sizes, skipped = build()
         times.append(time.perf_counter() - start)
         assert sum(sizes) == 16 and max(times) < 0.05, times
         seen += [row["idx"] for row in prompts] if iterable else list(prompts)
@@ -336,7 +336,7 @@ def test_a_small_all_settled_dataset_is_still_trained_in_turn():
                            args=SimpleNamespace(generation_batch_size=16))  # fmt: skip
     trained = Counter()
     for _ in range(40):
-        prompts, sizes, _ = CurriculumGRPOTrainer._per_prompt_round(fake)
+        _, _, prompts, sizes, _ = CurriculumGRPOTrainer._per_prompt_round(fake)
         assert sum(sizes) == 16 and len(set(prompts)) == len(prompts)
         trained.update(prompts)
     assert sorted(trained) == list(range(12)) and max(trained.values()) <= 2 * min(trained.values()), trained

@@ -18,6 +18,7 @@ from grpo_curriculum.config.recipe import (
     load_curriculum,
     load_recipe,
     parse_recipe,
+    run_geometry,
 )
 from grpo_curriculum.rewards import gsm8k_accuracy_reward, last_number
 from grpo_curriculum.core.schedule import Stage, StageSchedule
@@ -153,6 +154,15 @@ CASES = {
                          ("curriculum.stages[0].adaptive.skip_target", "must be a number in [0, 1)"),
                          ("curriculum.stages[0].adaptive.window", "only applies with `policy: success_rate`"),
                          ("curriculum.stages[0].adaptive.target", "only applies with `policy: success_rate`")],
+    "top_up_knobs": [("curriculum.stages[0].adaptive.prompts", "must be a positive integer"),
+                     ("curriculum.stages[0].adaptive.temperature", "cannot be adapted in a top-up stage"),
+                     ("curriculum.stages[0].adaptive.pilot", "the pilot 3 must divide every candidate G [4, 8, 16]"),
+                     ("curriculum.stages[0].adaptive.patience", "only applies with `policy: hysteresis` or"),
+                     ("curriculum.stages[0].adaptive.mean_generations", "only applies with `policy: per_prompt`"),
+                     ("curriculum.stages[1].adaptive.num_generations", "use `pilot: 2`")],
+    "dynamic_sampling_settings": [("curriculum.stages[0].dynamic_sampling", "cannot be combined with `adaptive`"),
+                                  ("curriculum.stages[1].dynamic_sampling.max_round", "did you mean `max_rounds`?"),
+                                  ("curriculum.stages[1].dynamic_sampling.max_rounds", "must be a positive integer")],
     "many_problems": [("per_device_train_batch_size", "must be an integer"),
                       ("gradient_accumulation_step", "did you mean `gradient_accumulation_steps`?"),
                       ("curriculum.stages[0].num_generations", "must be an integer >= 2"),
@@ -163,11 +173,29 @@ CASES = {
 }
 
 
+GEOMETRY_CASES = {  # well-formed recipes that do not fit their batch geometry (`check` and `train` exit 1)
+    "top_up_cannot_fill": [("curriculum.stages[0].adaptive.prompts", "must be at least 2: 1 prompt x largest 8 = 8 "
+                            "completions cannot fill the generation batch (4 processes x 4 per-device batch"),
+                           ("curriculum.stages[1].adaptive.pilot", "must be a multiple of the 4 processes"),
+                           ("curriculum.stages[2].adaptive.pilot", "must divide the generation batch")],
+}
+
+
 def test_corpus_is_covered():
     files = {path.stem for path in BAD.glob("*.yaml")}
     assert len(files) >= 15
     unparsed = {"yaml_syntax_error", "empty", "top_level_list", "hostile_alias_bomb", "hostile_latin1"}
-    assert files == set(CASES) | unparsed
+    assert files == set(CASES) | unparsed | set(GEOMETRY_CASES)
+
+
+@pytest.mark.parametrize("name", sorted(GEOMETRY_CASES))
+def test_bad_geometry_recipe(name):
+    recipe = load_recipe(str(BAD / f"{name}.yaml"))
+    problems = recipe.curriculum.geometry_problems(run_geometry(recipe), key="curriculum.stages")
+    error = CurriculumError(problems)
+    for key, text in GEOMETRY_CASES[name]:
+        assert has(error, key, text), f"{key!r} / {text!r} not in:\n{error}"
+    assert len(problems) == len(GEOMETRY_CASES[name])
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

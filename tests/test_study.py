@@ -114,3 +114,87 @@ def test_the_study_skips_the_cgrpo_arm_when_trl_cgrpo_is_missing(hide_package, t
     assert "skipping the `cgrpo` arm: trl-cgrpo is not installed (pip install --no-deps trl-cgrpo==0.2.0)" in out
     assert "no arm left to run" in err
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+# --- the sampling arms (top-up, dynamic sampling), with stand-in runs --------------------------------------------
+
+
+def test_the_sampling_arms_fit_the_study_round():
+    import study
+
+    from grpo_curriculum import BatchGeometry, DynamicSampling, StageSchedule
+    from grpo_curriculum.core.sampling import TopUp
+
+    (top_up,) = study.arm_stages("top_up")
+    assert top_up.top_up == TopUp(pilot=2, largest=16) and top_up.top_up.prompts_for(study.GENERATION_BATCH) == 4
+    (dynamic,) = study.arm_stages("dynamic")
+    assert (dynamic.num_generations, dynamic.dynamic_sampling) == (study.DYNAMIC_G, DynamicSampling(4))
+    geometry = BatchGeometry(1, study.GENERATION_BATCH, 1)  # as run_arm builds it
+    assert StageSchedule([top_up]).geometry_problems(geometry) == []
+    assert StageSchedule([dynamic]).geometry_problems(geometry) == []
+    assert {"top_up", "dynamic"} <= set(study.ARMS) and not {"top_up", "dynamic"} & set(study.STATIC_ARMS)
+
+
+def test_the_probe_counts_a_round_sampled_in_increments_by_its_whole_groups(warm_model):
+    """Pilots of 2 for 3 prompts, then increments: each group counts once, at its final size, when the round is in."""
+    import study
+
+    model, tokenizer = warm_model
+    reward = study.ExactAnswer(tokenizer)
+    probe = study.Probe(model, reward, None, round_size=12)
+    a, b, c = "echo two : cat red dog sun =", "echo one : fish fish cat red =", "echo four : dog dog dog dog ="
+    targets = {a: "cat red", b: "fish", c: "dog dog dog dog"}
+    calls = [([a, a, b, b, c, c], [0.0, 0.0, 1.0, 0.0, 1.0, 1.0]),  # pilots: a, c all equal; b informative
+             ([a, a, c, c], [0.0, 1.0, 1.0, 1.0]),  # a becomes informative, c stays all equal
+             ([c, c], [1.0, 1.0])]  # c at 6, the round holds 12
+    for i, (prompts, rewards) in enumerate(calls):
+        probe(prompts, [targets[p] for p in prompts], rewards)
+        assert probe.completions == (12 if i == 2 else 0)  # nothing counted before the round is in
+    assert probe.summary()["informative"] == 4 + 2  # a (4 completions) and b (2); c (6) never informative
+    assert sum(bin_[0] for bin_ in probe.bins) == 3 and sum(bin_[1] for bin_ in probe.bins) == 12
+
+
+def _stand_in_run(arm, seed, ys, informative, generated=512, logged=None):
+    """A run record as `run_arm` returns it, with the exact-reward curve `ys` at even completion counts."""
+    xs = [generated * i / (len(ys) - 1) for i in range(len(ys))]
+    levels = {"1": 0.5, "2": 0.5, "3": 0.5, "4": 0.5}
+    return {"task": "prefix_levels", "arm": arm, "seed": seed, "budget": generated, "steps": 32,
+            "generated": generated,
+            "eval": [{"step": i, "completions": x, "train_time": 0.0, "exact": y, "sampled": y, "greedy": y,
+                      "levels": levels} for i, (x, y) in enumerate(zip(xs, ys))],
+            "probe": {"completions": 100, "informative": informative,
+                      "bins": [[25, 100, informative]] + [[0, 0, 0]] * 5},
+            "deferred": 0, "calibration_rollouts": 0, "train_time": 10.0 + seed, "eval_time": 1.0, "run_time": 12.0,
+            "warm_time": 1.0, "warm_steps": 90, "logged": logged or {}}  # fmt: skip
+
+
+def test_the_report_states_the_sampling_targets_met_or_missed(tmp_path):
+    import study
+
+    runs = []
+    for seed in (0, 1, 2, 3, 100):
+        runs.append(_stand_in_run("static_g2", seed, [0.5, 0.6, 0.7, 0.8], informative=20))
+        runs.append(_stand_in_run("static_g4", seed, [0.5, 0.55, 0.6, 0.65], informative=40))
+        if seed == 100:
+            continue  # the tuning seed: static arms only
+        logged = {"generated": 512, "increments": 2.5, "dropped": 0, "informative_steps": 0.5}
+        runs.append(_stand_in_run("top_up", seed, [0.5, 0.8, 0.85, 0.9], 60, logged=logged))  # 0.8 after 1/3
+        logged = {"generated": 512, "increments": 1.5, "dropped": 30, "informative_steps": 1.0}
+        runs.append(_stand_in_run("dynamic", seed, [0.5, 0.6, 0.8, 0.9], 50, logged=logged))  # 0.8 after 2/3
+    arms = ["static_g2", "static_g4", "top_up", "dynamic"]
+    summary = study.summarise_task(runs, arms, [100], [0, 1, 2, 3])
+    assert summary["best_static"] == "static_g2"
+    verdicts = study.sampling_verdicts(summary)
+    assert list(verdicts["top_up"].values()) == [True, True, True]  # 3x the informative share, ratio 0.33
+    assert "(3.00x)" in next(iter(verdicts["top_up"]))
+    lines = list(verdicts["dynamic"])
+    assert lines[0] == "steps whose batch held only informative groups: 100%"
+    assert "median 0.67x the best static's" in lines[1] and "over top_up's (paired): median 2.00" in lines[2]
+    raw = {"mode": "pilot, custom", "command": "python benchmarks/study.py --arms ...", "wall_time_s": 60.0,
+           "options": {"name": "custom", "tasks": ["prefix_levels"], "arms": arms, "seeds": [0, 1, 2, 3],
+                       "tuning": [100], "steps": 32, "points": 3, "jobs": 1}, "runs": runs}  # fmt: skip
+    text = study.report(raw, tmp_path)
+    assert "Targets for `top_up`: informative share >= 1.5x best static (3.00x): met;" in text
+    assert "Targets for `dynamic`: steps whose batch held only informative groups: 100%;" in text
+    row = next(line for line in text.splitlines() if line.startswith("| dynamic |"))
+    assert row.endswith("| 512 ± 0 (512 ± 0) | 1.50 ± 0.00 | 30 ± 0 | 12 ± 1 |")  # generated, increments, time

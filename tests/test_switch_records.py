@@ -86,3 +86,24 @@ def test_describe_stages_that_the_run_ends_before_or_at():
     ]
     assert schedule.resolve(4).describe() == ["stage 0: steps 1-2, G 2, temperature 1",
                                               "stage 1: steps 3-4, G 8, temperature 1"]
+
+
+def test_a_top_up_stage_switches_once_and_its_temperature_ramp_is_not_a_switch():
+    """A top-up stage keeps no policy: its rounds carry the plan, and its ramp is the stage's, as in a fixed stage."""
+    from grpo_curriculum import CurriculumCallback, DynamicSampling
+    from grpo_curriculum.core.sampling import TopUp
+
+    top_up = {"policy": "top_up", "num_generations": [4, 8, 16]}
+    callback = CurriculumCallback([
+        Stage(num_generations=8, temperature=1.0, until_step=4, dynamic_sampling={"max_rounds": 2}),
+        Stage(temperature=1.0, temperature_end=0.6, adaptive=top_up, name="top-up"),
+    ])  # fmt: skip
+    callback.resolve(8)
+    settings = [callback.setting_for_round(step) for step in range(8)]
+    assert callback.initial_setting() == settings[0]
+    assert {s.dynamic_sampling for s in settings[:4]} == {DynamicSampling(2)}
+    assert {(s.num_generations, s.top_up) for s in settings[4:]} == {(None, TopUp(4, 16))}
+    assert [s.temperature for s in settings[4:]] == [1.0, 0.9, 0.8, 0.7]
+    assert callback.policy is None and callback.evaluation_temperature(6) == 0.8
+    assert [describe_switch(s) for s in callback.switches] == [
+        "switch at step 5 (round 5): G 8 -> by top-up at temperature 1 (stage 1 (top-up) starts)"]

@@ -135,14 +135,14 @@ def mixed_round_trainer(tmp_path, mode, wanted_by_index, **overrides):
         num_generations=4, shuffle_dataset=False, **overrides,
     )  # fmt: skip
     sizes = []
-    original = trainer._curriculum_round_rows
+    original = trainer._curriculum_round_start
 
     def spy():
-        rows, round_sizes = original()
-        sizes.append(list(round_sizes))
-        return rows, round_sizes
+        round_ = original()
+        sizes.append(list(round_.sizes))
+        return round_
 
-    trainer._curriculum_round_rows = spy
+    trainer._curriculum_round_start = spy
     return trainer, recorder, dataset, sizes
 
 

@@ -24,6 +24,7 @@ import sys
 
 from ..core.errors import CurriculumError, GeometryError, plural, shorten
 from ..core.rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
+from ..core.sampling import DynamicSampling, TopUp
 from ..demo.models import MODELS, ModelFetchError
 from ..training.checkpoint import CurriculumStateError
 
@@ -126,8 +127,12 @@ def _error(command: str, error: Exception) -> None:
 # --- check -------------------------------------------------------------------------------------------------------
 
 
-def _stage_rows(schedule, max_steps=None) -> list[tuple[str, int]]:
-    """`(label, G)` for every stage of a schedule (with their steps when `max_steps` is given)."""
+def _stage_rows(schedule, max_steps=None) -> list[tuple[str, object]]:
+    """
+    `(label, what)` for every stage of a schedule (with their steps when `max_steps` is given): `what` is the G to
+    check, the candidates of a per-prompt stage (a tuple), or a top-up stage's [`TopUp`]; a stage with dynamic sampling
+    gives `(G, DynamicSampling)`.
+    """
     stages = schedule.stages
     resolved = schedule.resolve(max_steps) if is_int(max_steps) and max_steps > 0 else None
     rows = []
@@ -139,9 +144,19 @@ def _stage_rows(schedule, max_steps=None) -> list[tuple[str, int]]:
         if resolved is not None:
             ends += f" ({resolved.steps_text(i)} of {max_steps})"
         label = f"stage {i}" + (f" ({stage.name})" if stage.name else "")
+        if stage.adaptive is None and stage.dynamic_sampling is not None:
+            rows.append((f"{label}: G={stage.num_generations} with dynamic sampling (max_rounds "
+                         f"{stage.dynamic_sampling.max_rounds}), temperature {temperature}, {ends}",
+                         (stage.num_generations, stage.dynamic_sampling)))
+            continue
         if stage.adaptive is None:
             g = stage.num_generations
             rows.append((f"{label}: G={g}, temperature {temperature}, {ends}", g))
+            continue
+        if stage.top_up is not None:  # the stage's temperature: a top-up stage adapts none
+            top_up = stage.top_up
+            rows.append((f"{label}: top-up from pilot {top_up.pilot} to {top_up.largest}, temperature {temperature}, "
+                         f"{ends}", top_up))
             continue
         bounds = stage.adaptive.temperature
         temperature = f"{bounds[0]:g}-{bounds[1]:g}" if bounds else temperature
@@ -153,6 +168,28 @@ def _stage_rows(schedule, max_steps=None) -> list[tuple[str, int]]:
             rows.append((f"{label}: adaptive ({stage.adaptive.policy}) candidate G={g}, temperature {temperature}, "
                          f"{ends}", g))
     return rows
+
+
+def _top_up_plan(top_up: TopUp, batch: int) -> str:
+    """A valid top-up stage's round in words, for a generation batch of `batch` completions."""
+    prompts = top_up.prompts_for(batch)
+    pilots, left = prompts * top_up.pilot, batch - prompts * top_up.pilot
+    sizes = ", ".join(map(str, top_up.sizes[:-1])) + (" or " if len(top_up.sizes) > 1 else "") + str(top_up.largest)
+    how = "given" if top_up.prompts is not None else "the default rule"
+    text = f"a round: {plural(prompts, 'prompt')} ({how}) x pilot {top_up.pilot} = {pilots} completions first"
+    if not left:
+        return text + f", the whole generation batch {batch}: no increment"
+    return (text + f"; the other {left} of the generation batch {batch} go {top_up.pilot} at a time to the groups "
+            f"whose rewards are all equal, then to the lowest-variance ones; a group holds {sizes} completions; at "
+            f"most {plural(top_up.max_increments, 'increment')} (generation calls) after the pilots")
+
+
+def _dynamic_plan(dynamic: DynamicSampling, g: int, batch: int) -> str:
+    """A dynamic-sampling stage's training batch in words."""
+    rounds = dynamic.max_rounds
+    return (f"dynamic sampling: groups whose rewards are all equal are dropped and refilled from further rounds of "
+            f"{plural(batch // g, 'prompt')} ({batch} completions each), at most {plural(rounds, 'round')} "
+            f"({rounds * batch} completions) a training batch; a batch still short after them trains on what it holds")
 
 
 def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
@@ -208,6 +245,17 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     invalid = 0
     batch = geometry.generation_batch_size
     for label, G in rows:
+        if isinstance(G, TopUp):
+            problems = geometry.top_up_problems(G)
+            invalid += bool(problems)
+            lines += ([f"{label}: INVALID: {str(problems[0]).replace(chr(10) + '    ', chr(10) + '  ')}"] if problems
+                      else [f"{label}: valid", f"  {_top_up_plan(G, batch)}"])
+            continue
+        if isinstance(G, tuple) and isinstance(G[-1], DynamicSampling):
+            G, dynamic = G
+            plan = [f"  {_dynamic_plan(dynamic, G, batch)}"] if geometry.is_valid(G) else []
+        else:
+            plan = []
         if isinstance(G, tuple):
             problems = geometry.per_prompt_problems(G)
             invalid += bool(problems)
@@ -221,6 +269,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
                          "generation round)")
             note = geometry.per_step_note(G)
             lines += [f"  {note}"] if note else []
+            lines += plan
         else:
             invalid += 1
             lines.append(f"{label}: INVALID ({batch} / {G} leaves a remainder: num_generations "

@@ -14,13 +14,15 @@ long as the reversal before it (`2 * cooldown` rounds after the previous change,
 about `log2(rounds / cooldown)` reversals of each in a stage). Switch reasons give the deciding numbers at the
 precision that tells them apart from the threshold.
 
-Three policies:
+Four policies:
 
 - `hysteresis`: raise G when the smoothed share of zero-std groups stays high, lower it when it stays low.
 - `success_rate`: model each prompt's success rate p and pick the smallest G whose groups are expected to be
   informative (probability `1 - p^G - (1-p)^G`, as in Knapsack RL), like GRESO's prediction of zero-variance prompts.
 - `per_prompt`: no round-wide G: each prompt of a round gets its own G under the round's fixed budget, and prompts
   predicted to give zero-variance groups are deferred ([`grpo_curriculum.core.allocation`]).
+- `top_up`: no history at all: a round is sampled in increments, and the groups whose first rewards are all equal get
+  more completions within the round ([`grpo_curriculum.core.sampling`]); the stage's temperature applies.
 
 Both optionally adapt the temperature within bounds (as POLARIS tunes it to keep rollouts diverse): raise it when the
 completions of a group collapse to identical ones, lower it when completions are diverse but rewards stop improving.
@@ -34,6 +36,7 @@ import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 from .errors import MISSING, Problem, raise_if_any
 from .rules import (
@@ -52,7 +55,12 @@ from .rules import (
 from .signals import RoundStats
 from .slots import PromptSlots
 
-POLICIES = ("hysteresis", "success_rate", "per_prompt")
+if TYPE_CHECKING:
+    from .sampling import TopUp
+
+POLICIES = ("hysteresis", "success_rate", "per_prompt", "top_up")
+HISTORY_POLICIES = POLICIES[:3]
+"""The policies that decide from the rounds before: every policy but `top_up`, which decides within the round."""
 INFORMATION_WEIGHTS = ("knapsack", "variance", "uniform")
 """Per prompt: a group's information weight `w(p)`, `p (1-p)^2`, `p (1-p)` or 1 ([`grpo_curriculum.core.allocation`])."""
 _ONLY = {  # knobs that only mean something with some policies, or with temperature bounds
@@ -61,6 +69,8 @@ _ONLY = {  # knobs that only mean something with some policies, or with temperat
     "target": ("success_rate",),
     "success_threshold": ("success_rate", "per_prompt"),
     **dict.fromkeys(("defer", "decay", "mean_generations", "lookahead", "weight", "skip_target"), ("per_prompt",)),
+    **dict.fromkeys(("lower_below", "patience", "cooldown", "smoothing"), HISTORY_POLICIES),
+    **dict.fromkeys(("pilot", "prompts"), ("top_up",)),
     **dict.fromkeys(("temperature_step", "collapse_below", "diverse_above"), "temperature: [low, high]"),
 }
 MAX_CANDIDATES = 64
@@ -78,7 +88,12 @@ _KNOBS = {  # the rule of every knob
     "mean_generations": integer(1, MAX_COUNT),  # or None
     "lookahead": integer(0, MAX_COUNT), "weight": Rule("choice", choices=INFORMATION_WEIGHTS),
     "skip_target": fraction(False, True),
+    "pilot": dataclasses.replace(NUM_GENERATIONS, why="completions every prompt of a top-up round gets first",
+                                 fix="e.g. `pilot: 4`, or omit it (the smallest candidate)"),
+    "prompts": integer(1, MAX_COUNT, why="prompts a top-up round holds",
+                       fix="e.g. `prompts: 8`, or omit it (chosen from the generation batch)"),  # each: or None
 }
+_OPTIONAL = ("mean_generations", "pilot", "prompts")  # knobs whose default `None` means "chosen from the geometry"
 
 
 def _applies(condition, values: Mapping) -> bool:
@@ -119,10 +134,10 @@ def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
     problems += _POLICY.problems(f"{key}.policy", values.get("policy"))
     defaults = {f.name: f.default for f in fields(Adaptive)}
     for name, rule in _KNOBS.items():  # (a knob's fix: its default)
-        if name == "mean_generations" and values.get(name) is None:
+        if name in _OPTIONAL and values.get(name) is None:
             continue
         default = str(defaults[name]).lower() if isinstance(defaults[name], bool) else defaults[name]
-        example = f"e.g. `{name}: {'null' if default is None else default}` (the default)"
+        example = rule.fix or f"e.g. `{name}: {'null' if default is None else default}` (the default)"
         problems += [dataclasses.replace(p, fix=example) for p in rule.problems(f"{key}.{name}", values.get(name))]
     if not problems and values["lower_below"] >= values["raise_above"]:
         problems.append(Problem(f"{key}.lower_below", values["lower_below"],
@@ -134,11 +149,39 @@ def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
     if not problems and values["collapse_below"] > values["diverse_above"]:
         problems.append(Problem(f"{key}.collapse_below", values["collapse_below"],
                                 f"must not exceed `diverse_above` ({values['diverse_above']!r})"))
+    if values.get("policy") == "top_up":
+        names = ("num_generations", "pilot")
+        problems += _top_up_problems(values, key, not any(p.key.startswith(f"{key}.{n}") for p in problems
+                                                          for n in names))
     for name in given:
         if name in _ONLY and not _applies(_ONLY[name], values):
             needs = _condition(_ONLY[name])
             problems.append(Problem(f"{key}.{name}", values[name], f"only applies with {needs}",
                                     f"drop `{name}`, or set {needs}"))
+    return problems
+
+
+def _top_up_problems(values: Mapping, key: str, checked: bool) -> list[Problem]:
+    """A top-up stage: groups grow by the pilot up to the largest candidate (`checked`: the candidates and the pilot
+    are valid, so this can be checked); its temperature is the stage's."""
+    problems = []
+    if values.get("temperature") is not None:
+        problems.append(Problem(f"{key}.temperature", values["temperature"], "cannot be adapted in a top-up stage "
+                                "(it decides within each round, from no history)",
+                                "remove the bounds and set the stage's `temperature` (and `temperature_end` for a "
+                                "ramp)"))
+    if not checked:
+        return problems
+    g, given = list(values["num_generations"]), values.get("pilot") is not None
+    pilot = values["pilot"] if given else g[0]
+    off = [c for c in g if c % pilot]
+    if off:
+        common = [d for d in range(2, g[0] + 1) if all(c % d == 0 for c in g)]
+        problems.append(Problem(f"{key}.pilot" if given else f"{key}.num_generations", pilot if given else g,
+                                f"the pilot {pilot} must divide every candidate G {g} (a top-up group grows by the "
+                                f"pilot from it to the largest candidate): {off} "
+                                f"{'is not a multiple' if len(off) == 1 else 'are not multiples'}",
+                                f"use `pilot: {common[-1]}`" if common else f"drop {off}"))
     return problems
 
 
@@ -158,7 +201,9 @@ class Adaptive:
             `"hysteresis"` (thresholds on the zero-std fraction), `"success_rate"` (one G a round from a per-prompt
             success model) or `"per_prompt"` (a G per prompt under the round's budget, see
             [`grpo_curriculum.core.allocation`]). With `per_prompt` the candidates need not divide the generation batch:
-            each must fit in it, and some combination of them must add up to it.
+            each must fit in it, and some combination of them must add up to it. `"top_up"`: a round sampled in
+            increments, see `pilot` and [`grpo_curriculum.core.sampling.TopUp`]; the candidates must be multiples of
+            the pilot, and only its knobs and the stage's temperature apply.
         raise_above (`float`, *optional*, defaults to `0.5`):
             Hysteresis: raise G while the smoothed zero-std fraction is above this.
         lower_below (`float`, *optional*, defaults to `0.1`):
@@ -202,6 +247,13 @@ class Adaptive:
             (`p (1-p)`) or `"uniform"` (1: expected informative groups).
         skip_target (`float`, *optional*, defaults to `0.25`):
             Per prompt: the share of zero-std groups the deferral drives towards (GRESO), in [0, 1).
+        pilot (`int`, *optional*):
+            Top-up: completions every prompt of a round gets first, and the size of each later increment of a group;
+            it must divide every candidate. `None`: the smallest candidate. A group then holds `pilot`, `2 * pilot`,
+            ..., up to the largest candidate.
+        prompts (`int`, *optional*):
+            Top-up: prompts a round holds. `None`: the most whose pilots use at most half the generation batch, but
+            enough to fill it at the largest candidate ([`grpo_curriculum.core.sampling.TopUp.prompts_for`]).
     """
 
     num_generations: tuple[int, ...]
@@ -225,6 +277,8 @@ class Adaptive:
     lookahead: int = 2
     weight: str = "knapsack"
     skip_target: float = 0.25
+    pilot: int | None = None
+    prompts: int | None = None
 
     def __post_init__(self):
         if isinstance(self.num_generations, list):
@@ -234,8 +288,9 @@ class Adaptive:
         raise_if_any(self.problems(key="Adaptive"), context="Adaptive")
         # Plain Python integers (`numpy.int64(4)` is an integer too), so that checkpoints serialise them.
         object.__setattr__(self, "num_generations", tuple(int(g) for g in self.num_generations))
-        for name in ("patience", "cooldown", "window", "lookahead"):
-            object.__setattr__(self, name, int(getattr(self, name)))
+        for name in ("patience", "cooldown", "window", "lookahead", "pilot", "prompts"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, int(getattr(self, name)))
 
     def problems(self, key: str = "adaptive") -> list[Problem]:
         """Every problem with the fields, each named `f"{key}.<field>"`; empty when valid (a knob set away from its
@@ -266,6 +321,16 @@ class Adaptive:
     def per_prompt(self) -> bool:
         """Whether each prompt gets its own G (`policy="per_prompt"`)."""
         return self.policy == "per_prompt"
+
+    @property
+    def top_up(self) -> TopUp | None:
+        """The plan of a top-up round (`policy="top_up"`), `None` for the other policies."""
+        if self.policy != "top_up":
+            return None
+        from .sampling import TopUp
+
+        pilot = self.num_generations[0] if self.pilot is None else self.pilot
+        return TopUp(pilot=pilot, largest=self.num_generations[-1], prompts=self.prompts)
 
     def clamp(self, temperature: float) -> float:
         """`temperature` within the bounds (unchanged when the temperature is not adapted)."""
@@ -707,4 +772,6 @@ def make_policy(adaptive: Adaptive, num_generations: int, temperature: float) ->
     (clamped to the bounds; the first decision then says so).
     """
     policies = {"hysteresis": HysteresisPolicy, "success_rate": SuccessRatePolicy, "per_prompt": PerPromptPolicy}
+    if adaptive.policy not in policies:
+        raise ValueError(f"policy {adaptive.policy!r} decides within each round and keeps no policy state")
     return policies[adaptive.policy](adaptive, num_generations, temperature)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from math import gcd
 
-from .errors import CurriculumError, Problem, plural, raise_if_any
+from .errors import MISSING, CurriculumError, Problem, plural, raise_if_any
 from .rules import COUNT, MAX_COUNT, NUM_GENERATIONS, check, is_int
 
 
@@ -297,6 +297,55 @@ class BatchGeometry:
                             "the candidates makes it, and a round holds exactly that many completions",
                             f"add a candidate that divides {batch} (valid: "
                             f"{', '.join(map(str, self.valid_num_generations()))})")]
+        return []
+
+    def top_up_problems(self, top_up, key: str = "adaptive") -> list[Problem]:
+        """
+        Check that a top-up round ([`grpo_curriculum.core.sampling.TopUp`]) can hold exactly the generation batch: the
+        batch is a multiple of the pilot (every increment adds pilots), the pilots of the round's prompts fit in it,
+        the groups at their largest size can take all of it, and the pilot is a multiple of the number of processes
+        (an increment adds a pilot to any number of groups, and each increment's completions are split evenly over
+        the processes, as TRL splits a generation batch).
+
+        Args:
+            top_up ([`TopUp`]): The stage's plan.
+            key (`str`, *optional*, defaults to `"adaptive"`): Where the stage's `adaptive` settings live.
+
+        Returns:
+            `list[Problem]`: Empty when every top-up round can be filled.
+        """
+        batch, n, pilot, largest = self.generation_batch_size, self.num_processes, top_up.pilot, top_up.largest
+        where = f"the generation batch ({self.describe()})"
+        if batch % pilot:
+            # A divisor of the pilot divides every candidate; it must divide the batch and split over the processes.
+            fits = [d for d in divisors(gcd(batch, pilot)) if d >= 2 and d % n == 0]
+            others = [d for d in divisors(batch) if d >= 2 and d % n == 0]
+            fix = (f"use `pilot: {fits[-1]}`" if fits else f"use candidates that are multiples of a pilot dividing "
+                   f"{batch} and splitting over the {plural(n, 'process')} (e.g. {others[0]})" if others else
+                   f"use a generation batch that is a multiple of {pilot * n // gcd(pilot, n)}")
+            return [Problem(f"{key}.pilot", pilot, f"must divide {where}: a top-up round grows by pilots and holds "
+                            f"exactly the generation batch", fix)]
+        prompts, given = top_up.prompts_for(batch), top_up.prompts is not None
+        count = f"{prompts} prompt{'s' if prompts != 1 else ''}"
+        value, what = (prompts, "") if given else (MISSING, f"(not given: the default rule makes {prompts}) ")
+        if prompts * pilot > batch:
+            return [Problem(f"{key}.prompts", value, f"{what}must be at most {batch // pilot}: {count} x "
+                            f"pilot {pilot} = {prompts * pilot} completions in pilots exceed {where}",
+                            f"use `prompts: {batch // pilot}` or fewer")]
+        if prompts * largest < batch:
+            least = -(-batch // largest)
+            return [Problem(f"{key}.prompts", value, f"{what}must be at least {least}: {count} x largest "
+                            f"{largest} = {prompts * largest} completions cannot fill {where}",
+                            f"use `prompts: {least}` or more, or a larger largest candidate")]
+        if pilot % n:
+            fits = [d for d in divisors(pilot) if d > 1 and d < n] if n > 1 else []
+            wider = pilot * n // gcd(pilot, n)
+            fix = [f"use `pilot: {wider}` (if it divides every candidate)"] if batch % wider == largest % wider == 0 \
+                else []
+            fix += [f"run on {' or '.join(map(str, fits))} processes"] if fits else []
+            return [Problem(f"{key}.pilot", pilot, f"must be a multiple of the {plural(n, 'process')}: every increment "
+                            "adds a pilot to some of the groups, and its completions must split evenly over the processes",
+                            "; or ".join(fix) or f"use a pilot that is a multiple of {n}")]
         return []
 
     def eval_problems(self, key: str = "num_generations_eval") -> list[Problem]:

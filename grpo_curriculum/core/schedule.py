@@ -20,6 +20,7 @@ from .rules import NUM_GENERATIONS, STEPS, TEMPERATURE, Rule, check, fraction, i
 
 if TYPE_CHECKING:
     from .adaptive import Adaptive
+    from .sampling import DynamicSampling, TopUp
 
 RAMPS = ("linear", "cosine")
 STAGE_RULES = {  # every field's own rule; the rules between fields are in `stage_problems`
@@ -44,6 +45,15 @@ def _adaptive_of(value, key: str):
     return Adaptive.from_mapping(value, key=key)
 
 
+def _dynamic_sampling_of(value, key: str):
+    """The stage's [`DynamicSampling`] (from an instance or a mapping) and the problems found building it."""
+    from .sampling import DynamicSampling
+
+    if value is None:
+        return None, []
+    return DynamicSampling.from_mapping(value, key=key)
+
+
 def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
     """
     Every problem with one stage's fields, given as a mapping (as read from YAML or passed to [`Stage`]).
@@ -59,6 +69,8 @@ def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
     """
     at = f"{key}.".lstrip(".")
     adaptive, problems = _adaptive_of(values.get("adaptive"), f"{at}adaptive")
+    _, found = _dynamic_sampling_of(values.get("dynamic_sampling"), f"{at}dynamic_sampling")
+    problems += found
     given = {name: v for name, v in values.items() if v is not None or name == "temperature_ramp"}
     if "num_generations" not in given and "adaptive" not in values:  # an adaptive stage starts at its smallest G
         problems.append(Problem(f"{at}num_generations", MISSING, "is required", "add e.g. `num_generations: 4`"))
@@ -66,7 +78,12 @@ def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
         problems.append(Problem(f"{at}temperature", MISSING, "is required", "add e.g. `temperature: 0.9`"))
     problems += check(STAGE_RULES, given, key or None)
     g, t, t_end = given.get("num_generations"), given.get("temperature"), given.get("temperature_end")
-    if adaptive is not None and is_int(g) and g not in adaptive.num_generations:
+    top_up = adaptive.top_up if adaptive is not None else None
+    if top_up is not None and is_int(g) and g != top_up.pilot:
+        problems.append(Problem(f"{at}num_generations", g, f"does not apply to a top-up stage: every group starts "
+                                f"at the pilot ({top_up.pilot}) and grows up to {top_up.largest}",
+                                "remove `num_generations` (set `adaptive.pilot` to change the pilot)"))
+    elif top_up is None and adaptive is not None and is_int(g) and g not in adaptive.num_generations:
         problems.append(Problem(f"{at}num_generations", g, "must be one of the adaptive candidates "
                                 f"{list(adaptive.num_generations)}",
                                 "start the stage at a candidate, or omit `num_generations` to start at the smallest"))
@@ -74,7 +91,13 @@ def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
     if bounds is not None and is_number(t) and not bounds[0] <= t <= bounds[1]:
         problems.append(Problem(f"{at}temperature", t, f"must lie within the adaptive bounds {list(bounds)}",
                                 "start inside the bounds, or omit `temperature` to start at the lower bound"))
-    if values.get("adaptive") is not None and t_end is not None:
+    if values.get("adaptive") is not None and values.get("dynamic_sampling") is not None:
+        problems.append(Problem(f"{at}dynamic_sampling", values["dynamic_sampling"], "cannot be combined with "
+                                "`adaptive`: dynamic sampling refills rounds at the stage's one G (an adaptive stage "
+                                "changes G; a top-up stage already spends its rounds on the groups whose rewards are "
+                                "all equal)", "give the stage one `num_generations` and drop `adaptive`, or drop "
+                                "`dynamic_sampling`"))
+    if values.get("adaptive") is not None and t_end is not None and top_up is None:
         problems.append(Problem(f"{at}temperature_end", t_end, "cannot be combined with `adaptive`: the policy sets "
                                 "the temperature", "remove `temperature_end`"))
     if given.get("temperature_ramp") in RAMPS and t_end is None:
@@ -116,7 +139,12 @@ class Stage:
         adaptive ([`Adaptive`] or `dict`, *optional*):
             Bounds and policy that make the stage adaptive: G (among the candidates) and the temperature (within the
             bounds) then follow the reward-variance signals of past rounds, from the stage's `num_generations` and
-            `temperature` (default: the smallest candidate and the lower bound).
+            `temperature` (default: the smallest candidate and the lower bound). With `policy="top_up"` each round is
+            sampled in increments instead ([`grpo_curriculum.core.sampling`]), at the stage's temperature (which may
+            ramp to `temperature_end`).
+        dynamic_sampling ([`DynamicSampling`] or `dict`, *optional*):
+            DAPO's dynamic sampling at the stage's G: groups whose rewards are all equal are dropped and more rounds
+            are generated to fill the training batch, at most `max_rounds` a batch. Not with `adaptive`.
     """
 
     num_generations: int | None = None
@@ -127,16 +155,22 @@ class Stage:
     temperature_ramp: str = "linear"
     name: str | None = None
     adaptive: Adaptive | None = None
+    dynamic_sampling: DynamicSampling | None = None
 
     def __post_init__(self):
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         if values["temperature_ramp"] == "linear":  # the default: don't complain that it lacks `temperature_end`
             values.pop("temperature_ramp")
-        if values["adaptive"] is None:
-            values.pop("adaptive")
+        for name in ("adaptive", "dynamic_sampling"):
+            if values[name] is None:
+                values.pop(name)
         raise_if_any(stage_problems(values, key="Stage"))
         adaptive, _ = _adaptive_of(self.adaptive, "Stage.adaptive")
-        g = adaptive.num_generations[0] if self.num_generations is None else self.num_generations
+        dynamic, _ = _dynamic_sampling_of(self.dynamic_sampling, "Stage.dynamic_sampling")
+        object.__setattr__(self, "dynamic_sampling", dynamic)
+        g = self.num_generations
+        if g is None:  # an adaptive stage starts at its smallest candidate; a top-up stage's groups at the pilot
+            g = adaptive.top_up.pilot if adaptive.top_up is not None else adaptive.num_generations[0]
         t = adaptive.temperature[0] if self.temperature is None else self.temperature
         # Plain Python numbers (`numpy.int64(4)` is an integer too), so that checkpoints and logs serialise them.
         object.__setattr__(self, "adaptive", adaptive)
@@ -150,6 +184,11 @@ class Stage:
     def num_generations_values(self) -> tuple[int, ...]:
         """Every G this stage can use: its own, or its adaptive candidates."""
         return self.adaptive.num_generations if self.adaptive is not None else (self.num_generations,)
+
+    @property
+    def top_up(self) -> TopUp | None:
+        """The plan of this stage's top-up rounds (`adaptive.policy == "top_up"`), else `None`."""
+        return self.adaptive.top_up if self.adaptive is not None else None
 
     @property
     def has_end(self) -> bool:
@@ -185,12 +224,24 @@ class Stage:
 class Setting:
     """
     What applies to one generation round: the stage index, G and the temperature. `num_generations` is `None` in a
-    per-prompt stage (each prompt of the round gets its own G, see [`grpo_curriculum.core.allocation`]).
+    per-prompt stage (each prompt of the round gets its own G, see [`grpo_curriculum.core.allocation`]) and in a
+    top-up stage, whose round `top_up` plans ([`grpo_curriculum.core.sampling.TopUp`]). `dynamic_sampling` is set in
+    a stage that drops and refills groups whose rewards are all equal. Both may be given as mappings (as a checkpoint
+    stores them).
     """
 
     stage: int
     num_generations: int | None
     temperature: float
+    top_up: TopUp | None = None
+    dynamic_sampling: DynamicSampling | None = None
+
+    def __post_init__(self):
+        from .sampling import DynamicSampling, TopUp
+
+        for name, kind in (("top_up", TopUp), ("dynamic_sampling", DynamicSampling)):
+            if isinstance(getattr(self, name), Mapping):
+                object.__setattr__(self, name, kind(**getattr(self, name)))
 
 
 class StageSchedule:
@@ -275,7 +326,9 @@ class StageSchedule:
         """
         problems = []
         for i, stage in enumerate(self.stages):
-            if stage.adaptive is None:
+            if stage.top_up is not None:
+                problems += geometry.top_up_problems(stage.top_up, key=f"{key}[{i}].adaptive")
+            elif stage.adaptive is None:
                 problems += geometry.problems(stage.num_generations, key=f"{key}[{i}].num_generations")
             elif stage.adaptive.per_prompt:
                 problems += geometry.per_prompt_problems(stage.adaptive.num_generations,
@@ -375,7 +428,9 @@ class ResolvedSchedule:
         stage = self.stages[index]
         start, end = self.start_of(index), self.ends[index]
         progress = (step - start) / (end - start) if end > start else 1.0
-        return Setting(index, stage.num_generations, stage.temperature_at(progress))
+        top_up = stage.top_up
+        g = None if top_up is not None else stage.num_generations
+        return Setting(index, g, stage.temperature_at(progress), top_up, stage.dynamic_sampling)
 
     def describe(self) -> list[str]:
         """
@@ -391,6 +446,10 @@ class ResolvedSchedule:
             adaptive = stage.adaptive
             if adaptive is None:
                 g = f"G {stage.num_generations}"
+                if stage.dynamic_sampling is not None:
+                    g += f" with {stage.dynamic_sampling.describe()}"
+            elif stage.top_up is not None:
+                g = f"G by top-up: {stage.top_up.describe()}"
             elif adaptive.per_prompt:
                 g = f"G per prompt from {list(adaptive.num_generations)}"
             else:

@@ -13,7 +13,12 @@ Tested against TRL 1.16. What the curriculum relies on:
 - `_generate_and_score_completions(inputs)` is called once per generation round in training, with the local slice of
   the round's rows (prompt repeated G times, contiguous, processes taking consecutive slices). We build those rows
   ourselves from a prompt stream that reproduces `RepeatSampler`'s order, so the data loader's read-ahead (accelerate
-  prefetch, worker prefetch) never hands a row grouped for the old G to a round with the new G.
+  prefetch, worker prefetch) never hands a row grouped for the old G to a round with the new G. A round sampled in
+  increments (top-up, dynamic sampling) calls the parent method once per increment (it generates, scores each row
+  once and computes log-probabilities at the round's temperature) and merges the outputs ([`merge_increments`]): the
+  per-row keys of `_ROW_TENSORS` are padded, gathered and re-sliced, `advantages` and `num_items_in_batch` recomputed.
+- `_calculate_rewards` returns the rewards per function of every process (gathered), in row order; `_logs` holds the
+  completion log (deques of `generation_batch_size`) and `_metrics["train"]` one list per metric, appended per pass.
 - Each training round appends one `frac_reward_zero_std` to `trainer._metrics["train"]`; the curriculum replaces it
   by its own zero-std share ([`grpo_curriculum.core.signals.is_zero_std`]: one definition for both logs).
 - Without a `train_dataset` (an `environment_factory` owns the data), `__init__` sets `trainer.train_dataset` to a
@@ -163,20 +168,6 @@ def all_processes_agree(trainer, fingerprint: tuple) -> None:
         )
 
 
-def regroup_round_output(trainer, output: dict, rewards_per_func, group_sizes: list[int]) -> None:
-    """
-    Replace what TRL computed for a round of mixed group sizes (it ran with `num_generations = 1`) by the values of
-    the real groups: this process's `advantages` in `output` and the advantages of the completion log.
-    """
-    advantages = group_advantages(rewards_per_func, group_sizes, trainer.reward_weights, trainer.scale_rewards,
-                                  trainer.multi_objective_aggregation)
-    local = len(output["advantages"])
-    start = trainer.accelerator.process_index * local
-    output["advantages"] = advantages[start : start + local].to(output["advantages"].device)
-    trainer._logs["advantages"].clear()
-    trainer._logs["advantages"].extend(advantages.tolist())
-
-
 def log_zero_std_fraction(trainer, fraction: float) -> None:
     """
     Log `fraction` (the curriculum's share of the round's completions in zero-std groups,
@@ -196,7 +187,7 @@ def install_variable_group_requests(trainer) -> None:
     With a fixed sampling seed, vLLM then gives each completion of a group its own seed (`seed + index`), as in TRL;
     rows sent with `n=1` would all repeat it.
 
-    Only the call [`GRPOHooks`] marks as the round's first turn (`trainer._request_group_sizes`) is regrouped. Every
+    Only the call [`GRPOHooks`] marks as an increment's first turn (`trainer._round.requesting`) is regrouped. Every
     other call passes through unchanged: a round of one G, evaluation, a `rollout_func`'s own calls, and the later
     turns of TRL's tool loop, where each row continues its own history (one prompt a row, `n=1`).
     """
@@ -210,7 +201,7 @@ def install_variable_group_requests(trainer) -> None:
 
     @functools.wraps(original)
     def generate(prompts, features=None, n=1, **kwargs):
-        sizes = trainer._request_group_sizes
+        sizes = None if trainer._round is None else trainer._round.requesting
         if sizes is None:
             return original(prompts=prompts, features=features, n=n, **kwargs)
         if n != 1 or len(prompts) != sum(sizes):
@@ -234,6 +225,229 @@ def install_variable_group_requests(trainer) -> None:
         return result
 
     client.generate = generate
+
+
+# --- rounds sampled in increments ------------------------------------------------------------------------------------
+
+# The per-row tensors of TRL's round output (`_generate_and_score_completions`), with the side and value they are
+# padded with (`None`: the tokenizer's pad token). `advantages` and `num_items_in_batch` are recomputed for the round.
+_ROW_TENSORS = {
+    "prompt_ids": ("left", None),
+    "prompt_mask": ("left", 0),
+    "completion_ids": ("right", None),
+    "completion_mask": ("right", 0),
+    "tool_mask": ("right", 1),
+    "old_per_token_logps": ("right", 0.0),
+    "ref_per_token_logps": ("right", 0.0),
+    "sampling_per_token_logps": ("right", 0.0),
+    "importance_sampling_ratio": ("right", 1.0),
+}
+_RECOMPUTED = ("advantages", "num_items_in_batch")
+
+
+def _completion_logs() -> dict:
+    """An unbounded stand-in for `GRPOTrainer._logs`, holding one increment's completion log."""
+    from collections import defaultdict
+
+    return {"images": [], "prompt": [], "completion": [], "rewards": defaultdict(list), "advantages": [],
+            "extra": defaultdict(list)}  # fmt: skip
+
+
+class IncrementRecords:
+    """
+    What TRL records in each generation pass of a round: the output, the rewards per function (every process, row
+    order) and the completion log (every process, row order), kept per increment so that the round is written back
+    once, for the rows it trains on, as TRL writes a round of one pass. Metrics TRL appends per pass are merged into
+    one value a round ([`merge_metrics`]).
+    """
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.outputs: list[dict] = []
+        self.rewards_per_func: list = []
+        self.logs: list[dict] = []
+        self.rows: list[int] = []  # each increment's rows, every process
+        self.scored = None  # the pass's `(rewards_per_func, completion_ids_list)`, from `_calculate_rewards`
+        self._metric_lengths = {key: len(values) for key, values in trainer._metrics["train"].items()}
+        self._kept_logs = trainer._logs
+
+    @contextlib.contextmanager
+    def increment(self):
+        """Around one `_generate_and_score_completions` pass: its completion log goes to a log of its own."""
+        self.scored = None
+        self.trainer._logs, self.trainer._increment_records = _completion_logs(), self
+        try:
+            yield
+        finally:
+            self.logs.append(self.trainer._logs)
+            self.trainer._logs, self.trainer._increment_records = self._kept_logs, None
+
+    def add(self, output: dict, rewards_per_func) -> None:
+        self.outputs.append(output)
+        self.rewards_per_func.append(rewards_per_func)
+        self.rows.append(len(rewards_per_func))
+
+    def write_logs(self, order: list[int], advantages=None) -> None:
+        """
+        Append the completion log of the rows trained on (`order`: indices into the increments' rows, all processes,
+        increment after increment) to TRL's, with their `advantages` (default: the ones TRL logged).
+        """
+        logs = self._kept_logs
+        for name in ("prompt", "completion", "images", "advantages"):
+            values = self._column(lambda log: log[name])
+            if name == "advantages" and advantages is not None:
+                logs[name].extend(advantages.tolist())
+            elif values is not None:
+                logs[name].extend(values[i] for i in order)
+        for group in ("rewards", "extra"):
+            for column in sorted({column for log in self.logs for column in log[group]}):
+                values = self._column(lambda log: log[group].get(column))
+                if values is not None:
+                    logs[group][column].extend(values[i] for i in order)
+
+    def _column(self, read):
+        parts = [read(log) for log in self.logs]
+        if not any(parts):
+            return None
+        return [value for part, rows in zip(parts, self.rows) for value in (part if part else [None] * rows)]
+
+    def merge_metrics(self) -> None:
+        """One value a round for each metric TRL appended in several passes: their minimum, maximum, or mean (weighted
+        by each pass's rows when it was appended once a pass)."""
+        for key, values in self.trainer._metrics["train"].items():
+            start = self._metric_lengths.get(key, 0)
+            new = values[start:]
+            if len(new) < 2:
+                continue
+            last = key.rsplit("/", 1)[-1]
+            if "min" in last:
+                merged = min(new)
+            elif "max" in last:
+                merged = max(new)
+            elif len(new) == len(self.rows):
+                merged = sum(v * rows for v, rows in zip(new, self.rows)) / sum(self.rows)
+            else:
+                merged = sum(new) / len(new)
+            del values[start:]
+            values.append(merged)
+
+
+def finish_round(trainer, records: IncrementRecords, round_) -> dict:
+    """
+    The output TRL trains on for a sampled round ([`Round`]): a round of one pass as TRL returned it (with the
+    advantages of its real groups when they differ in size); a round of several increments, or one that drops groups,
+    merged ([`merge_increments`]).
+    """
+    if not round_.one_pass:
+        return merge_increments(trainer, records, round_.order(), round_.trained_sizes)
+    output, advantages = records.outputs[0], None
+    if round_.mixed:  # TRL ran it with `num_generations = 1`: the advantages of the real groups
+        advantages = group_advantages(records.rewards_per_func[0], round_.sizes, trainer.reward_weights,
+                                      trainer.scale_rewards, trainer.multi_objective_aggregation)  # fmt: skip
+        local = len(output["advantages"])
+        start = trainer.accelerator.process_index * local
+        output["advantages"] = advantages[start : start + local].to(output["advantages"].device)
+    records.write_logs(list(range(records.rows[0])), advantages)
+    return output
+
+
+def merge_increments(trainer, records: IncrementRecords, order: list[int], group_sizes: list[int]) -> dict:
+    """
+    One round output from its increments' outputs: the rows `order` (indices into the increments' rows of every
+    process, concatenated in increment order) in that order, each process taking its contiguous share, as if TRL had
+    generated them in one pass. Every group is whole and contiguous; its advantages are computed over all its rows
+    ([`group_advantages`]); `num_items_in_batch`, the completion log and the reward metrics describe the rows trained
+    on. Per-row tensors are padded to the round's widest prompt and completion (prompts on the left, as TRL pads them);
+    when that moves a row's prompt (the model's positions start at the left edge), the policy's and reference model's
+    log-probabilities are computed again for the round, as TRL computes them for one pass.
+    """
+    accelerator = trainer.accelerator
+    outputs = records.outputs
+    unknown = set().union(*outputs) - set(_ROW_TENSORS) - set(_RECOMPUTED)
+    if unknown:
+        raise _unsupported(f"merge the increments of a round whose outputs hold {sorted(unknown)} (image inputs)")
+    num_processes, rank = accelerator.num_processes, accelerator.process_index
+    if len(order) % num_processes:
+        raise RuntimeError(f"a round of {len(order)} rows does not split over {num_processes} processes")
+    local = len(order) // num_processes
+    mine = torch.tensor(order[rank * local : (rank + 1) * local], dtype=torch.long)
+    # The prompt width each row was scored at (each process padded its own rows of an increment).
+    widths = torch.cat([accelerator.gather(torch.full((len(out["prompt_ids"]),), out["prompt_ids"].size(1),
+                                                      device=accelerator.device)).cpu()
+                        for out in outputs])  # fmt: skip
+    merged = {}
+    for key, (side, value) in _ROW_TENSORS.items():
+        if outputs[0].get(key) is None:
+            continue
+        value = trainer._tokenizer.pad_token_id if value is None else value
+        parts = []
+        for out in outputs:
+            tensor = accelerator.pad_across_processes(out[key], dim=1, pad_index=value, pad_first=side == "left")
+            parts.append(accelerator.gather(tensor))
+        width = max(part.size(1) for part in parts)
+        parts = [_pad_width(part, width, side, value) for part in parts]
+        merged[key] = torch.cat(parts)[mine.to(parts[0].device)]
+    rewards_per_func = torch.cat(records.rewards_per_func)
+    rewards_per_func = rewards_per_func[torch.tensor(order, device=rewards_per_func.device)]
+    advantages = group_advantages(rewards_per_func, group_sizes, trainer.reward_weights, trainer.scale_rewards,
+                                  trainer.multi_objective_aggregation)  # fmt: skip
+    merged["advantages"] = advantages[rank * local : (rank + 1) * local].to(merged["prompt_ids"].device)
+    loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1)
+    merged["num_items_in_batch"] = accelerator.gather(loss_mask.sum()).sum()
+    if bool((widths[torch.tensor(order)] != merged["prompt_ids"].size(1)).any()):
+        _recompute_logps(trainer, merged)
+    records.merge_metrics()
+    _log_reward_metrics(trainer, rewards_per_func)
+    records.write_logs(order, advantages)
+    return merged
+
+
+def _pad_width(tensor, width: int, side: str, value):
+    missing = width - tensor.size(1)
+    if missing == 0:
+        return tensor
+    padding = tensor.new_full((tensor.size(0), missing), value)
+    return torch.cat([padding, tensor] if side == "left" else [tensor, padding], dim=1)
+
+
+def _recompute_logps(trainer, output: dict) -> None:
+    """The policy's (`old_per_token_logps`) and reference model's log-probabilities of `output`'s rows, computed as
+    `GRPOTrainer._generate_and_score_completions` computes them, at the rows' merged padding."""
+    if output.get("old_per_token_logps") is None and output.get("ref_per_token_logps") is None:
+        return
+    from trl.models.utils import disable_gradient_checkpointing
+    from trl.trainer.utils import use_adapter
+
+    ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+    mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+    keep, batch_size = output["completion_ids"].size(1), trainer.args.per_device_train_batch_size
+    with torch.no_grad(), disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs):
+        if output.get("old_per_token_logps") is not None:
+            output["old_per_token_logps"] = trainer._get_per_token_logps_and_entropies(
+                trainer.model, ids, mask, keep, batch_size=batch_size)[0]  # fmt: skip
+        if output.get("ref_per_token_logps") is not None:
+            if trainer.ref_model is not None:
+                logps = trainer._get_per_token_logps_and_entropies(trainer.ref_model, ids, mask, keep,
+                                                                   batch_size=batch_size)[0]  # fmt: skip
+            else:
+                model = trainer.accelerator.unwrap_model(trainer.model)
+                with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+                    logps = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep,
+                                                                       batch_size=batch_size)[0]  # fmt: skip
+            output["ref_per_token_logps"] = logps
+
+
+def _log_reward_metrics(trainer, rewards_per_func) -> None:
+    """TRL's reward metrics of a pass (`reward`, `reward_std`, `rewards/<name>/mean|std`), for the rows trained on."""
+    from trl.trainer.utils import nanstd
+
+    metrics = trainer._metrics["train"]
+    for i, name in enumerate(trainer.reward_func_names):
+        metrics[f"rewards/{name}/mean"][-1] = torch.nanmean(rewards_per_func[:, i]).item()
+        metrics[f"rewards/{name}/std"][-1] = nanstd(rewards_per_func[:, i]).item()
+    rewards = torch.tensor(weighted_rewards(trainer, rewards_per_func))
+    metrics["reward"][-1] = torch.nanmean(rewards).item()
+    metrics["reward_std"][-1] = nanstd(rewards).item()
 
 
 # --- checkpoints ---------------------------------------------------------------------------------------------------
@@ -317,45 +531,59 @@ class GRPOHooks:
     that [`CurriculumGRPOTrainer`] implements, so the trainer itself names no TRL internals.
 
     Events (called only when `_curriculum_active()`):
-    - `_curriculum_round_rows() -> (list[dict], list[int])`: a training generation round starts; returns this
-      process's rows and the round's group sizes (each prompt's G, in row order).
-    - `_curriculum_round_rewards(rewards, completion_ids) -> float`: the round's rewards, from every process, in row
-      order; returns the round's zero-std share, logged as TRL's `frac_reward_zero_std`.
+    - `_curriculum_round_start() -> Round`: a training generation round starts; returns it ([`Round`]), its first
+      increment planned.
+    - `_curriculum_increment_rows(round) -> (list[dict], list[int])`: this process's rows of the round's next
+      increment, and the size of each group it samples.
+    - `_curriculum_increment_scored(round, rewards, completion_ids) -> bool`: the increment's rewards, from every
+      process, in row order; plans the next increment and returns whether there is one.
+    - `_curriculum_round_end(round) -> float`: the round is sampled; returns the zero-std share of the completions it
+      trains on, logged as TRL's `frac_reward_zero_std`.
     - `_curriculum_save(checkpoint_dir)` / `_curriculum_load(checkpoint_dir)`: a checkpoint is written / resumed.
     - `_curriculum_evaluation()`: a context manager around each evaluation step.
     """
 
-    _round_group_sizes = None  # a round of mixed group sizes whose first turn is not sampled yet: its group sizes
-    _request_group_sizes = None  # while that first turn is sampled: its group sizes (read by the vLLM server client)
+    _round = None  # the generation round in progress or last sampled ([`Round`])
+    _increment_records = None  # while an increment is sampled: its [`IncrementRecords`]
 
     def _generate_and_score_completions(self, inputs):
         if not (self._curriculum_active() and is_training(self)):
             return super()._generate_and_score_completions(inputs)
-        inputs, sizes = self._curriculum_round_rows()
-        mixed = list(sizes) if len(set(sizes)) > 1 else None
-        before = self.num_generations
-        set_num_generations(self, 1 if mixed else sizes[0])
-        self._round_group_sizes = mixed
+        round_ = self._curriculum_round_start()
+        records = IncrementRecords(self)
+        num_generations = self.num_generations  # restored after every round
         try:
-            output = super()._generate_and_score_completions(inputs)
+            while True:  # one TRL generation and scoring pass an increment
+                rows, sizes = self._curriculum_increment_rows(round_)
+                mixed = len(set(sizes)) > 1
+                set_num_generations(self, 1 if mixed else sizes[0])
+                round_.request_sizes = list(sizes) if mixed else None
+                with records.increment():
+                    output = super()._generate_and_score_completions(rows)
+                rewards_per_func, completion_ids = records.scored
+                records.add(output, rewards_per_func)
+                if not self._curriculum_increment_scored(round_, weighted_rewards(self, rewards_per_func),
+                                                         completion_ids):  # fmt: skip
+                    break
         finally:
-            self._round_group_sizes = None
-            if mixed:  # TRL's own G is back (a later `train()` builds TRL's loader with it)
-                set_num_generations(self, before)
-        if mixed:
-            regroup_round_output(self, output, self._round_rewards_per_func, mixed)
-        log_zero_std_fraction(self, self._round_zero_std_fraction)
-        self._round_rewards_per_func = self._round_zero_std_fraction = None
+            round_.request_sizes = None
+            set_num_generations(self, num_generations)
+        output = finish_round(self, records, round_)
+        log_zero_std_fraction(self, self._curriculum_round_end(round_))
         return output
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        # The round's first turn samples each group; later turns (TRL's tool loop) continue each row's own history.
-        self._request_group_sizes, self._round_group_sizes = self._round_group_sizes, None
+        # An increment's first turn samples each group; later turns (TRL's tool loop) continue each row's own history.
+        round_ = self._round
+        if round_ is None:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)  # fmt: skip
+        round_.requesting, round_.request_sizes = round_.request_sizes, None
         try:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images)  # fmt: skip
         finally:
-            self._request_group_sizes = None
+            round_.requesting = None
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         if not self._curriculum_active():
@@ -365,10 +593,9 @@ class GRPOHooks:
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if self._curriculum_active() and is_training(self):
-            self._round_rewards_per_func = rewards_per_func
-            rewards = weighted_rewards(self, rewards_per_func)
-            self._round_zero_std_fraction = self._curriculum_round_rewards(rewards, completion_ids_list)
+        records = getattr(self, "_increment_records", None)
+        if records is not None and is_training(self):
+            records.scored = (rewards_per_func, completion_ids_list)
         return rewards_per_func
 
     def _save_checkpoint(self, model, trial):

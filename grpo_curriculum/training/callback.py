@@ -22,17 +22,23 @@ SWITCHES_FILE = "switches.jsonl"
 
 
 class _RoundCounts:
-    """Rounds, prompts, completions and deferred prompts counted over some rounds."""
+    """Rounds, prompts, completions (trained on and generated), increments and deferred and dropped prompts counted
+    over some rounds."""
 
     def __init__(self):
         self.rounds = self.prompts = self.completions = self.deferred = 0
+        self.generated = self.increments = self.dropped = 0
         self.sizes: list[int] = []
 
-    def add(self, group_sizes, deferred: int, keep_sizes: bool) -> None:
+    def add(self, group_sizes, deferred: int, keep_sizes: bool, generated: int | None = None, increments: int = 1,
+            dropped: int = 0) -> None:  # fmt: skip
         self.rounds += 1
         self.prompts += len(group_sizes)
         self.completions += sum(group_sizes)
         self.deferred += deferred
+        self.generated += sum(group_sizes) if generated is None else generated
+        self.increments += increments
+        self.dropped += dropped
         if keep_sizes:
             self.sizes += list(group_sizes)
 
@@ -42,15 +48,18 @@ class _RoundCounts:
         return int(mean) if mean.is_integer() else mean
 
 
-def describe_g(num_generations: int | None) -> str:
-    """`"8"`, or `"per prompt"` for a per-prompt round."""
+def describe_g(num_generations: int | None, top_up=None) -> str:
+    """`"8"`, `"per prompt"` for a per-prompt round, or `"by top-up"` for a top-up round (`top_up` set)."""
+    if top_up is not None:
+        return "by top-up"
     return "per prompt" if num_generations is None else str(num_generations)
 
 
 def is_stage_change_only(switch: dict) -> bool:
     """Whether a switch record changes the stage but neither G nor the temperature."""
     before, after = switch["from"], switch["to"]
-    return before["num_generations"] == after["num_generations"] and before["temperature"] == after["temperature"]
+    return (before["num_generations"] == after["num_generations"] and before["temperature"] == after["temperature"]
+            and before.get("top_up") == after.get("top_up"))
 
 
 def describe_switch(switch: dict) -> str:
@@ -67,7 +76,8 @@ def describe_switch(switch: dict) -> str:
         unchanged (...)"`, and a per-prompt setting reads `"G per prompt"`.
     """
     before, after = switch["from"], switch["to"]
-    g_before, g_after = describe_g(before["num_generations"]), describe_g(after["num_generations"])
+    g_before = describe_g(before["num_generations"], before.get("top_up"))
+    g_after = describe_g(after["num_generations"], after.get("top_up"))
     t_before, t_after = f"{before['temperature']:.4g}", f"{after['temperature']:.4g}"
     where = f"at step {switch['step']} (round {switch['round']})"
     if is_stage_change_only(switch):
@@ -135,8 +145,9 @@ class CurriculumCallback(TrainerCallback):
     def initial_setting(self) -> Setting:
         """The setting before the first round: the first stage's."""
         stage = self.schedule.stages[0]
-        per_prompt = stage.adaptive is not None and stage.adaptive.per_prompt
-        return Setting(0, None if per_prompt else stage.num_generations, stage.temperature_at(0.0))
+        per_prompt = stage.adaptive is not None and (stage.adaptive.per_prompt or stage.top_up is not None)
+        return Setting(0, None if per_prompt else stage.num_generations, stage.temperature_at(0.0), stage.top_up,
+                       stage.dynamic_sampling)
 
     def setting_for_round(self, global_step: int) -> Setting:
         """
@@ -149,7 +160,8 @@ class CurriculumCallback(TrainerCallback):
         setting = self.resolved.setting_at(global_step)
         stage = self.schedule.stages[setting.stage]
         decided = None  # an adaptive policy's reason for a change
-        if stage.adaptive is not None:
+        history = stage.adaptive is not None and stage.top_up is None  # a top-up stage decides within its rounds
+        if history:
             if self.policy_stage != setting.stage:
                 self.policy = self._make_policy(setting.stage)
                 self.policy_stage = setting.stage
@@ -164,7 +176,7 @@ class CurriculumCallback(TrainerCallback):
         changed = previous is not None and (
             starts
             or setting.num_generations != previous.num_generations
-            or (stage.adaptive is not None and setting.temperature != previous.temperature)
+            or (history and setting.temperature != previous.temperature)
         )
         if changed:
             reasons = [self._stage_start_reason(setting.stage, global_step)] if starts or decided is None else []
@@ -184,7 +196,7 @@ class CurriculumCallback(TrainerCallback):
             return self.initial_setting().temperature
         setting = self.resolved.setting_at(global_step)
         stage = self.schedule.stages[setting.stage]
-        if stage.adaptive is None:
+        if stage.adaptive is None or stage.top_up is not None:
             return setting.temperature
         if self.policy is not None and self.policy_stage == setting.stage:
             return self.policy.temperature
@@ -199,6 +211,7 @@ class CurriculumCallback(TrainerCallback):
         self.policy_stage: int | None = None
         self.last_stats = None  # signals of the last round (grpo_curriculum.core.signals.RoundStats)
         self.deferred_total = 0  # prompts deferred by per-prompt stages in this run
+        self.informative_share = None  # the last round's share of trained completions in informative groups
         self._since_log, self._last_round = _RoundCounts(), _RoundCounts()
 
     def _stage_start_reason(self, index: int, global_step: int) -> str:
@@ -224,15 +237,22 @@ class CurriculumCallback(TrainerCallback):
         """Whether the current round is allocated per prompt."""
         return self.current is not None and self.current.num_generations is None
 
-    def record_round(self, group_sizes, deferred: int = 0, replayed: bool = False) -> None:
+    def record_round(self, group_sizes, deferred: int = 0, replayed: bool = False, generated: int | None = None,
+                     increments: int = 1, dropped: int = 0, informative_share: float | None = None) -> None:
         """
-        The trainer reports the round it built: each prompt's G and how many prompts were deferred. A round replayed
-        after a resume (its first build was counted before the checkpoint) only sets what later log lines repeat.
+        The trainer reports the round it sampled: the G of each prompt trained on, how many prompts were deferred, and
+        for a round sampled in increments the completions generated (default: those trained on), the increments, the
+        groups dropped (sampled, not trained on) and the share of the trained completions in informative groups. A
+        round replayed after a resume (its first build was counted before the checkpoint) only sets what later log
+        lines repeat.
         """
         self._last_round = _RoundCounts()
-        self._last_round.add(group_sizes, 0, keep_sizes=False)
+        self._last_round.add(group_sizes, 0, keep_sizes=False, generated=generated, increments=increments,
+                             dropped=dropped)  # fmt: skip
+        self.informative_share = informative_share
         if not replayed:
-            self._since_log.add(group_sizes, deferred, keep_sizes=self.per_prompt)
+            self._since_log.add(group_sizes, deferred, keep_sizes=self.per_prompt, generated=generated,
+                                increments=increments, dropped=dropped)  # fmt: skip
             self.deferred_total += deferred
 
     def round_sizes_since_log(self) -> list[int]:
@@ -294,7 +314,11 @@ class CurriculumCallback(TrainerCallback):
         current round's), and in per-prompt stages `deferred` (prompts deferred), `deferred_total` (in the run) and
         `prompts_at_g{G}` (prompts trained at each G: their sum over the log lines is the run's G distribution); of the
         last round: `mean_group_std`, `zero_std_fraction` (its completions' share in zero-std groups, what TRL's
-        `frac_reward_zero_std` logs for it) and `distinct_fraction`.
+        `frac_reward_zero_std` logs for it) and `distinct_fraction`. In a stage that samples in increments (top-up,
+        dynamic sampling): `generated` (completions sampled since the last log line, trained on or not),
+        `increments` (generation passes per round), `dropped` (groups sampled but not trained on, since the last log
+        line: they count as seen in the pass) and `informative_share` (the last round's share of trained completions
+        in groups whose rewards differ).
         """
         if self.current is None:
             return {}
@@ -311,6 +335,12 @@ class CurriculumCallback(TrainerCallback):
             metrics["curriculum/deferred_total"] = self.deferred_total
         for g in sorted(set(since.sizes)):
             metrics[f"curriculum/prompts_at_g{g}"] = since.sizes.count(g)
+        if self.informative_share is not None:
+            fresh = since is not self._last_round
+            metrics["curriculum/generated"] = since.generated if fresh else 0
+            metrics["curriculum/increments"] = since.increments / since.rounds if since.rounds else None
+            metrics["curriculum/dropped"] = since.dropped if fresh else 0
+            metrics["curriculum/informative_share"] = self.informative_share
         stats = self.last_stats
         if stats is not None:
             metrics["curriculum/mean_group_std"] = stats.mean_group_std

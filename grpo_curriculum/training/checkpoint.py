@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import MISSING, Problem, plural, shorten, shorten_text
-from ..core.rules import MAX_COUNT, MAX_STEPS, POSITIVE, Rule, fraction, integer
+from ..core.rules import COUNT, MAX_COUNT, MAX_STEPS, POSITIVE, Rule, fraction, integer
+from ..core.sampling import MAX_ROUNDS
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -38,8 +39,8 @@ STATE_FILE = "curriculum_state.json"
 ARRAYS_FILE = "curriculum_arrays.npz"  # per-prompt statistics, next to the state
 TRAINER_STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME
 ENTROPY_STATE_FILE = "entropy_ctrl_state.json"  # TRL's adaptive entropy controller (`use_adaptive_entropy`)
-VERSION = 4
-READS = (2, 3, 4)  # version 2 stored the prompt report's sums of squared deviations (`m2`, float32) instead of `std`
+VERSION = 5  # 5: `callback.current` may hold a round's `top_up` and `dynamic_sampling` (absent before: `None`)
+READS = (2, 3, 4, 5)  # version 2 stored the prompt report's sums of squared deviations (`m2`, float32), not `std`
 PER_PROMPT_SINCE = 4  # the value-maximising per-prompt rule: earlier per-prompt states (another rule) are refused
 REQUIRED = ("version", "global_step", "micro_step", "callback", "stream", "round_start_stream", "round_plan",
             "geometry", "prompt_report")  # fmt: skip
@@ -284,7 +285,9 @@ STEP = integer(0, MAX_STEPS)
 _NUMBER = Rule("number")
 _G = integer(2, MAX_COUNT, why="GRPO needs at least 2 completions per prompt")
 _SHARE = fraction(False, False)
-_SETTING = {"stage": STEP, "num_generations": Nullable(_G), "temperature": POSITIVE}
+_SETTING = {"stage": STEP, "num_generations": Nullable(_G), "temperature": POSITIVE,
+            "top_up?": Nullable({"pilot": _G, "largest": _G, "prompts": Nullable(COUNT)}),
+            "dynamic_sampling?": Nullable({"max_rounds": integer(1, MAX_ROUNDS)})}  # fmt: skip
 _POLICY_BASE = {"version": integer(1, 1), "num_generations": _G, "temperature": POSITIVE, "round": STEP,
                 "last_g_change": Nullable(STEP), "last_t_change": Nullable(STEP), "zero_std_ema": Nullable(_SHARE),
                 "distinct_ema": Nullable(_SHARE), "reward_ema": Nullable(_NUMBER), "best_reward": Nullable(_NUMBER),
@@ -347,9 +350,10 @@ def _invariants(state: dict) -> list[Problem]:
         if policy is None and g != stage.get("num_generations"):
             problems.append(Problem("callback.current.num_generations", g,
                                     f"must be the stage's G, {shorten(stage.get('num_generations'))}"))
-        elif policy == "per_prompt" and g is not None:
-            problems.append(Problem("callback.current.num_generations", g, "must be null in a per-prompt stage"))
-        elif policy not in (None, "per_prompt") and g not in (stage.get("num_generations") or ()):
+        elif policy in ("per_prompt", "top_up") and g is not None:
+            problems.append(Problem("callback.current.num_generations", g,
+                                    f"must be null in a {policy.replace('_', '-')} stage"))
+        elif policy not in (None, "per_prompt", "top_up") and g not in (stage.get("num_generations") or ()):
             problems.append(Problem("callback.current.num_generations", g,
                                     f"must be one of the stage's candidates {shorten(stage.get('num_generations'))}"))
     policy_stage, policy = callback.get("policy_stage"), callback["policy"]

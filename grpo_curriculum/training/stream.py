@@ -169,11 +169,15 @@ _END = object()
 
 def local_round_rows(trainer, stream: PromptStream, prompts: list, group_sizes: list[int]) -> list[dict]:
     """
-    This process's rows of a generation round holding `prompts` (from [`PromptStream.take`]), prompt `i` repeated
-    `group_sizes[i]` times in a row: process `p` takes the `p`-th contiguous slice of the round's rows, exactly the
-    layout `RepeatSampler` and accelerate's batch sharding give (groups may span processes).
+    This process's rows of a generation round (or of one increment of it) holding `prompts` (from
+    [`PromptStream.take`]), prompt `i` repeated `group_sizes[i]` times in a row: process `p` takes the `p`-th
+    contiguous slice of the rows, exactly the layout `RepeatSampler` and accelerate's batch sharding give (groups may
+    span processes).
     """
-    local = trainer.args.generation_batch_size // trainer.accelerator.num_processes
+    total, processes = sum(group_sizes), trainer.accelerator.num_processes
+    if total % processes:
+        raise RuntimeError(f"grpo-curriculum: {total} rows do not split evenly over {processes} processes")
+    local = total // processes
     start = trainer.accelerator.process_index * local
     owner = [i for i, size in enumerate(group_sizes) for _ in range(size)][start : start + local]
     first = owner[0]

@@ -11,11 +11,13 @@ from trl import GRPOTrainer
 
 from ..core.errors import Problem, raise_if_any
 from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_batches_problem
+from ..core.sampling import top_up_increment
 from ..core.signals import round_stats
 from . import _trl, tracking
 from .callback import CurriculumCallback, describe_g
 from .checkpoint import STATE_FILE, CurriculumStateError, read_state, resume_checkpoint, write_state
 from .report import PromptReport
+from .round import Round, is_informative
 from .stream import first_rows, local_round_rows, prompt_keys, prompt_slots, prompt_texts
 
 logger = logging.getLogger("grpo_curriculum")
@@ -99,6 +101,21 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
       temperature the samples were drawn with;
     - every process applies the same setting at the same round (checked at each round in multi-process runs).
 
+    Rounds sampled in increments ([`grpo_curriculum.training.round.Round`]), each increment one TRL generation and
+    scoring pass (every completion scored once), merged into the round TRL trains on with each group whole and
+    contiguous and its advantages computed over all its completions:
+    - a top-up stage (`Adaptive(policy="top_up")`): a pilot of `pilot` completions for each of the round's prompts,
+      then increments from [`grpo_curriculum.core.sampling.top_up_increment`] (the groups whose rewards are all equal
+      first) until the round holds `generation_batch_size` completions;
+    - dynamic sampling (`Stage(dynamic_sampling=DynamicSampling(max_rounds))`, DAPO): rounds of new prompts at the
+      stage's G until `generation_batch_size / G` groups are informative (two finite rewards at least, not all equal)
+      or `max_rounds` rounds were sampled; the batch then holds the first informative groups, filled up with all-equal
+      groups when short (advantage 0: no policy gradient, but their tokens count in the loss normalisation as TRL
+      counts them for its own zero-std groups: in each sequence mean for `grpo`, `sapo` and `luspo`, in the token
+      counts of `bnpo`, `dapo`, `cispo` and `vespo` (`num_items_in_batch`), in the batch size of `dr_grpo`; the KL
+      and entropy terms apply to them). Groups sampled and not trained on are counted (`curriculum/dropped`): their
+      prompts were seen in the pass and are not drawn again in it.
+
     `num_generations` and `temperature` in `args` are overridden by the first stage; evaluation keeps G fixed at
     `num_generations_eval or num_generations` from `args` and samples and scores at the temperature of the stage in
     force at that step. Checkpoints hold the curriculum's state ([`grpo_curriculum.training.checkpoint`]).
@@ -143,12 +160,8 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         return self._curriculum is not None
 
     def _reset_round_state(self) -> None:
-        self._round_prompts = None
-        self._round_sizes = None  # each prompt's G in the current round
-        self._round_plan = None  # a per-prompt round's allocation, to regenerate it after a mid-round resume
-        self._round_start_stream = None
-        self._resumed_mid_round = False
-        self._observe_this_round = True
+        self._round = None  # the round in progress or last sampled
+        self._round_to_replay = None  # resumed inside a round: its `start_stream` and `plan`, to sample it again
 
     def _curriculum_restart(self) -> None:
         self._curriculum.reset_run()
@@ -176,41 +189,122 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         if setting.temperature != temperature or self._curriculum.current is None:
             _trl.set_temperature(self, setting.temperature, self._temperature_cells)
 
-    def _curriculum_round_rows(self) -> tuple[list[dict], list[int]]:
+    def _curriculum_round_start(self) -> Round:
         """
         A training generation round starts: decide its setting, apply it, choose its prompts (and, in a per-prompt
-        stage, each prompt's G); return this process's rows and the round's group sizes.
+        stage, each prompt's G) and its first increment.
         """
         stream = self._prompt_stream
         # Resumed from a checkpoint taken inside a round, TRL regenerates that round: it keeps its setting and prompts,
         # and is not observed again (the checkpoint's policy state and prompt report already hold it).
-        regenerated = self._resumed_mid_round
-        self._observe_this_round = not regenerated
-        self._resumed_mid_round = False
-        if regenerated:
+        replay, self._round_to_replay = self._round_to_replay, None
+        if replay is not None:
             setting = self._curriculum.current
-            stream.load_state(self._round_start_stream)
+            stream.load_state(replay["start_stream"])
         else:
             setting = self._curriculum.setting_for_round(self.state.global_step)
         self._apply(setting)
-        deferred = 0
-        if regenerated and self._round_plan is not None:  # a per-prompt round: replay its allocation
-            prompts, sizes = stream.commit(self._round_plan), list(self._round_plan["sizes"])
-        elif setting.num_generations is None:
-            prompts, sizes, deferred = self._per_prompt_round()
+        deferred, plan = 0, None
+        if replay is not None and replay["plan"] is not None:  # a per-prompt round: replay its allocation
+            start, plan = replay["start_stream"], replay["plan"]
+            prompts, sizes = stream.commit(plan), list(plan["sizes"])
+        elif setting.num_generations is None and setting.top_up is None:
+            start, plan, prompts, sizes, deferred = self._per_prompt_round()
         else:
-            self._round_start_stream, self._round_plan = stream.state(), None
-            prompts = stream.take(self.args.generation_batch_size // setting.num_generations)
-            sizes = [setting.num_generations] * len(prompts)
-        self._round_prompts, self._round_sizes = prompts, sizes
+            start = stream.state()
+            g, count = self._round_shape(setting)
+            prompts = stream.take(count)
+            sizes = [g] * count
+        round_ = Round(setting, prompts, sizes, start_stream=start, plan=plan, replay=replay is not None,
+                       deferred=deferred)  # fmt: skip
         keys = prompt_keys(stream, prompts)
         _trl.all_processes_agree(self, (self._curriculum.rounds, setting.stage, setting.num_generations,
                                         setting.temperature, tuple(sizes), tuple(keys)))  # fmt: skip
-        self._curriculum.record_round(sizes, deferred, replayed=regenerated)
-        return local_round_rows(self, stream, prompts, sizes), sizes
+        self._round = round_
+        return round_
 
-    def _per_prompt_round(self) -> tuple[list, list[int], int]:
-        """Allocate a per-prompt round from the stream: its prompts, their G and how many prompts were deferred."""
+    def _round_shape(self, setting) -> tuple[int, int]:
+        """The G of a round's first increment and its number of prompts."""
+        batch = self.args.generation_batch_size
+        if setting.top_up is not None:
+            return setting.top_up.pilot, setting.top_up.prompts_for(batch)
+        return setting.num_generations, batch // setting.num_generations
+
+    def _curriculum_increment_rows(self, round_: Round) -> tuple[list[dict], list[int]]:
+        """This process's rows of the round's next increment, and the size of each group it samples."""
+        groups, counts = round_.last_increment()
+        prompts = [round_.prompts[g] for g in groups]
+        return local_round_rows(self, self._prompt_stream, prompts, counts), counts
+
+    def _curriculum_increment_scored(self, round_: Round, rewards: list[float], completion_ids) -> bool:
+        """
+        An increment's rewards (every process, row order): record them and decide the round's next increment. Returns
+        whether there is one (top-up: until the round holds `generation_batch_size` completions; dynamic sampling:
+        until enough groups are informative or `max_rounds` increments are sampled).
+        """
+        keys = None
+        if self._curriculum.needs_completion_keys:
+            keys = _trl.completion_keys(self, completion_ids)
+        round_.add_rewards(rewards, keys)
+        setting, batch = round_.setting, self.args.generation_batch_size
+        if setting.top_up is not None:
+            budget = batch - sum(round_.sizes)
+            if budget == 0:
+                return False
+            top_up = setting.top_up
+            added = top_up_increment(round_.rewards, round_.sizes, top_up.pilot, top_up.largest, budget)
+            if not any(added):
+                raise RuntimeError(f"grpo-curriculum: a top-up round holds {sum(round_.sizes)} completions and can "
+                                   f"add none: it cannot reach generation_batch_size {batch}. This is a bug if the "
+                                   "geometry check passed.")  # fmt: skip
+            round_.add_increment(added)
+        elif setting.dynamic_sampling is not None:
+            needed = batch // setting.num_generations
+            informative = [g for g, group in enumerate(round_.rewards) if is_informative(group)]
+            if len(informative) < needed and len(round_.increments) < setting.dynamic_sampling.max_rounds:
+                round_.add_groups(self._prompt_stream.take(needed), setting.num_generations)
+            else:
+                if len(round_.sizes) > needed:  # the informative groups first, then zero-std ones, in sampling order
+                    rest = [g for g in range(len(round_.sizes)) if g not in set(informative)]
+                    round_.trained = sorted((informative + rest)[:needed])
+                return False
+        else:
+            return False
+        _trl.all_processes_agree(self, (self._curriculum.rounds, len(round_.increments),
+                                        tuple(round_.increments[-1])))  # fmt: skip
+        return True
+
+    def _curriculum_round_end(self, round_: Round) -> float:
+        """
+        The round is sampled: count it and (unless it is a replay) feed every group sampled to the adaptive policy and
+        the prompt report. Returns the share of the trained completions in zero-std groups.
+        """
+        trained_rewards, trained_sizes = round_.group_rewards(round_.trained_groups)
+        zero_std = round_stats(trained_rewards, trained_sizes).zero_std_fraction
+        increments = round_.setting.top_up is not None or round_.setting.dynamic_sampling is not None
+        self._curriculum.record_round(trained_sizes, round_.deferred, replayed=round_.replay,
+                                      generated=round_.generated, increments=len(round_.increments),
+                                      dropped=round_.dropped, informative_share=1 - zero_std if increments else None)
+        if round_.replay:
+            return zero_std
+        rewards, sizes = round_.group_rewards()
+        keys = prompt_keys(self._prompt_stream, round_.prompts)
+        completion_keys = None if round_.keys is None else [key for group in round_.keys for key in group]
+        stats = round_stats(rewards, sizes, prompt_keys=keys, completion_keys=completion_keys,
+                            success_threshold=self._curriculum.success_threshold)  # fmt: skip
+        self._curriculum.observe_round(stats)
+        if self.accelerator.is_main_process:  # map-style prompt texts are read when the report is written
+            texts = prompt_texts(self._prompt_stream, round_.prompts) if self._prompt_stream.iterable else None
+            if self._report_rows is not None:
+                keys = [str(self._report_rows[int(key)]) for key in keys]
+            self._prompt_report.update(keys, rewards, sizes, texts=texts)
+        return zero_std
+
+    def _per_prompt_round(self) -> tuple[dict, dict, list, list[int], int]:
+        """
+        Allocate a per-prompt round from the stream: where the stream stood, the plan, its prompts, their G and how
+        many prompts were deferred.
+        """
         stream, policy = self._prompt_stream, self._curriculum.policy
         # The rest of this pass (without deferral when every prompt left would be deferred); else a new pass.
         for _ in range(2):
@@ -220,35 +314,13 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
                 fresh = (policy.slot_of(prompt_keys(stream, [prompt])[0]) for prompt in stream.upcoming())
                 plan = policy.allocator.plan(waiting, fresh, epoch=stream.epoch, defer=defer)
                 if plan is not None:
-                    self._round_start_stream, self._round_plan = stream.state(), plan.as_dict()
-                    return stream.commit(self._round_plan), list(plan.sizes), plan.deferred
+                    start, deferred, plan = stream.state(), plan.deferred, plan.as_dict()
+                    return start, plan, stream.commit(plan), list(plan["sizes"]), deferred
             stream.end_pass()  # its remaining prompts cannot fill a round: dropped for this pass, as TRL does
         raise ValueError(
             f"The train dataset has too few prompts to fill one generation round of {self.args.generation_batch_size} "
             "completions: use a larger dataset, a smaller generation batch, or larger num_generations candidates."
         )
-
-    def _curriculum_round_rewards(self, rewards: list[float], completion_ids_list) -> float:
-        """
-        Round statistics from the rewards of every process: the adaptive policy's input and the prompt report (not for
-        a round replayed after a resume). Returns the round's zero-std share.
-        """
-        sizes = self._round_sizes
-        if not self._observe_this_round:
-            return round_stats(rewards, sizes).zero_std_fraction
-        keys = prompt_keys(self._prompt_stream, self._round_prompts)
-        completion_keys = None
-        if self._curriculum.needs_completion_keys:
-            completion_keys = _trl.completion_keys(self, completion_ids_list)
-        stats = round_stats(rewards, sizes, prompt_keys=keys, completion_keys=completion_keys,
-                            success_threshold=self._curriculum.success_threshold)  # fmt: skip
-        self._curriculum.observe_round(stats)
-        if self.accelerator.is_main_process:  # map-style prompt texts are read when the report is written
-            texts = prompt_texts(self._prompt_stream, self._round_prompts) if self._prompt_stream.iterable else None
-            if self._report_rows is not None:
-                keys = [str(self._report_rows[int(key)]) for key in keys]
-            self._prompt_report.update(keys, rewards, sizes, texts=texts)
-        return stats.zero_std_fraction
 
     def write_prompt_report(self, directory: str | None = None) -> str | None:
         """
@@ -279,8 +351,8 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             "geometry": self._geometry(),
             "callback": self._curriculum.state_dict(),
             "stream": self._prompt_stream.state(),
-            "round_start_stream": self._round_start_stream,
-            "round_plan": self._round_plan,
+            "round_start_stream": None if self._round is None else self._round.start_stream,
+            "round_plan": None if self._round is None else self._round.plan,
             "prompt_report": self._prompt_report.state_dict(),
         })  # fmt: skip
         self.write_prompt_report(folder)
@@ -303,9 +375,9 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         self._prompt_stream = _trl.new_prompt_stream(self)
         in_round = _trl.round_in_progress(self) and state["round_start_stream"] is not None
         if in_round and state["geometry"] == self._geometry():
-            # TRL regenerates the round the checkpoint was taken in: the same setting, prompts and group sizes.
-            self._resumed_mid_round = True
-            self._round_start_stream, self._round_plan = state["round_start_stream"], state["round_plan"]
+            # TRL regenerates the round the checkpoint was taken in: the same setting and prompts (and a per-prompt
+            # round's group sizes; a top-up round's pilot, its later increments planned from the new rewards).
+            self._round_to_replay = {"start_stream": state["round_start_stream"], "plan": state["round_plan"]}
         elif in_round:
             # Another geometry: the round's rows no longer fit. Its prompts start a new round, built for this one.
             logger.info("resumed inside a round on another geometry (%s, was %s): the round is rebuilt for it",
@@ -317,9 +389,9 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             self._apply(self._curriculum.current)
         if self.accelerator.is_main_process:
             now = self._curriculum.current
-            logger.info("curriculum resumed from %s at step %d%s", checkpoint, self.state.global_step,
-                        "" if now is None else f" (stage {now.stage}, G {describe_g(now.num_generations)}, "
-                        f"temperature {now.temperature:.4g})")  # fmt: skip
+            where = "" if now is None else (f" (stage {now.stage}, G {describe_g(now.num_generations, now.top_up)}, "
+                                            f"temperature {now.temperature:.4g})")  # fmt: skip
+            logger.info("curriculum resumed from %s at step %d%s", checkpoint, self.state.global_step, where)
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """

@@ -1,0 +1,229 @@
+"""
+Sampling in increments: a round that looks at its first rewards before it spends the rest of its completions.
+
+Two modes of a stage, each composable with the stage's temperature (and its `temperature_end` ramp):
+
+- **Top-up** (a fixed budget a round; `Adaptive(policy="top_up", num_generations=(4, 8, 16))`): a round of exactly the
+  generation batch is sampled in increments. Every prompt of the round first gets a pilot group of `pilot` completions;
+  the rest of the budget then goes, `pilot` completions at a time, to the groups whose rewards are still all equal,
+  and once none are, to the lowest-variance ones, up to the largest candidate ([`top_up_increment`]). A group's
+  advantage uses every completion it holds. See [`TopUp`] for the prompts a round holds.
+- **Dynamic sampling** (DAPO; a fixed signal for a variable cost; `Stage(..., dynamic_sampling=DynamicSampling())`):
+  rounds at the stage's G are generated, groups whose rewards are all equal are dropped, and generation goes on until
+  the training batch holds only informative groups or `max_rounds` rounds were generated ([`DynamicSampling`]).
+
+Pure logic: the standard library only. The trainer gathers the rewards of every process before it calls
+[`top_up_increment`], so every process takes the same decision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+
+from .errors import Problem, raise_if_any
+from .rules import COUNT, MAX_COUNT, NUM_GENERATIONS, check, integer, unknown_keys
+from .signals import _finite, _mean_std, is_zero_std
+
+MAX_ROUNDS = 1024
+"""Most generation rounds dynamic sampling may draw for one training batch."""
+
+DYNAMIC_SAMPLING_RULES = {
+    "max_rounds": integer(1, MAX_ROUNDS, why="generation rounds drawn at most to fill one training batch",
+                          fix="e.g. `max_rounds: 4` (DAPO's `max_num_gen_batches`; 1: drop nothing, as plain GRPO)"),
+}
+TOP_UP_RULES = {
+    "pilot": dataclasses.replace(NUM_GENERATIONS, why="the completions every prompt of a round gets first; GRPO "
+                                 "needs at least 2 per group", fix="e.g. `pilot: 4` (default: the smallest G)"),
+    "largest": dataclasses.replace(NUM_GENERATIONS, why="the largest group a top-up may grow"),
+    "prompts": dataclasses.replace(COUNT, why="prompts a top-up round holds",
+                                   fix="e.g. `prompts: 8`, or omit it (the default rule, see `TopUp.prompts_for`)"),
+}
+
+
+@dataclass(frozen=True)
+class DynamicSampling:
+    """
+    DAPO's dynamic sampling for a stage of fixed G: generate rounds of the stage's G, drop the groups whose rewards are
+    all equal (zero advantage whatever `scale_rewards`), and keep generating until the training batch holds only
+    informative groups, or `max_rounds` rounds were generated; a batch still short then trains on what is there (see
+    the trainer). Every dropped group is counted and logged.
+
+    Args:
+        max_rounds (`int`, *optional*, defaults to `4`):
+            Generation rounds drawn at most for one training batch (DAPO's `max_num_gen_batches`), at least 1; each
+            round costs one generation batch of completions. With 1 nothing is drawn again: plain GRPO.
+
+    Example:
+    ```python
+    >>> from grpo_curriculum import DynamicSampling, Stage
+    >>> Stage(num_generations=4, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=4)).dynamic_sampling
+    DynamicSampling(max_rounds=4)
+    ```
+    """
+
+    max_rounds: int = 4
+
+    def __post_init__(self):
+        raise_if_any(self.problems(key="DynamicSampling"), context="DynamicSampling")
+        object.__setattr__(self, "max_rounds", int(self.max_rounds))  # `numpy.int64(4)` is an integer too
+
+    def problems(self, key: str = "dynamic_sampling") -> list[Problem]:
+        """Every problem with the fields, each named `f"{key}.<field>"`; empty when valid."""
+        return check(DYNAMIC_SAMPLING_RULES, {f.name: getattr(self, f.name) for f in fields(self)}, key)
+
+    @classmethod
+    def from_mapping(cls, values, key: str = "dynamic_sampling") -> tuple[DynamicSampling | None, list[Problem]]:
+        """
+        Build from the YAML / dict form, e.g. `{max_rounds: 4}` (an instance is returned as is).
+
+        Returns:
+            `tuple[DynamicSampling | None, list[Problem]]`: The settings and no problems, or `None` and every problem.
+        """
+        if isinstance(values, cls):
+            return values, []
+        if not isinstance(values, Mapping):
+            return None, [Problem(key, values, "must be a mapping of dynamic-sampling settings",
+                                  "e.g. `dynamic_sampling: {max_rounds: 4}`")]
+        names = [f.name for f in fields(cls)]
+        problems = unknown_keys(values, names, key, "a dynamic-sampling setting", f"use only {names}")
+        problems += check(DYNAMIC_SAMPLING_RULES, values, key)
+        return (None, problems) if problems else (cls(**values), [])
+
+    def describe(self) -> str:
+        """The mode in words, e.g. `"dynamic sampling, at most 4 generation rounds a training batch"`."""
+        rounds = f"{self.max_rounds} generation round" + ("s" if self.max_rounds != 1 else "")
+        return f"dynamic sampling, at most {rounds} a training batch"
+
+
+@dataclass(frozen=True)
+class TopUp:
+    """
+    The plan of a top-up round: how many prompts it holds and how its groups grow. Built by
+    [`~grpo_curriculum.Adaptive.top_up`] from a `policy="top_up"` stage; the trainer resolves the prompts against the
+    round's budget (its generation batch) with [`TopUp.prompts_for`].
+
+    A group starts with `pilot` completions and grows `pilot` at a time (so it holds `pilot`, `2 * pilot`, ...,
+    `largest` completions); every increment of the round follows [`top_up_increment`], until the round holds exactly
+    its budget.
+
+    Args:
+        pilot (`int`):
+            Completions every prompt of the round gets first, and the size of each later increment of a group (>= 2).
+        largest (`int`):
+            The largest group, a multiple of `pilot`.
+        prompts (`int`, *optional*):
+            Prompts a round holds; `None`: the default rule of [`TopUp.prompts_for`].
+    """
+
+    pilot: int
+    largest: int
+    prompts: int | None = None
+
+    def __post_init__(self):
+        raise_if_any(self.problems(key="TopUp"), context="TopUp")
+        for f in fields(self):  # plain Python integers
+            if getattr(self, f.name) is not None:
+                object.__setattr__(self, f.name, int(getattr(self, f.name)))
+
+    def problems(self, key: str = "top_up") -> list[Problem]:
+        """Every problem with the fields, each named `f"{key}.<field>"`; empty when valid."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        problems = check(TOP_UP_RULES, {k: v for k, v in values.items() if v is not None}, key)
+        if not problems and self.largest % self.pilot:
+            fit = self.largest // self.pilot * self.pilot or self.pilot
+            problems.append(Problem(f"{key}.largest", self.largest, f"must be a multiple of the pilot ({self.pilot}): "
+                                    "a group grows by the pilot", f"use largest {fit}"))
+        return problems
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Every size a group can reach: `pilot`, `2 * pilot`, ..., `largest`."""
+        return tuple(range(self.pilot, self.largest + 1, self.pilot))
+
+    @property
+    def max_increments(self) -> int:
+        """
+        Increments (generation calls after the pilots) a round takes at most: `2 * (largest / pilot - 1)`. While some
+        group's rewards are all equal, every such group grows each increment, so that phase ends within
+        `largest / pilot - 1` increments; the lowest-variance phase that follows grows every group it can each
+        increment, and ends as soon: a group never returns to all-equal rewards.
+        """
+        return 2 * (self.largest // self.pilot - 1)
+
+    def describe(self) -> str:
+        """The plan in words, e.g. `"pilot 4 a prompt, then 4 more at a time up to 16 (groups of 4, 8, 12 or 16)"`."""
+        sizes = ", ".join(map(str, self.sizes[:-1])) + (" or " if len(self.sizes) > 1 else "") + str(self.sizes[-1])
+        text = f"pilot {self.pilot} a prompt"
+        if self.largest > self.pilot:
+            text += f", then {self.pilot} more at a time up to {self.largest} (groups of {sizes})"
+        return text + (f", {self.prompts} prompts a round" if self.prompts is not None else "")
+
+    def prompts_for(self, budget: int) -> int:
+        """
+        Prompts a round of `budget` completions holds: `prompts` when given; else the most prompts whose pilots use at
+        most half the budget, `budget // (2 * pilot)`, so that at least half is left for the groups that need it, but
+        never fewer than `ceil(budget / largest)` (fewer prompts could not take the whole budget even at the largest
+        size), nor more than `budget // pilot` (every prompt gets its pilot). For example 8 prompts for a budget of 64
+        with pilot 4 and largest 16: 32 completions in pilots, 32 in increments.
+
+        Args:
+            budget (`int`): Completions the round holds (the generation batch).
+        """
+        if self.prompts is not None:
+            return self.prompts
+        return min(max(budget // (2 * self.pilot), -(-budget // self.largest)), max(budget // self.pilot, 1))
+
+
+def top_up_increment(groups_rewards: Sequence[Sequence[float]], sizes: Sequence[int], pilot: int, largest: int,
+                     budget_left: int) -> list[int]:
+    """
+    The completions each group of a top-up round gets in the next increment, each 0 or `pilot`, from the rewards of
+    the completions it holds so far.
+
+    A group can grow while `size + pilot <= largest`. If any group that can grow has rewards that are all equal
+    ([`~grpo_curriculum.core.signals.is_zero_std`]), or no finite reward at all, only those groups grow: they hold no
+    learning signal yet. Otherwise the groups that can grow do, lowest reward variance first. In both cases ties go to
+    the lower group index, and groups are served in that order while `budget_left` holds another `pilot`: the total is
+    at most `budget_left`. Missing rewards (`None`, NaN, infinities) are left out of every statistic.
+
+    Args:
+        groups_rewards (`Sequence[Sequence[float]]`):
+            Each group's rewards so far (gathered from every process, in group order).
+        sizes (`Sequence[int]`):
+            Each group's size so far (its number of rewards).
+        pilot (`int`):
+            The increment of one group.
+        largest (`int`):
+            The largest size a group may reach.
+        budget_left (`int`):
+            Completions the round may still add.
+
+    Returns:
+        `list[int]`: One entry a group, each 0 or `pilot`; all zeros when nothing can be added.
+
+    Example:
+    ```python
+    >>> top_up_increment([[1, 1], [0, 1], [0, 0]], [2, 2, 2], pilot=2, largest=8, budget_left=2)
+    [2, 0, 0]
+    >>> top_up_increment([[1, 0, 0, 0], [0, 1]], [4, 2], pilot=2, largest=8, budget_left=4)
+    [2, 2]
+    ```
+    """
+    if len(groups_rewards) != len(sizes):
+        raise ValueError(f"{len(groups_rewards)} groups of rewards, but {len(sizes)} sizes")
+    for i, (rewards, size) in enumerate(zip(groups_rewards, sizes)):
+        if len(rewards) != size:
+            raise ValueError(f"group {i} holds {len(rewards)} rewards, but its size is {size}")
+    if not 1 <= pilot <= MAX_COUNT or budget_left < 0:
+        raise ValueError(f"pilot must be a positive count and budget_left >= 0, got {pilot} and {budget_left}")
+    growable = [i for i, size in enumerate(sizes) if size + pilot <= largest]
+    finite = {i: [v for v in map(_finite, groups_rewards[i]) if v is not None] for i in growable}
+    flat = [i for i in growable if not finite[i] or is_zero_std(finite[i])]
+    order = flat or sorted(growable, key=lambda i: (_mean_std(finite[i])[2], i))
+    added = [0] * len(sizes)
+    for i in order[: budget_left // pilot]:
+        added[i] = pilot
+    return added

@@ -1,0 +1,382 @@
+"""
+Rounds sampled in increments, in real TRL training loops: top-up rounds (a pilot for every prompt, then more
+completions for the groups whose rewards are still all equal) and DAPO's dynamic sampling (new prompts until the batch
+holds enough informative groups). Each increment is one TRL generation and scoring pass; the round TRL trains on is
+their merge, each group whole and contiguous, its advantages over all its completions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+from trl import GRPOTrainer
+
+from grpo_curriculum import Adaptive, DynamicSampling, Stage
+from grpo_curriculum.demo.tasks import build_tokenizer, echo_dataset
+
+from .conftest import RoundRecorder, group_runs, indexed_dataset
+from .fake_vllm import decode_fake_completion, fake_vllm_colocate, fake_vllm_server  # noqa: F401 - fixtures
+from .test_trainer import make_trainer, train_history
+
+
+def top_up(candidates=(2, 4, 8), pilot=2, prompts=None, temperature=1.0):
+    """One top-up stage."""
+    adaptive = Adaptive(num_generations=candidates, policy="top_up", pilot=pilot, prompts=prompts)
+    return [Stage(temperature=temperature, adaptive=adaptive)]
+
+
+def dynamic(g=2, max_rounds=4, temperature=1.0):
+    """One stage of G `g` with dynamic sampling."""
+    return [Stage(num_generations=g, temperature=temperature, dynamic_sampling=DynamicSampling(max_rounds=max_rounds))]
+
+
+def record_outputs(trainer):
+    """Spy on each round TRL trains on: the round, its prompt texts in row order and its output."""
+    rounds, original = [], trainer._generate_and_score_completions
+    tokenizer = build_tokenizer()
+
+    def spy(inputs):
+        output = original(inputs)
+        prompts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
+        rounds.append({"round": trainer._round, "prompts": prompts, "output": output})
+        return output
+
+    trainer._generate_and_score_completions = spy
+    return rounds
+
+
+class KindReward:
+    """
+    Counts every row it scores (per prompt). A prompt's kind is its index % 4: 0 always 1, 1 always 0, 2 a fair coin
+    that alternates 1, 0, 1, ... over the prompt's rows in the order they are scored, 3 a late one: 0, 0, then 1, 0,
+    1, ... (all equal in its pilot, informative once topped up).
+    """
+
+    __name__ = "kind"
+
+    def __init__(self):
+        self.scored = Counter()
+
+    def __call__(self, prompts, completions, idx, **kwargs):
+        rewards = []
+        for i in idx:
+            self.scored[i] += 1
+            rewards.append(kind_rewards(i % 4, self.scored[i])[-1])
+        return rewards
+
+
+def kind_rewards(kind: int, size: int) -> list[float]:
+    """The first `size` rewards of a prompt of `kind` (see [`KindReward`])."""
+    return [[1.0, 0.0, float(j % 2 == 0), float(j >= 2 and j % 2 == 0)][kind] for j in range(size)]
+
+
+def closed_form(kinds: list[int], sizes: list[int], scale_rewards: str = "group") -> list[float]:
+    """The advantages of a round of groups of `kinds` and `sizes`: each row's reward less its group's mean, over the
+    group's std, the round's std or 1 (`scale_rewards`); standard deviations Bessel-corrected, as TRL's."""
+
+    def std(values):
+        mean = sum(values) / len(values)
+        return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+    groups = [kind_rewards(kind, size) for kind, size in zip(kinds, sizes, strict=True)]
+    batch = std([r for group in groups for r in group])
+    advantages = []
+    for group in groups:
+        scale = {"group": std(group) + 1e-4, "batch": batch + 1e-4, "none": 1.0}[scale_rewards]
+        advantages += [(r - sum(group) / len(group)) / scale for r in group]
+    return advantages
+
+
+def test_top_up_scores_each_row_once_keeps_groups_whole_and_contiguous(tmp_path):
+    reward = KindReward()
+    recorder = RoundRecorder(reward_fn=reward)
+    stages = top_up(prompts=5)
+    trainer, recorder = make_trainer(tmp_path, stages, recorder=recorder, max_steps=3,
+                                         per_device_train_batch_size=16, shuffle_dataset=False)  # fmt: skip
+    rounds = record_outputs(trainer)
+    dataset = trainer.train_dataset
+    trainer.train()
+    assert len(rounds) == 3
+    calls = iter(recorder.calls)
+    scored = Counter()
+    for r in rounds:
+        round_ = r["round"]
+        # The pilot: 2 each (10 rows); then 6 more: the all-equal groups (every kind but the coin) first, by index.
+        assert len(round_.prompts) == 5 and sum(round_.sizes) == 16
+        rows = [next(calls) for _ in round_.increments]
+        assert [len(call["idx"]) for call in rows] == [sum(added) for added in round_.increments]
+        for call in rows:
+            scored.update(call["idx"])
+        kinds = [i % 4 for i in round_.prompts]
+        zero = [g for g, kind in enumerate(kinds) if kind != 2]
+        expected = [2] * 5
+        for g in zero[:3]:
+            expected[g] += 2
+        assert round_.sizes == expected
+        # Groups whole and contiguous in the trained batch, in group order, each group's rows its prompt's.
+        assert group_runs(r["prompts"]) == round_.sizes
+        assert r["prompts"] == [dataset[i]["prompt"] for i, size in zip(round_.prompts, round_.sizes) for _ in
+                                range(size)]  # fmt: skip
+        assert r["output"]["advantages"].tolist() == pytest.approx(closed_form(kinds, round_.sizes), abs=1e-5)
+    assert scored == reward.scored  # every row scored once: what the reward function counted, row by row
+    assert sum(reward.scored.values()) == 3 * 16
+    # TRL's completion log and reward metrics describe the last round as trained on, in its row order.
+    last = rounds[-1]
+    assert list(trainer._logs["prompt"]) == last["prompts"]
+    assert list(trainer._logs["advantages"]) == pytest.approx(last["output"]["advantages"].tolist())
+    assert list(trainer._logs["rewards"]["recorder"]) == last["round"].group_rewards()[0]
+    history = train_history(trainer)
+    rewards = last["round"].group_rewards()[0]
+    assert history[-1]["reward"] == pytest.approx(sum(rewards) / len(rewards))
+    assert [h["curriculum/generated"] for h in history] == [16] * 3
+    assert [h["curriculum/increments"] for h in history] == [2] * 3
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+def test_top_up_advantages_in_closed_form_for_every_kind_of_prompt(tmp_path, scale_rewards):
+    """
+    Always 1 and always 0: advantage 0 however many rows; a coin and a late success: (r - mean) / std over all the
+    group's rows, those of its pilot and of the increments after it (`scale_rewards` "batch": the round's std; "none":
+    no scaling).
+    """
+    trainer, _ = make_trainer(tmp_path, top_up(prompts=4), recorder=RoundRecorder(reward_fn=KindReward()), max_steps=2,
+                              per_device_train_batch_size=16, shuffle_dataset=False,
+                              scale_rewards=scale_rewards)  # fmt: skip
+    rounds = record_outputs(trainer)
+    trainer.train()
+    for r in rounds:
+        round_ = r["round"]
+        kinds = [i % 4 for i in round_.prompts]
+        assert kinds == [0, 1, 2, 3]
+        # The pilot (8); the all-equal groups grow (14: the late one now informative); then the first one (16).
+        assert round_.sizes == [6, 4, 2, 4] and round_.rewards[3] == [0.0, 0.0, 1.0, 0.0]
+        expected = closed_form(kinds, round_.sizes, scale_rewards)
+        assert r["output"]["advantages"].tolist() == pytest.approx(expected, abs=1e-5)
+
+
+def by_position(prompts, completions, **kwargs):
+    """Every row of a call its own reward: no group is ever all equal."""
+    return [float(j) for j in range(len(completions))]
+
+
+def run_records(trainer, recorder):
+    trainer.train()
+    steps = [(h["reward"], h["loss"], h["frac_reward_zero_std"]) for h in train_history(trainer)]
+    weights = [p.detach().clone() for p in trainer.model.parameters()]
+    return [c["idx"] for c in recorder.calls], [c["completions"] for c in recorder.calls], steps, weights
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
+def test_dynamic_sampling_with_nothing_to_drop_trains_like_plain_grpo(tmp_path, loss_type):
+    overrides = dict(num_generations=4, temperature=0.9, max_steps=4, seed=3, gradient_accumulation_steps=2,
+                     loss_type=loss_type)  # fmt: skip
+    expected = run_records(*make_trainer(tmp_path / "plain", None, recorder=RoundRecorder(reward_fn=by_position),
+                                         cls=GRPOTrainer, **overrides))  # fmt: skip
+    stages = dynamic(g=4, temperature=0.9)
+    ours, recorder = make_trainer(tmp_path / "ours", stages, recorder=RoundRecorder(reward_fn=by_position),
+                                      **overrides)  # fmt: skip
+    got = run_records(ours, recorder)
+    assert got[:3] == expected[:3]
+    for a, b in zip(got[3], expected[3], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    history = train_history(ours)
+    assert [h["curriculum/dropped"] for h in history] == [0] * 4
+    assert [h["curriculum/informative_share"] for h in history] == [1.0] * 4
+
+
+def test_one_increment_top_up_trains_like_the_round_it_equals(tmp_path):
+    """Pilot = largest = 4: every group full after the pilot; the same run as plain GRPO at G 4."""
+    overrides = dict(num_generations=4, temperature=0.9, max_steps=4, seed=3, per_device_train_batch_size=8)
+    expected = run_records(*make_trainer(tmp_path / "plain", None, recorder=RoundRecorder(reward_fn=by_position),
+                                         cls=GRPOTrainer, **overrides))  # fmt: skip
+    stages = top_up(candidates=(4,), pilot=4, prompts=2, temperature=0.9)
+    ours, recorder = make_trainer(tmp_path / "ours", stages, recorder=RoundRecorder(reward_fn=by_position),
+                                      **overrides)  # fmt: skip
+    got = run_records(ours, recorder)
+    assert got[:3] == expected[:3]
+    for a, b in zip(got[3], expected[3], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def half_constant(prompts, completions, idx, **kwargs):
+    """Even prompts always 1 (all equal); odd prompts by row position (informative)."""
+    return [1.0 if i % 2 == 0 else float(j) for j, i in enumerate(idx)]
+
+
+def test_dynamic_sampling_drops_all_equal_groups_and_refills(tmp_path):
+    stages = dynamic(g=2, max_rounds=4)
+    trainer, recorder = make_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=half_constant),
+                                         max_steps=2, shuffle_dataset=False)  # fmt: skip
+    rounds = record_outputs(trainer)
+    dataset = trainer.train_dataset
+    trainer.train()
+    # Generation batch 8 at G 2: 4 prompts a pass, 2 of them informative; the second pass fills the batch.
+    assert [len(c["idx"]) for c in recorder.calls] == [8, 8, 8, 8]
+    for r, first in zip(rounds, (0, 8)):
+        round_ = r["round"]
+        assert round_.prompts == list(range(first, first + 8))
+        assert round_.trained == [1, 3, 5, 7]
+        assert r["prompts"] == [dataset[first + g]["prompt"] for g in (1, 3, 5, 7) for _ in range(2)]
+        assert r["output"]["advantages"].abs().min() > 0.5
+    history = train_history(trainer)
+    assert [h["curriculum/generated"] for h in history] == [16, 16]
+    assert [h["curriculum/dropped"] for h in history] == [4, 4]
+    assert [h["curriculum/increments"] for h in history] == [2, 2]
+    assert [h["frac_reward_zero_std"] for h in history] == [0.0, 0.0]
+    assert [h["curriculum/informative_share"] for h in history] == [1.0, 1.0]
+
+
+def test_dynamic_sampling_at_its_cap_fills_the_batch_with_dropped_groups(tmp_path):
+    stages = dynamic(g=2, max_rounds=3)
+    trainer, recorder = make_trainer(tmp_path, stages, recorder=RoundRecorder(), max_steps=1,
+                                         shuffle_dataset=False)  # fmt: skip
+    rounds = record_outputs(trainer)
+    trainer.train()  # the recorder's reward is the prompt index: every group all equal
+    assert [len(c["idx"]) for c in recorder.calls] == [8, 8, 8]
+    assert rounds[0]["round"].trained == [0, 1, 2, 3]
+    assert rounds[0]["output"]["advantages"].abs().max() == 0
+    history = train_history(trainer)
+    assert history[0]["curriculum/dropped"] == 8 and history[0]["curriculum/generated"] == 24
+    assert history[0]["frac_reward_zero_std"] == 1.0 and history[0]["curriculum/informative_share"] == 0.0
+
+
+def two_of_four_constant(prompts, completions, idx, **kwargs):
+    """Prompts 0 and 3 of every 4 always 1; prompts 1 and 2 by row position (informative)."""
+    return [1.0 if i % 4 in (0, 3) else float(j) for j, i in enumerate(idx)]
+
+
+def mixed_length_dataset(long=lambda index: index % 4 == 2):
+    """48 echo prompts, those where `long(index)` of 4 words, the others of 2: an increment of short prompts only is
+    padded narrower than the round it is merged into."""
+    from datasets import concatenate_datasets
+
+    short, longer = echo_dataset(48, seed=0, length=2), echo_dataset(48, seed=1, length=4)
+    rows = concatenate_datasets([short, longer]).select([i + 48 * long(i) for i in range(48)])
+    return rows.add_column("idx", list(range(48)))
+
+
+LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_every_loss_type_trains_on_merged_rounds(tmp_path, tiny_model_dir, loss_type):
+    stages = top_up(prompts=5)
+    trainer, _ = make_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=KindReward()), max_steps=2,
+                                  per_device_train_batch_size=16, loss_type=loss_type, beta=0.1,
+                                  model=tiny_model_dir, dataset=mixed_length_dataset(),
+                                  shuffle_dataset=False)  # fmt: skip
+    trainer.train()
+    assert all(math.isfinite(h["loss"]) for h in train_history(trainer))
+
+
+@pytest.mark.parametrize("sampling", ["top_up", "dynamic_sampling"])
+def test_merged_rounds_with_several_iterations_and_steps_per_generation(tmp_path, tiny_model_dir, sampling):
+    """num_iterations 2, steps_per_generation 2: the old and reference log-probs describe the rows as trained on (their
+    prompts padded to the round's widest), not as each increment padded them."""
+    stage = (top_up(prompts=5) if sampling == "top_up" else
+             dynamic(g=2, max_rounds=3))  # fmt: skip
+    reward = KindReward() if sampling == "top_up" else two_of_four_constant
+    # Top-up: the coins long, so the second increment (the all-equal groups) is all short; dynamic sampling: the
+    # second pass long, the first short.
+    long = (lambda i: i % 4 == 2) if sampling == "top_up" else (lambda i: i // 4 % 2 == 1)
+    trainer, _ = make_trainer(tmp_path, stage, recorder=RoundRecorder(reward_fn=reward), max_steps=4,
+                                  per_device_train_batch_size=8 if sampling == "top_up" else 4, num_iterations=2,
+                                  steps_per_generation=2, beta=0.1, dataset=mixed_length_dataset(long),
+                                  model=tiny_model_dir, shuffle_dataset=False)  # fmt: skip
+    rounds = record_outputs(trainer)
+    weights = {}
+
+    def snapshot(inputs):  # the policy's weights when the round is sampled
+        weights["policy"] = [p.detach().clone() for p in trainer.model.parameters()]
+        return spied(inputs)
+
+    spied, trainer._generate_and_score_completions = trainer._generate_and_score_completions, snapshot
+    trainer.train()
+    assert len(rounds) == 1 and len(rounds[0]["round"].increments) > 1
+    output = rounds[-1]["output"]
+    assert output["old_per_token_logps"] is not None and output["ref_per_token_logps"] is not None
+    with torch.no_grad():
+        for p, saved in zip(trainer.model.parameters(), weights["policy"], strict=True):
+            p.copy_(saved)
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        logps = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, output["completion_ids"].size(1),
+                                                           batch_size=4)[0]  # fmt: skip
+    keep = output["completion_mask"].bool()
+    torch.testing.assert_close(logps[keep], output["old_per_token_logps"][keep], atol=1e-5, rtol=1e-5)
+    assert len(set(output["prompt_mask"].sum(1).tolist())) > 1  # prompts of several widths in one round
+
+
+@pytest.mark.parametrize("mode", ["server", "colocate"])
+def test_vllm_is_asked_once_per_increment(tmp_path, mode, request):
+    """Server mode: one request an increment, `n` = the pilot, the prompts of the groups it grows in group order;
+    colocate mode: one `generate` call an increment, every row of it. Completions come back to their own groups."""
+    from .test_vllm import make_vllm_trainer, prompt_ids_of
+
+    engine = request.getfixturevalue(f"fake_vllm_{mode}")
+    trainer, recorder, dataset = make_vllm_trainer(tmp_path, top_up(prompts=5), mode, max_steps=2,
+                                                   per_device_train_batch_size=16, shuffle_dataset=False)  # fmt: skip
+    rounds = record_outputs(trainer)
+    trainer.train()  # every reward is the prompt's index: every group all equal, the first three grow
+    calls = iter(recorder.calls)
+    engine_calls = iter(engine.generation_requests if mode == "server" else engine.generate_calls)
+    for r in rounds:
+        round_ = r["round"]
+        assert round_.increments == [[2] * 5, [2, 2, 2, 0, 0]]
+        for added in round_.increments:
+            groups = [round_.prompts[g] for g, a in enumerate(added) if a]
+            call, asked = next(calls), next(engine_calls)
+            assert call["idx"] == [i for i in groups for _ in range(2)]
+            if mode == "server":
+                assert (asked.n, asked.temperature) == (2, 1.0) and asked.prompts == prompt_ids_of(dataset, groups)
+            else:
+                assert asked.sampling_params.n == 1 and asked.prompts == prompt_ids_of(dataset, call["idx"])
+            for i, text in zip(call["idx"], call["completions"], strict=True):
+                assert decode_fake_completion(text).words == tuple(dataset[i]["target"].split())
+        assert group_runs(r["prompts"]) == round_.sizes == [4, 4, 4, 2, 2]
+    assert next(engine_calls, None) is None
+
+
+def settled_or_mixed(prompts, completions, idx, **kwargs):
+    """Prompts with index % 3 == 0 always score 1, == 1 always 0, the others by row parity in the call."""
+    return [1.0 if i % 3 == 0 else 0.0 if i % 3 == 1 else float(j % 2) for j, i in enumerate(idx)]
+
+
+@pytest.mark.parametrize("stages", [top_up(prompts=4), dynamic(g=2, max_rounds=3)], ids=["top_up", "dynamic"])
+def test_resume_inside_a_round_replays_it(tmp_path, stages):
+    """
+    A checkpoint inside a round (TRL regenerates the round at the resume): the round's prompts and pilot are replayed
+    from where the stream stood at its start; with rewards that depend on the prompts only, its later increments,
+    every later round and the logged counts are those of the run that never stopped.
+    """
+    overrides = dict(save_strategy="steps", save_steps=1, shuffle_dataset=True, per_device_train_batch_size=4,
+                     gradient_accumulation_steps=2, steps_per_generation=4, max_steps=8)  # fmt: skip
+    make = lambda name: make_trainer(tmp_path / name, stages, recorder=RoundRecorder(settled_or_mixed),  # noqa: E731
+                                     dataset=indexed_dataset(24), **overrides)  # fmt: skip
+    full, full_recorder = make("full")
+    full.train()  # rounds at steps 0, 2, 4, 6: checkpoint-3 is inside the round started at step 2
+    expected = [(c["step"], tuple(c["idx"])) for c in full_recorder.calls]
+    assert len(expected) > 4  # rounds of several increments
+
+    resumed, recorder = make("resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))
+    got = [(c["step"], tuple(c["idx"])) for c in recorder.calls]
+    first = next(i for i, (step, _) in enumerate(expected) if step == 2)
+    assert [idx for _, idx in got] == [idx for _, idx in expected[first:]]
+    keys = ("curriculum/generated", "curriculum/increments", "curriculum/dropped", "curriculum/informative_share")
+    logged = lambda trainer: [tuple(h[k] for k in ("step", *keys)) for h in trainer.state.log_history  # noqa: E731
+                              if "loss" in h]  # fmt: skip
+    assert logged(resumed) == logged(full)
+
+
+def test_a_top_up_round_that_cannot_fill_fails_before_any_step(tmp_path):
+    """2 prompts of at most 4 completions cannot hold a generation batch of 16: one clear error at construction."""
+    from grpo_curriculum import CurriculumError
+
+    with pytest.raises(CurriculumError) as error:
+        make_trainer(tmp_path, top_up(candidates=(2, 4), prompts=2), per_device_train_batch_size=16)
+    message = str(error.value)
+    assert "prompts" in message and "cannot fill" in message and "use `prompts: 4` or more" in message

@@ -1,0 +1,244 @@
+"""Top-up increments and dynamic sampling: the pure rules (no torch)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from grpo_curriculum import Adaptive, DynamicSampling, Setting, Stage, StageSchedule
+from grpo_curriculum.core.errors import CurriculumError
+from grpo_curriculum.core.sampling import TopUp, top_up_increment
+
+NAN = math.nan
+
+# --- top_up_increment ----------------------------------------------------------------------------------------------
+
+INCREMENTS = {  # name: (rewards per group, pilot, largest, budget_left, expected)
+    "only the all-equal groups grow": ([[1, 1], [0, 1], [0, 0]], 2, 8, 8, [2, 0, 2]),
+    "budget smaller than the all-equal groups: lowest index first": ([[1, 1], [0, 1], [0, 0]], 2, 8, 2, [2, 0, 0]),
+    "budget of one increment and a half": ([[0, 0], [1, 1], [0, 0]], 2, 8, 5, [2, 2, 0]),
+    "none all-equal: lowest variance first": ([[1, 0, 0, 0], [0, 1], [1, 1, 0, 0]], 2, 8, 2, [2, 0, 0]),
+    "none all-equal, room for all": ([[1, 0, 0, 0], [0, 1], [1, 1, 0, 0]], 2, 8, 6, [2, 2, 2]),
+    "variance ties broken by index": ([[0, 1], [1, 0], [0, 1]], 2, 8, 4, [2, 2, 0]),
+    "an all-equal group at the largest size is passed over": ([[0, 0, 0, 0], [1, 0], [1, 1]], 2, 4, 8, [0, 0, 2]),
+    "every group at the largest size": ([[0, 0, 0, 0], [1, 0, 1, 0]], 2, 4, 8, [0, 0]),
+    "no budget left": ([[0, 0], [1, 1]], 2, 8, 0, [0, 0]),
+    "budget below one increment": ([[0, 0], [1, 1]], 4, 8, 3, [0, 0]),
+    "NaN rewards are left out: [1, NaN] is all-equal": ([[1, NAN], [0, 1]], 2, 8, 4, [2, 0]),
+    "a group without a finite reward counts as all-equal": ([[NAN, None], [0, 1]], 2, 8, 4, [2, 0]),
+    "NaN does not make a group informative": ([[NAN, 0, 1, NAN], [NAN, NAN, 0, 1]], 4, 8, 4, [4, 0]),
+    "all-equal within 1e-6": ([[0.3] * 4, [0.3, 0.3, 0.3, 0.3000001], [0, 1, 0, 1]], 4, 8, 4, [4, 0, 0]),
+    "infinite rewards are missing": ([[math.inf, 1], [0, 1]], 2, 8, 2, [2, 0]),
+    "no groups": ([], 2, 8, 8, []),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INCREMENTS))
+def test_top_up_increment(name):
+    rewards, pilot, largest, budget_left, expected = INCREMENTS[name]
+    sizes = [len(r) for r in rewards]
+    added = top_up_increment(rewards, sizes, pilot, largest, budget_left)
+    assert added == expected
+    assert sum(added) <= budget_left
+    assert all(size + a <= largest for size, a in zip(sizes, added))
+
+
+def test_top_up_increment_is_order_independent_within_a_tier():
+    """The order of groups only breaks ties: permuting groups permutes the answer (ties aside)."""
+    rewards = [[0, 1, 1, 1], [0, 0, 1, 1], [0, 1], [1, 1, 1, 0]]  # std 0.433, 0.5, 0.5, 0.433
+    assert top_up_increment(rewards, [4, 4, 2, 4], 2, 8, 4) == [2, 0, 0, 2]
+    assert top_up_increment(rewards[::-1], [4, 2, 4, 4], 2, 8, 4) == [2, 0, 0, 2]
+
+
+def test_a_round_filled_by_increments_stays_within_the_bounds():
+    """Repeated increments on groups that never learn (always 0) and one coin: the round ends within the bound."""
+    top_up = TopUp(pilot=2, largest=8)
+    budget = 24
+    prompts = top_up.prompts_for(budget)
+    outcomes = [[0] * 8, [0] * 8, [1, 0, 1, 1, 0, 0, 1, 0], [1] * 8, [0, 0, 0, 1, 0, 0, 0, 0], [1] * 8]
+    sizes, left, increments = [2] * prompts, budget - 2 * prompts, 0
+    while left:
+        added = top_up_increment([o[:s] for o, s in zip(outcomes, sizes)], sizes, 2, 8, left)
+        if not any(added):
+            break
+        sizes, left, increments = [s + a for s, a in zip(sizes, added)], left - sum(added), increments + 1
+    assert prompts == 6 and left == 0 and sum(sizes) == budget
+    assert increments <= top_up.max_increments
+    assert sizes[2] == 2  # the coin was informative from its pilot: it never grows while others are all-equal
+
+
+def test_top_up_increment_rejects_inconsistent_input():
+    with pytest.raises(ValueError, match="2 groups of rewards, but 1 sizes"):
+        top_up_increment([[0, 1], [1, 1]], [2], 2, 8, 4)
+    with pytest.raises(ValueError, match="group 0 holds 2 rewards, but its size is 4"):
+        top_up_increment([[0, 1]], [4], 2, 8, 4)
+
+
+# --- TopUp ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("pilot", "largest", "budget", "expected"), [
+    (4, 16, 64, 8),  # half the budget in pilots
+    (4, 16, 16, 2),
+    (2, 16, 16, 4),
+    (4, 4, 16, 4),  # one size: every prompt at the pilot, no increment
+    (4, 64, 16, 2),
+    (8, 16, 64, 4),
+    (4, 8, 64, 8),  # ceil(64 / 8) = 8 = 64 // 8
+    (2, 4, 6, 2),  # ceil(6 / 4) = 2 > 6 // 4
+])
+def test_prompts_for_default_rule(pilot, largest, budget, expected):
+    top_up = TopUp(pilot=pilot, largest=largest)
+    prompts = top_up.prompts_for(budget)
+    assert prompts == expected
+    assert prompts * pilot <= budget <= prompts * largest
+
+
+def test_prompts_given_win():
+    assert TopUp(pilot=4, largest=16, prompts=5).prompts_for(64) == 5
+
+
+def test_top_up_sizes_and_bounds():
+    top_up = TopUp(pilot=4, largest=16)
+    assert top_up.sizes == (4, 8, 12, 16)
+    assert top_up.max_increments == 6
+    assert TopUp(pilot=4, largest=4).max_increments == 0
+
+
+@pytest.mark.parametrize(("kwargs", "key", "text"), [
+    ({"pilot": 1, "largest": 8}, "TopUp.pilot", "must be an integer >= 2"),
+    ({"pilot": 4, "largest": 10}, "TopUp.largest", "must be a multiple of the pilot (4)"),
+    ({"pilot": 4, "largest": 8, "prompts": 0}, "TopUp.prompts", "must be a positive integer"),
+    ({"pilot": True, "largest": 8}, "TopUp.pilot", "must be an integer >= 2"),
+])
+def test_top_up_validation(kwargs, key, text):
+    error = pytest.raises(CurriculumError, TopUp, **kwargs).value
+    assert any(p.key == key and text in p.rule for p in error.problems), str(error)
+
+
+# --- DynamicSampling -----------------------------------------------------------------------------------------------
+
+
+def test_dynamic_sampling_defaults_and_validation():
+    assert DynamicSampling().max_rounds == 4
+    for bad in (0, -1, 2.5, True, "4", None):
+        error = pytest.raises(CurriculumError, DynamicSampling, max_rounds=bad).value
+        (problem,) = error.problems
+        assert problem.key == "DynamicSampling.max_rounds" and "must be" in problem.rule and problem.fix
+
+
+def test_dynamic_sampling_from_mapping():
+    assert DynamicSampling.from_mapping({"max_rounds": 3}) == (DynamicSampling(3), [])
+    _, problems = DynamicSampling.from_mapping({"max_round": 3}, key="stages[0].dynamic_sampling")
+    assert [p.key for p in problems] == ["stages[0].dynamic_sampling.max_round"]
+    assert problems[0].fix == "did you mean `max_rounds`?"
+    _, problems = DynamicSampling.from_mapping(4)
+    assert "must be a mapping" in problems[0].rule
+
+
+# --- stages and settings -------------------------------------------------------------------------------------------
+
+
+def test_top_up_stage_and_its_settings():
+    adaptive = Adaptive(policy="top_up", num_generations=(4, 8, 16))
+    assert adaptive.top_up == TopUp(pilot=4, largest=16, prompts=None)
+    assert Adaptive(policy="top_up", num_generations=[4, 8, 16], pilot=2, prompts=6).top_up == TopUp(2, 16, 6)
+    assert Adaptive(num_generations=(4, 8)).top_up is None
+    stage = Stage(temperature=1.0, temperature_end=0.5, adaptive={"policy": "top_up", "num_generations": [4, 8, 16]})
+    resolved = StageSchedule([Stage(num_generations=8, temperature=0.9, until_step=10), stage]).resolve(20)
+    assert resolved.setting_at(0) == Setting(0, 8, 0.9)
+    assert resolved.setting_at(15) == Setting(1, None, 0.75, top_up=TopUp(4, 16))
+    assert "G by top-up: pilot 4 a prompt, then 4 more at a time up to 16 (groups of 4, 8, 12 or 16)" in (
+        resolved.describe()[1])
+
+
+def test_dynamic_sampling_stage_and_its_settings():
+    stage = Stage(num_generations=4, temperature=1.0, dynamic_sampling={"max_rounds": 3})
+    assert stage.dynamic_sampling == DynamicSampling(3)
+    resolved = StageSchedule([stage]).resolve(10)
+    assert resolved.setting_at(0) == Setting(0, 4, 1.0, dynamic_sampling=DynamicSampling(3))
+    assert resolved.describe() == ["stage 0: steps 1-10, G 4 with dynamic sampling, at most 3 generation rounds a "
+                                   "training batch, temperature 1"]
+
+
+def test_setting_rebuilds_its_parts_from_mappings():
+    """A checkpoint stores `asdict(setting)`; `Setting(**saved)` gives the same setting back."""
+    import dataclasses
+
+    for setting in (Setting(1, None, 0.7, top_up=TopUp(4, 16, 8)), Setting(0, 4, 1.0, None, DynamicSampling(2)),
+                    Setting(0, 8, 1.0)):
+        assert Setting(**dataclasses.asdict(setting)) == setting
+    assert Setting(**{"stage": 0, "num_generations": 8, "temperature": 1.0}) == Setting(0, 8, 1.0)  # older checkpoints
+
+
+@pytest.mark.parametrize(("kwargs", "key", "text"), [
+    ({"num_generations": 4, "adaptive": {"policy": "top_up", "num_generations": [4, 8]},
+      "dynamic_sampling": {"max_rounds": 2}}, "Stage.dynamic_sampling", "cannot be combined with `adaptive`"),
+    ({"num_generations": 4, "dynamic_sampling": {"max_rounds": 0}}, "Stage.dynamic_sampling.max_rounds",
+     "must be a positive integer"),
+    ({"num_generations": 4, "dynamic_sampling": {"rounds": 2}}, "Stage.dynamic_sampling.rounds",
+     "is not a dynamic-sampling setting"),
+    ({"num_generations": 4, "dynamic_sampling": 4}, "Stage.dynamic_sampling", "must be a mapping"),
+    ({"adaptive": {"policy": "top_up", "num_generations": [4, 6, 16]}}, "Stage.adaptive.num_generations",
+     "the pilot 4 must divide every candidate G [4, 6, 16]"),
+    ({"adaptive": {"policy": "top_up", "num_generations": [4, 8], "pilot": 3}}, "Stage.adaptive.pilot",
+     "the pilot 3 must divide every candidate G [4, 8]"),
+    ({"adaptive": {"policy": "top_up", "num_generations": [4, 8], "pilot": 1}}, "Stage.adaptive.pilot",
+     "must be an integer >= 2"),
+    ({"adaptive": {"policy": "top_up", "num_generations": [4, 8], "prompts": 0}}, "Stage.adaptive.prompts",
+     "must be a positive integer"),
+    ({"adaptive": {"policy": "top_up", "num_generations": [4, 8], "temperature": [0.7, 1.0]}},
+     "Stage.adaptive.temperature", "cannot be adapted in a top-up stage"),
+    ({"adaptive": {"policy": "top_up", "num_generations": [4, 8], "patience": 5}}, "Stage.adaptive.patience",
+     "only applies with `policy: hysteresis` or `policy: success_rate` or `policy: per_prompt`"),
+    ({"adaptive": {"policy": "hysteresis", "num_generations": [4, 8], "pilot": 4}}, "Stage.adaptive.pilot",
+     "only applies with `policy: top_up`"),
+    ({"num_generations": 8, "adaptive": {"policy": "top_up", "num_generations": [4, 8]}}, "Stage.num_generations",
+     "does not apply to a top-up stage: every group starts at the pilot (4) and grows up to 8"),
+])
+def test_stage_refuses(kwargs, key, text):
+    kwargs.setdefault("temperature", 1.0)
+    error = pytest.raises(CurriculumError, Stage, **kwargs).value
+    assert any(p.key == key and text in p.rule and p.fix for p in error.problems), str(error)
+
+
+def test_a_top_up_stage_starts_at_its_pilot():
+    stage = Stage(temperature=1.0, adaptive=Adaptive(policy="top_up", num_generations=(4, 8), pilot=2))
+    assert stage.num_generations == stage.top_up.pilot == 2  # the G GRPOConfig gets when the run starts here
+    assert Stage(num_generations=2, temperature=1.0, adaptive=stage.adaptive).top_up == stage.top_up
+
+
+def test_top_up_has_no_history_policy():
+    from grpo_curriculum.core.adaptive import make_policy
+
+    with pytest.raises(ValueError, match="keeps no policy state"):
+        make_policy(Adaptive(policy="top_up", num_generations=(4, 8)), 4, 1.0)
+
+
+# --- geometry ------------------------------------------------------------------------------------------------------
+
+GEOMETRIES = {  # name: (top-up, processes, per-device batch, steps per generation, key, rule text or None)
+    "default rule fits": (TopUp(4, 16), 1, 16, 4, None, None),
+    "two processes, 8 prompts": (TopUp(4, 16), 2, 8, 4, None, None),
+    "batch not a multiple of the pilot": (TopUp(4, 16), 1, 6, 1, "a.pilot", "must divide the generation batch"),
+    "pilots exceed the batch": (TopUp(4, 16, prompts=5), 1, 16, 1, "a.prompts", "must be at most 4: 5 prompts x "
+                                "pilot 4 = 20 completions in pilots exceed the generation batch"),
+    "largest cannot fill the batch": (TopUp(4, 8, prompts=2), 1, 32, 1, "a.prompts",
+                                      "must be at least 4: 2 prompts x largest 8 = 16 completions cannot fill"),
+    "prompts need not split over processes": (TopUp(4, 16, prompts=3), 2, 8, 2, None, None),
+    "pilot not a multiple of the processes": (TopUp(2, 16), 4, 4, 1, "a.pilot", "must be a multiple of the 4 "
+                                              "processes: every increment adds a pilot to some of the groups"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GEOMETRIES))
+def test_top_up_geometry(name):
+    from grpo_curriculum import BatchGeometry
+
+    top_up, n, b, s, key, text = GEOMETRIES[name]
+    problems = BatchGeometry(n, b, s).top_up_problems(top_up, key="a")
+    if text is None:
+        assert problems == []
+        return
+    (problem,) = problems
+    assert problem.key == key and text in problem.rule and problem.fix, problem
