@@ -190,7 +190,11 @@ def test_a_setting_trl_refuses_stops_before_loading(tmp_path, capsys):
     assert "Traceback" not in error and not out.exists()
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "tests" / "data" / "bad_recipes").glob("*.yaml")), ids=lambda p: p.stem)
+# (`top_up_cannot_fill` is well formed and misfits the geometry: exit 1, `test_cli_check.py` compares check and train)
+MALFORMED = sorted(p for p in (ROOT / "tests" / "data" / "bad_recipes").glob("*.yaml") if p.stem != "top_up_cannot_fill")
+
+
+@pytest.mark.parametrize("path", MALFORMED, ids=lambda p: p.stem)
 def test_train_refuses_each_malformed_recipe_as_check_does(path, tmp_path, capsys):
     assert main(["check", str(path)]) == 2
     checked = capsys.readouterr().err.replace("grpo-curriculum check: error: ", "")
