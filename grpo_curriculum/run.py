@@ -162,13 +162,19 @@ def model_arguments(recipe, args, loads_model: bool) -> dict:
     return {"quantization_config": get_quantization_config(model_args), "peft_config": get_peft_config(model_args)}
 
 
-def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=()):
+def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=(), split=None):
+    """
+    A `CurriculumGRPOTrainer` for `recipe`; `split`, when given, maps the train and eval datasets [`build_run`] builds
+    to the ones the trainer gets (`sweep` holds rows out of training with it).
+    """
     from .callback import CurriculumCallback
     from .recipe import curriculum_options
     from .trainer import CurriculumGRPOTrainer
 
     args = grpo_config(recipe, output_dir)
     model, tokenizer, dataset, eval_dataset, rewards = build_run(recipe)
+    if split is not None:
+        dataset, eval_dataset = split(dataset, eval_dataset)
     routed = model_arguments(recipe, args, loads_model=isinstance(model, str))
     return CurriculumGRPOTrainer(
         model=model,
