@@ -22,10 +22,12 @@ DEMO_RECIPE = Path(__file__).resolve().parent / "recipes" / "demo.yaml"  # shipp
 # --- building a run ----------------------------------------------------------------------------------------------
 
 
-def build_run(recipe):
+def build_run(recipe, split=None):
     """
     Model (an instance for the built-in tiny model, else a name or path TRL loads), tokenizer, train and eval datasets
-    and reward functions for a [`Recipe`], as TRL's `trl grpo` script builds them.
+    and reward functions for a [`Recipe`], as TRL's `trl grpo` script builds them. `split`, when given, maps the train
+    and eval datasets to the ones the run gets, before the built-in model's warm start sees them (`sweep` holds rows
+    out of training with it).
     """
     from .recipe import import_reward
     from .tasks import TASKS, build_model, build_tokenizer, warm_start
@@ -48,6 +50,8 @@ def build_run(recipe):
             dataset = dataset.rename_column(recipe.dataset_prompt_column, "prompt")
             if eval_dataset is not None:
                 eval_dataset = eval_dataset.rename_column(recipe.dataset_prompt_column, "prompt")
+    if split is not None:
+        dataset, eval_dataset = split(dataset, eval_dataset)
     if recipe.model_name_or_path == TINY_MODEL:
         model, tokenizer = build_model(seed=seed), build_tokenizer()
         warm_start(model, tokenizer, dataset, steps=recipe.warm_start_steps, seed=seed)
@@ -163,18 +167,13 @@ def model_arguments(recipe, args, loads_model: bool) -> dict:
 
 
 def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=(), split=None):
-    """
-    A `CurriculumGRPOTrainer` for `recipe`; `split`, when given, maps the train and eval datasets [`build_run`] builds
-    to the ones the trainer gets (`sweep` holds rows out of training with it).
-    """
+    """A `CurriculumGRPOTrainer` for `recipe` (`split`: see [`build_run`])."""
     from .callback import CurriculumCallback
     from .recipe import curriculum_options
     from .trainer import CurriculumGRPOTrainer
 
     args = grpo_config(recipe, output_dir)
-    model, tokenizer, dataset, eval_dataset, rewards = build_run(recipe)
-    if split is not None:
-        dataset, eval_dataset = split(dataset, eval_dataset)
+    model, tokenizer, dataset, eval_dataset, rewards = build_run(recipe, split)
     routed = model_arguments(recipe, args, loads_model=isinstance(model, str))
     return CurriculumGRPOTrainer(
         model=model,

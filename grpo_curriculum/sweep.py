@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-import resource
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -222,6 +222,8 @@ def _evaluation(trainer, rows: list, every: int, parent: int):
 
 
 def _peak_memory(model) -> tuple[int, str]:
+    import resource
+
     import torch
 
     if model.device.type == "cuda":
@@ -264,6 +266,12 @@ def train_run(out: str, index: int, seed: int, parent: int) -> None:
 
 
 def _child(out: str, index: int, seed: int, parent: int) -> None:
+    if sys.platform.startswith("linux"):  # killed with the sweep (elsewhere: stops at its next step, see above)
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the sweep died before that
+        os._exit(3)
     try:
         train_run(out, index, seed, parent)
     except (CurriculumError, CurriculumStateError) as error:
@@ -271,10 +279,19 @@ def _child(out: str, index: int, seed: int, parent: int) -> None:
         sys.exit(2)
 
 
+_FORK = "fork" in multiprocessing.get_all_start_methods()
+
+
+def _import_once() -> None:
+    """Import torch, transformers and TRL in the sweep process before forking its runs: each run inherits them."""
+    if _FORK:
+        from . import trainer  # noqa: F401  (CurriculumGRPOTrainer: TRL's GRPOTrainer, transformers and torch)
+        from .run import build_run  # noqa: F401
+
+
 def _start(out: str, index: int, seed: int) -> int:
     """Run one run in a child process (forked when the platform can); return its exit code."""
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    context = multiprocessing.get_context("fork" if _FORK else "spawn")
     process = context.Process(target=_child, args=(out, index, seed, os.getpid()), name="sweep-run")
     process.start()
     process.join()
@@ -404,6 +421,7 @@ def sweep_main(args) -> int:
           f"{'s' if args.seeds > 1 else ''}, {max_steps} steps each, into {out}"
           + (" (resuming: finished runs are kept)" if resuming else ""), flush=True)  # fmt: skip
     results: dict[str, list[dict]] = {}
+    _import_once()
     for index, arm in enumerate(arms):
         for seed in range(base_seed, base_seed + args.seeds):
             folder = _run_folder(out, arm, seed)
