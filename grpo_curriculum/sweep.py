@@ -57,10 +57,13 @@ def build_arms(recipe, num_generations, temperatures=None, curriculum: bool = Fa
                                 f"{len(num_generations)} G values", "give one temperature for every arm, or one per "
                                 "G, in the order of --num-generations"))  # fmt: skip
     raise_if_any(problems, "sweep")
-    paired = temperatures if temperatures and len(temperatures) > 1 else (temperatures or [None]) * len(num_generations)
-    first = recipe.curriculum.stages[0].temperature
-    arms = [Arm(f"g{g}" + (f"-t{t:g}" if t is not None else ""), [{"num_generations": g, "temperature": first if t is None
-                else t}], g, first if t is None else t) for g, t in zip(num_generations, paired)]  # fmt: skip
+    temperatures = list(temperatures or [None])
+    paired = temperatures * len(num_generations) if len(temperatures) == 1 else temperatures
+    arms = []
+    for g, t in zip(num_generations, paired):
+        temperature = recipe.curriculum.stages[0].temperature if t is None else t
+        name = f"g{g}" + (f"-t{t:g}" if t is not None else "")
+        arms.append(Arm(name, [{"num_generations": g, "temperature": temperature}], g, temperature))
     if curriculum:
         raw = recipe.raw.get("curriculum") or {}
         stages = raw.get("stages") or [{"num_generations": recipe.training["num_generations"],
@@ -162,7 +165,7 @@ def _run_folder(out: str, arm: Arm, seed: int) -> str:
 
 
 def _held_out_split(recipe, size: int, held: dict):
-    """A `build_trainer` split keeping `size` held-out rows in `held`: the eval split's first, else the train's last."""
+    """A `build_run` split keeping `size` held-out rows in `held`: the eval split's first, else the train's last."""
 
     def split(dataset, eval_dataset):
         from datasets import IterableDataset
@@ -172,8 +175,9 @@ def _held_out_split(recipe, size: int, held: dict):
         else:
             source, name = dataset, f"the train split `{recipe.dataset_train_split}`"
         if isinstance(source, IterableDataset):
-            raise CurriculumError([Problem("dataset_streaming", True, "leaves no rows to hold out: the sweep evaluates "
-                                           "a fixed set of held-out prompts", "set `dataset_streaming: false`")])
+            raise CurriculumError([Problem("dataset_streaming", True, "leaves no rows to hold out: the sweep "
+                                           "evaluates a fixed set of held-out prompts",
+                                           "set `dataset_streaming: false`")])
         if len(source) < size + (source is dataset):
             raise CurriculumError([Problem("--held-out", size, f"needs more rows than {name} holds ({len(source)})",
                                            f"hold out fewer, e.g. `--held-out {max(1, len(source) // 4)}`")])
@@ -349,14 +353,15 @@ def report(out: str, settings: dict, arms: list[Arm], results: dict, target: flo
     head = [f"# grpo-curriculum sweep: {settings['recipe']}", "",
             f"held-out reward: the mean over {first['held_out']} ({settings['held_out']} prompts), one greedy "
             f"completion each (no sampling noise), scored by the recipe's reward functions, at step 0, every "
-            f"{settings['eval_every']} steps and step {settings['max_steps']}; final and best: that reward at the last "
-            "evaluation and its highest",
+            f"{settings['eval_every']} steps and step {settings['max_steps']}; final and best: that reward at the "
+            "last evaluation and its highest",
             f"target: {target:.3f}" + (" (90% of the way from the step-0 reward to the best arm's final)"
                                        if settings["target"] is None else " (--target)"),
             "steps, completions to target: the first evaluation at which the arm's mean curve reaches the target",
             "fluctuation: the std of the step-to-step differences of the training reward; samples/s, tokens/s: "
-            "completions and tokens (prompt and completion) per second of training (evaluation excluded); peak memory: "
-            + ("CUDA max allocated" if first["memory_kind"] == "cuda" else "the run's process peak RSS") +
+            "completions and tokens (prompt and completion) per second of training (evaluation excluded); peak "
+            "memory: " + ("CUDA max allocated" if first["memory_kind"] == "cuda" else "the peak RSS of the run's "
+                          "process (with the libraries it inherits from the sweep)") +
             "; zero-std: mean share of groups whose rewards are all equal; reward/hour: held-out reward gained over "
             "step 0 per hour of training",
             f"{seeds} seed{'s' if seeds > 1 else ''} an arm" + (" (mean ± std)" if seeds > 1 else "") +

@@ -189,7 +189,7 @@ def _reason(winner: dict, best: dict, target: float) -> str:
 
 
 def _switch(winner: dict, rows: list[dict]):
-    """`(row, step)` of the static arm with a larger G to switch to, and the step, when the curves cross (see above)."""
+    """`(row, step)`: the static arm with a larger G to switch to and the step, when the curves cross (see above)."""
     g = winner["arm"].num_generations
     if g is None:
         return None

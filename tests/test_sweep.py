@@ -85,7 +85,8 @@ def test_the_faster_arm_to_the_target_wins_and_a_tie_goes_to_the_higher_final():
     rows, target = summarise(arms, runs, target=0.9)
     result = recommend(rows, target)
     assert result["arm"].name == "g4" and result["switch"] is None
-    assert "G 4 T 0.8: reaches the target 0.900 in 1.0 s" in result["line"] and "0.50x the time of G 8" in result["line"]
+    assert "G 4 T 0.8: reaches the target 0.900 in 1.0 s" in result["line"]
+    assert "0.50x the time of G 8 T 0.8, whose final is 0.955" in result["line"]
     # the same wall time to the target (within 5%): the higher final wins
     runs = {"g4": [_run("g4", [0.0, 0.9, 0.92])], "g8": [_run("g8", [0.0, 0.91, 0.97], seconds_per_eval=1.04)]}
     rows, target = summarise(arms, runs, target=0.9)
@@ -177,6 +178,11 @@ def test_held_out_rows_are_kept_out_of_training_and_of_the_warm_start(recipe, mo
     assert list(seen[0]["prompt"]) == full[:56] and [row["prompt"] for row in held["rows"]] == full[56:]
     with pytest.raises(CurriculumError, match="--held-out = 64: needs more rows than the train split `train` holds"):
         build_run(loaded, _held_out_split(loaded, 64, {}))
+    # a recipe that evaluates: its eval split is the held-out set, and every train row trains
+    loaded, held = load_recipe(recipe, {"eval_strategy": "steps", "eval_steps": 2}), {}
+    dataset, eval_dataset = build_run(loaded, _held_out_split(loaded, 8, held))[2:4]
+    assert held["name"] == "rows 0-7 of the eval split `test`" and len(dataset) == 64
+    assert [row["prompt"] for row in held["rows"]] == eval_dataset["prompt"][:8]
 
 
 # --- real sweeps -------------------------------------------------------------------------------------------------
