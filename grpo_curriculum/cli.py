@@ -121,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
           help="evaluate every N steps (default: a tenth of max_steps)")
     _flag(sweep, "target", type=float, metavar="R", help="the held-out reward to reach (default: 90%% of the way "
           "from the step-0 reward to the best arm's final)")
+    _flag(sweep, "jobs", type=_integer(COUNT), default=1, metavar="N", help="runs trained at once, each in its own "
+          "process (default: 1; with more, the runs share the CPUs and their throughput numbers drop)")
     _flag(sweep, "out", metavar="DIR", help="output folder: new, empty, or this sweep's (to resume it) (default: "
           "runs/sweep, or the first free runs/sweep-2, ...)")
 

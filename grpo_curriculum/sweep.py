@@ -293,13 +293,52 @@ def _import_once() -> None:
         from .run import build_run  # noqa: F401
 
 
-def _start(out: str, index: int, seed: int) -> int:
-    """Run one run in a child process (forked when the platform can); return its exit code."""
+def run_all(out: str, arms: list[Arm], seeds: list[int], jobs: int = 1) -> dict[str, list[dict]]:
+    """
+    Train every run of the sweep in `out` that has no result yet, `jobs` child processes at a time (forked when the
+    platform can), and return every run's result, by arm, in seed order.
+
+    Raises:
+        [`CurriculumError`]: naming a run that failed (the ones still running are stopped; re-running resumes).
+    """
+    from multiprocessing.connection import wait
+
+    _import_once()
     context = multiprocessing.get_context("fork" if _FORK else "spawn")
-    process = context.Process(target=_child, args=(out, index, seed, os.getpid()), name="sweep-run")
-    process.start()
-    process.join()
-    return process.exitcode
+    todo, running = [], {}
+    for index, arm in enumerate(arms):
+        for seed in seeds:
+            folder = _run_folder(out, arm, seed)
+            if read_result(folder) is not None:
+                print(f"arm {arm.name}, seed {seed}: finished earlier ({folder})", flush=True)
+                continue
+            if os.path.lexists(folder):  # an unfinished run of this sweep (ours): trained again from the start
+                shutil.rmtree(folder)
+            todo.append((index, arm, seed, folder))
+    try:
+        while todo or running:
+            while todo and len(running) < jobs:
+                index, arm, seed, folder = todo.pop(0)
+                Path(folder).mkdir(parents=True)
+                print(f"arm {arm.name} ({arm.label}), seed {seed}: training into {folder}", flush=True)
+                process = context.Process(target=_child, args=(out, index, seed, os.getpid()), name="sweep-run")
+                process.start()
+                running[process.sentinel] = (process, arm, seed, folder)
+            for sentinel in wait(list(running)):
+                process, arm, seed, folder = running.pop(sentinel)
+                process.join()
+                result = read_result(folder) if process.exitcode == 0 else None
+                if result is None:
+                    raise CurriculumError([Problem(f"arm {arm.name}, seed {seed}", f"exit code {process.exitcode}",
+                                                   "failed (its error is above)", "fix it and re-run the same "
+                                                   "command: the finished runs are kept")], "sweep")  # fmt: skip
+                print(f"arm {arm.name}, seed {seed}: done in {result['wall_time']:.1f} s, held-out reward "
+                      f"{result['points'][0]['reward']:.3f} -> {result['points'][-1]['reward']:.3f}", flush=True)
+    finally:
+        for process, *_ in running.values():  # ours, after a failure or an interrupt: left unfinished
+            process.kill()
+            process.join()
+    return {arm.name: [read_result(_run_folder(out, arm, seed)) for seed in seeds] for arm in arms}
 
 
 # --- outputs -----------------------------------------------------------------------------------------------------
@@ -425,28 +464,7 @@ def sweep_main(args) -> int:
     print(f"sweep of {recipe.path}: {len(arms)} arms ({', '.join(arm.name for arm in arms)}) x {args.seeds} seed"
           f"{'s' if args.seeds > 1 else ''}, {max_steps} steps each, into {out}"
           + (" (resuming: finished runs are kept)" if resuming else ""), flush=True)  # fmt: skip
-    results: dict[str, list[dict]] = {}
-    _import_once()
-    for index, arm in enumerate(arms):
-        for seed in range(base_seed, base_seed + args.seeds):
-            folder = _run_folder(out, arm, seed)
-            result = read_result(folder)
-            if result is None:
-                if os.path.lexists(folder):  # an unfinished run of this sweep (ours): trained again from the start
-                    shutil.rmtree(folder)
-                Path(folder).mkdir(parents=True)
-                print(f"arm {arm.name} ({arm.label}), seed {seed}: training into {folder}", flush=True)
-                code = _start(out, index, seed)
-                result = read_result(folder) if code == 0 else None
-                if result is None:
-                    raise CurriculumError([Problem(f"arm {arm.name}, seed {seed}", f"exit code {code}", "failed "
-                                                   "(its error is above)", "fix it and re-run the same command: the "
-                                                   "finished runs are kept")], "sweep")  # fmt: skip
-                print(f"  done in {result['wall_time']:.1f} s: held-out reward {result['points'][0]['reward']:.3f} "
-                      f"-> {result['points'][-1]['reward']:.3f}", flush=True)
-            else:
-                print(f"arm {arm.name}, seed {seed}: finished earlier ({folder})", flush=True)
-            results.setdefault(arm.name, []).append(result)
+    results = run_all(out, arms, list(range(base_seed, base_seed + args.seeds)), args.jobs)
     print()
     print(report(out, settings, arms, results, args.target))
     print(f"\nsweep directory: {out} (sweep.md, sweep.json, sweep.png, recommended.yaml, arms/)")

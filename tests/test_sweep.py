@@ -255,3 +255,15 @@ def test_a_killed_sweep_resumes_at_its_first_unfinished_run(tmp_path, capsys, re
     assert "arm g2, seed 0: finished earlier" in printed and "arm g4 (G 4 T 0.8), seed 0: training" in printed
     assert (first.read_text(), first.stat().st_mtime_ns) == before  # arm 1 was not trained again
     _check_outputs(out, ["g2", "g4", "g8"])
+
+
+def test_seeds_in_parallel_jobs_report_mean_and_spread(tmp_path, capsys, recipe):
+    out = tmp_path / "sweep"
+    assert main(["sweep", recipe, "--num-generations", "2", "4", "--seeds", "2", "--jobs", "2", *FAST,
+                 "--out", str(out)]) == 0  # fmt: skip
+    assert sorted(str(p.relative_to(out)) for p in out.glob("arms/*/*/sweep_result.json")) == [
+        f"arms/{arm}/seed-{seed}/sweep_result.json" for arm in ("g2", "g4") for seed in (0, 1)]
+    table = (out / "sweep.md").read_text()
+    assert "2 seeds an arm (mean ± std)" in table and table.count(" ± ") == 1 + 2 * 8  # the header, 8 metrics x 2 arms
+    seeds = [json.loads((out / "arms" / "g4" / f"seed-{s}" / "sweep_result.json").read_text()) for s in (0, 1)]
+    assert seeds[0]["train_reward"] != seeds[1]["train_reward"]  # two seeds, two runs
