@@ -7,8 +7,8 @@ anything runs, as `train` validates a recipe. Each run evaluates the same held-o
 else rows carved from the end of its train split and kept out of training) with one greedy completion each, scored by
 the recipe's reward functions, at step 0, every `--eval-every` steps and at the end.
 
-Each run trains in a child process (forked where the platform can, so nothing is imported twice), so its peak memory
-is its own, into `OUT/arms/<arm>/seed-<seed>/`, and writes a validated `sweep_result.json` there atomically once done.
+Each run trains in a child process (forked where the platform can, so nothing is imported twice; `--jobs N` runs N at
+once), into `OUT/arms/<arm>/seed-<seed>/`, and writes a validated `sweep_result.json` there atomically once done.
 `OUT/sweep_manifest.json` records the command's settings: re-running the same command after a crash or a kill skips
 the finished runs and restarts the first unfinished one; other settings are refused. Once every run is done: the table
 (`OUT/sweep.md`, `OUT/sweep.json`), the plot (`OUT/sweep.png`), the recommendation and `OUT/recommended.yaml`.
@@ -32,7 +32,6 @@ from .sweep_table import RESULT_SCHEMA, RESULT_VERSION, Arm, recommend, recommen
 MANIFEST_FILE = "sweep_manifest.json"
 RESULT_FILE = "sweep_result.json"
 DEFAULT_NUM_GENERATIONS = (4, 8, 16)
-DEFAULT_HELD_OUT = 64
 
 
 # --- arms --------------------------------------------------------------------------------------------------------
@@ -196,7 +195,7 @@ def _evaluation(trainer, rows: list, every: int, parent: int):
     from transformers import TrainerCallback
 
     from ._trl import greedy_rewards
-    from .sweep_table import _mean
+    from .sweep_table import finite_mean
 
     per_step = trainer.args.per_device_train_batch_size * trainer.args.gradient_accumulation_steps
     per_step *= trainer.accelerator.num_processes
@@ -206,7 +205,7 @@ def _evaluation(trainer, rows: list, every: int, parent: int):
             self.points, self.train_time, self.clock = [], 0.0, None
 
         def record(self, step, model):
-            reward = _mean(greedy_rewards(trainer, model, rows))
+            reward = finite_mean(greedy_rewards(trainer, model, rows))
             self.points.append({"step": step, "completions": step * per_step, "time": self.train_time,
                                 "reward": reward})  # fmt: skip
 

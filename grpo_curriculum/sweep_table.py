@@ -64,7 +64,8 @@ def _finite(values) -> list[float]:
     return [v for v in values if v is not None and math.isfinite(v)]
 
 
-def _mean(values) -> float:
+def finite_mean(values) -> float:
+    """The mean of the finite values (NaN when there is none)."""
     values = _finite(values)
     return statistics.fmean(values) if values else math.nan
 
@@ -94,13 +95,13 @@ def run_metrics(run: dict) -> dict:
             "fluctuation": fluctuation(run["train_reward"]),
             "samples_per_s": run["steps"] * run["completions_per_step"] / seconds,
             "tokens_per_s": run["num_tokens"] / seconds, "peak_memory": run["peak_memory"],
-            "zero_std": _mean(run["zero_std"]), "gain_per_hour": gain / hours if hours else math.nan}  # fmt: skip
+            "zero_std": finite_mean(run["zero_std"]), "gain_per_hour": gain / hours if hours else math.nan}  # fmt: skip
 
 
 def mean_curve(runs: list[dict]) -> list[dict]:
     """The seeds' held-out curves averaged point by point (step, completions, training seconds and reward)."""
     length = min(len(run["points"]) for run in runs)
-    return [{key: _mean(run["points"][i][key] for run in runs) for key in ("step", "completions", "time", "reward")}
+    return [{key: finite_mean(run["points"][i][key] for run in runs) for key in ("step", "completions", "time", "reward")}
             for i in range(length)]  # fmt: skip
 
 
@@ -121,7 +122,7 @@ def summarise(arms: list[Arm], runs: dict[str, list[dict]], target: float | None
     for arm in arms:
         per_seed = [run_metrics(run) for run in runs[arm.name]]
         row = {"arm": arm, "seeds": len(per_seed), "curve": mean_curve(runs[arm.name])}
-        row.update({key: (_mean(m[key] for m in per_seed), _std(m[key] for m in per_seed)) for key in METRICS})
+        row.update({key: (finite_mean(m[key] for m in per_seed), _std(m[key] for m in per_seed)) for key in METRICS})
         rows.append(row)
     if target is None:
         target = default_target(rows)
@@ -136,7 +137,7 @@ def default_target(rows: list[dict]) -> float:
     90% of the way from the step-0 held-out reward (the same model in every arm: the mean over the arms) to the best
     arm's final: 90% of the best final when the step-0 reward is 0.
     """
-    start = _mean(row["curve"][0]["reward"] for row in rows if row["curve"])
+    start = finite_mean(row["curve"][0]["reward"] for row in rows if row["curve"])
     best = max(row["final"][0] for row in rows)
     return start + TARGET_FRACTION * (best - start)
 
