@@ -146,7 +146,8 @@ def recommend(rows: list[dict], target: float) -> dict:
     """
     The recommended arm, or a switch between two static arms, with its reason.
 
-    Rule: the arms whose mean final held-out reward reaches the target qualify (the best arm always does); of these,
+    Rule: when no arm's mean final held-out reward is above the step-0 reward, there is none (the best final arm's
+    schedule is still returned). Otherwise the arms whose mean final held-out reward reaches the target qualify (the best arm always does); of these,
     the one that reaches it in the least training time wins (times within 5% are a tie: the higher final reward wins,
     then the earlier arm). When a static arm with a larger G ends higher than the winner (by more than the seeds'
     spread, at least 0.01) and the two measured curves cross -- the winner ahead at an evaluation before step `s`, the
@@ -157,8 +158,13 @@ def recommend(rows: list[dict], target: float) -> dict:
         `dict`: `arm` (the winning [`Arm`]), `switch` (`None`, or `(G before, step, G after)` with `after`, the later
         arm), `line` (the recommendation in one line with its reason).
     """
-    qualified = [row for row in rows if row["to_target"] is not None and row["final"][0] >= target]
     best = max(rows, key=lambda row: row["final"][0])
+    start = finite_mean(row["curve"][0]["reward"] for row in rows if row["curve"])
+    if not best["final"][0] > start:  # nothing learned: no arm is faster to anything
+        return {"arm": best["arm"], "switch": None, "line": (
+            f"none: no arm gained held-out reward over step 0 ({start:.3f}); train longer (--max-steps) or check the "
+            f"reward functions (the best final: {best['arm'].label}, {best['final'][0]:.3f})")}
+    qualified = [row for row in rows if row["to_target"] is not None and row["final"][0] >= target]
     if not qualified:  # the best arm's mean curve can end above the target yet never reach it at one evaluation
         qualified = [best]
     fastest = min(row["to_target"]["time"] if row["to_target"] else math.inf for row in qualified)

@@ -24,12 +24,12 @@ FAST = ["--max-steps", "4", "--held-out", "8", "--eval-every", "2"]
 
 @pytest.fixture
 def recipe(tmp_path):
-    """The demo recipe on 64 prompts without its warm start: a run of a few steps takes about a second."""
+    """The demo recipe on 64 prompts: a run of a few steps takes about a second."""
     import yaml
 
     data = yaml.safe_load((PROJECT / "recipes" / "demo.yaml").read_text())
     path = tmp_path / "quick.yaml"
-    path.write_text(yaml.safe_dump({**data, "dataset_num_prompts": 64, "warm_start_steps": 0}))
+    path.write_text(yaml.safe_dump({**data, "dataset_num_prompts": 64}))
     return str(path)
 
 
@@ -118,6 +118,14 @@ def test_no_arm_reaching_the_target_recommends_the_best_final():
     rows, target = summarise(arms, {"g4": [_run("g4", [0.0, 0.2])], "g8": [_run("g8", [0.0, 0.3])]}, target=0.9)
     result = recommend(rows, target)
     assert result["arm"].name == "g8" and "no arm reached the target 0.900" in result["line"]
+
+
+def test_no_gain_over_step_0_recommends_nothing():
+    arms = [_static(4), _static(8)]
+    rows, target = summarise(arms, {"g4": [_run("g4", [0.3, 0.2])], "g8": [_run("g8", [0.3, 0.3])]})
+    result = recommend(rows, target)
+    assert result["line"].startswith("none: no arm gained held-out reward over step 0 (0.300)")
+    assert result["arm"].name == "g8" and result["switch"] is None
 
 
 def test_build_arms_refuses_a_repeated_g_and_unpaired_temperatures():
