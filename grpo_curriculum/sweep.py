@@ -440,7 +440,7 @@ def sweep_main(args) -> int:
     """`grpo-curriculum sweep RECIPE [--num-generations G ...] [...]`: run, resume and report a sweep."""
     import json
 
-    from .recipe import load_recipe
+    from .recipe import import_reward, load_recipe
     from .run import new_folder, require_matplotlib
 
     overrides = {"max_steps": args.max_steps} if args.max_steps else {}
@@ -448,6 +448,8 @@ def sweep_main(args) -> int:
     arms = build_arms(recipe, args.num_generations or list(DEFAULT_NUM_GENERATIONS), args.temperatures,
                       args.curriculum)  # fmt: skip
     validate_arms(recipe.path, recipe.raw, arms)
+    for path in recipe.reward_funcs:  # the user's code, before the output folder is written
+        import_reward(path)
     require_matplotlib()
     max_steps = recipe.training.get("max_steps")
     if not isinstance(max_steps, int) or max_steps <= 0:
@@ -460,8 +462,8 @@ def sweep_main(args) -> int:
     settings = json.loads(json.dumps(settings, default=str))  # as the manifest reads back
     out = args.out or new_folder("runs/sweep")
     resuming = open_out(out, settings)
-    print(f"sweep of {recipe.path}: {len(arms)} arms ({', '.join(arm.name for arm in arms)}) x {args.seeds} seed"
-          f"{'s' if args.seeds > 1 else ''}, {max_steps} steps each, into {out}"
+    print(f"sweep of {recipe.path}: {len(arms)} arm{'s' if len(arms) > 1 else ''} ({', '.join(a.name for a in arms)}) "
+          f"x {args.seeds} seed{'s' if args.seeds > 1 else ''}, {max_steps} steps each, into {out}"
           + (" (resuming: finished runs are kept)" if resuming else ""), flush=True)  # fmt: skip
     results = run_all(out, arms, list(range(base_seed, base_seed + args.seeds)), args.jobs)
     print()

@@ -160,6 +160,15 @@ def test_invalid_arms_are_refused_with_their_fixes_before_anything_runs(tmp_path
     assert not out.exists()
 
 
+def test_a_reward_function_that_cannot_be_imported_stops_before_the_folder_is_written(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text((PROJECT / "recipes" / "demo.yaml").read_text().replace("tasks:echo_reward", "tasks:no_such"))
+    assert main(["sweep", str(recipe), "--num-generations", "4", *FAST, "--out", str(out)]) == 2
+    assert "reward_funcs = 'grpo_curriculum.tasks:no_such': cannot be imported" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_an_out_folder_holding_other_files_is_refused_and_left_alone(tmp_path, capsys):
     out = tmp_path / "mine"
     out.mkdir()
