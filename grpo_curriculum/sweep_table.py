@@ -152,7 +152,8 @@ def recommend(rows: list[dict], target: float) -> dict:
     then the earlier arm). When a static arm with a larger G ends higher than the winner (by more than the seeds'
     spread, at least 0.01) and the two measured curves cross -- the winner ahead at an evaluation before step `s`, the
     larger G ahead or level at every evaluation from `s` on -- the recommendation is to switch: the winner's G until
-    step `s`, then the larger G. The switch itself is not measured by the sweep: its reason says so.
+    step `s`, then the larger G. The switch itself is not measured by the sweep: its reason says so. With several
+    seeds, the reason says when the runner-up's final (mean + std) reaches the winner's (mean - std).
 
     Returns:
         `dict`: `arm` (the winning [`Arm`]), `switch` (`None`, or `(G before, step, G after)` with `after`, the later
@@ -171,6 +172,11 @@ def recommend(rows: list[dict], target: float) -> dict:
     tied = [row for row in qualified if row["to_target"] and row["to_target"]["time"] <= fastest * (1 + TIE)]
     winner = max(tied or qualified, key=lambda row: row["final"][0])
     arm, line = winner["arm"], _reason(winner, best, target)
+    others = [row for row in rows if row is not winner]
+    runner = max(others, key=lambda row: row["final"][0]) if others else None
+    if runner is not None and winner["seeds"] > 1 and sum(runner["final"]) >= winner["final"][0] - winner["final"][1]:
+        line += (f"; {runner['arm'].label}'s final ({runner['final'][0]:.3f} ± {runner['final'][1]:.3f}) is within "
+                 f"the seeds' spread ({winner['final'][0]:.3f} ± {winner['final'][1]:.3f}): more seeds would tell")
     switch = _switch(winner, rows)
     if switch is None:
         return {"arm": arm, "switch": None, "line": line}

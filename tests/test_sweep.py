@@ -76,6 +76,16 @@ def test_seeds_give_mean_and_spread():
     assert rows[0]["final"] == (pytest.approx(0.5), pytest.approx(math.sqrt(0.02)))
     assert rows[0]["to_target"]["step"] == 10  # the mean curve reaches 0.5
     assert table_rows(rows)[0]["final"] == "0.500 ± 0.141"
+    # two arms whose finals overlap within the seeds' spread: the winner's reason says so
+    arms = [_static(4), _static(8)]
+    runs = {"g4": [_run("g4", [0.0, 0.4]), _run("g4", [0.0, 0.6], seed=1)],
+            "g8": [_run("g8", [0.0, 0.3]), _run("g8", [0.0, 0.5], seed=1)]}
+    rows, target = summarise(arms, runs)
+    line = recommend(rows, target)["line"]
+    assert line.endswith("G 8 T 0.8's final (0.400 ± 0.141) is within the seeds' spread (0.500 ± 0.141): more "
+                         "seeds would tell")  # fmt: skip
+    runs["g8"] = [_run("g8", [0.0, 0.1]), _run("g8", [0.0, 0.1], seed=1)]
+    assert "spread" not in recommend(*summarise(arms, runs))["line"]
 
 
 def test_the_faster_arm_to_the_target_wins_and_a_tie_goes_to_the_higher_final():
