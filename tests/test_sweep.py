@@ -123,6 +123,21 @@ def test_a_switch_is_recommended_only_when_the_measured_curves_cross():
     assert recommend(rows, target)["switch"] is None
 
 
+def test_a_recommended_switch_is_a_recipe_ready_for_train(tmp_path):
+    from grpo_curriculum.cli import build_parser, check_report
+    from grpo_curriculum.recipe import load_recipe
+    from grpo_curriculum.sweep import _write_recommended
+
+    demo, path = load_recipe("demo"), str(tmp_path / "recommended.yaml")
+    stages = [{"num_generations": 4, "temperature": 0.8, "until_step": 300}, {"num_generations": 8, "temperature": 0.8}]
+    _write_recommended(path, demo.path, demo.raw, stages, "G 4 until step 300, then G 8: ...", str(tmp_path))
+    recipe = load_recipe(path)
+    assert [(s.num_generations, s.until_step) for s in recipe.curriculum.stages] == [(4, 300), (8, None)]
+    assert recipe.training["output_dir"] == str(tmp_path / "recommended-run") and recipe.training["max_steps"] == 600
+    assert open(path).read().startswith("# Recommended by `grpo-curriculum sweep`")
+    assert check_report(build_parser().parse_args(["check", path]))[1]
+
+
 def test_no_arm_reaching_the_target_recommends_the_best_final():
     arms = [_static(4), _static(8)]
     rows, target = summarise(arms, {"g4": [_run("g4", [0.0, 0.2])], "g8": [_run("g8", [0.0, 0.3])]}, target=0.9)
