@@ -306,7 +306,7 @@ def test_seeds_in_parallel_jobs_report_mean_and_spread(tmp_path, capsys, recipe)
     assert sorted(str(p.relative_to(out)) for p in out.glob("arms/*/*/sweep_result.json")) == [
         f"arms/{arm}/seed-{seed}/sweep_result.json" for arm in ("g2", "g4") for seed in (0, 1)]
     table = (out / "sweep.md").read_text()
-    rows = [line for line in table.splitlines() if line.startswith("| g")]
+    rows = [line for line in table.splitlines() if line.startswith("|")][2:]  # below the header
     assert "2 seeds an arm (mean ± std)" in table and [row.count(" ± ") for row in rows] == [8, 8]  # every metric
     seeds = [json.loads((out / "arms" / "g4" / f"seed-{s}" / "sweep_result.json").read_text()) for s in (0, 1)]
     assert seeds[0]["train_reward"] != seeds[1]["train_reward"]  # two seeds, two runs
