@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(sweep, "jobs", type=_integer(COUNT), default=1, metavar="N", help="runs trained at once, each in its own "
           "process (default: 1; with more, the runs share the CPUs and their throughput numbers drop)")
     _flag(sweep, "out", metavar="DIR", help="output folder: new, empty, or this sweep's (to resume it) (default: "
-          "runs/sweep, or the first free runs/sweep-2, ...)")
+          "the first of runs/sweep, runs/sweep-2, ... that is free or holds this sweep)")
 
     plot = commands.add_parser("plot", help="plot a run's reward, num_generations and temperature")
     plot.add_argument("run_dir", help="a run's output directory")

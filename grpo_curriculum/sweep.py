@@ -16,6 +16,7 @@ the finished runs and restarts the first unfinished one; other settings are refu
 
 from __future__ import annotations
 
+import itertools
 import math
 import multiprocessing
 import os
@@ -141,6 +142,21 @@ def open_out(out: str, settings: dict) -> bool:
     os.makedirs(out, exist_ok=True)
     atomic_json(manifest, settings)
     return False
+
+
+def default_out(settings: dict, base: str = "runs/sweep") -> str:
+    """
+    The output folder without `--out`: the first of `base`, `base-2`, `base-3`, ... that holds a sweep of these
+    settings (re-running the command resumes it) or is free.
+    """
+    for path in itertools.chain([base], (f"{base}-{n}" for n in itertools.count(2))):
+        if not os.path.lexists(path):
+            return path
+        try:
+            if read_json(os.path.join(path, MANIFEST_FILE), "") == settings:
+                return path
+        except CurriculumStateError:  # not a sweep's folder (or not this one's): the next
+            continue
 
 
 def read_result(folder: str) -> dict | None:
@@ -441,7 +457,7 @@ def sweep_main(args) -> int:
     import json
 
     from .recipe import import_reward, load_recipe
-    from .run import new_folder, require_matplotlib
+    from .run import require_matplotlib
 
     overrides = {"max_steps": args.max_steps} if args.max_steps else {}
     recipe = load_recipe(args.recipe, overrides=overrides)
@@ -460,7 +476,7 @@ def sweep_main(args) -> int:
                 "seeds": args.seeds, "base_seed": base_seed, "max_steps": max_steps, "held_out": args.held_out,
                 "eval_every": args.eval_every or max(1, max_steps // 10), "target": args.target}  # fmt: skip
     settings = json.loads(json.dumps(settings, default=str))  # as the manifest reads back
-    out = args.out or new_folder("runs/sweep")
+    out = args.out or default_out(settings)
     resuming = open_out(out, settings)
     print(f"sweep of {recipe.path}: {len(arms)} arm{'s' if len(arms) > 1 else ''} ({', '.join(a.name for a in arms)}) "
           f"x {args.seeds} seed{'s' if args.seeds > 1 else ''}, {max_steps} steps each, into {out}"

@@ -227,6 +227,21 @@ def test_held_out_rows_are_kept_out_of_training_and_of_the_warm_start(recipe, mo
     assert [row["prompt"] for row in held["rows"]] == eval_dataset["prompt"][:8]
 
 
+def test_without_out_the_same_command_finds_its_own_sweep(tmp_path):
+    from grpo_curriculum.sweep import MANIFEST_FILE, default_out
+
+    base, settings = str(tmp_path / "sweep"), {"arms": ["g4"]}
+    assert default_out(settings, base) == base
+    os.makedirs(base)
+    (Path(base) / "notes.txt").write_text("not a sweep")
+    os.makedirs(base + "-2")
+    (Path(base + "-2") / MANIFEST_FILE).write_text(json.dumps({"arms": ["g8"]}))  # another sweep
+    assert default_out(settings, base) == base + "-3"
+    os.makedirs(base + "-3")
+    (Path(base + "-3") / MANIFEST_FILE).write_text(json.dumps(settings))
+    assert default_out(settings, base) == base + "-3"  # this sweep's: re-running resumes it
+
+
 # --- real sweeps -------------------------------------------------------------------------------------------------
 
 
