@@ -95,14 +95,15 @@ def run_metrics(run: dict) -> dict:
             "fluctuation": fluctuation(run["train_reward"]),
             "samples_per_s": run["steps"] * run["completions_per_step"] / seconds,
             "tokens_per_s": run["num_tokens"] / seconds, "peak_memory": run["peak_memory"],
-            "zero_std": finite_mean(run["zero_std"]), "gain_per_hour": gain / hours if hours else math.nan}  # fmt: skip
+            "zero_std": finite_mean(run["zero_std"]),
+            "gain_per_hour": gain / hours if hours else math.nan}  # fmt: skip
 
 
 def mean_curve(runs: list[dict]) -> list[dict]:
     """The seeds' held-out curves averaged point by point (step, completions, training seconds and reward)."""
     length = min(len(run["points"]) for run in runs)
-    return [{key: finite_mean(run["points"][i][key] for run in runs) for key in ("step", "completions", "time", "reward")}
-            for i in range(length)]  # fmt: skip
+    keys = ("step", "completions", "time", "reward")
+    return [{key: finite_mean(run["points"][i][key] for run in runs) for key in keys} for i in range(length)]
 
 
 def summarise(arms: list[Arm], runs: dict[str, list[dict]], target: float | None = None) -> tuple[list[dict], float]:
@@ -147,13 +148,14 @@ def recommend(rows: list[dict], target: float) -> dict:
     The recommended arm, or a switch between two static arms, with its reason.
 
     Rule: when no arm's mean final held-out reward is above the step-0 reward, there is none (the best final arm's
-    schedule is still returned). Otherwise the arms whose mean final held-out reward reaches the target qualify (the best arm always does); of these,
-    the one that reaches it in the least training time wins (times within 5% are a tie: the higher final reward wins,
-    then the earlier arm). When a static arm with a larger G ends higher than the winner (by more than the seeds'
-    spread, at least 0.01) and the two measured curves cross -- the winner ahead at an evaluation before step `s`, the
-    larger G ahead or level at every evaluation from `s` on -- the recommendation is to switch: the winner's G until
-    step `s`, then the larger G. The switch itself is not measured by the sweep: its reason says so. With several
-    seeds, the reason says when the runner-up's final (mean + std) reaches the winner's (mean - std).
+    schedule is still returned). Otherwise the arms whose mean final held-out reward reaches the target qualify (with
+    the default target, the best arm always does); of these, the one that reaches it in the least training time wins
+    (times within 5% are a tie: the higher final reward wins, then the earlier arm). When a static arm with a larger G
+    ends higher than the winner (by more than the seeds' spread, at least 0.01) and the two measured curves cross --
+    the winner ahead at an evaluation before step `s`, the larger G ahead or level at every evaluation from `s` on --
+    the recommendation is to switch: the winner's G until step `s`, then the larger G. The switch itself is not
+    measured by the sweep: its reason says so. With several seeds, the reason says when the runner-up's final
+    (mean + std) reaches the winner's (mean - std).
 
     Returns:
         `dict`: `arm` (the winning [`Arm`]), `switch` (`None`, or `(G before, step, G after)` with `after`, the later

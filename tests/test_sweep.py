@@ -129,7 +129,8 @@ def test_a_recommended_switch_is_a_recipe_ready_for_train(tmp_path):
     from grpo_curriculum.sweep import _write_recommended
 
     demo, path = load_recipe("demo"), str(tmp_path / "recommended.yaml")
-    stages = [{"num_generations": 4, "temperature": 0.8, "until_step": 300}, {"num_generations": 8, "temperature": 0.8}]
+    stages = [{"num_generations": 4, "temperature": 0.8, "until_step": 300},
+              {"num_generations": 8, "temperature": 0.8}]
     _write_recommended(path, demo.path, demo.raw, stages, "G 4 until step 300, then G 8: ...", str(tmp_path))
     recipe = load_recipe(path)
     assert [(s.num_generations, s.until_step) for s in recipe.curriculum.stages] == [(4, 300), (8, None)]
