@@ -467,10 +467,13 @@ def sweep_main(args) -> int:
     for path in recipe.reward_funcs:  # the user's code, before the output folder is written
         import_reward(path)
     require_matplotlib()
-    max_steps = recipe.training.get("max_steps")
+    max_steps, problems = recipe.training.get("max_steps"), []
     if not isinstance(max_steps, int) or max_steps <= 0:
-        raise CurriculumError([Problem("max_steps", max_steps, "must be a positive number of steps for a sweep (every "
-                                       "arm trains the same steps)", "set `--max-steps N`")], "sweep")
+        problems.append(Problem("max_steps", max_steps, "must be a positive number of steps for a sweep (every arm "
+                                "trains the same steps)", "set `--max-steps N`"))
+    if args.target is not None and not math.isfinite(args.target):
+        problems.append(Problem("--target", args.target, "must be a finite held-out reward", "e.g. `--target 0.8`"))
+    raise_if_any(problems, "sweep")
     base_seed = recipe.training.get("seed", 42)
     settings = {"recipe": recipe.path, "raw": recipe.raw, "arms": [vars(arm) for arm in arms],
                 "seeds": args.seeds, "base_seed": base_seed, "max_steps": max_steps, "held_out": args.held_out,

@@ -183,6 +183,8 @@ def test_invalid_arms_are_refused_with_their_fixes_before_anything_runs(tmp_path
     # malformed (exit 2): a temperature no stage takes
     assert main(["sweep", "demo", "--num-generations", "4", "--temperatures", "-1", "--out", str(out)]) == 2
     assert "arm g4-t-1 (--num-generations 4): curriculum.stages[0].temperature = -1.0" in capsys.readouterr().err
+    assert main(["sweep", "demo", "--num-generations", "4", "--target", "nan", "--out", str(out)]) == 2
+    assert "--target = nan: must be a finite held-out reward" in capsys.readouterr().err
     assert not out.exists()
 
 
