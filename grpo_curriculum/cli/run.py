@@ -24,10 +24,12 @@ DEMO_RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml"  # s
 # --- building a run ----------------------------------------------------------------------------------------------
 
 
-def build_run(recipe):
+def build_run(recipe, split=None):
     """
     Model (an instance for the built-in tiny model, else a name or path TRL loads), tokenizer, train and eval datasets
-    and reward functions for a [`Recipe`], as TRL's `trl grpo` script builds them.
+    and reward functions for a [`Recipe`], as TRL's `trl grpo` script builds them. `split`, when given, maps the train
+    and eval datasets to the ones the run gets, before the built-in model's warm start sees them (`sweep` holds rows
+    out of training with it).
     """
     from ..config.recipe import import_reward
     from ..demo.tasks import TASKS, build_model, build_tokenizer, warm_start
@@ -50,6 +52,8 @@ def build_run(recipe):
             dataset = dataset.rename_column(recipe.dataset_prompt_column, "prompt")
             if eval_dataset is not None:
                 eval_dataset = eval_dataset.rename_column(recipe.dataset_prompt_column, "prompt")
+    if split is not None:
+        dataset, eval_dataset = split(dataset, eval_dataset)
     if recipe.model_name_or_path == TINY_MODEL:
         model, tokenizer = build_model(seed=seed), build_tokenizer()
         warm_start(model, tokenizer, dataset, steps=recipe.warm_start_steps, seed=seed)
@@ -144,10 +148,10 @@ def model_arguments(model_args, args, loads_model: bool) -> dict:
     return {"quantization_config": get_quantization_config(model_args), "peft_config": get_peft_config(model_args)}
 
 
-def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=(), **settings):
+def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=(), split=None, **settings):
     """
     `CurriculumGRPOTrainer` for a validated recipe, its `GRPOConfig` and `ModelConfig` built by TRL's parser (see
-    [`~config.arguments.trl_arguments`]) with `settings` (and `output_dir`, when given) on top.
+    [`~config.arguments.trl_arguments`]) with `settings` (and `output_dir`, when given) on top (`split`: see [`build_run`]).
     """
     from ..config.arguments import trl_arguments
     from ..core.curriculum import curriculum_options
@@ -156,7 +160,7 @@ def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=(), **s
 
     settings.update({"output_dir": output_dir} if output_dir is not None else {})
     args, model_args = trl_arguments(recipe, launch_geometry(recipe), **settings)
-    model, tokenizer, dataset, eval_dataset, rewards = build_run(recipe)
+    model, tokenizer, dataset, eval_dataset, rewards = build_run(recipe, split)
     routed = model_arguments(model_args, args, loads_model=isinstance(model, str))
     return CurriculumGRPOTrainer(
         model=model,
@@ -398,8 +402,16 @@ def read_log_history(run_dir: str) -> list[dict]:
         value of the wrong type) and the fix.
     """
     from ..core.rules import Rule
-    from ..training.checkpoint import (STEP, TRAINER_STATE_FILE, CurriculumStateError, Nullable, checkpoints,
-                                       problems_of, read_trainer_state, state_error)
+    from ..training.checkpoint import (
+        STEP,
+        TRAINER_STATE_FILE,
+        CurriculumStateError,
+        Nullable,
+        checkpoints,
+        problems_of,
+        read_trainer_state,
+        state_error,
+    )
 
     fix = (f"pass the output directory of a grpo-curriculum run (it holds {TRAINER_STATE_FILE}, or checkpoint-N "
            "folders holding one)")  # fmt: skip

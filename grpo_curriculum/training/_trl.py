@@ -618,3 +618,43 @@ def current_sampling(trainer) -> tuple[int, float]:
 def new_prompt_stream(trainer) -> PromptStream:
     """A prompt stream over the train dataset as the data loader reads it, shuffled like TRL's sampler."""
     return PromptStream(train_dataset_as_loaded(trainer), shuffle=trainer.shuffle_dataset, seed=trainer.args.seed)
+
+
+def greedy_rewards(trainer, model, rows: list[dict], batch_size: int = 64) -> list[float]:
+    """
+    The reward of one greedy completion for each of `rows` (dataset rows with a `prompt`), scored as TRL scores a
+    training round: prompts tokenized by `_tokenize_prompts` (chat template and all), completions cut after the first
+    EOS and decoded as in `_generate_and_score_completions` (assistant messages for conversational prompts), every
+    reward function called by `_calculate_rewards` with the rows' other columns, combined by [`weighted_rewards`].
+    Greedy decoding: no sampling noise, and the model's and the global RNG state are untouched.
+    """
+    from transformers import GenerationConfig
+    from trl.data_utils import is_conversational
+
+    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    config = GenerationConfig(do_sample=False, max_new_tokens=trainer.max_completion_length,
+                              pad_token_id=tokenizer.pad_token_id, eos_token_id=trainer.eos_token_ids)  # fmt: skip
+    was_training, rewards = model.training, []
+    model.eval()
+    try:
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            prompts = [row["prompt"] for row in batch]
+            prompt_ids = trainer._tokenize_prompts(prompts)[0]
+            width = max(map(len, prompt_ids))  # left padding, as TRL pads prompts for generation
+            ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + list(p) for p in prompt_ids])
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids])
+            with torch.no_grad():
+                out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
+                                     generation_config=config)[:, width:].tolist()  # fmt: skip
+            completion_ids = []
+            for sequence in out:
+                ends = [i for i, token in enumerate(sequence) if token in trainer.eos_token_ids]
+                completion_ids.append(sequence[: ends[0] + 1] if ends else sequence)
+            texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+            if is_conversational(batch[0]):
+                texts = [[{"role": "assistant", "content": text}] for text in texts]
+            rewards += weighted_rewards(trainer, trainer._calculate_rewards(batch, prompts, texts, completion_ids))
+    finally:
+        model.train(was_training)
+    return rewards
