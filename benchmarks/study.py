@@ -551,6 +551,8 @@ def sampling_verdicts(summary: dict) -> dict[str, dict]:
                 row["ratio_100_median"] <= TOP_UP_TARGETS["ratio"],
             f"90% interval upper end <= {TOP_UP_TARGETS['ratio']}":
                 row["ratio_100_interval"][1] <= TOP_UP_TARGETS["ratio"],
+            f"to 90% of the best static's gain: median {fmt_ratio(row['ratio_90_median'])}, 90% CI "
+            f"{fmt_interval(row['ratio_90_interval'])}": None,
         }  # fmt: skip
     if "dynamic" in rows:
         row = rows["dynamic"]
@@ -558,12 +560,14 @@ def sampling_verdicts(summary: dict) -> dict[str, dict]:
         full = statistics.fmean(steps) if steps else math.nan
         verdict = {f"steps whose batch held only informative groups: {full:.0%}" if steps else
                    "steps whose batch held only informative groups: not logged": None,
-                   f"completions to the best static's final reward: median {fmt_ratio(row['ratio_100_median'])}x "
-                   f"the best static's, 90% CI {fmt_interval(row['ratio_100_interval'])}": None}  # fmt: skip
+                   f"completions to the best static's final reward over the best static's: median "
+                   f"{fmt_ratio(row['ratio_100_median'])}, 90% CI {fmt_interval(row['ratio_100_interval'])}": None,
+                   f"to 90% of its gain: median {fmt_ratio(row['ratio_90_median'])}, 90% CI "
+                   f"{fmt_interval(row['ratio_90_interval'])}": None}  # fmt: skip
         if "top_up" in rows:
             ratios = [paired_ratio(a, b) for a, b in zip(row["reach_100"], rows["top_up"]["reach_100"], strict=True)]
-            verdict[f"... over top_up's (paired): median {fmt_ratio(median(ratios))}, 90% CI "
-                    f"{fmt_interval(bootstrap_interval(ratios))}"] = None
+            verdict[f"over top_up's (paired, to the best static's final reward): median {fmt_ratio(median(ratios))}, "
+                    f"90% CI {fmt_interval(bootstrap_interval(ratios))}"] = None
         out["dynamic"] = verdict
     return out
 

@@ -322,7 +322,7 @@ per_device_train_batch_size: 16
 gradient_accumulation_steps: 4
 curriculum:
   stages:
-    - {adaptive: {policy: top_up, num_generations: [4, 8, 16]}, temperature: 1.0, temperature_end: 0.8,
+    - {adaptive: {policy: top_up, num_generations: [4, 8, 16], pilot: 4}, temperature: 1.0, temperature_end: 0.8,
        until_fraction: 0.5}
     - {adaptive: {policy: top_up, num_generations: [16]}, temperature: 1.0, until_fraction: 0.7}
     - {num_generations: 4, temperature: 1.0, dynamic_sampling: {max_rounds: 4}}

@@ -68,6 +68,34 @@ def test_a_round_filled_by_increments_stays_within_the_bounds():
     assert sizes[2] == 2  # the coin was informative from its pilot: it never grows while others are all-equal
 
 
+def test_every_valid_top_up_round_fills_exactly_within_its_increments():
+    """Random success rates and geometries: a round the geometry accepts always ends holding exactly its budget."""
+    import random
+
+    from grpo_curriculum import BatchGeometry
+
+    rng = random.Random(0)
+    checked = 0
+    for _ in range(400):
+        pilot = rng.choice([2, 4, 8])
+        top_up = TopUp(pilot, pilot * rng.choice([1, 2, 3, 4, 8]), rng.choice([None, None, 1, 3, 8]))
+        geometry = BatchGeometry(rng.choice([1, 2, 4]), rng.choice([2, 4, 8, 16]), rng.choice([1, 2, 4]))
+        if geometry.top_up_problems(top_up):
+            continue
+        budget, checked = geometry.generation_batch_size, checked + 1
+        p = [rng.choice([0.0, 1.0, rng.random()]) for _ in range(top_up.prompts_for(budget))]
+        rewards = [[float(rng.random() < q) for _ in range(pilot)] for q in p]
+        left, increments = budget - pilot * len(p), 0
+        while left:
+            added = top_up_increment(rewards, [len(r) for r in rewards], pilot, top_up.largest, left)
+            assert any(added), (top_up, geometry)
+            rewards = [r + [float(rng.random() < q) for _ in range(a)] for r, q, a in zip(rewards, p, added)]
+            left, increments = left - sum(added), increments + 1
+        assert sum(map(len, rewards)) == budget and max(map(len, rewards)) <= top_up.largest
+        assert increments <= top_up.max_increments
+    assert checked > 100
+
+
 def test_top_up_increment_rejects_inconsistent_input():
     with pytest.raises(ValueError, match="2 groups of rewards, but 1 sizes"):
         top_up_increment([[0, 1], [1, 1]], [2], 2, 8, 4)

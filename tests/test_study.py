@@ -185,11 +185,12 @@ def test_the_report_states_the_sampling_targets_met_or_missed(tmp_path):
     summary = study.summarise_task(runs, arms, [100], [0, 1, 2, 3])
     assert summary["best_static"] == "static_g2"
     verdicts = study.sampling_verdicts(summary)
-    assert list(verdicts["top_up"].values()) == [True, True, True]  # 3x the informative share, ratio 0.33
+    assert list(verdicts["top_up"].values()) == [True, True, True, None]  # 3x the informative share, ratio 0.33
     assert "(3.00x)" in next(iter(verdicts["top_up"]))
     lines = list(verdicts["dynamic"])
     assert lines[0] == "steps whose batch held only informative groups: 100%"
-    assert "median 0.67x the best static's" in lines[1] and "over top_up's (paired): median 2.00" in lines[2]
+    assert "over the best static's: median 0.67, 90% CI [0.67, 0.67]" in lines[1]
+    assert "over top_up's (paired, to the best static's final reward): median 2.00" in lines[3]
     raw = {"mode": "pilot, custom", "command": "python benchmarks/study.py --arms ...", "wall_time_s": 60.0,
            "options": {"name": "custom", "tasks": ["prefix_levels"], "arms": arms, "seeds": [0, 1, 2, 3],
                        "tuning": [100], "steps": 32, "points": 3, "jobs": 1}, "runs": runs}  # fmt: skip
