@@ -129,11 +129,6 @@ class RoundStats:
     group_zero_std: tuple[bool, ...]
     prompt_keys: tuple[str, ...] | None = None
 
-    @property
-    def num_generations(self) -> int | None:
-        """The round's G when every group has the same size, else `None`."""
-        return self.group_sizes[0] if len(set(self.group_sizes)) == 1 else None  # (None for an empty round too)
-
 
 def round_stats(
     rewards: Sequence,
