@@ -17,7 +17,6 @@ from grpo_curriculum.core.allocation import (
     WEIGHTS,
     PerPromptAllocator,
     PromptStats,
-    beta_moment,
     beta_prior,
     expected_value,
     knapsack,
@@ -58,16 +57,21 @@ def kinds_stats(a, kinds):
 
 
 @pytest.mark.parametrize("a, b", [(1.0, 1.0), (2.5, 0.7), (0.3, 4.0), (30.0, 2.0)])
-@pytest.mark.parametrize("i, j", [(0, 0), (3, 0), (0, 5), (1, 2), (17, 2), (1, 18)])
-def test_beta_moment_is_the_beta_function_ratio_and_the_integral(a, b, i, j):
+@pytest.mark.parametrize("weight", list(WEIGHTS))
+def test_expected_value_is_the_beta_function_ratios_and_the_integral(a, b, weight):
     from math import exp, lgamma
 
     log_beta = lambda x, y: lgamma(x) + lgamma(y) - lgamma(x + y)  # noqa: E731
-    assert beta_moment(a, b, i, j) == pytest.approx(exp(log_beta(a + i, b + j) - log_beta(a, b)), rel=1e-10)
-    if min(a, b) >= 1:  # a bounded density: integrate it numerically too
-        p = np.linspace(0, 1, 200_001)
-        density = p ** (a - 1) * (1 - p) ** (b - 1) / exp(log_beta(a, b))
-        assert beta_moment(a, b, i, j) == pytest.approx(np.trapezoid(p**i * (1 - p) ** j * density, p), rel=1e-4)
+    moment = lambda i, j: exp(log_beta(a + i, b + j) - log_beta(a, b))  # noqa: E731  E[p^i (1-p)^j] under Beta(a, b)
+    i, j = WEIGHTS[weight]
+    values = expected_value([a], [b], CANDIDATES, weight)[0]
+    for g, value in zip(CANDIDATES, values):
+        assert value == pytest.approx(moment(i, j) - moment(i + g, j) - moment(i, j + g), rel=1e-10, abs=1e-15)
+        if min(a, b) >= 1:  # a bounded density: integrate it numerically too
+            p = np.linspace(0, 1, 200_001)
+            density = p ** (a - 1) * (1 - p) ** (b - 1) / exp(log_beta(a, b))
+            integrand = (1 - p**g - (1 - p) ** g) * p**i * (1 - p) ** j * density
+            assert value == pytest.approx(np.trapezoid(integrand, p), rel=1e-4, abs=1e-12)
 
 
 @pytest.mark.parametrize("g", CANDIDATES)
@@ -232,7 +236,8 @@ def test_prompt_stats_observe_decay_streak_and_population():
     assert stats.zero_streak.tolist() == [2, -1, 0, 0]  # all right twice; all wrong once; mixed
     np.testing.assert_allclose(stats.moments, [1, 1, 1 / 2])  # the last round's groups (smoothing 1)
     a, b = beta_prior(stats.moments)
-    np.testing.assert_allclose(stats.success_rate([3, 0]), [a / (a + b), (a + 4) / (a + b + 4)])
+    np.testing.assert_allclose(stats.posterior([3, 0])[0], [a, a + 4])  # successes added to the prior
+    np.testing.assert_allclose(stats.posterior([3, 0])[1], [b, b])
     assert stats.successes.nbytes + stats.failures.nbytes + stats.zero_streak.nbytes == 9 * 4  # 9 bytes a prompt
 
 
@@ -303,7 +308,8 @@ def test_counts_neither_overflow_nor_saturate(decay, p, visits):
         successes, failures = decay * successes + 8 * p, decay * failures + 8 * (1 - p)
     assert float(stats.successes[0]) == pytest.approx(successes, rel=1e-3)
     assert float(stats.failures[0]) == pytest.approx(failures, rel=1e-3)
-    assert stats.success_rate([0])[0] == pytest.approx(p, abs=0.005)
+    a, b = stats.posterior([0])
+    assert (a / (a + b))[0] == pytest.approx(p, abs=0.005)  # the posterior mean
 
 
 def _plans_in_a_process(seed):

@@ -1,5 +1,6 @@
 """Tests for the `grpo-curriculum` command: `check` reproduces the seed documents' cases; the others dispatch."""
 
+import re
 import subprocess
 import sys
 import types
@@ -259,6 +260,14 @@ def test_module_runs_as_a_script():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "result: OK, all 2 checks valid on 1 process" in done.stdout
+
+
+def test_the_module_train_help_tells_to_launch_runs_the_command(capsys):
+    assert main(["train", "--help"]) == 0
+    module = re.search(r"launch -m (\S+) train", " ".join(capsys.readouterr().out.split())).group(1)
+    done = subprocess.run([sys.executable, "-m", module, "check", "recipes/demo.yaml"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert "result: OK" in done.stdout, (module, done.returncode, done.stderr)  # not a silent exit 0
 
 
 # --- train, demo, plot dispatch ----------------------------------------------------------------------------------

@@ -54,7 +54,6 @@ def test_round_stats(rewards, G, expected):
     assert isinstance(stats, RoundStats)
     sizes = G if isinstance(G, tuple) else (G,) * (len(rewards) // G)
     assert stats.group_sizes == sizes
-    assert stats.num_generations == (sizes[0] if len(set(sizes)) == 1 else None)
     assert stats.distinct_fraction is None and stats.prompt_keys is None
     for name, value in expected.items():
         assert same(getattr(stats, name), value), (name, getattr(stats, name), value)

@@ -47,6 +47,8 @@ def test_warm_start_lowers_the_answer_loss():
     import torch
 
     tokenizer, model = tasks.build_tokenizer(), tasks.build_model(seed=0)
+    assert (model.generation_config.pad_token_id, model.generation_config.eos_token_id) == (
+        tokenizer.pad_token_id, tokenizer.eos_token_id)  # generation stops at `<eos>` and pads with `<pad>`
     dataset = tasks.echo_dataset(64, seed=0)
 
     def answer_loss():

@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser(
         "train", help="train a recipe", description="Train a recipe. Overrides follow it as `--key value` (any "
         "recipe key, read as on `trl grpo`'s command line, e.g. `--max_steps 10 --output_dir runs/x`). Launch with "
-        "`accelerate launch -m grpo_curriculum.cli.main train ...` for several processes. The output_dir must be new "
+        "`accelerate launch -m grpo_curriculum.cli train ...` for several processes. The output_dir must be new "
         "or empty, unless `--resume_from_checkpoint` continues the run in it. " + EXIT_STATUS + ".")
     train.add_argument("recipe", help=recipe_help)
     train.add_argument("overrides", nargs=argparse.REMAINDER, help="`--key value` pairs overriding the recipe")

@@ -21,7 +21,7 @@ prompts a round, as in Knapsack RL's `M` prompts sharing `M x n` rollouts):
    informative (rewards not all equal) times the information weight `w` (`weight="knapsack"`: Knapsack RL's
    `p (1-p)^2`; `"variance"`: `p (1-p)`; `"uniform"`: 1, the expected number of informative groups), in expectation
    (not plugged in) under the prompt's Beta posterior of its success rate `p`, in closed form from Beta moments
-   ([`beta_moment`]). The posterior is the population's prior (empirical Bayes: a Beta fitted by moments to recently
+   ([`expected_value`]). The posterior is the population's prior (empirical Bayes: a Beta fitted by moments to recently
    observed groups, corrected for their binomial noise; Beta(1, 1) before any observation) updated with the prompt's
    discounted successes and failures (old visits weighted by `decay` per new visit). A prompt never seen has the
    prior's value, so a fresh run explores.
@@ -55,37 +55,11 @@ MAX_DEFERRED_WINDOWS = 4
 FLAT_MOMENTS = (0.5, 1 / 3, 0.0)  # E[x], E[x^2], E[1/n] of Beta(1, 1) seen without noise: the prior before any data
 
 
-def beta_moment(a, b, i, j) -> np.ndarray:
-    """
-    `E[p^i (1-p)^j]` under `Beta(a, b)`, exactly: `B(a+i, b+j) / B(a, b) = prod_{k<i} (a+k)/(a+b+k) x prod_{k<j}
-    (b+k)/(a+b+i+k)`.
-
-    Args:
-        a, b (array-like): Beta parameters (positive), broadcast together with `i` and `j`.
-        i, j (array-like of `int`): Non-negative integer exponents.
-
-    Example:
-    ```python
-    >>> beta_moment(1.0, 1.0, 3, 0).item()  # E[p^3] under the uniform distribution: 1/4
-    0.25
-    ```
-    """
-    a, b, i, j = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64),
-                                     np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64))  # fmt: skip
-
-    def product(top, bottom, n):  # prod_{k<n} (top+k)/(bottom+k), by cumulative products up to the largest n
-        k = np.arange(max(int(n.max(initial=0)), 1))
-        running = np.cumprod((top[..., None] + k) / (bottom[..., None] + k), axis=-1)
-        picked = np.take_along_axis(running, np.maximum(n - 1, 0)[..., None], axis=-1)[..., 0]
-        return np.where(n > 0, picked, 1.0)
-
-    return product(a, a + b, i) * product(b, a + b + i, j)
-
-
 def expected_value(a, b, candidates: Sequence[int], weight: str = "knapsack") -> np.ndarray:
     """
     Per prompt (posterior `Beta(a, b)`) and candidate G, `E[(1 - p^G - (1-p)^G) w(p)]` with `w` from [`WEIGHTS`]:
-    `M(i, j) - M(i+G, j) - M(i, j+G)`, `M` = [`beta_moment`].
+    `M(i, j) - M(i+G, j) - M(i, j+G)` with the Beta moment `M(i, j) = E[p^i (1-p)^j] = B(a+i, b+j) / B(a, b) =
+    prod_{k<i} (a+k)/(a+b+k) x prod_{k<j} (b+k)/(a+b+i+k)`.
 
     Returns:
         `np.ndarray`: Shape `(prompts, len(candidates))`, non-negative.
@@ -190,11 +164,6 @@ class PromptStats:
         slots = np.asarray(slots, dtype=np.int64)
         a, b = beta_prior(self.moments)
         return self.successes[slots].astype(np.float64) + a, self.failures[slots].astype(np.float64) + b
-
-    def success_rate(self, slots: Sequence[int]) -> np.ndarray:
-        """Per slot, the estimated success rate: the posterior mean under the population prior."""
-        a, b = self.posterior(slots)
-        return a / (a + b)
 
     def observe(self, slots: Sequence[int], successes: Sequence[float], trials: Sequence[int],
                 zero_std: Sequence[bool]) -> None:  # fmt: skip

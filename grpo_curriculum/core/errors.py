@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 
 class _ShortRepr(reprlib.Repr):
-    """`reprlib.Repr` that also shortens huge integers (whose plain `repr` may even fail) and any other long repr."""
+    """`reprlib.Repr` that also shortens huge integers, whose plain `repr` may even fail (reprlib cuts the rest)."""
 
     def __init__(self):
         super().__init__()
@@ -19,9 +19,6 @@ class _ShortRepr(reprlib.Repr):
         if x.bit_length() > 200:  # over 60 digits; ints over 4300 digits cannot even be printed
             return f"<integer of about {int(x.bit_length() * 0.30103) + 1} digits>"
         return super().repr_int(x, level)
-
-    def repr_instance(self, x, level):
-        return shorten_text(super().repr_instance(x, level), self.maxother)
 
 
 _SHORT = _ShortRepr()

@@ -20,6 +20,7 @@ are *missing*: they are left out of every statistic.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -55,17 +56,13 @@ def is_zero_std(finite: Sequence[float]) -> bool:
     return len(finite) > 0 and max(finite) - min(finite) <= ZERO_STD_TOLERANCE
 
 
-def _check_groups(name: str, length: int, groups: int) -> None:
-    if length != groups:
-        raise ValueError(f"{name} has {length} entries, but the round has {groups} groups")
-
-
-def group_sizes_of(num_generations, num_rows: int) -> tuple[int, ...]:
+def group_sizes_of(num_generations, num_rows: int, prompt_keys: Sequence | None = None) -> tuple[int, ...]:
     """
     The group sizes of a round of `num_rows` rows: `num_generations` is one G for every group, or the G of each group.
 
     Raises:
-        `ValueError`: if a size is not a positive integer or the sizes do not add up to `num_rows`.
+        `ValueError`: if a size is not a positive integer, the sizes do not add up to `num_rows`, or `prompt_keys` (one
+        key per group) has another length.
     """
     if isinstance(num_generations, Sequence):
         sizes = tuple(num_generations)
@@ -80,6 +77,8 @@ def group_sizes_of(num_generations, num_rows: int) -> tuple[int, ...]:
             f"{num_rows} rewards do not split into groups of {_describe_sizes(sizes)} (rewards must be flat, in group "
             "order: G consecutive rows per prompt)"
         )
+    if prompt_keys is not None and len(prompt_keys) != len(sizes):
+        raise ValueError(f"prompt_keys has {len(prompt_keys)} entries, but the round has {len(sizes)} groups")
     return sizes
 
 
@@ -89,12 +88,10 @@ def _describe_sizes(sizes: tuple[int, ...]) -> str:
     return f"sizes {list(sizes)} (sum {sum(sizes)})"
 
 
-def _split(rewards: Sequence, sizes: tuple[int, ...]) -> list[list[float | None]]:
-    values, groups, start = [_finite(r) for r in rewards], [], 0
-    for size in sizes:
-        groups.append(values[start : start + size])
-        start += size
-    return groups
+def split_groups(rows: Sequence, sizes: Sequence[int]) -> list:
+    """`rows` (flat, in group order) cut into consecutive groups of `sizes`."""
+    starts = itertools.accumulate(sizes, initial=0)
+    return [rows[start : start + size] for start, size in zip(starts, sizes)]
 
 
 @dataclass(frozen=True)
@@ -132,11 +129,6 @@ class RoundStats:
     group_zero_std: tuple[bool, ...]
     prompt_keys: tuple[str, ...] | None = None
 
-    @property
-    def num_generations(self) -> int | None:
-        """The round's G when every group has the same size, else `None`."""
-        return self.group_sizes[0] if len(set(self.group_sizes)) == 1 else None  # (None for an empty round too)
-
 
 def round_stats(
     rewards: Sequence,
@@ -166,10 +158,8 @@ def round_stats(
         `ValueError`: if the group sizes do not add up to `len(rewards)`, or `prompt_keys` / `completion_keys` have the
         wrong length.
     """
-    sizes = group_sizes_of(num_generations, len(rewards))
-    groups = _split(rewards, sizes)
-    if prompt_keys is not None:
-        _check_groups("prompt_keys", len(prompt_keys), len(groups))
+    sizes = group_sizes_of(num_generations, len(rewards), prompt_keys)
+    groups = split_groups([_finite(r) for r in rewards], sizes)
     if completion_keys is not None and len(completion_keys) != len(rewards):
         raise ValueError(f"completion_keys has {len(completion_keys)} entries, but there are {len(rewards)} rewards")
     success, counts, stds, zero_std, finite_all = [], [], [], [], []
@@ -186,10 +176,7 @@ def round_stats(
     scored = sum(size for size, count in zip(sizes, counts) if count)  # completions of groups with a finite reward
     distinct = None
     if completion_keys is not None and sizes:
-        per_group, start = [], 0
-        for size in sizes:
-            per_group.append(len(set(completion_keys[start : start + size])) / size)
-            start += size
+        per_group = [len(set(keys)) / len(keys) for keys in split_groups(completion_keys, sizes)]
         distinct = math.fsum(per_group) / len(per_group)
     return RoundStats(
         group_sizes=sizes,

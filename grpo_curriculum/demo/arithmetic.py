@@ -79,44 +79,15 @@ def messages(a: int, op: str, b: int) -> list[dict]:
     return [{"role": "user", "content": f"What is {question(a, op, b)}? {INSTRUCTION}"}]
 
 
-def arithmetic_rows(num_prompts: int = 256, seed: int = 0, split: str = "train",
-                    levels: tuple[str, ...] | None = None) -> list[dict]:  # fmt: skip
-    """
-    The rows of [`arithmetic_dataset`], as plain dicts (no `datasets` import).
-
-    Each level gets an equal share of the prompts (the first levels one more when `num_prompts` does not divide
-    evenly); within a level, problems are drawn without replacement from the split's problems, starting over (in a
-    new order) only when the level's share exceeds them. The rows are then shuffled.
-    """
-    if split not in ("train", "eval"):
-        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
-    names = tuple(LEVELS) if levels is None else tuple(levels)
-    unknown = [name for name in names if name not in LEVELS]
-    if unknown or not names:
-        raise ValueError(f"unknown levels {unknown or names!r}; use some of {list(LEVELS)}")
-    if num_prompts < 1:
-        raise ValueError(f"num_prompts must be a positive integer, got {num_prompts!r}")
-    rng = random.Random(f"arithmetic-{seed}-{split}")
-    rows = []
-    for i, name in enumerate(names):
-        level = LEVELS[name]
-        share = num_prompts // len(names) + (i < num_prompts % len(names))
-        pool = [(a, b) for a, b in level.problems() if split_of(a, level.op, b) == split]
-        drawn: list[tuple[int, int]] = []
-        while len(drawn) < share:
-            drawn += rng.sample(pool, min(len(pool), share - len(drawn)))
-        for a, b in drawn:
-            rows.append({"prompt": messages(a, level.op, b), "answer": str(solve(a, level.op, b)), "level": name,
-                         "question": question(a, level.op, b)})  # fmt: skip
-    rng.shuffle(rows)
-    return rows
-
-
 def arithmetic_dataset(num_prompts: int = 256, seed: int = 0, split: str = "train",
                        levels: tuple[str, ...] | None = None):  # fmt: skip
     """
     The *arithmetic* task: conversational prompts asking for the result of a sum, difference or product, with mixed
     difficulty ([`LEVELS`]), scored by [`arithmetic_reward`].
+
+    Each level gets an equal share of the prompts (the first levels one more when `num_prompts` does not divide
+    evenly); within a level, problems are drawn without replacement from the split's problems, starting over (in a
+    new order) only when the level's share exceeds them. The rows are then shuffled.
 
     Args:
         num_prompts (`int`, *optional*, defaults to `256`):
@@ -140,7 +111,28 @@ def arithmetic_dataset(num_prompts: int = 256, seed: int = 0, split: str = "trai
     """
     from datasets import Dataset
 
-    return Dataset.from_list(arithmetic_rows(num_prompts, seed=seed, split=split, levels=levels))
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    names = tuple(LEVELS) if levels is None else tuple(levels)
+    unknown = [name for name in names if name not in LEVELS]
+    if unknown or not names:
+        raise ValueError(f"unknown levels {unknown or names!r}; use some of {list(LEVELS)}")
+    if num_prompts < 1:
+        raise ValueError(f"num_prompts must be a positive integer, got {num_prompts!r}")
+    rng = random.Random(f"arithmetic-{seed}-{split}")
+    rows = []
+    for i, name in enumerate(names):
+        level = LEVELS[name]
+        share = num_prompts // len(names) + (i < num_prompts % len(names))
+        pool = [(a, b) for a, b in level.problems() if split_of(a, level.op, b) == split]
+        drawn: list[tuple[int, int]] = []
+        while len(drawn) < share:
+            drawn += rng.sample(pool, min(len(pool), share - len(drawn)))
+        for a, b in drawn:
+            rows.append({"prompt": messages(a, level.op, b), "answer": str(solve(a, level.op, b)), "level": name,
+                         "question": question(a, level.op, b)})  # fmt: skip
+    rng.shuffle(rows)
+    return Dataset.from_list(rows)
 
 
 def arithmetic_reward(completions: list, answer: list[str], **kwargs) -> list[float]:

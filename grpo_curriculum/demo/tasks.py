@@ -76,10 +76,7 @@ def build_model(seed: int = 0, hidden_size: int = 32, num_layers: int = 2):
         tie_word_embeddings=False,
     )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
-    model.generation_config.pad_token_id = config.pad_token_id
-    model.generation_config.eos_token_id = config.eos_token_id
-    return model
+    return LlamaForCausalLM(config)  # its generation config takes the pad and EOS tokens from `config`
 
 
 # --- tasks -------------------------------------------------------------------------------------------------------

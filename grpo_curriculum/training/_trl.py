@@ -125,14 +125,6 @@ def generation_round_length(trainer) -> int:
     return trainer.args.steps_per_generation * trainer.num_iterations
 
 
-def train_dataset_as_loaded(trainer):
-    """The train dataset as the train data loader reads it (unused columns removed when the user asked for it)."""
-    dataset = trainer.train_dataset
-    if isinstance(dataset, Dataset):
-        dataset = trainer._remove_unused_columns(dataset, description="training")
-    return dataset
-
-
 def completion_keys(trainer, completion_ids_list) -> list[int]:
     """A key per completion of the whole round (gathered from every process, in row order) to count distinct ones."""
     from accelerate.utils import gather_object
@@ -616,8 +608,14 @@ def current_sampling(trainer) -> tuple[int, float]:
 
 
 def new_prompt_stream(trainer) -> PromptStream:
-    """A prompt stream over the train dataset as the data loader reads it, shuffled like TRL's sampler."""
-    return PromptStream(train_dataset_as_loaded(trainer), shuffle=trainer.shuffle_dataset, seed=trainer.args.seed)
+    """
+    A prompt stream over the train dataset as the train data loader reads it (unused columns removed when the user
+    asked for it), shuffled like TRL's sampler.
+    """
+    dataset = trainer.train_dataset
+    if isinstance(dataset, Dataset):
+        dataset = trainer._remove_unused_columns(dataset, description="training")
+    return PromptStream(dataset, shuffle=trainer.shuffle_dataset, seed=trainer.args.seed)
 
 
 def greedy_rewards(trainer, model, rows: list[dict], batch_size: int = 64) -> list[float]:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..core.signals import group_sizes_of
+from ..core.signals import group_sizes_of, split_groups
 from ..core.slots import PromptSlots
 from .checkpoint import atomic_write
 
@@ -69,13 +69,8 @@ class PromptReport:
                 candidates (give them when they cannot be read back from the dataset by index).
         """
         values = np.array([np.nan if r is None else r for r in rewards], dtype=np.float64)
-        sizes = group_sizes_of(num_generations, len(values))
-        if len(prompt_keys) != len(sizes):
-            raise ValueError(f"prompt_keys has {len(prompt_keys)} entries, but the round has {len(sizes)} groups")
-        start = 0
-        for i, (key, size) in enumerate(zip(prompt_keys, sizes)):
-            group = values[start : start + size]
-            start += size
+        sizes = group_sizes_of(num_generations, len(values), prompt_keys)
+        for i, (key, group) in enumerate(zip(prompt_keys, split_groups(values, sizes))):
             group = group[np.isfinite(group)]
             slot = self.slots.slot_of(key)
             self.seen[slot] += 1

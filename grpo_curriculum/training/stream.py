@@ -227,6 +227,4 @@ def prompt_texts(stream: PromptStream, prompts: list) -> list:
 
 def prompt_slots(stream: PromptStream) -> PromptSlots:
     """Where per-prompt statistics live: a slot per dataset row, or hash buckets for an iterable dataset's prompts."""
-    from ..core.slots import PromptSlots
-
     return PromptSlots() if stream.iterable else PromptSlots(len(stream.dataset), indexed=True)
