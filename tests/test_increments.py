@@ -22,9 +22,9 @@ from .fake_vllm import decode_fake_completion, fake_vllm_colocate, fake_vllm_ser
 from .test_trainer import make_trainer, train_history
 
 
-def top_up(candidates=(2, 4, 8), pilot=2, prompts=None, temperature=1.0):
+def top_up(candidates=(2, 4, 8), pilot=2, prompts=None, temperature=1.0, rule="flat_first"):
     """One top-up stage."""
-    adaptive = Adaptive(num_generations=candidates, policy="top_up", pilot=pilot, prompts=prompts)
+    adaptive = Adaptive(num_generations=candidates, policy="top_up", pilot=pilot, prompts=prompts, rule=rule)
     return [Stage(temperature=temperature, adaptive=adaptive)]
 
 
@@ -345,7 +345,8 @@ def settled_or_mixed(prompts, completions, idx, **kwargs):
     return [1.0 if i % 3 == 0 else 0.0 if i % 3 == 1 else float(j % 2) for j, i in enumerate(idx)]
 
 
-@pytest.mark.parametrize("stages", [top_up(prompts=4), dynamic(g=2, max_rounds=3)], ids=["top_up", "dynamic"])
+@pytest.mark.parametrize("stages", [top_up(prompts=4), top_up(prompts=4, rule="value"), dynamic(g=2, max_rounds=3)],
+                         ids=["top_up", "top_up_value", "dynamic"])
 def test_resume_inside_a_round_replays_it(tmp_path, stages):
     """
     A checkpoint inside a round (TRL regenerates the round at the resume): the round's prompts and pilot are replayed

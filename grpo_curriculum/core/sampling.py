@@ -6,13 +6,16 @@ Two modes of a stage, each composable with the stage's temperature (and its `tem
 - **Top-up** (a fixed budget a round; `Adaptive(policy="top_up", num_generations=(4, 8, 16))`): a round of exactly the
   generation batch is sampled in increments. Every prompt of the round first gets a pilot group of `pilot` completions;
   the rest of the budget then goes, `pilot` completions at a time, to the groups whose rewards are still all equal,
-  and once none are, to the lowest-variance ones, up to the largest candidate ([`top_up_increment`]). A group's
+  and once none are, to the lowest-variance ones, up to the largest candidate ([`top_up_increment`], `rule=
+  "flat_first"`); or (`rule="value"`) to the groups where they add the most completions expected to land in
+  informative groups, under a Beta posterior of each prompt's success rate ([`top_up_increment`]). A group's
   advantage uses every completion it holds. See [`TopUp`] for the prompts a round holds.
 - **Dynamic sampling** (DAPO; a fixed signal for a variable cost; `Stage(..., dynamic_sampling=DynamicSampling())`):
   rounds at the stage's G are generated, groups whose rewards are all equal are dropped, and generation goes on until
   the training batch holds only informative groups or `max_rounds` rounds were generated ([`DynamicSampling`]).
 
-Pure logic: the standard library only. The trainer gathers the rewards of every process before it calls
+Pure logic: the standard library only (the `value` rule: numpy, through [`grpo_curriculum.core.allocation`]). The
+trainer gathers the rewards of every process before it calls
 [`top_up_increment`], so every process takes the same decision.
 """
 
@@ -24,9 +27,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from .errors import Problem, raise_if_any
-from .rules import COUNT, MAX_COUNT, NUM_GENERATIONS, check, integer, unknown_keys
+from .rules import COUNT, MAX_COUNT, NUM_GENERATIONS, Rule, check, integer, unknown_keys
 from .signals import _finite, _mean_std, is_zero_std
 
+TOP_UP_RULE_NAMES = ("flat_first", "value")
+"""How a top-up round chooses the groups that grow ([`top_up_increment`])."""
 MAX_ROUNDS = 1024
 """Most generation rounds dynamic sampling may draw for one training batch."""
 
@@ -40,6 +45,7 @@ TOP_UP_RULES = {
     "largest": dataclasses.replace(NUM_GENERATIONS, why="the largest group a top-up may grow"),
     "prompts": dataclasses.replace(COUNT, why="prompts a top-up round holds",
                                    fix="e.g. `prompts: 8`, or omit it (the default rule, see `TopUp.prompts_for`)"),
+    "rule": Rule("choice", choices=TOP_UP_RULE_NAMES, fix="e.g. `rule: value`, or omit it (`flat_first`)"),
 }
 
 
@@ -116,16 +122,21 @@ class TopUp:
             The largest group, a multiple of `pilot`.
         prompts (`int`, *optional*):
             Prompts a round holds; `None`: the default rule of [`TopUp.prompts_for`].
+        rule (`str`, *optional*, defaults to `"flat_first"`):
+            Which groups grow, a name of [`TOP_UP_RULE_NAMES`]: `"flat_first"` (the groups whose rewards are all
+            equal, then the lowest-variance ones) or `"value"` (the most expected completions in informative groups,
+            from each prompt's history and the round's rewards); see [`top_up_increment`].
     """
 
     pilot: int
     largest: int
     prompts: int | None = None
+    rule: str = "flat_first"
 
     def __post_init__(self):
         raise_if_any(self.problems(key="TopUp"), context="TopUp")
         for f in fields(self):  # plain Python integers
-            if getattr(self, f.name) is not None:
+            if f.name != "rule" and getattr(self, f.name) is not None:
                 object.__setattr__(self, f.name, int(getattr(self, f.name)))
 
     def problems(self, key: str = "top_up") -> list[Problem]:
@@ -149,7 +160,8 @@ class TopUp:
         Increments (generation calls after the pilots) a round takes at most: `2 * (largest / pilot - 1)`. While some
         group's rewards are all equal, every such group grows each increment, so that phase ends within
         `largest / pilot - 1` increments; the lowest-variance phase that follows grows every group it can each
-        increment, and ends as soon: a group never returns to all-equal rewards.
+        increment, and ends as soon: a group never returns to all-equal rewards. The `value` rule takes fewer: each
+        increment either grows every group that can grow or spends what is left of the budget.
         """
         return 2 * (self.largest // self.pilot - 1)
 
@@ -159,7 +171,8 @@ class TopUp:
         text = f"pilot {self.pilot} a prompt"
         if self.largest > self.pilot:
             text += f", then {self.pilot} more at a time up to {self.largest} (groups of {sizes})"
-        return text + (f", {self.prompts} prompts a round" if self.prompts is not None else "")
+        text += f", {self.prompts} prompts a round" if self.prompts is not None else ""
+        return text + (", increments by value" if self.rule == "value" else "")
 
     def prompts_for(self, budget: int) -> int:
         """
@@ -178,16 +191,28 @@ class TopUp:
 
 
 def top_up_increment(groups_rewards: Sequence[Sequence[float]], sizes: Sequence[int], pilot: int, largest: int,
-                     budget_left: int) -> list[int]:
+                     budget_left: int, rule: str = "flat_first", priors: Sequence[tuple[float, float]] | None = None,
+                     success_threshold: float = 0.5) -> list[int]:
     """
     The completions each group of a top-up round gets in the next increment, each 0 or `pilot`, from the rewards of
     the completions it holds so far.
 
-    A group can grow while `size + pilot <= largest`. If any group that can grow has rewards that are all equal
-    ([`~grpo_curriculum.core.signals.is_zero_std`]), or no finite reward at all, only those groups grow: they hold no
-    learning signal yet. Otherwise the groups that can grow do, lowest reward variance first. In both cases ties go to
-    the lower group index, and groups are served in that order while `budget_left` holds another `pilot`: the total is
-    at most `budget_left`. Missing rewards (`None`, NaN, infinities) are left out of every statistic.
+    A group can grow while `size + pilot <= largest`. Groups are served in order while `budget_left` holds another
+    `pilot` (the total is at most `budget_left`); ties go to the lower group index. Missing rewards (`None`, NaN,
+    infinities) are left out of every statistic. The order:
+
+    - `rule="flat_first"`: if any group that can grow has rewards that are all equal
+      ([`~grpo_curriculum.core.signals.is_zero_std`]), or no finite reward at all, only those groups grow: they hold
+      no learning signal yet. Otherwise the groups that can grow do, lowest reward variance first.
+    - `rule="value"`: the groups whose increment adds the most completions expected to land in informative groups
+      (rewards not all equal: the completions with a nonzero advantage), which is what the round's fixed budget buys.
+      An informative group stays informative: its increment adds `pilot`. A group of `size` whose rewards are all
+      equal (or missing) becomes informative with probability `q`, so its increment adds `(size + pilot) q` in
+      expectation: `q = 1 - E[(1-p)^pilot]` for all failures, `1 - E[p^pilot]` for all successes, `1 - E[p^pilot] -
+      E[(1-p)^pilot]` without a finite reward, under the Beta posterior of the prompt's success rate `p`: its `prior`
+      (the prompt's history) updated with the group's successes (rewards `>= success_threshold`) and failures so far.
+      A prompt whose history says it is hopeless (or settled) gets the rest of the budget only. With a uniform prior
+      `q (size + pilot) < pilot`: the informative groups grow first, then the all-equal ones most likely to flip.
 
     Args:
         groups_rewards (`Sequence[Sequence[float]]`):
@@ -200,6 +225,14 @@ def top_up_increment(groups_rewards: Sequence[Sequence[float]], sizes: Sequence[
             The largest size a group may reach.
         budget_left (`int`):
             Completions the round may still add.
+        rule (`str`, *optional*, defaults to `"flat_first"`):
+            `"flat_first"` or `"value"` ([`TOP_UP_RULE_NAMES`]).
+        priors (`Sequence[tuple[float, float]]`, *optional*):
+            `value` rule: each group's Beta prior `(a, b)` of its prompt's success rate, before this round's rewards
+            (see [`grpo_curriculum.core.allocation.PromptStats.posterior`]); `None`: `Beta(1, 1)` for every group.
+        success_threshold (`float`, *optional*, defaults to `0.5`):
+            `value` rule: a reward `>=` this is a success (rewards in between count for the posterior by this
+            threshold; a group whose rewards differ counts as informative whatever they are).
 
     Returns:
         `list[int]`: One entry a group, each 0 or `pilot`; all zeros when nothing can be added.
@@ -210,6 +243,8 @@ def top_up_increment(groups_rewards: Sequence[Sequence[float]], sizes: Sequence[
     [2, 0, 0]
     >>> top_up_increment([[1, 0, 0, 0], [0, 1]], [4, 2], pilot=2, largest=8, budget_left=4)
     [2, 2]
+    >>> top_up_increment([[0, 0], [0, 1], [0, 0]], [2, 2, 2], 2, 8, 4, rule="value", priors=[(1, 41), (1, 1), (1, 1)])
+    [0, 2, 2]
     ```
     """
     if len(groups_rewards) != len(sizes):
@@ -219,11 +254,42 @@ def top_up_increment(groups_rewards: Sequence[Sequence[float]], sizes: Sequence[
             raise ValueError(f"group {i} holds {len(rewards)} rewards, but its size is {size}")
     if not 1 <= pilot <= MAX_COUNT or budget_left < 0:
         raise ValueError(f"pilot must be a positive count and budget_left >= 0, got {pilot} and {budget_left}")
+    if rule not in TOP_UP_RULE_NAMES:
+        raise ValueError(f"rule must be one of {TOP_UP_RULE_NAMES}, got {rule!r}")
+    if priors is not None and len(priors) != len(sizes):
+        raise ValueError(f"{len(priors)} priors, but {len(sizes)} groups")
     growable = [i for i, size in enumerate(sizes) if size + pilot <= largest]
     finite = {i: [v for v in map(_finite, groups_rewards[i]) if v is not None] for i in growable}
-    flat = [i for i in growable if not finite[i] or is_zero_std(finite[i])]
-    order = flat or sorted(growable, key=lambda i: (_mean_std(finite[i])[2], i))
+    if rule == "value":
+        gains = _value_gains(finite, sizes, pilot, priors, success_threshold)
+        order = sorted(growable, key=lambda i: (-gains[i], i))
+    else:
+        flat = [i for i in growable if not finite[i] or is_zero_std(finite[i])]
+        order = flat or sorted(growable, key=lambda i: (_mean_std(finite[i])[2], i))
     added = [0] * len(sizes)
     for i in order[: budget_left // pilot]:
         added[i] = pilot
     return added
+
+
+def _value_gains(finite: Mapping[int, list[float]], sizes: Sequence[int], pilot: int,
+                 priors: Sequence[tuple[float, float]] | None, success_threshold: float) -> dict[int, float]:
+    """Per group that can grow (the keys of `finite`), the completions its next increment is expected to add to
+    informative groups (the `value` rule of [`top_up_increment`])."""
+    from .allocation import beta_moment
+
+    gains = {}
+    for i, rewards in finite.items():
+        if rewards and not is_zero_std(rewards):
+            gains[i] = float(pilot)
+            continue
+        successes = sum(v >= success_threshold for v in rewards)
+        a, b = priors[i] if priors is not None else (1.0, 1.0)
+        a, b = float(a) + successes, float(b) + len(rewards) - successes
+        all_successes, all_failures = beta_moment(a, b, pilot, 0).item(), beta_moment(a, b, 0, pilot).item()
+        if not rewards:
+            flips = 1.0 - all_successes - all_failures
+        else:
+            flips = 1.0 - (all_successes if successes else all_failures)
+        gains[i] = (sizes[i] + pilot) * max(flips, 0.0)
+    return gains
