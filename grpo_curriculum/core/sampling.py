@@ -22,6 +22,7 @@ trainer gathers the rewards of every process before it calls
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -204,15 +205,18 @@ def top_up_increment(groups_rewards: Sequence[Sequence[float]], sizes: Sequence[
     - `rule="flat_first"`: if any group that can grow has rewards that are all equal
       ([`~grpo_curriculum.core.signals.is_zero_std`]), or no finite reward at all, only those groups grow: they hold
       no learning signal yet. Otherwise the groups that can grow do, lowest reward variance first.
-    - `rule="value"`: the groups whose increment adds the most completions expected to land in informative groups
-      (rewards not all equal: the completions with a nonzero advantage), which is what the round's fixed budget buys.
-      An informative group stays informative: its increment adds `pilot`. A group of `size` whose rewards are all
-      equal (or missing) becomes informative with probability `q`, so its increment adds `(size + pilot) q` in
-      expectation: `q = 1 - E[(1-p)^pilot]` for all failures, `1 - E[p^pilot]` for all successes, `1 - E[p^pilot] -
-      E[(1-p)^pilot]` without a finite reward, under the Beta posterior of the prompt's success rate `p`: its `prior`
-      (the prompt's history) updated with the group's successes (rewards `>= success_threshold`) and failures so far.
-      A prompt whose history says it is hopeless (or settled) gets the rest of the budget only. With a uniform prior
-      `q (size + pilot) < pilot`: the informative groups grow first, then the all-equal ones most likely to flip.
+    - `rule="value"`: the rest of the budget is planned, `pilot` completions at a time, to add the most completions
+      expected to land in informative groups (rewards not all equal: the completions with a nonzero advantage, what
+      the round's fixed budget buys), and this increment grows the groups the plan gives anything; the next
+      increment plans again from the new rewards (at most `largest / pilot - 1` increments). The plan is greedy, one
+      `pilot` at a time to the group whose expected informative completions grow most. A group whose rewards differ
+      stays informative: `j` more pilots add `j * pilot`. A group of `size` whose rewards are all equal (or missing)
+      holds `(size + j * pilot) q_j` in expectation after `j` more pilots, `q_j` the probability that they make it
+      informative: `1 - E[(1-p)^k]` after failures only, `1 - E[p^k]` after successes only, `1 - E[p^k] -
+      E[(1-p)^k]` without a finite reward (`k = j * pilot`), under the Beta posterior of the prompt's success rate
+      `p`: its `prior` (the prompt's history) updated with the group's successes (rewards `>= success_threshold`)
+      and failures so far. A prompt whose history says it is hopeless (or settled) gets what nothing else can take;
+      with a uniform prior an all-equal group's next pilot adds less than `pilot`: informative groups grow first.
 
     Args:
         groups_rewards (`Sequence[Sequence[float]]`):
@@ -244,7 +248,7 @@ def top_up_increment(groups_rewards: Sequence[Sequence[float]], sizes: Sequence[
     >>> top_up_increment([[1, 0, 0, 0], [0, 1]], [4, 2], pilot=2, largest=8, budget_left=4)
     [2, 2]
     >>> top_up_increment([[0, 0], [0, 1], [0, 0]], [2, 2, 2], 2, 8, 4, rule="value", priors=[(1, 41), (1, 1), (1, 1)])
-    [0, 2, 2]
+    [0, 2, 0]
     ```
     """
     if len(groups_rewards) != len(sizes):
@@ -261,8 +265,8 @@ def top_up_increment(groups_rewards: Sequence[Sequence[float]], sizes: Sequence[
     growable = [i for i, size in enumerate(sizes) if size + pilot <= largest]
     finite = {i: [v for v in map(_finite, groups_rewards[i]) if v is not None] for i in growable}
     if rule == "value":
-        gains = _value_gains(finite, sizes, pilot, priors, success_threshold)
-        order = sorted(growable, key=lambda i: (-gains[i], i))
+        plan = _value_plan(finite, sizes, pilot, largest, budget_left // pilot, priors, success_threshold)
+        order = [i for i in growable if plan[i]]
     else:
         flat = [i for i in growable if not finite[i] or is_zero_std(finite[i])]
         order = flat or sorted(growable, key=lambda i: (_mean_std(finite[i])[2], i))
@@ -272,24 +276,36 @@ def top_up_increment(groups_rewards: Sequence[Sequence[float]], sizes: Sequence[
     return added
 
 
-def _value_gains(finite: Mapping[int, list[float]], sizes: Sequence[int], pilot: int,
-                 priors: Sequence[tuple[float, float]] | None, success_threshold: float) -> dict[int, float]:
-    """Per group that can grow (the keys of `finite`), the completions its next increment is expected to add to
-    informative groups (the `value` rule of [`top_up_increment`])."""
+def _value_plan(finite: Mapping[int, list[float]], sizes: Sequence[int], pilot: int, largest: int, units: int,
+                priors: Sequence[tuple[float, float]] | None, success_threshold: float) -> dict[int, int]:
+    """The `value` rule's plan of the rest of the round ([`top_up_increment`]): the pilots each group that can grow
+    (the keys of `finite`) gets, `units` at most in all, greedily by the completions each adds in informative groups
+    in expectation (ties to the lower index)."""
     from .allocation import beta_moment
 
-    gains = {}
-    for i, rewards in finite.items():
+    def held(i: int, j: int) -> float:  # the completions of group i in an informative group after j more pilots
+        rewards = finite[i]
         if rewards and not is_zero_std(rewards):
-            gains[i] = float(pilot)
-            continue
+            return float(j * pilot)
+        if j == 0:
+            return 0.0
         successes = sum(v >= success_threshold for v in rewards)
         a, b = priors[i] if priors is not None else (1.0, 1.0)
-        a, b = float(a) + successes, float(b) + len(rewards) - successes
-        all_successes, all_failures = beta_moment(a, b, pilot, 0).item(), beta_moment(a, b, 0, pilot).item()
-        if not rewards:
-            flips = 1.0 - all_successes - all_failures
-        else:
-            flips = 1.0 - (all_successes if successes else all_failures)
-        gains[i] = (sizes[i] + pilot) * max(flips, 0.0)
-    return gains
+        a, b, k = float(a) + successes, float(b) + len(rewards) - successes, j * pilot
+        all_successes, all_failures = beta_moment(a, b, k, 0).item(), beta_moment(a, b, 0, k).item()
+        flips = 1.0 - all_successes - all_failures if not rewards else 1.0 - (all_successes if successes else
+                                                                               all_failures)  # fmt: skip
+        return (sizes[i] + k) * max(flips, 0.0)
+
+    plan = dict.fromkeys(finite, 0)
+    room = {i: (largest - sizes[i]) // pilot for i in finite}
+    gains = [(held(i, 0) - held(i, 1), i) for i in finite if room[i]]  # negated: a min-heap
+    heapq.heapify(gains)
+    for _ in range(units):
+        if not gains:
+            break
+        _, i = heapq.heappop(gains)
+        plan[i] += 1
+        if plan[i] < room[i]:
+            heapq.heappush(gains, (held(i, plan[i]) - held(i, plan[i] + 1), i))
+    return plan
