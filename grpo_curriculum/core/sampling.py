@@ -209,7 +209,8 @@ def top_up_increment(groups_rewards: Sequence[Sequence[float]], sizes: Sequence[
       expected to land in informative groups (rewards not all equal: the completions with a nonzero advantage, what
       the round's fixed budget buys), and this increment grows the groups the plan gives anything; the next
       increment plans again from the new rewards (at most `largest / pilot - 1` increments). The plan is greedy, one
-      `pilot` at a time to the group whose expected informative completions grow most. A group whose rewards differ
+      `pilot` at a time to the group whose expected informative completions grow most (ties: the group planned fewer
+      pilots so far, then the lower index). A group whose rewards differ
       stays informative: `j` more pilots add `j * pilot`. A group of `size` whose rewards are all equal (or missing)
       holds `(size + j * pilot) q_j` in expectation after `j` more pilots, `q_j` the probability that they make it
       informative: `1 - E[(1-p)^k]` after failures only, `1 - E[p^k]` after successes only, `1 - E[p^k] -
@@ -280,7 +281,7 @@ def _value_plan(finite: Mapping[int, list[float]], sizes: Sequence[int], pilot: 
                 priors: Sequence[tuple[float, float]] | None, success_threshold: float) -> dict[int, int]:
     """The `value` rule's plan of the rest of the round ([`top_up_increment`]): the pilots each group that can grow
     (the keys of `finite`) gets, `units` at most in all, greedily by the completions each adds in informative groups
-    in expectation (ties to the lower index)."""
+    in expectation; ties go to the group planned fewer pilots (fewer increments), then to the lower index."""
     from .allocation import beta_moment
 
     def held(i: int, j: int) -> float:  # the completions of group i in an informative group after j more pilots
@@ -299,13 +300,13 @@ def _value_plan(finite: Mapping[int, list[float]], sizes: Sequence[int], pilot: 
 
     plan = dict.fromkeys(finite, 0)
     room = {i: (largest - sizes[i]) // pilot for i in finite}
-    gains = [(held(i, 0) - held(i, 1), i) for i in finite if room[i]]  # negated: a min-heap
+    gains = [(held(i, 0) - held(i, 1), 0, i) for i in finite if room[i]]  # negated (a min-heap), pilots planned
     heapq.heapify(gains)
     for _ in range(units):
         if not gains:
             break
-        _, i = heapq.heappop(gains)
+        _, _, i = heapq.heappop(gains)
         plan[i] += 1
         if plan[i] < room[i]:
-            heapq.heappush(gains, (held(i, plan[i]) - held(i, plan[i] + 1), i))
+            heapq.heappush(gains, (held(i, plan[i]) - held(i, plan[i] + 1), plan[i], i))
     return plan
