@@ -312,7 +312,7 @@ def test_value_top_up_keeps_each_prompts_history():
     policy.bind(slots=PromptSlots(4, indexed=True), budget=16, seed=0)
     assert policy.priors(["0", "1"]) == [pytest.approx((1.0, 1.0))] * 2  # no history: uniform
     for _ in range(3):  # prompt 0 always fails (0.6 < 0.7), prompt 1 always succeeds
-        policy.observe(round_stats([[0.6] * 4, [0.9, 1.0, 0.8, 0.7]], [4, 4], prompt_keys=["0", "1"],
+        policy.observe(round_stats([0.6] * 4 + [0.9, 1.0, 0.8, 0.7], [4, 4], prompt_keys=["0", "1"],
                                    success_threshold=0.7))  # fmt: skip
     (a0, b0), (a1, b1) = policy.priors(["0", "1"])
     assert a0 / (a0 + b0) < 0.1 < 0.9 < a1 / (a1 + b1) and b0 - a0 > 5
