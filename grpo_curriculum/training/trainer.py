@@ -219,7 +219,10 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         keys = prompt_keys(stream, prompts)
         priors = None
         if setting.top_up is not None and setting.top_up.rule == "value":  # the prompts' history before the round
-            priors = replay["priors"] if replay is not None else self._curriculum.policy.priors(keys)
+            if replay is not None and replay["priors"] is not None:
+                priors = [tuple(prior) for prior in replay["priors"]]
+            else:
+                priors = self._curriculum.policy.priors(keys)
         round_ = Round(setting, prompts, sizes, start_stream=start, plan=plan, replay=replay is not None,
                        deferred=deferred, priors=priors)  # fmt: skip
         _trl.all_processes_agree(self, (self._curriculum.rounds, setting.stage, setting.num_generations,
