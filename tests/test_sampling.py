@@ -176,6 +176,7 @@ def test_top_up_sizes_and_bounds():
     assert top_up.sizes == (4, 8, 12, 16)
     assert top_up.max_increments == 6
     assert TopUp(pilot=4, largest=4).max_increments == 0
+    assert TopUp(pilot=4, largest=16, rule="value").max_increments == 3
 
 
 @pytest.mark.parametrize(("kwargs", "key", "text"), [

@@ -158,13 +158,13 @@ class TopUp:
     @property
     def max_increments(self) -> int:
         """
-        Increments (generation calls after the pilots) a round takes at most: `2 * (largest / pilot - 1)`. While some
-        group's rewards are all equal, every such group grows each increment, so that phase ends within
-        `largest / pilot - 1` increments; the lowest-variance phase that follows grows every group it can each
-        increment, and ends as soon: a group never returns to all-equal rewards. The `value` rule takes fewer: each
-        increment either grows every group that can grow or spends what is left of the budget.
+        Increments (generation calls after the pilots) a round takes at most. `flat_first`: `2 * (largest / pilot -
+        1)`. While some group's rewards are all equal, every such group grows each increment, so that phase ends
+        within `largest / pilot - 1` increments; the lowest-variance phase that follows grows every group it can each
+        increment, and ends as soon: a group never returns to all-equal rewards. `value`: `largest / pilot - 1`, as
+        each increment grows every group its plan of the whole rest of the budget serves.
         """
-        return 2 * (self.largest // self.pilot - 1)
+        return (1 if self.rule == "value" else 2) * (self.largest // self.pilot - 1)
 
     def describe(self) -> str:
         """The plan in words, e.g. `"pilot 4 a prompt, then 4 more at a time up to 16 (groups of 4, 8, 12 or 16)"`."""
