@@ -348,8 +348,8 @@ def test_check_prints_the_top_up_and_dynamic_sampling_plans(tmp_path, capsys):
     code, out, _ = check(capsys, recipe)
     assert code == 0 and ("the other 32 of the generation batch 64 go 4 at a time where they add the most completions "
                           "expected in informative groups (rule value: from each prompt's history and the round's "
-                          "rewards; prompts that always fail or always succeed come last); a group holds 4, 8, 12 or 16 "
-                          "completions; at most 3 increments (generation calls) after the pilots\n") in out
+                          "rewards; prompts that always fail or always succeed come last); a group holds 4, 8, 12 or "
+                          "16 completions; at most 3 increments (generation calls) after the pilots\n") in out
     recipe.write_text(SAMPLING.replace("pilot: 4}", "pilot: 4, decay: 0.9}"))
     code, _, err = check(capsys, recipe)
     assert code == 2 and "adaptive.decay = 0.9: only applies to a top-up stage with `rule: value`" in err

@@ -242,8 +242,8 @@ class Adaptive:
             Per prompt: defer prompts whose last visits gave zero-std groups (skipped for the rest of the pass over
             the dataset, counted, reconsidered at the next pass) with GRESO's adaptive skip probabilities.
         decay (`float`, *optional*, defaults to `0.5`):
-            Per prompt and top-up with `rule="value"`: weight of a prompt's earlier visits when a new one is counted, in [0, 1) (the policy changes,
-            so old outcomes fade).
+            Per prompt and top-up with `rule="value"`: weight of a prompt's earlier visits when a new one is counted,
+            in [0, 1) (the policy changes, so old outcomes fade).
         mean_generations (`int`, *optional*):
             Per prompt: a round holds `generation batch / mean_generations` prompts, which share its budget (the
             nearest count the candidates can fill). `None`: the candidates' geometric mean (5.7 for `(2, 4, 8, 16)`:

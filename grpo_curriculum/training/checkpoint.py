@@ -294,8 +294,8 @@ _POLICY_BASE = {"version": integer(1, 1), "num_generations": _G, "temperature": 
                 "distinct_ema": Nullable(_SHARE), "reward_ema": Nullable(_NUMBER), "best_reward": Nullable(_NUMBER),
                 "stale": STEP, "clamped_from": Nullable(POSITIVE),
                 "decision": Nullable((_G, POSITIVE, Nullable(Rule("str"))))}  # fmt: skip
-_PROMPT_STATS = {"successes": Array("number", 0), "failures": Array("number", 0), "zero_streak": Array("int", -127, 127),
-                 "moments": Array("number", 0, 1, 3)}  # fmt: skip
+_PROMPT_STATS = {"successes": Array("number", 0), "failures": Array("number", 0),
+                 "zero_streak": Array("int", -127, 127), "moments": Array("number", 0, 1, 3)}  # fmt: skip
 _POLICY = ByField("policy", {
     "hysteresis": {**_POLICY_BASE, "above": STEP, "below": STEP},
     "success_rate": {**_POLICY_BASE, "window": Each(Each(Rule("any_of", options=(
