@@ -298,6 +298,20 @@ def test_top_up_has_no_history_policy():
         make_policy(Adaptive(policy="top_up", num_generations=(4, 8)), 4, 1.0)
 
 
+def test_a_checkpoint_names_a_changed_top_up_rule():
+    """The stages a checkpoint was saved with name a `value` rule (a flat_first stage's signature is unchanged, so
+    older checkpoints still fit); resuming with the other rule is refused, naming it."""
+    from grpo_curriculum import CurriculumCallback
+
+    def callback(rule):
+        adaptive = Adaptive(policy="top_up", num_generations=(2, 4), rule=rule)
+        return CurriculumCallback([Stage(temperature=1.0, adaptive=adaptive)])
+
+    assert callback("flat_first").stage_signature() == [{"policy": "top_up", "num_generations": [2, 4]}]
+    with pytest.raises(ValueError, match=r"stage 0: \{.*'rule': 'value'\} saved, \{'policy': 'top_up', 'num_gen"):
+        callback("flat_first").load_state_dict(callback("value").state_dict())
+
+
 def test_value_top_up_keeps_each_prompts_history():
     """`rule: value` keeps the per-prompt statistics of the per-prompt policy; its priors follow each prompt's rounds
     and survive `state_dict` / `load_state_dict`."""
@@ -337,6 +351,8 @@ GEOMETRIES = {  # name: (top-up, processes, per-device batch, steps per generati
     "prompts need not split over processes": (TopUp(4, 16, prompts=3), 2, 8, 2, None, None),
     "pilot not a multiple of the processes": (TopUp(2, 16), 4, 4, 1, "a.pilot", "must be a multiple of the 4 "
                                               "processes: every increment adds a pilot to some of the groups"),
+    "the value rule: the same geometry": (TopUp(2, 16, rule="value"), 4, 4, 1, "a.pilot", "must be a multiple of the 4 "
+                                          "processes: every increment adds a pilot to some of the groups"),
 }
 
 
