@@ -195,7 +195,8 @@ def test_the_report_states_the_sampling_targets_met_or_missed(tmp_path):
     assert "over the best static's: median 0.67, 90% CI [0.67, 0.67]" in lines[1]
     assert "over top_up's (paired, to the best static's final reward): median 2.00" in lines[3]
     assert list(verdicts["top_up_value"].values()) == [False, True, True, None, None]  # the second at 2/3: 0.67
-    assert "over top_up's (paired, to the best static's final reward): median 2.00" in list(verdicts["top_up_value"])[4]
+    over_top_up = list(verdicts["top_up_value"])[4]
+    assert "over top_up's (paired, to the best static's final reward): median 2.00" in over_top_up
     raw = {"mode": "pilot, custom", "command": "python benchmarks/study.py --arms ...", "wall_time_s": 60.0,
            "options": {"name": "custom", "tasks": ["prefix_levels"], "arms": arms, "seeds": [0, 1, 2, 3],
                        "tuning": [100], "steps": 32, "points": 3, "jobs": 1}, "runs": runs}  # fmt: skip
