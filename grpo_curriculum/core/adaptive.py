@@ -21,8 +21,9 @@ Four policies:
   informative (probability `1 - p^G - (1-p)^G`, as in Knapsack RL), like GRESO's prediction of zero-variance prompts.
 - `per_prompt`: no round-wide G: each prompt of a round gets its own G under the round's fixed budget, and prompts
   predicted to give zero-variance groups are deferred ([`grpo_curriculum.core.allocation`]).
-- `top_up`: no history at all: a round is sampled in increments, and the groups whose first rewards are all equal get
-  more completions within the round ([`grpo_curriculum.core.sampling`]); the stage's temperature applies.
+- `top_up`: a round is sampled in increments, and the groups whose first rewards are all equal get more completions
+  within the round ([`grpo_curriculum.core.sampling`]); the stage's temperature applies. No history, but with
+  `rule="value"` ([`TopUpPolicy`]): each prompt's history then weighs where the increments go.
 
 Both optionally adapt the temperature within bounds (as POLARIS tunes it to keep rollouts diverse): raise it when the
 completions of a group collapse to identical ones, lower it when completions are diverse but rewards stop improving.
