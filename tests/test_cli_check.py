@@ -353,6 +353,16 @@ def test_check_prints_the_top_up_and_dynamic_sampling_plans(tmp_path, capsys):
             "prompts per generation round)\n  dynamic sampling: groups whose rewards are all equal are dropped and "
             "refilled from further rounds of 16 prompts (64 completions each), at most 4 rounds (256 completions) a "
             "training batch") in out
+    recipe.write_text(SAMPLING.replace("pilot: 4}", "pilot: 4, rule: value, success_threshold: 1.0}"))
+    code, out, _ = check(capsys, recipe)
+    assert code == 0 and ("the other 32 of the generation batch 64 go 4 at a time where they add the most completions "
+                          "expected in informative groups (rule value: from each prompt's history and the round's "
+                          "rewards; prompts that always fail or always succeed come last); a group holds 4, 8, 12 or "
+                          "16 completions; at most 3 increments (generation calls) after the pilots\n") in out
+    recipe.write_text(SAMPLING.replace("pilot: 4}", "pilot: 4, decay: 0.9}"))
+    code, _, err = check(capsys, recipe)
+    assert code == 2 and "adaptive.decay = 0.9: only applies to a top-up stage with `rule: value`" in err
+    recipe.write_text(SAMPLING)
     code, out, _ = check(capsys, recipe, *flags(3, 4, 1))  # a generation batch of 12 on 3 processes
     assert code == 1 and "result: INVALID, 2 of 3 checks fail on 3 processes" in out
     assert ("stage 0: top-up from pilot 4 to 16, temperature 1 -> 0.8 (linear), until 0.5 of the run: INVALID: "

@@ -44,6 +44,43 @@ def test_top_up_increment(name):
     assert all(size + a <= largest for size, a in zip(sizes, added))
 
 
+HOPELESS, SETTLED, UNIFORM = (1, 41), (41, 1), (1, 1)  # Beta priors: 0/40 and 40/40 before (decay aside), none
+VALUE_INCREMENTS = {  # name: (rewards per group, priors, largest, budget_left, expected); pilot 2, threshold 0.5
+    "a hopeless prompt (0/40 before) gets nothing while an informative group grows":
+        ([[0, 0], [0, 1]], [HOPELESS, UNIFORM], 8, 2, [0, 2]),
+    "a settled prompt (40/40 before) gets nothing either":
+        ([[1, 1], [1, 0], [0, 0]], [SETTLED, UNIFORM, HOPELESS], 8, 4, [0, 2, 0]),
+    "informative groups take the budget, up to the largest, before all-equal ones":
+        ([[0, 1], [0, 0], [1, 0]], None, 8, 6, [2, 0, 2]),
+    "no history (uniform prior): an informative group before an all-equal one": ([[0, 0], [1, 0]], None, 8, 2, [0, 2]),
+    "an all-equal group likely to flip (prior 5/10) before an informative one":
+        ([[0, 1], [0, 0]], [UNIFORM, (5, 5)], 8, 2, [0, 2]),
+    "non-binary rewards: 0.3 < 0.5 counts as failures, so the prompt that succeeds before flips":
+        ([[0.3, 0.3], [0.3, 0.3]], [HOPELESS, SETTLED], 8, 2, [0, 2]),
+    "a group without a finite reward flips either way (1/3 under a uniform prior): after one of 0/2 (2/5)":
+        ([[NAN, None], [0, 0]], None, 8, 2, [0, 2]),
+    "a hopeless group still takes what nothing else can": ([[0, 0], [0, 1, 0, 1]], [HOPELESS, UNIFORM], 4, 4, [2, 0]),
+    "no budget left": ([[0, 0], [0, 1]], None, 8, 0, [0, 0]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_INCREMENTS))
+def test_value_top_up_increment(name):
+    rewards, priors, largest, budget_left, expected = VALUE_INCREMENTS[name]
+    sizes = [len(r) for r in rewards]
+    added = top_up_increment(rewards, sizes, 2, largest, budget_left, rule="value", priors=priors)
+    assert added == expected
+    assert sum(added) <= budget_left and all(size + a <= largest for size, a in zip(sizes, added))
+
+
+def test_value_rule_reads_successes_at_the_threshold():
+    """The same all-0.3 groups: below a threshold of 0.5 failures (the prompt that succeeded before may flip), at or
+    above 0.2 successes (the prompt that failed before may)."""
+    rewards, priors = [[0.3, 0.3], [0.3, 0.3]], [HOPELESS, SETTLED]
+    assert top_up_increment(rewards, [2, 2], 2, 8, 2, rule="value", priors=priors, success_threshold=0.5) == [0, 2]
+    assert top_up_increment(rewards, [2, 2], 2, 8, 2, rule="value", priors=priors, success_threshold=0.2) == [2, 0]
+
+
 def test_top_up_increment_is_order_independent_within_a_tier():
     """The order of groups only breaks ties: permuting groups permutes the answer (ties aside)."""
     rewards = [[0, 1, 1, 1], [0, 0, 1, 1], [0, 1], [1, 1, 1, 0]]  # std 0.433, 0.5, 0.5, 0.433
@@ -68,8 +105,10 @@ def test_a_round_filled_by_increments_stays_within_the_bounds():
     assert sizes[2] == 2  # the coin was informative from its pilot: it never grows while others are all-equal
 
 
-def test_every_valid_top_up_round_fills_exactly_within_its_increments():
-    """Random success rates and geometries: a round the geometry accepts always ends holding exactly its budget."""
+@pytest.mark.parametrize("rule", ["flat_first", "value"])
+def test_every_valid_top_up_round_fills_exactly_within_its_increments(rule):
+    """Random success rates, histories and geometries: a round the geometry accepts always ends holding exactly its
+    budget, within its increments (the `value` rule: within `largest / pilot - 1`)."""
     import random
 
     from grpo_curriculum import BatchGeometry
@@ -85,14 +124,16 @@ def test_every_valid_top_up_round_fills_exactly_within_its_increments():
         budget, checked = geometry.generation_batch_size, checked + 1
         p = [rng.choice([0.0, 1.0, rng.random()]) for _ in range(top_up.prompts_for(budget))]
         rewards = [[float(rng.random() < q) for _ in range(pilot)] for q in p]
+        priors = [(rng.uniform(0.2, 50), rng.uniform(0.2, 50)) for _ in p]
         left, increments = budget - pilot * len(p), 0
         while left:
-            added = top_up_increment(rewards, [len(r) for r in rewards], pilot, top_up.largest, left)
+            added = top_up_increment(rewards, [len(r) for r in rewards], pilot, top_up.largest, left, rule=rule,
+                                     priors=priors)  # fmt: skip
             assert any(added), (top_up, geometry)
             rewards = [r + [float(rng.random() < q) for _ in range(a)] for r, q, a in zip(rewards, p, added)]
             left, increments = left - sum(added), increments + 1
         assert sum(map(len, rewards)) == budget and max(map(len, rewards)) <= top_up.largest
-        assert increments <= top_up.max_increments
+        assert increments <= (top_up.largest // pilot - 1 if rule == "value" else top_up.max_increments)
     assert checked > 100
 
 
@@ -101,6 +142,10 @@ def test_top_up_increment_rejects_inconsistent_input():
         top_up_increment([[0, 1], [1, 1]], [2], 2, 8, 4)
     with pytest.raises(ValueError, match="group 0 holds 2 rewards, but its size is 4"):
         top_up_increment([[0, 1]], [4], 2, 8, 4)
+    with pytest.raises(ValueError, match="1 priors, but 2 groups"):
+        top_up_increment([[0, 1], [1, 1]], [2, 2], 2, 8, 4, rule="value", priors=[(1, 1)])
+    with pytest.raises(ValueError, match="rule must be one of"):
+        top_up_increment([[0, 1]], [2], 2, 8, 4, rule="values")
 
 
 # --- TopUp ---------------------------------------------------------------------------------------------------------
@@ -131,6 +176,7 @@ def test_top_up_sizes_and_bounds():
     assert top_up.sizes == (4, 8, 12, 16)
     assert top_up.max_increments == 6
     assert TopUp(pilot=4, largest=4).max_increments == 0
+    assert TopUp(pilot=4, largest=16, rule="value").max_increments == 3
 
 
 @pytest.mark.parametrize(("kwargs", "key", "text"), [
@@ -138,6 +184,7 @@ def test_top_up_sizes_and_bounds():
     ({"pilot": 4, "largest": 10}, "TopUp.largest", "must be a multiple of the pilot (4)"),
     ({"pilot": 4, "largest": 8, "prompts": 0}, "TopUp.prompts", "must be a positive integer"),
     ({"pilot": True, "largest": 8}, "TopUp.pilot", "must be an integer >= 2"),
+    ({"pilot": 4, "largest": 8, "rule": "values"}, "TopUp.rule", "must be one of ['flat_first', 'value']"),
 ])
 def test_top_up_validation(kwargs, key, text):
     error = pytest.raises(CurriculumError, TopUp, **kwargs).value
@@ -223,6 +270,14 @@ def test_setting_rebuilds_its_parts_from_mappings():
      "only applies with `policy: top_up`"),
     ({"num_generations": 8, "adaptive": {"policy": "top_up", "num_generations": [4, 8]}}, "Stage.num_generations",
      "does not apply to a top-up stage: every group starts at the pilot (4) and grows up to 8"),
+    ({"adaptive": {"policy": "top_up", "num_generations": [4, 8], "rule": "values"}}, "Stage.adaptive.rule",
+     "must be one of ['flat_first', 'value'] (how a top-up round chooses the groups that grow)"),
+    ({"adaptive": {"policy": "per_prompt", "num_generations": [4, 8], "rule": "value"}}, "Stage.adaptive.rule",
+     "only applies with `policy: top_up`"),
+    ({"adaptive": {"policy": "top_up", "num_generations": [4, 8], "decay": 0.9}}, "Stage.adaptive.decay",
+     "only applies to a top-up stage with `rule: value`"),
+    ({"adaptive": {"policy": "top_up", "num_generations": [4, 8], "success_threshold": 1.0}},
+     "Stage.adaptive.success_threshold", "only applies to a top-up stage with `rule: value`"),
 ])
 def test_stage_refuses(kwargs, key, text):
     kwargs.setdefault("temperature", 1.0)
@@ -243,6 +298,46 @@ def test_top_up_has_no_history_policy():
         make_policy(Adaptive(policy="top_up", num_generations=(4, 8)), 4, 1.0)
 
 
+def test_a_checkpoint_names_a_changed_top_up_rule():
+    """The stages a checkpoint was saved with name a `value` rule (a flat_first stage's signature is unchanged, so
+    older checkpoints still fit); resuming with the other rule is refused, naming it."""
+    from grpo_curriculum import CurriculumCallback
+
+    def callback(rule):
+        adaptive = Adaptive(policy="top_up", num_generations=(2, 4), rule=rule)
+        return CurriculumCallback([Stage(temperature=1.0, adaptive=adaptive)])
+
+    assert callback("flat_first").stage_signature() == [{"policy": "top_up", "num_generations": [2, 4]}]
+    with pytest.raises(ValueError, match=r"stage 0: \{.*'rule': 'value'\} saved, \{'policy': 'top_up', 'num_gen"):
+        callback("flat_first").load_state_dict(callback("value").state_dict())
+
+
+def test_value_top_up_keeps_each_prompts_history():
+    """`rule: value` keeps the per-prompt statistics of the per-prompt policy; its priors follow each prompt's rounds
+    and survive `state_dict` / `load_state_dict`."""
+    from grpo_curriculum.core.adaptive import TopUpPolicy, make_policy
+    from grpo_curriculum.core.signals import round_stats
+    from grpo_curriculum.core.slots import PromptSlots
+
+    adaptive = Adaptive.from_mapping({"policy": "top_up", "num_generations": [4, 8], "pilot": 2, "rule": "value",
+                                      "decay": 0.9, "success_threshold": 0.7})[0]  # fmt: skip
+    assert adaptive.top_up == TopUp(2, 8, rule="value")
+    policy = make_policy(adaptive, 2, 1.0)
+    assert isinstance(policy, TopUpPolicy)
+    policy.bind(slots=PromptSlots(4, indexed=True), budget=16, seed=0)
+    assert policy.priors(["0", "1"]) == [pytest.approx((1.0, 1.0))] * 2  # no history: uniform
+    for _ in range(3):  # prompt 0 always fails (0.6 < 0.7), prompt 1 always succeeds
+        policy.observe(round_stats([0.6] * 4 + [0.9, 1.0, 0.8, 0.7], [4, 4], prompt_keys=["0", "1"],
+                                   success_threshold=0.7))  # fmt: skip
+    (a0, b0), (a1, b1) = policy.priors(["0", "1"])
+    assert a0 / (a0 + b0) < 0.1 < 0.9 < a1 / (a1 + b1) and b0 - a0 > 5
+    fresh = make_policy(adaptive, 2, 1.0)
+    fresh.bind(slots=PromptSlots(4, indexed=True), budget=16, seed=0)
+    fresh.load_state_dict(policy.state_dict())
+    assert fresh.priors(["0", "1", "2"]) == policy.priors(["0", "1", "2"])
+    assert "num_generations" not in fresh.metrics()
+
+
 # --- geometry ------------------------------------------------------------------------------------------------------
 
 GEOMETRIES = {  # name: (top-up, processes, per-device batch, steps per generation, key, rule text or None)
@@ -256,6 +351,8 @@ GEOMETRIES = {  # name: (top-up, processes, per-device batch, steps per generati
     "prompts need not split over processes": (TopUp(4, 16, prompts=3), 2, 8, 2, None, None),
     "pilot not a multiple of the processes": (TopUp(2, 16), 4, 4, 1, "a.pilot", "must be a multiple of the 4 "
                                               "processes: every increment adds a pilot to some of the groups"),
+    "the value rule: the same geometry": (TopUp(2, 16, rule="value"), 4, 4, 1, "a.pilot", "must be a multiple of the 4 "
+                                          "processes: every increment adds a pilot to some of the groups"),
 }
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..core.errors import MISSING, Problem, plural, shorten, shorten_text
 from ..core.rules import COUNT, MAX_COUNT, MAX_STEPS, POSITIVE, Rule, fraction, integer
-from ..core.sampling import MAX_ROUNDS
+from ..core.sampling import MAX_ROUNDS, TOP_UP_RULE_NAMES
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -286,23 +286,25 @@ _NUMBER = Rule("number")
 _G = integer(2, MAX_COUNT, why="GRPO needs at least 2 completions per prompt")
 _SHARE = fraction(False, False)
 _SETTING = {"stage": STEP, "num_generations": Nullable(_G), "temperature": POSITIVE,
-            "top_up?": Nullable({"pilot": _G, "largest": _G, "prompts": Nullable(COUNT)}),
+            "top_up?": Nullable({"pilot": _G, "largest": _G, "prompts": Nullable(COUNT),
+                                 "rule?": Rule("choice", choices=TOP_UP_RULE_NAMES)}),
             "dynamic_sampling?": Nullable({"max_rounds": integer(1, MAX_ROUNDS)})}  # fmt: skip
 _POLICY_BASE = {"version": integer(1, 1), "num_generations": _G, "temperature": POSITIVE, "round": STEP,
                 "last_g_change": Nullable(STEP), "last_t_change": Nullable(STEP), "zero_std_ema": Nullable(_SHARE),
                 "distinct_ema": Nullable(_SHARE), "reward_ema": Nullable(_NUMBER), "best_reward": Nullable(_NUMBER),
                 "stale": STEP, "clamped_from": Nullable(POSITIVE),
                 "decision": Nullable((_G, POSITIVE, Nullable(Rule("str"))))}  # fmt: skip
+_PROMPT_STATS = {"successes": Array("number", 0), "failures": Array("number", 0),
+                 "zero_streak": Array("int", -127, 127), "moments": Array("number", 0, 1, 3)}  # fmt: skip
 _POLICY = ByField("policy", {
     "hysteresis": {**_POLICY_BASE, "above": STEP, "below": STEP},
     "success_rate": {**_POLICY_BASE, "window": Each(Each(Rule("any_of", options=(
                          STEP, Rule("list", low=2, high=2, item=Rule("number", low=0)))))),
                      "counts?": {"slots": Array("int", 0, MAX_STEPS), "successes": Array("number", 0),
                                  "trials": Array("number", 0)}},
-    "per_prompt": {**_POLICY_BASE, "stats": {"successes": Array("number", 0), "failures": Array("number", 0),
-                                             "zero_streak": Array("int", -127, 127),
-                                             "moments": Array("number", 0, 1, 3)},
+    "per_prompt": {**_POLICY_BASE, "stats": _PROMPT_STATS,
                    "explore": {"easy": Rule("number", low=0.05, high=0.95), "hard": Rule("number", low=0.05, high=0.95)}},
+    "top_up": {**_POLICY_BASE, "stats": _PROMPT_STATS},
 })  # fmt: skip
 _STREAM = {"epoch": STEP, "position": STEP, "waiting?": Each(STEP)}
 STATE_SCHEMA = {
@@ -317,6 +319,7 @@ STATE_SCHEMA = {
     "round_start_stream": Nullable(_STREAM),
     "round_plan": Nullable({"taken": Each(STEP), "sizes": Each(_G), "left": Each(STEP), "read": STEP,
                             "deferred": STEP}),
+    "round_priors?": Nullable(Each((POSITIVE, POSITIVE))),
     "prompt_report": {"slots": Array("int", 0, MAX_STEPS), "count": Array("int", 0, 2**32 - 1),
                       "seen": Array("int", 1, 2**32 - 1), "mean": Array("number"), "std?": Array("number", 0),
                       "m2?": Array("number", 0), "texts": Each((STEP, Rule("any")), high=MAX_STEPS)},
@@ -413,7 +416,7 @@ def _invariants(state: dict) -> list[Problem]:
             problems += _same_lengths("callback.policy.counts", counts, ("slots", "successes", "trials"))
             if not problems and (counts["successes"] > counts["trials"]).any():
                 problems.append(Problem("callback.policy.counts.successes", MISSING, "must be at most trials"))
-        if (policy or {}).get("policy") == "per_prompt":
+        if (policy or {}).get("policy") in ("per_prompt", "top_up"):
             names = ("successes", "failures", "zero_streak")
             problems += _same_lengths("callback.policy.stats", policy["stats"], names)
     return problems
