@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
