@@ -60,7 +60,8 @@ from trl import GRPOConfig  # noqa: E402
 from grpo_curriculum import Stage  # noqa: E402
 from grpo_curriculum.core.adaptive import Adaptive  # noqa: E402
 from grpo_curriculum.training.callback import CurriculumCallback  # noqa: E402
-from grpo_curriculum.demo.tasks import BENCHMARK_TASKS, build_model, build_tokenizer, warm_start  # noqa: E402
+from benchmark_tasks import BENCHMARK_TASKS  # noqa: E402  (benchmarks/benchmark_tasks.py)
+from grpo_curriculum.demo.tasks import build_model, build_tokenizer, warm_start  # noqa: E402
 from grpo_curriculum.training.trainer import CurriculumGRPOTrainer  # noqa: E402
 
 GENERATION_BATCH = 16  # completions per optimizer step, every arm; G in {2, 4, 8, 16} all divide it

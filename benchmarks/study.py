@@ -294,7 +294,7 @@ def warm_model(task: str, seed: int) -> dict:
 
 def evaluator(warm: dict, reward: ExactAnswer):
     """`evaluate(model) -> dict`: the exact reward (mean and per level), the sampled and greedy rewards."""
-    from grpo_curriculum.demo.tasks import exact_echo_reward
+    from benchmark_tasks import exact_echo_reward  # benchmarks/benchmark_tasks.py
 
     tokenizer, held_out = warm["tokenizer"], warm["held_out"]
     prompt_ids = [tokenizer(p).input_ids for p in held_out["prompt"]]

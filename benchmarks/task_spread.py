@@ -40,7 +40,8 @@ def main():
     import torch
     from transformers import logging as hf_logging
 
-    from grpo_curriculum.demo.tasks import BENCHMARK_TASKS as TASKS, build_model, build_tokenizer, warm_start
+    from benchmark_tasks import BENCHMARK_TASKS as TASKS  # benchmarks/benchmark_tasks.py
+    from grpo_curriculum.demo.tasks import build_model, build_tokenizer, warm_start
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", default=list(TASKS))
