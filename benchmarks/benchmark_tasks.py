@@ -7,8 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from grpo_curriculum.demo.tasks import (DIGITS, TASKS, count_dataset, draw_echo_dataset, echo_reward,
-                                        exact_first_word_reward)  # fmt: skip
+from grpo_curriculum.demo.tasks import (
+    DIGITS,
+    TASKS,
+    count_dataset,
+    draw_echo_dataset,
+    echo_reward,
+    exact_first_word_reward,  # fmt: skip
+)
 
 
 def echo_mixed_dataset(num_prompts: int = 64, seed: int = 0, min_length: int = 1, max_length: int = 3):
