@@ -13,7 +13,7 @@ from grpo_curriculum.demo.tasks import (
     count_dataset,
     draw_echo_dataset,
     echo_reward,
-    exact_first_word_reward,  # fmt: skip
+    exact_first_word_reward,
 )
 
 
