@@ -464,6 +464,13 @@ def sweep_main(args) -> int:
     recipe = load_recipe(args.recipe, overrides=overrides)
     arms = build_arms(recipe, args.num_generations or list(DEFAULT_NUM_GENERATIONS), args.temperatures,
                       args.curriculum)  # fmt: skip
+    if args.memory_budget is not None and not args.plan_memory:
+        raise CurriculumError([Problem("--memory-budget", args.memory_budget, "only applies with --plan-memory",
+                                       "add --plan-memory, or leave --memory-budget out")], "sweep")  # fmt: skip
+    if args.plan_memory:  # the arms' G at the geometry the plan finds: checked by each probe, not at the recipe's
+        from .sweep_memory import plan_main
+
+        return plan_main(args, recipe, arms)
     validate_arms(recipe.path, recipe.raw, arms)
     for path in recipe.reward_funcs:  # the user's code, before the output folder is written
         import_reward(path)
