@@ -467,13 +467,14 @@ def sweep_main(args) -> int:
     if args.memory_budget is not None and not args.plan_memory:
         raise CurriculumError([Problem("--memory-budget", args.memory_budget, "only applies with --plan-memory",
                                        "add --plan-memory, or leave --memory-budget out")], "sweep")  # fmt: skip
-    if args.plan_memory:  # the arms' G at the geometry the plan finds: checked by each probe, not at the recipe's
+    if not args.plan_memory:  # planning: each G is checked at the geometry the plan finds, by its probe
+        validate_arms(recipe.path, recipe.raw, arms)
+    for path in recipe.reward_funcs:  # the user's code, before the output folder is written
+        import_reward(path)
+    if args.plan_memory:
         from .sweep_memory import plan_main
 
         return plan_main(args, recipe, arms)
-    validate_arms(recipe.path, recipe.raw, arms)
-    for path in recipe.reward_funcs:  # the user's code, before the output folder is written
-        import_reward(path)
     require_matplotlib()
     max_steps, problems = recipe.training.get("max_steps"), []
     if not isinstance(max_steps, int) or max_steps <= 0:
