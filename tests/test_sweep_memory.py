@@ -105,10 +105,19 @@ def test_bad_memory_sizes_are_refused(text, capsys):
     assert "--memory-budget" in capsys.readouterr().err
 
 
-def test_a_memory_budget_without_plan_memory_is_refused(tmp_path, capsys):
-    assert main(["sweep", "demo", "--memory-budget", "4", "--out", str(tmp_path / "out")]) == 2
+def test_settings_a_plan_cannot_take_are_refused_before_any_probe(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["sweep", "demo", "--memory-budget", "4", "--out", str(out)]) == 2
     assert "--memory-budget = 4294967296.0: only applies with --plan-memory" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
+    assert main(["sweep", "demo", "--plan-memory", "--curriculum", "--jobs", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--curriculum = True: does not apply with --plan-memory" in err and "--jobs = 2: does not apply" in err
+    assert not out.exists()
+    out.mkdir()
+    (out / "mine.txt").write_text("the user's")
+    assert main(["sweep", "demo", "--plan-memory", "--out", str(out)]) == 2
+    assert "is a folder that already holds files" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
 
 
 # --- real probes of the tiny model -------------------------------------------------------------------------------

@@ -227,7 +227,12 @@ def plan_main(args, recipe, arms: list[Arm]) -> int:
                            for p in plan.probes])  # fmt: skip
     if plan.common_steps:
         planned = os.path.join(out, "planned.yaml")
-        flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in (("max_steps", args.max_steps),) if v)
+        given = {key: getattr(args, key) for key in ("temperatures", "max_steps", "seeds", "held_out", "eval_every",
+                                                     "target")}  # the sweep's own flags, as given
+        given["seeds"] = None if given["seeds"] == 1 else given["seeds"]
+        given["held_out"] = None if given["held_out"] == 64 else given["held_out"]
+        flags = " ".join(f"--{key.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                         for key, v in given.items() if v is not None)  # fmt: skip
         command = (f"grpo-curriculum sweep {planned} --num-generations {' '.join(map(str, plan.fitting))}"
                    f"{' ' + flags if flags else ''} --out {os.path.join(out, 'sweep')}")  # fmt: skip
         _write_planned(planned, recipe.path, recipe.raw, plan.per_device_train_batch_size, plan.common_steps, command)
