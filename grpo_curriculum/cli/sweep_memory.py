@@ -231,6 +231,8 @@ def plan_main(args, recipe, arms: list[Arm]) -> int:
                                                      "target")}  # the sweep's own flags, as given
         given["seeds"] = None if given["seeds"] == 1 else given["seeds"]
         given["held_out"] = None if given["held_out"] == 64 else given["held_out"]
+        if given["temperatures"] and len(given["temperatures"]) > 1:  # paired with the G values: the fitting ones'
+            given["temperatures"] = [t for g, t in zip(num_generations, given["temperatures"]) if g in plan.fitting]
         flags = " ".join(f"--{key.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
                          for key, v in given.items() if v is not None)  # fmt: skip
         command = (f"grpo-curriculum sweep {planned} --num-generations {' '.join(map(str, plan.fitting))}"

@@ -87,8 +87,9 @@ class MemoryPlan:
         per_device_train_batch_size (`int`): The largest B that fit at the smallest G (S = 1).
         steps_per_generation (`int`): The largest S that fit with that B at the smallest G.
         capped (`list[str]`): The searches stopped by `max_probes` while still fitting.
-        rows (`list[dict]`): One a G: `num_generations`, `steps_per_generation` (0: none fits), `generation_batch_size`,
-            `prompts` (per generation), `divides` (whether G divides the largest generation batch), `peak`, `fits`.
+        rows (`list[dict]`): One a G: `num_generations`, `steps_per_generation` (0: none fits), `needs` (the
+            smallest S that G takes), `generation_batch_size`, `prompts` (per generation), `divides` (whether G divides
+            the largest generation batch), `peak`, `fits`.
         common_steps (`int`): The largest S up to `steps_per_generation` that every fitting G divides (0: none).
         probes (`list[Probe]`): Every probe, in the order it ran.
     """
