@@ -12,6 +12,9 @@ once), into `OUT/arms/<arm>/seed-<seed>/`, and writes a validated `sweep_result.
 `OUT/sweep_manifest.json` records the command's settings: re-running the same command after a crash or a kill skips
 the finished runs and restarts the first unfinished one; other settings are refused. Once every run is done: the table
 (`OUT/sweep.md`, `OUT/sweep.json`), the plot (`OUT/sweep.png`), the recommendation and `OUT/recommended.yaml`.
+
+With `--plan-memory` no arm is trained: the batch geometry that fits a memory budget is measured instead, and written
+as a recipe to sweep (see [`~cli.sweep_memory`]).
 """
 
 from __future__ import annotations
