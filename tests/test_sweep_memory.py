@@ -131,7 +131,7 @@ def test_real_probes_plan_within_the_budget_they_measured(tmp_path, capsys):
     """
     data = yaml.safe_load((PROJECT / "recipes" / "demo.yaml").read_text())
     recipe = tmp_path / "quick.yaml"
-    recipe.write_text(yaml.safe_dump({**data, "dataset_num_prompts": 4}))
+    recipe.write_text(yaml.safe_dump({**data, "dataset_num_prompts": 4, "max_completion_length": 24}))
     command = ["sweep", str(recipe), "--num-generations", "2", "4", "--plan-memory", "--out"]
     out = tmp_path / "plan"
     assert main([*command, str(out), "--memory-budget", "1MiB"]) == 2
@@ -147,6 +147,8 @@ def test_real_probes_plan_within_the_budget_they_measured(tmp_path, capsys):
     for probe in probes:  # the verdicts are the measured peaks' (a probe the dataset refuses measures nothing)
         assert probe["fits"] == (probe["peak"] is not None and probe["peak"] <= budget)
         assert (probe["peak"] is None) == bool(probe.get("refused"))
+        if probe["peak"] is not None:  # every completion generated to max_completion_length: generation's most
+            assert probe["full_length"] and probe["mean_length"] == 24
     batches = [p for p in probes if p["steps_per_generation"] == 1 and p["num_generations"] == 2]
     b = plan["per_device_train_batch_size"]
     assert b == max(p["per_device_train_batch_size"] for p in batches if p["fits"])

@@ -4,7 +4,8 @@ measured (see [`~core.memory.plan_memory`] for the plan itself).
 
 Each probe is one real training step of the recipe (its model, data and reward functions) in a child process, as the
 sweep trains its arms: at G, per-device batch B and S steps per generation, with `gradient_accumulation_steps` 1 (one
-micro-batch is trained; accumulating more adds no memory) and no evaluation. Its peak memory is the CUDA max allocated
+micro-batch is trained; accumulating more adds no memory) and no evaluation, every completion generated to
+`max_completion_length` (the most memory generation takes; not with vLLM, which generates outside the trainer). Its peak memory is the CUDA max allocated
 memory on a GPU, else the peak RSS of the child (which includes the libraries it inherits from the sweep process); a
 probe that runs out of CUDA memory, raises `MemoryError` or is killed by SIGKILL (the kernel's out-of-memory killer)
 does not fit.
@@ -42,7 +43,8 @@ def probe_recipe(path: str, raw: dict, num_generations: int, temperature, batch:
 
     raw = {key: value for key, value in raw.items() if key not in _GEOMETRY_KEYS}
     raw.update(per_device_train_batch_size=batch, steps_per_generation=steps, gradient_accumulation_steps=1,
-               max_steps=1, save_strategy="no", eval_strategy="no", log_completions=False, report_to=[])  # fmt: skip
+               max_steps=1, logging_steps=1, save_strategy="no", eval_strategy="no", log_completions=False,
+               report_to=[])  # fmt: skip
     if "warm_start_steps" in raw:  # the built-in tiny model's supervised warm start is no part of GRPO's memory
         raw["warm_start_steps"] = 0
     arm = Arm("probe", [{"num_generations": num_generations, "temperature": temperature}], num_generations)
@@ -54,6 +56,7 @@ def _probe(recipe, folder: str) -> dict:
     import torch
     from transformers import PrinterCallback
 
+    from ..training._trl import full_length_completions
     from .run import _curriculum_output, _set_threads, build_trainer, torch_threads
     from .sweep import _peak_memory
 
@@ -61,6 +64,7 @@ def _probe(recipe, folder: str) -> dict:
     with _curriculum_output(quiet=True):
         trainer = build_trainer(recipe, output_dir=folder)
         trainer.remove_callback(PrinterCallback)
+        full_length = full_length_completions(trainer)
         device = trainer.model.device
         total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
         try:
@@ -68,7 +72,10 @@ def _probe(recipe, folder: str) -> dict:
         except (torch.OutOfMemoryError, MemoryError):
             return {"peak": None, "kind": device.type if device.type == "cuda" else "rss", "total": total}
     peak, kind = _peak_memory(trainer.model)
-    return {"peak": peak, "kind": kind, "total": total}
+    lengths = [entry["completions/mean_length"] for entry in trainer.state.log_history
+               if "completions/mean_length" in entry]  # fmt: skip
+    return {"peak": peak, "kind": kind, "total": total, "full_length": full_length,
+            "mean_length": lengths[0] if lengths else None}  # fmt: skip
 
 
 def _probe_child(recipe, folder: str, parent: int) -> None:
