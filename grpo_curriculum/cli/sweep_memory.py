@@ -5,10 +5,11 @@ measured (see [`~core.memory.plan_memory`] for the plan itself).
 Each probe is one real training step of the recipe (its model, data and reward functions) in a child process, as the
 sweep trains its arms: at G, per-device batch B and S steps per generation, with `gradient_accumulation_steps` 1 (one
 micro-batch is trained; accumulating more adds no memory) and no evaluation, every completion generated to
-`max_completion_length` (the most memory generation takes; not with vLLM, which generates outside the trainer). Its peak memory is the CUDA max allocated
-memory on a GPU, else the peak RSS of the child (which includes the libraries it inherits from the sweep process); a
-probe that runs out of CUDA memory, raises `MemoryError` or is killed by SIGKILL (the kernel's out-of-memory killer)
-does not fit.
+`max_completion_length` (the most memory generation takes; not with vLLM, which generates outside the trainer). Its
+peak memory is the CUDA max allocated memory on a GPU, else the peak RSS of the child (which includes the libraries it
+inherits from the sweep process); a probe that runs out of CUDA memory, raises `MemoryError` or is killed by SIGKILL
+(the kernel's out-of-memory killer) does not fit. A probe the recipe refuses at that geometry (e.g. a generation batch
+that needs more prompts than the dataset holds) does not fit either; the first probe's refusal is the user's to fix.
 
 The plan does not train the arms: it writes `OUT/memory_plan.md`, `OUT/memory_plan.json`, and `OUT/planned.yaml` (the
 recipe with the planned per-device batch and `gradient_accumulation_steps` = the planned steps per generation, so
