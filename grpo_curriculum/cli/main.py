@@ -60,6 +60,16 @@ def _integer(rule: Rule):
     return parse
 
 
+def _memory_size(text: str) -> float:
+    """An argparse `type` reading `--memory-budget` (see [`~core.memory.parse_size`])."""
+    from ..core.memory import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _flag(parser: argparse.ArgumentParser, name: str, *short: str, **kwargs) -> None:
     """Add `--name-with-dashes` and `--name_with_underscores` as one option."""
     flags = dict.fromkeys([*short, "--" + name.replace("_", "-"), "--" + name])
@@ -126,6 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
           "process (default: 1; with more, the runs share the CPUs and their throughput numbers drop)")
     _flag(sweep, "out", metavar="DIR", help="output folder: new, empty, or this sweep's (to resume it) (default: "
           "the first of runs/sweep, runs/sweep-2, ... that is free or holds this sweep)")
+    _flag(sweep, "plan_memory", action="store_true", help="instead of training the arms, measure the largest "
+          "per-device batch that fits --memory-budget at the smallest G, then each G's largest generation batch "
+          "with it (one-step probes in child processes); write OUT/memory_plan.md and OUT/planned.yaml (the recipe "
+          "with that geometry, for the sweep) and print the command that sweeps it. A GPU feature: on CPU it "
+          "measures the probes' peak RSS")
+    _flag(sweep, "memory_budget", type=_memory_size, metavar="GIB", help="with --plan-memory: the peak memory a "
+          "process may use, in GiB or with a unit (900MiB) (default on CUDA: 90%% of the device's memory; on CPU: "
+          "90%% of the RAM available when the plan starts)")
 
     plot = commands.add_parser("plot", help="plot a run's reward, num_generations and temperature")
     plot.add_argument("run_dir", help="a run's output directory")

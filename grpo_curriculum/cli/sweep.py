@@ -12,6 +12,9 @@ once), into `OUT/arms/<arm>/seed-<seed>/`, and writes a validated `sweep_result.
 `OUT/sweep_manifest.json` records the command's settings: re-running the same command after a crash or a kill skips
 the finished runs and restarts the first unfinished one; other settings are refused. Once every run is done: the table
 (`OUT/sweep.md`, `OUT/sweep.json`), the plot (`OUT/sweep.png`), the recommendation and `OUT/recommended.yaml`.
+
+With `--plan-memory` no arm is trained: the batch geometry that fits a memory budget is measured instead, and written
+as a recipe to sweep (see [`~cli.sweep_memory`]).
 """
 
 from __future__ import annotations
@@ -464,9 +467,17 @@ def sweep_main(args) -> int:
     recipe = load_recipe(args.recipe, overrides=overrides)
     arms = build_arms(recipe, args.num_generations or list(DEFAULT_NUM_GENERATIONS), args.temperatures,
                       args.curriculum)  # fmt: skip
-    validate_arms(recipe.path, recipe.raw, arms)
+    if args.memory_budget is not None and not args.plan_memory:
+        raise CurriculumError([Problem("--memory-budget", args.memory_budget, "only applies with --plan-memory",
+                                       "add --plan-memory, or leave --memory-budget out")], "sweep")  # fmt: skip
+    if not args.plan_memory:  # planning: each G is checked at the geometry the plan finds, by its probe
+        validate_arms(recipe.path, recipe.raw, arms)
     for path in recipe.reward_funcs:  # the user's code, before the output folder is written
         import_reward(path)
+    if args.plan_memory:
+        from .sweep_memory import plan_main
+
+        return plan_main(args, recipe, arms)
     require_matplotlib()
     max_steps, problems = recipe.training.get("max_steps"), []
     if not isinstance(max_steps, int) or max_steps <= 0:

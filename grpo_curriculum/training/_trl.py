@@ -94,6 +94,19 @@ def set_num_generations(trainer, num_generations: int) -> None:
     trainer.num_generations = int(num_generations)
 
 
+def full_length_completions(trainer) -> bool:
+    """
+    Make transformers generation run every completion to `max_completion_length` (no early end of sequence): the most
+    memory a generation batch can take (`sweep --plan-memory` probes it). `False`, and nothing changed, with vLLM,
+    which generates outside the trainer.
+    """
+    if getattr(trainer, "use_vllm", False) or getattr(trainer, "generation_config", None) is None:
+        return False
+    trainer.generation_config.min_new_tokens = trainer.max_completion_length
+    trainer.generation_kwargs["min_new_tokens"] = trainer.max_completion_length
+    return True
+
+
 def set_temperature(trainer, temperature: float, cells: list) -> None:
     """Set the sampling temperature everywhere TRL reads it: generation, vLLM and the log-prob computation."""
     temperature = float(temperature)
