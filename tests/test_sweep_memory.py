@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from grpo_curriculum.cli.main import main
+from grpo_curriculum.cli.memory_plan import largest_fitting, parse_size, plan_memory, plan_rows
 from grpo_curriculum.core.errors import CurriculumError
-from grpo_curriculum.core.memory import largest_fitting, parse_size, plan_memory, plan_rows
 
 PROJECT = Path(__file__).resolve().parent.parent
 MiB = 2**20

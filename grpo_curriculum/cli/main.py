@@ -61,8 +61,8 @@ def _integer(rule: Rule):
 
 
 def _memory_size(text: str) -> float:
-    """An argparse `type` reading `--memory-budget` (see [`~core.memory.parse_size`])."""
-    from ..core.memory import parse_size
+    """An argparse `type` reading `--memory-budget` (see [`~cli.memory_plan.parse_size`])."""
+    from .memory_plan import parse_size
 
     try:
         return parse_size(text)

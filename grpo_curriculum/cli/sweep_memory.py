@@ -1,6 +1,6 @@
 """
 `grpo-curriculum sweep RECIPE --plan-memory`: the batch geometry of the sweep's G values that fits a memory budget,
-measured (see [`~core.memory.plan_memory`] for the plan itself).
+measured (see [`~cli.memory_plan.plan_memory`] for the plan itself).
 
 Each probe is one real training step of the recipe (its model, data and reward functions) in a child process, as the
 sweep trains its arms: at G, per-device batch B and S steps per generation, with `gradient_accumulation_steps` 1 (one
@@ -29,8 +29,8 @@ import sys
 from pathlib import Path
 
 from ..core.errors import CurriculumError, Problem, raise_if_any
-from ..core.memory import SAFETY_FRACTION, mib, plan_memory, plan_rows
 from ..training.checkpoint import atomic_json, atomic_write, read_json
+from .memory_plan import SAFETY_FRACTION, mib, plan_memory, plan_rows
 from .sweep_table import Arm
 
 PROBE_FILE = "probe.json"

@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .errors import CurriculumError, Problem
+from ..core.errors import CurriculumError, Problem
 
 MAX_PROBES = 8
 SAFETY_FRACTION = 0.9
