@@ -367,3 +367,13 @@ def test_top_up_geometry(name):
         return
     (problem,) = problems
     assert problem.key == key and text in problem.rule and problem.fix, problem
+
+
+def test_an_invalid_top_up_block_is_its_only_problem():
+    # A top-up stage may ramp its temperature: an invalid knob in its `adaptive` block is the one problem reported
+    # (it also reported `temperature_end ... cannot be combined with adaptive`, since the block did not build).
+    from grpo_curriculum.core.schedule import stage_problems
+
+    problems = stage_problems({"temperature": 1.0, "temperature_end": 0.5, "adaptive": {
+        "policy": "top_up", "num_generations": [4, 8], "decay": 0.9}})
+    assert [p.key for p in problems] == ["stage.adaptive.decay"], problems

@@ -97,7 +97,9 @@ def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
                                 "changes G; a top-up stage already spends its rounds on the groups whose rewards are "
                                 "all equal)", "give the stage one `num_generations` and drop `adaptive`, or drop "
                                 "`dynamic_sampling`"))
-    if values.get("adaptive") is not None and t_end is not None and top_up is None:
+    raw = values.get("adaptive")  # (a top-up block that did not build is still a top-up stage: it may ramp)
+    policy = raw.get("policy") if isinstance(raw, Mapping) else getattr(raw, "policy", None)
+    if raw is not None and t_end is not None and top_up is None and policy != "top_up":
         problems.append(Problem(f"{at}temperature_end", t_end, "cannot be combined with `adaptive`: the policy sets "
                                 "the temperature", "remove `temperature_end`"))
     if given.get("temperature_ramp") in RAMPS and t_end is None:
