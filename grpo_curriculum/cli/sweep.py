@@ -288,13 +288,19 @@ def train_run(out: str, index: int, seed: int, parent: int) -> None:
         atomic_json(os.path.join(folder, RESULT_FILE), result)
 
 
-def _child(out: str, index: int, seed: int, parent: int) -> None:
-    if sys.platform.startswith("linux"):  # killed with the sweep (elsewhere: stops at its next step, see above)
+def die_with_parent(parent: int) -> None:
+    """In a child process of the sweep: be killed with the sweep (Linux; elsewhere a run stops at its next step), or
+    exit at once if the sweep died before this."""
+    if sys.platform.startswith("linux"):
         import ctypes
 
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the sweep died before that
+    if os.getppid() != parent:
         os._exit(3)
+
+
+def _child(out: str, index: int, seed: int, parent: int) -> None:
+    die_with_parent(parent)
     try:
         train_run(out, index, seed, parent)
     except (CurriculumError, CurriculumStateError) as error:

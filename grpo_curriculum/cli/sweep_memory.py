@@ -25,7 +25,6 @@ import multiprocessing
 import os
 import shutil
 import signal
-import sys
 from pathlib import Path
 
 from ..core.errors import CurriculumError, Problem, raise_if_any
@@ -80,12 +79,9 @@ def _probe(recipe, folder: str) -> dict:
 
 
 def _probe_child(recipe, folder: str, parent: int) -> None:
-    if sys.platform.startswith("linux"):  # killed with the sweep
-        import ctypes
+    from .sweep import die_with_parent
 
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os._exit(3)
+    die_with_parent(parent)
     try:
         result = _probe(recipe, folder)
     except CurriculumError as error:  # e.g. a generation batch the dataset is too small for: the parent decides
