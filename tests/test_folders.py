@@ -211,6 +211,18 @@ def test_a_file_at_the_lock_path_that_is_not_a_lock_is_never_written_over(tmp_pa
     assert path.read_text() == "my own notes"
 
 
+def test_without_out_a_demo_picks_a_folder_no_other_command_holds(tmp_path, monkeypatch):
+    """Two `make demo` at once: the second writes runs/demo-2 instead of being refused for runs/demo."""
+    from grpo_curriculum.cli.folders import hold_folder
+    from grpo_curriculum.cli.run import new_folder
+
+    monkeypatch.chdir(tmp_path)
+    assert new_folder("runs/demo") == "runs/demo"
+    with hold_folder("runs/demo", "--out", "demo"):  # the first demo, still training in its staging folder
+        assert new_folder("runs/demo") == "runs/demo-2"
+    assert new_folder("runs/demo") == "runs/demo"
+
+
 # --- 9. links ----------------------------------------------------------------------------------------------------
 
 

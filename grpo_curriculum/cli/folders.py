@@ -9,7 +9,9 @@ into the same folder finds it locked and exits 2 naming the holder. The kernel r
 however it ends (SIGKILL included): a lock file left by a killed command is taken over by the next one, which says
 whose it was. The holder removes the file when its command returns. A file of that name that is not such a lock (not
 JSON naming this program) is never written over: the command refuses, naming it. Child processes (a sweep's runs)
-inherit the lock: it is held until the last of them ends.
+inherit the lock: it is held until the last of them ends. Where the lock file cannot be created (a read-only parent
+folder) or the file system cannot lock (or the platform has no `fcntl`), a warning says so and the command goes on
+without the lock.
 """
 
 from __future__ import annotations
@@ -105,14 +107,25 @@ def hold_folder(folder: str | os.PathLike, key: str, command: str) -> FolderLock
         [`CurriculumError`]: when another command holds the folder (naming it), or the lock file's name is taken by a
         file that is not a grpo-curriculum lock.
     """
-    import fcntl
-
     path = lock_path(folder)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX platform
+        logger.warning("cannot lock %s on this platform (no fcntl): a second command writing it at the same time "
+                       "would not be stopped", folder)  # fmt: skip
+        return None
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    except OSError:
+        pass  # the open below says what is wrong
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         except OSError as error:
+            if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and not os.path.lexists(path):
+                logger.warning("cannot create the lock file %s (%s): a second command writing %s at the same time "
+                               "would not be stopped", path, error.strerror, folder)  # fmt: skip
+                return None
             raise CurriculumError([Problem(key, str(folder), f"cannot be locked: {path} cannot be opened "
                                            f"({error.strerror or error})", "remove what is at that path, or choose "
                                            "another folder")]) from None  # fmt: skip

@@ -208,9 +208,12 @@ def output_dir_problems(path: str, key: str, fix: str, resuming: bool = False) -
 
 
 def new_folder(base: str) -> str:
-    """`base` if nothing is there, else the first of `base-2`, `base-3`, ... that is free."""
+    """`base` if nothing is there, else the first of `base-2`, `base-3`, ... that is free (nor locked by a command
+    that will write it: see [`~folders.hold_folder`])."""
+    from .folders import lock_path
+
     n, path = 1, base
-    while os.path.lexists(path):
+    while os.path.lexists(path) or os.path.lexists(lock_path(path)):
         n += 1
         path = f"{base}-{n}"
     return path
