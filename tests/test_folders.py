@@ -90,7 +90,7 @@ def test_rotation_deletes_only_checkpoints_this_run_wrote(tmp_path):
 
 
 def test_the_next_demo_keeps_a_finished_run_whose_final_rename_failed(tmp_path, capsys):
-    """The error said "the complete run is in .out.partial-...: move it"; the next demo removed it (its PID was dead)."""
+    """The error said "the complete run is in .out.partial-...: move it"; the next demo removed it (a dead PID)."""
     out = tmp_path / "out"
     out.mkdir()  # empty: accepted
     process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum.cli", "demo", "--out", str(out),
@@ -112,15 +112,15 @@ def test_the_next_demo_keeps_a_finished_run_whose_final_rename_failed(tmp_path, 
 
 
 def test_stale_staging_folders_are_matched_by_name_not_as_a_glob_pattern_and_need_the_marker(tmp_path):
-    """`--out '?5'` removed `.d5.partial-*` (the name went into a glob); a folder without the marker is never removed."""
+    """`--out '?5'` removed `.d5.partial-*` (the name went into a glob); a folder without the marker is kept."""
     from grpo_curriculum.demo import models
 
     def staging(name, pid, marker=True):
         folder = tmp_path / name
         folder.mkdir()
         if marker:
-            (folder / getattr(models, "UNFINISHED", ".grpo-curriculum-unfinished")).write_text(json.dumps({"program": "grpo-curriculum", "pid": pid,
-                                                                "host": models.socket.gethostname()}))
+            owner = {"program": "grpo-curriculum", "pid": pid, "host": models.socket.gethostname()}
+            (folder / getattr(models, "UNFINISHED", ".grpo-curriculum-unfinished")).write_text(json.dumps(owner))
         return folder
 
     dead = dead_pid()
@@ -257,7 +257,9 @@ def deleting_calls() -> set[tuple[str, str, str]]:
             for child in ast.iter_child_nodes(node):
                 scopes[child] = node
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in DELETING):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            if node.func.attr not in DELETING:
                 continue
             owner = node.func.value
             if isinstance(owner, ast.Name) and owner.id in ("os", "shutil"):

@@ -486,8 +486,10 @@ def rotate_only_own_checkpoints(trainer, resume_from_checkpoint):
     if original is not trainer_module.sort_checkpoints:  # not the transformers this was written for
         raise _unsupported("limit checkpoint rotation to its own checkpoints (transformers' sort_checkpoints moved)")
     output_dir = os.path.realpath(trainer.args.output_dir)
-    resumed = resume_from_checkpoint is True or (isinstance(resume_from_checkpoint, (str, os.PathLike)) and
-                                                 os.path.dirname(os.path.realpath(resume_from_checkpoint)) == output_dir)
+    resumed = resume_from_checkpoint is True or (
+        isinstance(resume_from_checkpoint, (str, os.PathLike))
+        and os.path.dirname(os.path.realpath(resume_from_checkpoint)) == output_dir
+    )
     written = trainer.__dict__.setdefault("_checkpoints_written", set())
 
     def own(path: str) -> bool:
