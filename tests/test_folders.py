@@ -123,10 +123,10 @@ def test_stale_staging_folders_are_matched_by_name_not_as_a_glob_pattern_and_nee
             (folder / getattr(models, "UNFINISHED", ".grpo-curriculum-unfinished")).write_text(json.dumps(owner))
         return folder
 
-    dead = dead_pid()
-    d5 = staging(f".d5.partial-host-{dead}-abc", dead)
-    finished = staging(f".d5.partial-host-{dead}-def", dead, marker=False)  # a finished run, waiting to be moved
-    alive = staging(f".d5.partial-host-{os.getpid()}-ghi", os.getpid())
+    dead, host = dead_pid(), models._owner_tag().rsplit("-", 1)[0]  # named as `partial_folder` names them
+    d5 = staging(f".d5.partial-{host}-{dead}-abc", dead)
+    finished = staging(f".d5.partial-{host}-{dead}-def", dead, marker=False)  # a finished run, waiting to be moved
+    alive = staging(f".d5.partial-{host}-{os.getpid()}-ghi", os.getpid())
     assert models.remove_stale_partials(tmp_path / "?5") == [] and d5.exists()
     assert models.remove_stale_partials(tmp_path / "[d]5") == [] and d5.exists()
     assert models.remove_stale_partials(tmp_path / "d5") == [d5]
