@@ -162,8 +162,8 @@ def hold_folder(folder: str | os.PathLike, key: str, command: str) -> FolderLock
                                                "grpo-curriculum lock file (it is left as it is)", "rename or remove "
                                                "it, or choose another folder")])  # fmt: skip
             if owner is not None:
-                logger.warning("%s: taking over the lock of %s, which ended without releasing it (killed, or it "
-                               "crashed); a run it left unfinished there is started again", path, _describe(owner))
+                logger.warning("%s: taking over the lock of %s, which ended without releasing it (it was killed, "
+                               "or crashed): no command writes the folder now", path, _describe(owner))
             record = {"program": _PROGRAM, "command": command, "pid": os.getpid(), "host": socket.gethostname(),
                       "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "folder": os.path.realpath(folder)}
             os.ftruncate(fd, 0)
