@@ -136,7 +136,7 @@ def hold_folder(folder: str | os.PathLike, key: str, command: str) -> FolderLock
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                ours, owner = _read_owner(fd)
+                owner = _read_owner(fd)[1]
                 raise CurriculumError([Problem(key, str(folder), f"is in use by {_describe(owner)}, which holds "
                                                f"{path}", "wait until it ends, or choose another folder (two "
                                                "commands writing one folder overwrite each other's runs)")]) from None
