@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -170,8 +171,14 @@ def test_only_partials_of_dead_processes_on_this_host_are_removed(tmp_path):
         "other host": f".model.partial-elsewhere-{int(dead.stdout)}-ghi",
         "other model": f".other.partial-{host}-{int(dead.stdout)}-jkl",
     }
-    for name in names.values():
+    owners = {"dead": (host, int(dead.stdout)), "alive": (host, os.getpid()),
+              "other host": ("elsewhere", int(dead.stdout)), "other model": (host, int(dead.stdout))}
+    for key, name in names.items():
         (tmp_path / name).mkdir()
+        owner_host, pid = owners[key]
+        (tmp_path / name / models.UNFINISHED).write_text(json.dumps({"program": "grpo-curriculum", "pid": pid,
+                                                                     "host": socket.gethostname() if owner_host == host
+                                                                     else owner_host}))  # fmt: skip
     assert models.remove_stale_partials(target) == [tmp_path / names["dead"]]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(v for k, v in names.items() if k != "dead")
 

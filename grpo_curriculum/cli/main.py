@@ -366,6 +366,10 @@ def _dispatch(name: str, module: str = "run"):
         except (CurriculumError, CurriculumStateError, FileNotFoundError, ModelFetchError) as error:
             _error(args.command, error)
             return 1 if isinstance(error, GeometryError) else 2
+        finally:
+            from .folders import release_all
+
+            release_all()  # the run folders' locks (see `folders.hold_folder`)
 
     return command
 

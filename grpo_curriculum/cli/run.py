@@ -15,6 +15,7 @@ from pathlib import Path
 from ..config.recipe import BUILTIN, TINY_MODEL
 from ..core.errors import CurriculumError, Problem, plural, raise_if_any
 from ..core.geometry import BatchGeometry
+from .folders import hold_folder, main_process, resumes_in
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -190,6 +191,9 @@ def output_dir_problems(path: str, key: str, fix: str, resuming: bool = False) -
     """
     if not os.path.lexists(path):
         return []
+    if os.path.islink(path) and not os.path.exists(path):
+        return [Problem(key, path, f"is a symbolic link to {os.readlink(path)}, which does not exist",
+                        "create the folder it links to, or choose a new folder, e.g. `runs/NAME`")]
     if not os.path.isdir(path):
         return [Problem(key, path, "names a file, not a folder (the run writes a folder of files there)",
                         "choose a new folder, e.g. `runs/NAME`")]
@@ -204,9 +208,12 @@ def output_dir_problems(path: str, key: str, fix: str, resuming: bool = False) -
 
 
 def new_folder(base: str) -> str:
-    """`base` if nothing is there, else the first of `base-2`, `base-3`, ... that is free."""
+    """`base` if nothing is there, else the first of `base-2`, `base-3`, ... that is free (nor locked by a command
+    that will write it: see [`~folders.hold_folder`])."""
+    from .folders import lock_path
+
     n, path = 1, base
-    while os.path.lexists(path):
+    while os.path.lexists(path) or os.path.lexists(lock_path(path)):
         n += 1
         path = f"{base}-{n}"
     return path
@@ -448,8 +455,13 @@ def train_main(args) -> int:
     validate_for_launch(recipe)
     resume = recipe.training.get("resume_from_checkpoint")
     output_dir = recipe.training.get("output_dir") or "trainer_output"  # TRL's default
-    raise_if_any(output_dir_problems(output_dir, "output_dir", "continue the run in it with `--resume_from_checkpoint "
-                                     "true`, or choose a new folder: `--output_dir runs/NAME`", resuming=bool(resume)),
+    if main_process():  # one lock a launch: the other processes write where the first does
+        hold_folder(output_dir, "output_dir", "train")  # until the command ends
+    fix = ("continue the run in it with `--resume_from_checkpoint true`, or choose a new folder: `--output_dir "
+           "runs/NAME`") if not resume else (f"resume_from_checkpoint {resume} is not a checkpoint of this folder: "
+           "choose a new or empty `--output_dir` (the run continues there from that checkpoint), or `--output_dir "
+           f"{os.path.dirname(os.path.normpath(str(resume)))}` to continue that run in its own folder")  # fmt: skip
+    raise_if_any(output_dir_problems(output_dir, "output_dir", fix, resuming=resumes_in(output_dir, resume)),
                  context=f"recipe {recipe.path}")
     threads, why = torch_threads(recipe)
     _set_threads(threads)
@@ -636,14 +648,17 @@ def demo_main(args) -> int:
     validate_for_launch(recipe)
     require_matplotlib()  # before training: the run ends with its plot
     out = getattr(args, "out", None) or new_folder(recipe.training.get("output_dir") or "runs/demo")
-    raise_if_any(output_dir_problems(out, "--out", "choose a new folder, or leave out `--out`: the demo then writes "
-                                     "a new one (runs/demo, runs/demo-2, ...)"), context="demo")
+    hold_folder(out, "--out", "demo")  # until the command ends: a second command into `out` is refused
+    target = os.path.realpath(out) if os.path.islink(out) and os.path.isdir(out) else out  # a link to a folder:
+    # the run goes where it leads, as `sweep` writes through it
+    raise_if_any(output_dir_problems(target, "--out", "choose a new folder, or leave out `--out`: the demo then "
+                                     "writes a new one (runs/demo, runs/demo-2, ...)"), context="demo")  # fmt: skip
     threads, why = torch_threads(recipe)
     _set_threads(threads)
 
-    from ..demo.models import partial_folder
+    from ..demo.models import mark_finished, partial_folder
 
-    staging = str(partial_folder(Path(out).absolute()))  # ours: removed if the run fails (or by the next demo)
+    staging = str(partial_folder(Path(target).absolute()))  # ours: removed if the run fails (or by the next demo)
     try:
         with _curriculum_output(quiet=True):
             trainer = build_trainer(recipe, output_dir=staging, extra_callbacks=[progress_callback()],
@@ -657,16 +672,18 @@ def demo_main(args) -> int:
         _print_end(trainer, recipe, elapsed, out)
         plot_run(trainer.state.log_history, os.path.join(staging, "curriculum.png"),
                  title=f"demo: {Path(recipe.path).name}")
+        mark_finished(staging)  # a complete run from here on: never removed as a leftover
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)  # ours, unfinished: made by `partial_folder` above
         raise
     try:
-        os.replace(staging, out)  # onto a new or empty folder
+        os.replace(staging, target)  # onto a new or empty folder (not a link: `target` is where it leads)
     except OSError as error:  # e.g. files appeared in it meanwhile: the run stays where it is
         raise CurriculumError([Problem("--out", out, f"could not take the run ({error.strerror or error})",
-                                       f"the complete run is in {staging}: move it where you want it")],
-                              context="demo") from None
-    print(f"\nrun directory: {out} ({', '.join(sorted(os.listdir(out)))})")
+                                       f"the complete run is in {staging}: move it where you want it (it is kept: "
+                                       "the next demo does not remove it)")], context="demo") from None
+    where = f"{out} (a link to {target})" if target != out else out
+    print(f"\nrun directory: {where} ({', '.join(sorted(os.listdir(target)))})")
     return 0
 
 

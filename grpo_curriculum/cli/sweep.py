@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..core.errors import CurriculumError, GeometryError, Problem, raise_if_any
 from ..training.checkpoint import CurriculumStateError, atomic_json, atomic_write, problems_of, read_json, state_error
+from .folders import hold_folder
 from .sweep_table import RESULT_SCHEMA, RESULT_VERSION, Arm, recommend, recommended_stages, summarise, table_rows
 
 MANIFEST_FILE = "sweep_manifest.json"
@@ -337,8 +338,8 @@ def run_all(out: str, arms: list[Arm], seeds: list[int], jobs: int = 1) -> dict[
             if read_result(folder) is not None:
                 print(f"arm {arm.name}, seed {seed}: finished earlier ({folder})", flush=True)
                 continue
-            if os.path.lexists(folder):  # an unfinished run of this sweep (ours): trained again from the start
-                shutil.rmtree(folder)
+            if os.path.lexists(folder):  # an unfinished run of this sweep (ours, and no other command runs it: we
+                shutil.rmtree(folder)  # hold the folder's lock): trained again from the start
             todo.append((index, arm, seed, folder))
     try:
         while todo or running:
@@ -498,6 +499,7 @@ def sweep_main(args) -> int:
                 "eval_every": args.eval_every or max(1, max_steps // 10), "target": args.target}  # fmt: skip
     settings = json.loads(json.dumps(settings, default=str))  # as the manifest reads back
     out = args.out or default_out(settings)
+    hold_folder(out, "--out", "sweep")  # until the command ends: a second sweep, demo or train into `out` is refused
     resuming = open_out(out, settings)
     print(f"sweep of {recipe.path}: {len(arms)} arm{'s' if len(arms) > 1 else ''} ({', '.join(a.name for a in arms)}) "
           f"x {args.seeds} seed{'s' if args.seeds > 1 else ''}, {max_steps} steps each, into {out}"

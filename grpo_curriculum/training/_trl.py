@@ -465,6 +465,68 @@ def checkpoint_dir(trainer, trial) -> str:
 
 
 @contextlib.contextmanager
+def rotate_only_own_checkpoints(trainer, resume_from_checkpoint):
+    """
+    While `Trainer.train` runs: transformers' checkpoint rotation (`save_total_limit`, and the end-of-training
+    cleanup that keeps only the best checkpoint) deletes only checkpoints of this run. transformers lists every
+    `checkpoint-*` folder of `output_dir` (`trainer_utils.sort_checkpoints`, a glob that also matches e.g.
+    `checkpoint-5-keep`) and deletes the oldest, whoever wrote them; here that list is cut down to the folders this
+    trainer wrote (recorded by `GRPOHooks._save_checkpoint`) and, when the run resumes from a checkpoint of
+    `output_dir` (its own folder), its earlier `checkpoint-N` folders (exact name, holding a `trainer_state.json` that
+    parses and is at step N).
+    A checkpoint of another folder, or anything else in `output_dir`, is never a candidate.
+    """
+    import transformers.trainer as trainer_module
+    import transformers.trainer_utils as trainer_utils
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    from .checkpoint import TRAINER_STATE_FILE, CurriculumStateError, read_trainer_state
+
+    original = trainer_utils.sort_checkpoints
+    if original is not trainer_module.sort_checkpoints:  # not the transformers this was written for
+        raise _unsupported("limit checkpoint rotation to its own checkpoints (transformers' sort_checkpoints moved)")
+    output_dir = os.path.realpath(trainer.args.output_dir)
+    resumed = resume_from_checkpoint is True or (
+        isinstance(resume_from_checkpoint, (str, os.PathLike))
+        and os.path.dirname(os.path.realpath(resume_from_checkpoint)) == output_dir
+    )
+    written = trainer.__dict__.setdefault("_checkpoints_written", set())
+
+    def own(path: str) -> bool:
+        real = os.path.realpath(path)
+        if real in written:
+            return True
+        name = os.path.basename(real)
+        step = name[len(PREFIX_CHECKPOINT_DIR) + 1 :]
+        if not (resumed and os.path.dirname(real) == output_dir and name == f"{PREFIX_CHECKPOINT_DIR}-{step}"
+                and step.isdigit()):  # fmt: skip
+            return False
+        try:  # a checkpoint of the run: its trainer state parses and is at the step it is named after
+            return read_trainer_state(os.path.join(real, TRAINER_STATE_FILE))["global_step"] == int(step)
+        except CurriculumStateError:
+            return False
+
+    @functools.wraps(original)
+    def sort_own_checkpoints(*args, **kwargs):
+        found = original(*args, **kwargs)
+        folder = kwargs["output_dir"] if "output_dir" in kwargs else args[0]
+        if os.path.realpath(folder) != output_dir:  # another trainer's (or a trial's) folder: as transformers does
+            return found
+        return [path for path in found if own(path)]
+
+    trainer_utils.sort_checkpoints = trainer_module.sort_checkpoints = sort_own_checkpoints
+    try:
+        yield
+    finally:
+        trainer_utils.sort_checkpoints = trainer_module.sort_checkpoints = original
+
+
+def record_checkpoint(trainer, folder: str) -> None:
+    """Note a checkpoint folder this trainer writes: [`rotate_only_own_checkpoints`] may rotate it away later."""
+    trainer.__dict__.setdefault("_checkpoints_written", set()).add(os.path.realpath(folder))
+
+
+@contextlib.contextmanager
 def curriculum_state_before_trainer_state(trainer, folder: str, save):
     """
     While `Trainer._save_checkpoint` runs: when it writes the checkpoint's `trainer_state.json` (after the model,
@@ -604,6 +666,7 @@ class GRPOHooks:
         return rewards_per_func
 
     def _save_checkpoint(self, model, trial):
+        record_checkpoint(self, checkpoint_dir(self, trial))  # before transformers rotates: it is this run's
         if not (self._curriculum_active() and self.args.should_save):
             return super()._save_checkpoint(model, trial)
         with curriculum_state_before_trainer_state(self, checkpoint_dir(self, trial), self._curriculum_save):

@@ -409,14 +409,16 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         [`~transformers.Trainer.train`]. With a curriculum, `resume_from_checkpoint=True` resumes from the newest
         *complete* checkpoint in `output_dir` (one a run stopped while writing, or a damaged one, is skipped with a
         warning naming it), and a checkpoint that is missing, incomplete or damaged is one clear error before any step
-        ([`~grpo_curriculum.training.checkpoint.resume_checkpoint`]).
+        ([`~grpo_curriculum.training.checkpoint.resume_checkpoint`]). Rotating checkpoints away (`save_total_limit`)
+        deletes only this run's ([`~_trl.rotate_only_own_checkpoints`]).
         """
         if self._curriculum is not None:  # one clear error for a missing, incomplete or damaged checkpoint
             resume_from_checkpoint = resume_checkpoint(resume_from_checkpoint, self.args.output_dir,
                                                        entropy=_trl.uses_entropy_state(self))  # fmt: skip
         if self._curriculum is not None and self._curriculum.current is not None and not resume_from_checkpoint:
             self._curriculum_restart()  # a second `train()` starts over from step 0: so does the curriculum
-        output = super().train(resume_from_checkpoint, *args, **kwargs)
+        with _trl.rotate_only_own_checkpoints(self, resume_from_checkpoint):  # never another run's checkpoint
+            output = super().train(resume_from_checkpoint, *args, **kwargs)
         self.write_prompt_report()
         return output
 

@@ -1,0 +1,286 @@
+"""What the commands may write and delete: resume targets, rotation, staging folders, the run folder lock, links."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grpo_curriculum.cli.main import main
+from grpo_curriculum.core.errors import CurriculumError
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = str(ROOT / "recipes" / "demo.yaml")
+FAST = ["--warm_start_steps", "0", "--save_strategy", "steps", "--save_steps", "2"]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def dead_pid() -> int:
+    """The PID of a process that has ended (and been reaped)."""
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def listing(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# --- 1. resume targets and rotation ------------------------------------------------------------------------------
+
+
+def test_resuming_another_folders_checkpoint_never_writes_over_a_full_output_dir(tmp_path, capsys):
+    """It replaced the user's README.md and config.json (`resuming=bool(resume)` lifted the refusal for any path)."""
+    other, mine, fresh = tmp_path / "other", tmp_path / "mine", tmp_path / "fresh"
+    assert main(["train", DEMO, "--output_dir", str(other), "--max_steps", "2", *FAST]) == 0
+    mine.mkdir()
+    (mine / "README.md").write_text("my notes")
+    (mine / "config.json").write_text("{}")
+    (mine / "checkpoint-5").mkdir()
+    (mine / "checkpoint-5" / "weights.bin").write_text("mine")
+    before = listing(mine)
+    capsys.readouterr()
+    assert main(["train", DEMO, "--output_dir", str(mine), "--max_steps", "4", "--save_total_limit", "1",
+                 "--resume_from_checkpoint", str(other / "checkpoint-2"), *FAST]) == 2  # fmt: skip
+    captured = capsys.readouterr()
+    assert "is a folder that already holds files" in captured.err and "Traceback" not in captured.err
+    assert f"resume_from_checkpoint {other / 'checkpoint-2'} is not a checkpoint of this folder" in captured.err
+    assert f"`--output_dir {other}` to continue that run in its own folder" in captured.err
+    assert "trained" not in captured.out and listing(mine) == before
+    # Into a new folder it continues from that checkpoint; the checkpoint's own folder is left as it was.
+    source = listing(other / "checkpoint-2")
+    assert main(["train", DEMO, "--output_dir", str(fresh), "--max_steps", "4", "--save_total_limit", "1",
+                 "--resume_from_checkpoint", str(other / "checkpoint-2"), *FAST]) == 0  # fmt: skip
+    assert "curriculum resumed from" in capsys.readouterr().out
+    assert sorted(p.name for p in fresh.glob("checkpoint-*")) == ["checkpoint-4"]
+    assert listing(other / "checkpoint-2") == source
+
+
+def test_rotation_deletes_only_checkpoints_this_run_wrote(tmp_path):
+    """transformers' `save_total_limit` rotation deletes every `checkpoint-*` folder in `output_dir`, oldest first
+    (a glob: `checkpoint-1-keep` too); a run given a folder holding a user's checkpoints deleted them."""
+    from grpo_curriculum.cli.run import build_trainer
+    from grpo_curriculum.config.recipe import load_recipe
+
+    out = tmp_path / "run"
+    for name in ("checkpoint-50", "checkpoint-1-keep"):
+        (out / name).mkdir(parents=True)
+        (out / name / "trainer_state.json").write_text('{"a user\'s": "file"}')
+    settings = dict(warm_start_steps=0, save_strategy="steps", save_steps=1, save_total_limit=1)
+    trainer = build_trainer(load_recipe(DEMO, {"max_steps": 3, **settings}), output_dir=str(out))
+    trainer.train()
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint")) == [
+        "checkpoint-1-keep", "checkpoint-3", "checkpoint-50"]  # fmt: skip
+    # Resumed in its own folder, the run's earlier checkpoints are its own: rotated away as transformers does.
+    trainer = build_trainer(load_recipe(DEMO, {"max_steps": 5, **settings}), output_dir=str(out))
+    trainer.train(resume_from_checkpoint=str(out / "checkpoint-3"))
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint")) == [
+        "checkpoint-1-keep", "checkpoint-5", "checkpoint-50"]  # fmt: skip
+    assert (out / "checkpoint-50" / "trainer_state.json").read_text() == '{"a user\'s": "file"}'
+
+
+# --- 2. staging folders ------------------------------------------------------------------------------------------
+
+
+def test_the_next_demo_keeps_a_finished_run_whose_final_rename_failed(tmp_path, capsys):
+    """The error said "the complete run is in .out.partial-...: move it"; the next demo removed it (a dead PID)."""
+    out = tmp_path / "out"
+    out.mkdir()  # empty: accepted
+    process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum.cli", "demo", "--out", str(out),
+                                "--max-steps", "2"], env=ENV, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.glob(".out.partial-*")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (out / "late.txt").write_text("a file that appeared meanwhile")  # the final rename onto `out` then fails
+    error = process.communicate(timeout=300)[1]
+    assert process.returncode == 2, error
+    [staging] = tmp_path.glob(".out.partial-*")
+    assert f"the complete run is in {staging}: move it where you want it" in error and "Traceback" not in error
+    finished = listing(staging)
+    assert "trainer_state.json" in finished and "curriculum.png" in {p.name for p in staging.iterdir()}
+    (out / "late.txt").unlink()
+    assert main(["demo", "--out", str(out), "--max-steps", "2"]) == 0  # the dead demo's finished run is kept
+    assert listing(staging) == finished and (out / "trainer_state.json").is_file()
+
+
+def test_stale_staging_folders_are_matched_by_name_not_as_a_glob_pattern_and_need_the_marker(tmp_path):
+    """`--out '?5'` removed `.d5.partial-*` (the name went into a glob); a folder without the marker is kept."""
+    from grpo_curriculum.demo import models
+
+    def staging(name, pid, marker=True):
+        folder = tmp_path / name
+        folder.mkdir()
+        if marker:
+            owner = {"program": "grpo-curriculum", "pid": pid, "host": models.socket.gethostname()}
+            (folder / getattr(models, "UNFINISHED", ".grpo-curriculum-unfinished")).write_text(json.dumps(owner))
+        return folder
+
+    dead, host = dead_pid(), models._owner_tag().rsplit("-", 1)[0]  # named as `partial_folder` names them
+    d5 = staging(f".d5.partial-{host}-{dead}-abc", dead)
+    finished = staging(f".d5.partial-{host}-{dead}-def", dead, marker=False)  # a finished run, waiting to be moved
+    alive = staging(f".d5.partial-{host}-{os.getpid()}-ghi", os.getpid())
+    assert models.remove_stale_partials(tmp_path / "?5") == [] and d5.exists()
+    assert models.remove_stale_partials(tmp_path / "[d]5") == [] and d5.exists()
+    assert models.remove_stale_partials(tmp_path / "d5") == [d5]
+    assert finished.exists() and alive.exists()
+    fresh = models.partial_folder(tmp_path / "d5")
+    assert models.unfinished_owner(fresh)["pid"] == os.getpid()
+    models.mark_finished(fresh)
+    assert models.unfinished_owner(fresh) is None and list(fresh.iterdir()) == []
+
+
+# --- 3. the lock -------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def quick_recipe(tmp_path):
+    import yaml
+
+    data = yaml.safe_load((ROOT / "recipes" / "demo.yaml").read_text())
+    path = tmp_path / "quick.yaml"
+    path.write_text(yaml.safe_dump({**data, "dataset_num_prompts": 64}))
+    return str(path)
+
+
+def test_a_second_sweep_demo_or_train_into_a_sweeps_folder_exits_2_naming_it(tmp_path, capsys, quick_recipe):
+    """The second sweep removed the first one's run in progress and both trained into it (a raw FileExistsError)."""
+    out = tmp_path / "sweep"
+    command = [sys.executable, "-m", "grpo_curriculum.cli", "sweep", quick_recipe, "--num-generations", "2", "4",
+               "--max-steps", "4", "--held-out", "8", "--eval-every", "2", "--out", str(out)]  # fmt: skip
+    first = subprocess.Popen(command, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    running = out / "arms" / "g2" / "seed-0"
+    deadline = time.monotonic() + 300
+    while not running.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert running.exists(), first.communicate()[1]
+    second = subprocess.run(command, env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    holder = f"is in use by grpo-curriculum sweep (PID {first.pid} on host "
+    assert second.returncode == 2 and holder in second.stderr and "Traceback" not in second.stderr, second.stderr
+    assert main(["demo", "--out", str(out), "--max-steps", "2"]) == 2
+    assert main(["train", DEMO, "--output_dir", str(out), "--max_steps", "2"]) == 2
+    error = capsys.readouterr().err
+    assert error.count(holder) == 2 and "Traceback" not in error
+    printed, error = first.communicate(timeout=600)
+    assert first.returncode == 0, error
+    assert "sweep directory:" in printed and (out / "sweep.md").is_file()
+    assert not os.path.lexists(tmp_path / ".sweep.grpo-curriculum.lock")  # removed by its holder
+
+
+def test_a_lock_left_by_a_killed_command_is_taken_over_and_its_holder_named(tmp_path, caplog):
+    from grpo_curriculum.cli.folders import hold_folder, lock_path
+
+    out = tmp_path / "run"
+    code = ("import os, signal, sys; from grpo_curriculum.cli.folders import hold_folder; "
+            "hold_folder(sys.argv[1], '--out', 'sweep'); print(os.getpid(), flush=True); "
+            "os.kill(os.getpid(), signal.SIGKILL)")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code, str(out)], env=ENV, capture_output=True, text=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    pid = int(done.stdout)
+    path = Path(lock_path(out))
+    assert json.loads(path.read_text())["pid"] == pid  # left behind, unlocked (the kernel released it)
+    with caplog.at_level("WARNING", logger="grpo_curriculum"):
+        lock = hold_folder(out, "--out", "demo")
+    assert f"taking over the lock of grpo-curriculum sweep (PID {pid} on host" in caplog.text
+    assert json.loads(path.read_text())["pid"] == os.getpid()
+    # Another spelling of the folder (a link to it, a trailing slash) is the same folder: refused while held.
+    out.mkdir()
+    (tmp_path / "link").symlink_to(out, target_is_directory=True)
+    for spelling in (tmp_path / "link", f"{out}/"):
+        with pytest.raises(CurriculumError, match=rf"is in use by grpo-curriculum demo \(PID {os.getpid()} on host"):
+            hold_folder(spelling, "--out", "sweep")
+    lock.release()
+    assert not path.exists()
+    hold_folder(tmp_path / "link", "--out", "sweep").release()
+
+
+def test_a_file_at_the_lock_path_that_is_not_a_lock_is_never_written_over(tmp_path):
+    from grpo_curriculum.cli.folders import hold_folder, lock_path
+
+    path = Path(lock_path(tmp_path / "run"))
+    path.write_text("my own notes")
+    with pytest.raises(CurriculumError, match="exists and is not a grpo-curriculum lock file"):
+        hold_folder(tmp_path / "run", "--out", "sweep")
+    assert path.read_text() == "my own notes"
+
+
+def test_without_out_a_demo_picks_a_folder_no_other_command_holds(tmp_path, monkeypatch):
+    """Two `make demo` at once: the second writes runs/demo-2 instead of being refused for runs/demo."""
+    from grpo_curriculum.cli.folders import hold_folder
+    from grpo_curriculum.cli.run import new_folder
+
+    monkeypatch.chdir(tmp_path)
+    assert new_folder("runs/demo") == "runs/demo"
+    with hold_folder("runs/demo", "--out", "demo"):  # the first demo, still training in its staging folder
+        assert new_folder("runs/demo") == "runs/demo-2"
+    assert new_folder("runs/demo") == "runs/demo"
+
+
+# --- 9. links ----------------------------------------------------------------------------------------------------
+
+
+def test_demo_into_a_link_to_an_empty_folder_writes_the_run_there(tmp_path, capsys):
+    """It trained, then failed ("Not a directory") and left the run in a hidden folder."""
+    real, link = tmp_path / "real", tmp_path / "link"
+    real.mkdir()
+    link.symlink_to(real, target_is_directory=True)
+    assert main(["demo", "--out", str(link), "--max-steps", "2"]) == 0
+    captured = capsys.readouterr()
+    assert f"run directory: {link} (a link to {real}) (" in captured.out and "Traceback" not in captured.err
+    assert link.is_symlink() and (real / "trainer_state.json").is_file() and (real / "curriculum.png").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]  # no staging folder, no lock left
+    (tmp_path / "gone").symlink_to(tmp_path / "missing")
+    assert main(["demo", "--out", str(tmp_path / "gone"), "--max-steps", "2"]) == 2
+    assert f"is a symbolic link to {tmp_path / 'missing'}, which does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "missing").exists()
+
+
+# --- docs/files.md: every deleting call in the package, listed with its proof ---------------------------------------
+
+DELETING = {"rmtree", "unlink", "remove", "replace", "rename", "rmdir", "removedirs", "ftruncate", "truncate"}
+
+
+def deleting_calls() -> set[tuple[str, str, str]]:
+    """(file, enclosing function, call) of every call in the package that deletes or replaces a file or folder."""
+    found = set()
+    for path in sorted((ROOT / "grpo_curriculum").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        scopes = {}
+        for node in ast.walk(tree):
+            for child in ast.iter_child_nodes(node):
+                scopes[child] = node
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            if node.func.attr not in DELETING:
+                continue
+            owner = node.func.value
+            if isinstance(owner, ast.Name) and owner.id in ("os", "shutil"):
+                call = f"{owner.id}.{node.func.attr}"
+            elif node.func.attr in ("remove", "replace", "truncate"):  # list.remove, str.replace, ...: not files
+                continue
+            else:
+                call = f"Path.{node.func.attr}"
+            names, scope = [], scopes.get(node)
+            while scope is not None:
+                if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.append(scope.name)
+                scope = scopes.get(scope)
+            found.add((str(path.relative_to(ROOT)), ".".join(reversed(names)) or "<module>", call))
+    return found
+
+
+def test_every_deleting_call_in_the_package_is_listed_in_docs_files_md():
+    listed = set(re.findall(r"^- `([\w/.]+\.py):([\w.<>]+)` `([\w.]+)`", (ROOT / "docs" / "files.md").read_text(),
+                            re.MULTILINE))  # fmt: skip
+    calls = deleting_calls()
+    assert len(calls) >= 10  # the scan finds them (the package has more than ten)
+    assert not calls - listed, f"list these in docs/files.md with the proof they rely on: {sorted(calls - listed)}"
+    assert not listed - calls, f"docs/files.md lists calls the package no longer makes: {sorted(listed - calls)}"
