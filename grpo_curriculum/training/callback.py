@@ -11,7 +11,7 @@ from transformers import TrainerCallback
 
 from ..core.adaptive import make_policy
 from ..core.errors import raise_if_any
-from ..core.rules import UNCERTAIN_PROMPTS
+from ..core.rules import UNCERTAIN_PROMPTS, UNCERTAIN_PROMPTS_DEFAULT
 from ..core.schedule import ResolvedSchedule, Setting, Stage, StageSchedule
 from . import tracking
 from .checkpoint import atomic_write
@@ -113,7 +113,7 @@ class CurriculumCallback(TrainerCallback):
     ```
     """
 
-    def __init__(self, schedule: StageSchedule | list[Stage], uncertain_prompts: int = 1000):
+    def __init__(self, schedule: StageSchedule | list[Stage], uncertain_prompts: int = UNCERTAIN_PROMPTS_DEFAULT):
         self.schedule = schedule if isinstance(schedule, StageSchedule) else StageSchedule(schedule)
         raise_if_any(UNCERTAIN_PROMPTS.problems("uncertain_prompts", uncertain_prompts))
         self.uncertain_prompts = int(uncertain_prompts)
