@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from ..core.adaptive import _KNOBS, _ONLY, Adaptive, _CANDIDATES, _condition, _POLICY
+from ..core.comparison import COMPARISON_RULES, Comparison
 from ..core.curriculum import CURRICULUM_RULES
 from ..core.rules import UNCERTAIN_PROMPTS_DEFAULT, Rule
 from ..core.sampling import DYNAMIC_SAMPLING_RULES, DynamicSampling
@@ -52,7 +53,8 @@ def render() -> str:
     stage_rows = [(name, _rule(rule), _default(stage[name]), "") for name, rule in STAGE_RULES.items()]
     stage_rows += [("name", "a string (shown in logs and tables)", "—", ""),
                    ("adaptive", "a mapping (the table below)", "—", "instead of a fixed `num_generations`"),
-                   ("dynamic_sampling", "a mapping (`max_rounds`, below)", "—", "a stage of fixed G")]
+                   ("dynamic_sampling", "a mapping (`max_rounds`, below)", "—", "a stage of fixed G"),
+                   ("comparison", "a mapping (`mode`, `margin`, `margin_end`, below)", "—", "any stage")]
     knob_rows = [("num_generations", _rule(_CANDIDATES), "required", "every policy"),
                  ("temperature", "a list [low, high] of temperatures, or a number", "the stage's `temperature`",
                   "every policy"),
@@ -75,7 +77,7 @@ def render() -> str:
              "without importing torch or TRL.", "",
              "- [The recipe's own keys](#the-recipes-own-keys)", "- [A stage](#a-stage)",
              "- [An adaptive stage](#an-adaptive-stage)", "- [Dynamic sampling](#dynamic-sampling)",
-             "- [TRL's fields](#trls-fields)", "",
+             "- [Comparisons](#comparisons)", "- [TRL's fields](#trls-fields)", "",
              "## The recipe's own keys", "", *_table(own), "",
              "## A stage", "",
              "`curriculum: {stages: [...]}`: an end is `until_step` or `until_fraction`, never both; only the last "
@@ -84,6 +86,11 @@ def render() -> str:
              "## Dynamic sampling", "", "`dynamic_sampling: {...}` inside a stage of fixed G.", "",
              *_table([(n, _rule(r), _default(_defaults(DynamicSampling)[n]), "")
                       for n, r in DYNAMIC_SAMPLING_RULES.items()]), "",
+             "## Comparisons", "",
+             "`comparison: {...}` inside a stage: which completions keep a non-zero advantage "
+             "(`grpo_curriculum/core/comparison.py`).", "",
+             *_table([(n, _rule(r), _default(_defaults(Comparison)[n]),
+                       "`mode: margin`" if n.startswith("margin") else "") for n, r in COMPARISON_RULES.items()]), "",
              "## TRL's fields", "",
              "Top-level keys of `GRPOConfig`, `ModelConfig` and `ScriptArguments`, as `trl grpo --config` reads them "
              "(and `--key value` on the command line of `train`).", "", *_table(trl), ""]
