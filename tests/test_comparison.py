@@ -8,6 +8,8 @@ from grpo_curriculum.core.comparison import Comparison, comparison_keep
 from grpo_curriculum.core.errors import CurriculumError
 from grpo_curriculum.core.schedule import Stage, StageSchedule
 
+from .test_cli_check import check
+
 NAN = float("nan")
 
 
@@ -81,3 +83,9 @@ def test_margin_ramps_over_the_stage_and_describes_itself():
         "stage 1: steps 11-30, G 4, temperature 1, comparisons: margin 1 -> 0 group stds"]
     plain = StageSchedule([Stage(num_generations=4, temperature=1.0)]).resolve(30)
     assert plain.comparison_at(5) == ("all", None)
+
+
+def test_check_describes_each_stage_s_comparisons(capsys):
+    code, out, _ = check(capsys, "comparison-demo")
+    assert code == 0
+    assert "stage 0 (extremes): G=8, temperature 1, comparisons: best and worst of each group, until 0.5" in out

@@ -28,7 +28,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
-from .errors import Problem, raise_if_any
+from .errors import MISSING, Problem, raise_if_any
 from .rules import Rule, check, unknown_keys
 from .signals import ZERO_STD_TOLERANCE, _finite, _mean_std
 
@@ -114,7 +114,7 @@ def comparison_problems(values: Mapping, key: str = "comparison") -> list[Proble
     problems = check(COMPARISON_RULES, given, key)
     mode = given.get("mode", "all")
     if mode == "margin" and "margin" not in given:
-        problems.append(Problem(f"{key}.margin", None, "is required with `mode: margin`", _MARGIN.fix))
+        problems.append(Problem(f"{key}.margin", MISSING, "is required with `mode: margin`", _MARGIN.fix))
     if mode in ("all", "extremes"):
         problems += [Problem(f"{key}.{name}", given[name], f"only applies with `mode: margin` (the mode is {mode!r})",
                              f"remove `{name}`, or set `mode: margin`")
