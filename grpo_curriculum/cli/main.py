@@ -192,6 +192,8 @@ def _stage_rows(schedule, max_steps=None) -> list[tuple[str, object]]:
         ends = stage.end_description
         if resolved is not None:
             ends += f" ({resolved.steps_text(i)} of {max_steps})"
+        if stage.comparison is not None:
+            ends = f"{stage.comparison.describe()}, {ends}"
         label = f"stage {i}" + (f" ({stage.name})" if stage.name else "")
         if stage.adaptive is None and stage.dynamic_sampling is not None:
             rows.append((f"{label}: G={stage.num_generations} with dynamic sampling (max_rounds "

@@ -231,9 +231,10 @@ TEMPERATURE = Rule("number", low=MIN_TEMPERATURE, why="below it sampling is gree
 """A sampling temperature."""
 
 COUNT = integer(1, MAX_COUNT)
-UNCERTAIN_PROMPTS = integer(0, MAX_COUNT, why="prompts listed in uncertain_prompts.jsonl",
-                            fix="e.g. `uncertain_prompts: 1000` (0: no report)")
 """A positive count of completions, prompts, processes or micro-steps."""
+UNCERTAIN_PROMPTS_DEFAULT = 1000
+UNCERTAIN_PROMPTS = integer(0, MAX_COUNT, why="prompts listed in uncertain_prompts.jsonl",
+                            fix=f"e.g. `uncertain_prompts: {UNCERTAIN_PROMPTS_DEFAULT}` (0: no report)")
 
 STEPS = integer(1, MAX_STEPS)
 """A positive number of optimizer steps."""

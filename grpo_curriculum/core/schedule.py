@@ -20,6 +20,7 @@ from .rules import NUM_GENERATIONS, STEPS, TEMPERATURE, Rule, check, fraction, i
 
 if TYPE_CHECKING:
     from .adaptive import Adaptive
+    from .comparison import Comparison
     from .sampling import DynamicSampling, TopUp
 
 RAMPS = ("linear", "cosine")
@@ -43,6 +44,15 @@ def _adaptive_of(value, key: str):
     if isinstance(value, Adaptive):
         return value, []
     return Adaptive.from_mapping(value, key=key)
+
+
+def _comparison_of(value, key: str):
+    """The stage's [`Comparison`] (from an instance or a mapping) and the problems found building it."""
+    from .comparison import Comparison
+
+    if value is None:
+        return None, []
+    return Comparison.from_mapping(value, key=key)
 
 
 def _dynamic_sampling_of(value, key: str):
@@ -71,6 +81,7 @@ def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
     adaptive, problems = _adaptive_of(values.get("adaptive"), f"{at}adaptive")
     _, found = _dynamic_sampling_of(values.get("dynamic_sampling"), f"{at}dynamic_sampling")
     problems += found
+    problems += _comparison_of(values.get("comparison"), f"{at}comparison")[1]
     given = {name: v for name, v in values.items() if v is not None or name == "temperature_ramp"}
     if "num_generations" not in given and "adaptive" not in values:  # an adaptive stage starts at its smallest G
         problems.append(Problem(f"{at}num_generations", MISSING, "is required", "add e.g. `num_generations: 4`"))
@@ -147,6 +158,10 @@ class Stage:
         dynamic_sampling ([`DynamicSampling`] or `dict`, *optional*):
             DAPO's dynamic sampling at the stage's G: groups whose rewards are all equal are dropped and more rounds
             are generated to fill the training batch, at most `max_rounds` a batch. Not with `adaptive`.
+        comparison ([`~core.comparison.Comparison`] or `dict`, *optional*):
+            Which completions of a group keep a non-zero advantage: `{mode: all}` (TRL's, the default), `{mode:
+            extremes}` (the best and the worst) or `{mode: margin, margin: m, margin_end: m2}` (those at least m group
+            stds from the mean, ramping to m2); see [`grpo_curriculum.core.comparison`]. Any kind of stage.
     """
 
     num_generations: int | None = None
@@ -158,18 +173,20 @@ class Stage:
     name: str | None = None
     adaptive: Adaptive | None = None
     dynamic_sampling: DynamicSampling | None = None
+    comparison: Comparison | None = None
 
     def __post_init__(self):
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         if values["temperature_ramp"] == "linear":  # the default: don't complain that it lacks `temperature_end`
             values.pop("temperature_ramp")
-        for name in ("adaptive", "dynamic_sampling"):
+        for name in ("adaptive", "dynamic_sampling", "comparison"):
             if values[name] is None:
                 values.pop(name)
         raise_if_any(stage_problems(values, key="Stage"))
         adaptive, _ = _adaptive_of(self.adaptive, "Stage.adaptive")
         dynamic, _ = _dynamic_sampling_of(self.dynamic_sampling, "Stage.dynamic_sampling")
         object.__setattr__(self, "dynamic_sampling", dynamic)
+        object.__setattr__(self, "comparison", _comparison_of(self.comparison, "Stage.comparison")[0])
         g = self.num_generations
         if g is None:  # an adaptive stage starts at its smallest candidate; a top-up stage's groups at the pilot
             g = adaptive.top_up.pilot if adaptive.top_up is not None else adaptive.num_generations[0]
@@ -434,6 +451,16 @@ class ResolvedSchedule:
         g = None if top_up is not None else stage.num_generations
         return Setting(index, g, stage.temperature_at(progress), top_up, stage.dynamic_sampling)
 
+    def comparison_at(self, step: int) -> tuple[str, float | None]:
+        """The comparison mode and margin of a generation round that starts at optimizer step `step` (`("all",
+        None)` in a stage without `comparison`), a pure function of the step like the temperature's ramp."""
+        index = self.stage_index_at(step)
+        comparison = self.stages[index].comparison
+        if comparison is None:
+            return "all", None
+        start, end = self.start_of(index), self.ends[index]
+        return comparison.mode, comparison.margin_at((step - start) / (end - start) if end > start else 1.0)
+
     def describe(self) -> list[str]:
         """
         One line a stage: its steps (numbered from 1, as in the log lines), G and temperature, e.g. `"stage 1 compare:
@@ -460,5 +487,6 @@ class ResolvedSchedule:
                 low, high = adaptive.temperature
                 temperature = f"temperature adaptive in [{low:g}, {high:g}] from {stage.temperature:g}"
             label = f" {stage.name}" if stage.name else ""
-            lines.append(f"stage {i}{label}: {self.steps_text(i)}, {g}, {temperature}")
+            compare = f", {stage.comparison.describe()}" if stage.comparison is not None else ""
+            lines.append(f"stage {i}{label}: {self.steps_text(i)}, {g}, {temperature}{compare}")
         return lines

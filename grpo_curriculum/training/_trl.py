@@ -40,6 +40,7 @@ import os
 import torch
 from datasets import Dataset
 
+from ..core.comparison import comparison_keep
 from .advantages import group_advantages
 from .stream import PromptStream
 
@@ -171,6 +172,32 @@ def all_processes_agree(trainer, fingerprint: tuple) -> None:
             f"grpo-curriculum: processes disagree on the generation round's setting: {seen}. Every process must run "
             "the same schedule with the same arguments; this is a bug if they do."
         )
+
+
+def apply_comparison(trainer, output: dict, round_) -> None:
+    """
+    Zero the advantage of the trained rows that the round's comparison mode leaves out
+    ([`grpo_curriculum.core.comparison`]; a stage without `comparison`, or `mode: all`, leaves TRL's output as it is),
+    and log `curriculum/comparison_kept` (the share of the round's trained completions that keep their advantage) and
+    `curriculum/comparison_margin`. The rows stay in the batch (their tokens still count in the loss normaliser and
+    the KL term). The mode is a pure function of the step the round starts at, so a resumed run applies the same.
+    """
+    # The step the round started at: the generation step itself, or for a round regenerated after a resume from a
+    # checkpoint taken inside it, the optimizer steps before the round (the micro-steps already trained in it back).
+    phase = trainer._step % generation_round_length(trainer)
+    start_step = trainer.state.global_step - phase // trainer.args.gradient_accumulation_steps
+    mode, margin = trainer._curriculum.resolved.comparison_at(start_step)
+    if mode == "all":
+        return
+    rewards, sizes = round_.group_rewards(round_.trained_groups)
+    keep = comparison_keep(rewards, sizes, mode, margin)
+    advantages = output["advantages"]
+    start = trainer.accelerator.process_index * len(advantages)  # each process trains a contiguous share
+    mask = torch.tensor(keep[start : start + len(advantages)], dtype=advantages.dtype, device=advantages.device)
+    output["advantages"] = advantages * mask.view(-1, *([1] * (advantages.dim() - 1)))
+    trainer._metrics["train"]["curriculum/comparison_kept"].append(sum(keep) / len(keep))
+    if margin is not None:
+        trainer._metrics["train"]["curriculum/comparison_margin"].append(margin)
 
 
 def log_zero_std_fraction(trainer, fraction: float) -> None:
@@ -636,6 +663,7 @@ class GRPOHooks:
             round_.request_sizes = None
             set_num_generations(self, num_generations)
         output = finish_round(self, records, round_)
+        apply_comparison(self, output, round_)
         log_zero_std_fraction(self, self._curriculum_round_end(round_))
         return output
 

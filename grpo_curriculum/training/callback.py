@@ -10,8 +10,9 @@ from dataclasses import asdict
 from transformers import TrainerCallback
 
 from ..core.adaptive import make_policy
+from ..core.comparison import Comparison
 from ..core.errors import raise_if_any
-from ..core.rules import UNCERTAIN_PROMPTS
+from ..core.rules import UNCERTAIN_PROMPTS, UNCERTAIN_PROMPTS_DEFAULT
 from ..core.schedule import ResolvedSchedule, Setting, Stage, StageSchedule
 from . import tracking
 from .checkpoint import atomic_write
@@ -113,7 +114,7 @@ class CurriculumCallback(TrainerCallback):
     ```
     """
 
-    def __init__(self, schedule: StageSchedule | list[Stage], uncertain_prompts: int = 1000):
+    def __init__(self, schedule: StageSchedule | list[Stage], uncertain_prompts: int = UNCERTAIN_PROMPTS_DEFAULT):
         self.schedule = schedule if isinstance(schedule, StageSchedule) else StageSchedule(schedule)
         raise_if_any(UNCERTAIN_PROMPTS.problems("uncertain_prompts", uncertain_prompts))
         self.uncertain_prompts = int(uncertain_prompts)
@@ -225,6 +226,10 @@ class CurriculumCallback(TrainerCallback):
         first, _ = self.resolved.step_range(index)
         if global_step + 1 != first:  # a round spans several optimizer steps: settings change between rounds only
             reason += f" (scheduled from step {first}; settings change only between generation rounds)"
+        if index:
+            before, after = (self.schedule.stages[i].comparison or Comparison() for i in (index - 1, index))
+            if before != after:
+                reason += f"; {before.describe()} -> {after.describe().removeprefix('comparisons: ')}"
         return reason
 
     def _make_policy(self, index: int):

@@ -1,0 +1,124 @@
+"""The comparison curriculum in real TRL training loops: exactly which advantages are zeroed, and `mode: all` is TRL."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grpo_curriculum import Stage
+from grpo_curriculum.core.comparison import comparison_keep
+from grpo_curriculum.demo.tasks import echo_reward
+
+from .conftest import RoundRecorder, indexed_dataset
+from .test_trainer import make_trainer, plain_and_curriculum
+
+
+def graded_reward(completions, **kwargs):
+    """Several distinct rewards a group (a function of the text), so that best, worst and middle differ."""
+    return [float(sum(map(ord, c)) % 5) for c in completions]
+
+
+def capture_rounds(trainer):
+    """Each training round's rewards (from the reward function) and the advantages the trainer trains on."""
+    rounds, original = [], trainer._generate_and_score_completions
+
+    def spy(inputs):
+        output = original(inputs)
+        rounds.append(output["advantages"].detach().clone())
+        return output
+
+    trainer._generate_and_score_completions = spy
+    return rounds
+
+
+def trl_group_advantages(rewards, size, scale="group"):
+    grouped = torch.tensor(rewards, dtype=torch.float32).view(-1, size)
+    mean = grouped.mean(1, keepdim=True)
+    advantages = grouped - mean
+    if scale == "group":
+        advantages = advantages / (grouped.std(1, keepdim=True) + 1e-4)
+    elif scale == "batch":
+        advantages = advantages / (torch.tensor(rewards).std() + 1e-4)
+    return advantages.flatten()
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_extremes_zero_exactly_the_middle_completions(tmp_path, scale):
+    stages = [Stage(num_generations=4, temperature=1.0, comparison={"mode": "extremes"})]
+    recorder = RoundRecorder(reward_fn=graded_reward)
+    trainer, recorder = make_trainer(tmp_path, stages, recorder=recorder, num_generations=4, max_steps=4,
+                                     scale_rewards=scale)  # fmt: skip
+    advantages = capture_rounds(trainer)
+    trainer.train()
+    assert len(advantages) == len(recorder.calls) == 4
+    zeroed, shares = 0, []
+    for call, trained in zip(recorder.calls, advantages):
+        rewards = graded_reward(call["completions"])
+        keep = comparison_keep(rewards, [4] * 2, "extremes")
+        expected = trl_group_advantages(rewards, 4, scale) * torch.tensor(keep, dtype=torch.float32)
+        torch.testing.assert_close(trained, expected, atol=1e-5, rtol=1e-5)
+        zeroed += keep.count(False)
+        shares.append(sum(keep) / len(keep))
+    assert zeroed > 0  # the rewards had middles to drop
+    logged = [h["curriculum/comparison_kept"] for h in trainer.state.log_history if "curriculum/comparison_kept" in h]
+    assert logged == pytest.approx(shares)
+
+
+def test_margin_ramps_per_round_and_is_logged(tmp_path):
+    stages = [Stage(num_generations=4, temperature=1.0, comparison={"mode": "margin", "margin": 1.2,
+                                                                    "margin_end": 0.0})]  # fmt: skip
+    trainer, recorder = make_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=graded_reward),
+                                     num_generations=4, max_steps=4)  # fmt: skip
+    advantages = capture_rounds(trainer)
+    trainer.train()
+    margins = [h["curriculum/comparison_margin"] for h in trainer.state.log_history
+               if "curriculum/comparison_margin" in h]  # fmt: skip
+    assert margins == pytest.approx([1.2, 0.9, 0.6, 0.3])
+    for call, trained, margin in zip(recorder.calls, advantages, margins):
+        rewards = graded_reward(call["completions"])
+        keep = torch.tensor(comparison_keep(rewards, [4, 4], "margin", margin), dtype=torch.float32)
+        torch.testing.assert_close(trained, trl_group_advantages(rewards, 4) * keep, atol=1e-5, rtol=1e-5)
+
+
+def test_mode_all_trains_like_plain_grpo(tmp_path):
+    overrides = dict(gradient_accumulation_steps=2, num_generations=4, temperature=0.9, max_steps=6, seed=3)
+    dataset = indexed_dataset(num_prompts=20).map(lambda row: {"target": row["prompt"].split(" : ")[1][:-2]})
+    stages = [Stage(num_generations=4, temperature=0.9, comparison={"mode": "all"})]
+    plain, ours = plain_and_curriculum(tmp_path, stages, dataset, **overrides)
+    assert ours == plain
+
+
+def test_extremes_then_all_switches_at_the_stage_end(tmp_path):
+    stages = [Stage(num_generations=4, temperature=1.0, until_step=2, comparison={"mode": "extremes"}),
+              Stage(num_generations=4, temperature=1.0)]
+    trainer, _ = make_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=echo_reward), num_generations=4,
+                              max_steps=4, dataset=indexed_dataset().map(
+                                  lambda row: {"target": row["prompt"].split(" : ")[1][:-2]}))  # fmt: skip
+    trainer.train()
+    kept = ["curriculum/comparison_kept" in h for h in trainer.state.log_history if "loss" in h]
+    assert kept == [True, True, False, False]
+    assert [s["step"] for s in trainer._curriculum.switches] == [3]
+    assert trainer._curriculum.switches[0]["reason"] == (
+        "stage 1 starts; comparisons: best and worst of each group -> all completions")
+
+
+def test_a_round_regenerated_after_a_mid_round_resume_keeps_its_margin(tmp_path):
+    """The margin is a function of the step the round started at: a round resumed from a checkpoint taken inside it
+    (steps_per_generation 4 over accumulation 2: a round spans 2 optimizer steps) gets the margin it started with."""
+    stages = [Stage(num_generations=4, temperature=1.0, comparison={"mode": "margin", "margin": 1.0,
+                                                                    "margin_end": 0.0})]  # fmt: skip
+    overrides = dict(max_steps=8, save_strategy="steps", save_steps=1, num_generations=4, per_device_train_batch_size=4,
+                     gradient_accumulation_steps=2, steps_per_generation=4)  # fmt: skip
+
+    def margins(trainer, after=0):
+        return [h["curriculum/comparison_margin"] for h in trainer.state.log_history
+                if "curriculum/comparison_margin" in h and h["step"] > after]  # fmt: skip
+
+    full, _ = make_trainer(tmp_path / "full", stages, recorder=RoundRecorder(reward_fn=graded_reward), **overrides)
+    full.train()
+    assert margins(full) == pytest.approx([1.0, 0.75, 0.5, 0.25])  # rounds start at steps 0, 2, 4, 6 of 8
+    resumed, _ = make_trainer(tmp_path / "resumed", stages, recorder=RoundRecorder(reward_fn=graded_reward),
+                              **overrides)  # fmt: skip
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))  # inside the round of steps 3-4
+    # logged at step 4: the regenerated round of steps 3-4 (at its start's margin), then the next rounds
+    assert margins(resumed, after=3) == pytest.approx([0.75, 0.5, 0.25])

@@ -1,0 +1,31 @@
+"""docs/recipe-reference.md is generated from the validation rules and must match them."""
+
+from pathlib import Path
+
+from grpo_curriculum.config import reference
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "recipe-reference.md"
+
+
+def test_committed_reference_matches_the_rules():
+    assert DOC.read_text(encoding="utf-8") == reference.render(), (
+        "docs/recipe-reference.md is stale: run python -m grpo_curriculum.config.reference docs/recipe-reference.md")
+
+
+def test_reference_lists_every_key_check_validates():
+    from grpo_curriculum.config.recipe import RECIPE_RULES
+    from grpo_curriculum.config.trl_fields import trl_fields
+    from grpo_curriculum.core.adaptive import _KNOBS
+    from grpo_curriculum.core.schedule import STAGE_RULES
+
+    text = reference.render()
+    for name in [*RECIPE_RULES, *STAGE_RULES, *_KNOBS, *trl_fields()]:
+        assert f"| `{name}` |" in text, name
+
+
+def test_check_mode_reports_a_stale_file(tmp_path, capsys):
+    stale = tmp_path / "ref.md"
+    stale.write_text("old\n", encoding="utf-8")
+    assert reference.main([str(stale), "--check"]) == 1
+    assert reference.main([str(stale)]) == 0
+    assert reference.main([str(stale), "--check"]) == 0
