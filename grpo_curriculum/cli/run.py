@@ -215,33 +215,11 @@ def new_folder(base: str) -> str:
 # --- progress and summary ------------------------------------------------------------------------------------------
 
 
-def progress_callback():
-    """A progress bar that shows the current G, temperature and reward."""
-    from tqdm.auto import tqdm
-    from transformers import TrainerCallback
+def progress_callback(log_every=None):
+    """The progress bar (or lines) that shows the step, G, temperature and reward (see [`~cli.progress`])."""
+    from .progress import progress_callback as callback
 
-    class CurriculumProgress(TrainerCallback):
-        bar = None
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            if state.is_world_process_zero:
-                self.bar = tqdm(total=state.max_steps, dynamic_ncols=True, desc="train", file=sys.stdout)
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if self.bar is None or not logs or "curriculum/num_generations" not in logs:
-                return
-            g = logs["curriculum/num_generations"]  # a mean over the log line's prompts: fractional when G varies
-            postfix = {"G": f"{g:.3g}", "T": f"{logs['curriculum/temperature']:.2f}"}
-            if logs.get("reward") is not None:
-                postfix["reward"] = f"{logs['reward']:.3f}"
-            self.bar.set_postfix(postfix, refresh=False)
-            self.bar.update(state.global_step - self.bar.n)
-
-        def on_train_end(self, args, state, control, **kwargs):
-            if self.bar is not None:
-                self.bar.close()
-
-    return CurriculumProgress()
+    return callback(log_every)
 
 
 def stage_summary(log_history: list[dict], generation_batch_size: int, stages: list | None = None) -> list[dict]:
@@ -439,8 +417,27 @@ def read_log_history(run_dir: str) -> list[dict]:
 # --- commands ------------------------------------------------------------------------------------------------------
 
 
+def _train_output(args) -> dict:
+    """
+    `build_trainer` settings for what `train` prints: by default (and with `--log-every N`) the progress of
+    [`~cli.progress`] instead of TRL's bar and per-step dicts; with `--verbose`, TRL's own output. What is logged to
+    `trainer_state.json` and the trackers is the same either way.
+    """
+    if args.verbose:
+        return {}
+    return {"extra_callbacks": [progress_callback(args.log_every)], "disable_tqdm": True}
+
+
 def train_main(args) -> int:
     """`grpo-curriculum train RECIPE [--key value ...]`: run a recipe with `CurriculumGRPOTrainer`."""
+    from .progress import announce, split_output_flags
+
+    args.overrides, args.log_every, args.verbose = split_output_flags(
+        args.overrides, getattr(args, "log_every", None), getattr(args, "verbose", False))
+    from ..core.loading import find_recipe, read_yaml
+
+    read_yaml(find_recipe(args.recipe))  # a missing or unreadable recipe is said at once, before the slow imports
+    announce("train")
     from ..config.arguments import RecipeParser
     from ..config.recipe import load_recipe
 
@@ -454,7 +451,11 @@ def train_main(args) -> int:
     threads, why = torch_threads(recipe)
     _set_threads(threads)
     with _curriculum_output(quiet=False):
-        trainer = build_trainer(recipe)  # validates every stage against the real world size before any step
+        trainer = build_trainer(recipe, **_train_output(args))  # validates every stage against the world size
+        if not args.verbose:
+            from transformers import PrinterCallback
+
+            trainer.remove_callback(PrinterCallback)  # the progress shows G, temperature and reward instead
         main = trainer.accelerator.is_main_process
         if main:
             _print_start(recipe.path, trainer, why)
@@ -624,9 +625,8 @@ def demo_main(args) -> int:
     next to `DIR` and renamed to `DIR` once complete (removed if the run fails). `DIR` must be new or an empty folder;
     without `--out`, the recipe's `output_dir` (else `runs/demo`), or the first free `-2`, `-3`, ... beside it.
     """
-    from transformers import PrinterCallback
-
     from ..config.recipe import load_recipe
+    from .progress import announce
 
     recipe_path = getattr(args, "recipe", None) or str(DEMO_RECIPE)
     overrides = {}
@@ -634,6 +634,8 @@ def demo_main(args) -> int:
         overrides["max_steps"] = args.max_steps
     recipe = load_recipe(recipe_path, overrides=overrides)
     validate_for_launch(recipe)
+    announce("demo")
+    from transformers import PrinterCallback
     require_matplotlib()  # before training: the run ends with its plot
     out = getattr(args, "out", None) or new_folder(recipe.training.get("output_dir") or "runs/demo")
     raise_if_any(output_dir_problems(out, "--out", "choose a new folder, or leave out `--out`: the demo then writes "
@@ -672,7 +674,11 @@ def demo_main(args) -> int:
 
 def plot_main(args) -> int:
     """`grpo-curriculum plot RUN_DIR [-o FILE.png]`."""
+    from .progress import announce
+
     output = getattr(args, "output", None) or os.path.join(args.run_dir, "curriculum.png")
-    plot_run(read_log_history(args.run_dir), output, title=f"{args.run_dir}")
+    history = read_log_history(args.run_dir)
+    announce("plot", "matplotlib")
+    plot_run(history, output, title=f"{args.run_dir}")
     print(output)
     return 0
