@@ -29,6 +29,7 @@ from ..core.errors import CurriculumError, GeometryError, plural, shorten
 from ..core.rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
 from ..core.sampling import DynamicSampling, TopUp
 from ..demo.models import MODELS, ModelFetchError
+from .sweep_table import DEFAULT_SEEDS
 from ..training.checkpoint import CurriculumStateError
 
 EXIT_STATUS = ("exit status: 0 done (check: every stage valid); 1 a well-formed recipe whose num_generations (a "
@@ -130,9 +131,16 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(sweep, "temperatures", type=float, nargs="+", metavar="T",
           help="one temperature for every arm, or one per G in order (default: the recipe's first stage's)")
     _flag(sweep, "curriculum", action="store_true", help="also run the recipe's own schedule as an arm (`recipe`)")
+    _flag(sweep, "arms", nargs="+", metavar="ARM", help="the arms by name, instead of --num-generations and "
+          "--curriculum: gN (static G N), per_prompt, top_up, dynamic or dynamic-gN (DAPO's dynamic sampling at G N), "
+          "recipe (its own schedule); e.g. `--arms g2 g4 g8 per_prompt top_up dynamic`. An adaptive arm is the "
+          "recipe's stage of that kind for the whole run, else one built from the candidates: the recipe's adaptive "
+          "stage's, else the static arms' G values, else every valid G")
     _flag(sweep, "max_steps", type=_integer(STEPS), metavar="N", help="override the recipe's max_steps (every arm)")
-    _flag(sweep, "seeds", type=_integer(COUNT), default=1, metavar="K",
-          help="runs an arm, at the recipe's seed, seed + 1, ... (default: 1)")
+    _flag(sweep, "seeds", type=_integer(COUNT), default=DEFAULT_SEEDS, metavar="K",
+          help=f"runs an arm, at the recipe's seed, seed + 1, ... (default: {DEFAULT_SEEDS}, the fewest that measure the noise: "
+          "each arm gets a 95%% interval, and arms whose intervals overlap are not told apart; 3 or more separate "
+          "arms far more often: the interval's t factor is 12.7 at 2 seeds, 4.3 at 3)")
     _flag(sweep, "held_out", type=_integer(COUNT), default=64, metavar="N", help="held-out prompts (default: 64)")
     _flag(sweep, "eval_every", type=_integer(STEPS), metavar="N",
           help="evaluate every N steps (default: a tenth of max_steps)")
