@@ -117,6 +117,7 @@ def progress_callback(log_every: int | None = None, stream=None, terminal: bool 
         def __init__(self):
             self.shown, self.next_line, self.total, self.last_printed = {}, None, 0, -1
             self.rewards = []  # since the last progress line
+            self.sizes: dict[int, int] = {}  # prompts trained at each G since the last progress line (per prompt)
 
         def on_train_begin(self, args, state, control, **kwargs):
             if not state.is_world_process_zero:
@@ -140,6 +141,10 @@ def progress_callback(log_every: int | None = None, stream=None, terminal: bool 
                 self.shown = postfix(logs)
                 if logs.get("reward") is not None and math.isfinite(logs["reward"]):
                     self.rewards.append(logs["reward"])
+                for key, value in logs.items():
+                    if key.startswith(PER_PROMPT_PREFIX) and value:
+                        g = int(key[len(PER_PROMPT_PREFIX) :])
+                        self.sizes[g] = self.sizes.get(g, 0) + int(value)
             if self.bar is not None:
                 self.bar.set_postfix(self.shown, refresh=False)
                 self.bar.update(state.global_step - self.bar.n)
@@ -158,7 +163,11 @@ def progress_callback(log_every: int | None = None, stream=None, terminal: bool 
             if len(self.rewards) > 1:  # a line stands for several steps: their mean reward
                 mean = sum(self.rewards) / len(self.rewards)
                 shown["reward"] = f"{mean:.3f} (mean of {len(self.rewards)} logged steps)"
-            self.rewards = []
+            if len(self.sizes) > 1:  # prompts got their own G: the range and mean since the last line
+                prompts = sum(self.sizes.values())
+                mean = sum(g * n for g, n in self.sizes.items()) / prompts
+                shown["G"] = f"{min(self.sizes)}-{max(self.sizes)} (mean {mean:.3g})"
+            self.rewards, self.sizes = [], {}
             shown = ", ".join(f"{key} {value}" for key, value in shown.items())
             percent = f" ({100 * step / self.total:.0f}%)" if self.total else ""
             self.write(f"step {step}/{self.total}{percent}" + (f": {shown}" if shown else ""))

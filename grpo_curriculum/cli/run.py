@@ -323,7 +323,10 @@ def switch_steps(log_history: list[dict]) -> list[int]:
 def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
     """
     Plot G, temperature, reward and zero-std fraction over optimizer steps, with a dashed line at each switch or stage
-    change (at the first step trained at the new setting), to `output` (PNG); return `output`.
+    change (at the first step trained at the new setting), to `output` (PNG); return `output`. Where prompts got their
+    own G (per-prompt, top-up), the G panel shows the distribution of G trained; a run with stages that sample in
+    increments gets two more panels: completions generated and trained, groups dropped and generation passes (see
+    [`~cli.plot_panels`]).
 
     Raises:
         [`CurriculumError`]: when `log_history` holds no curriculum training step, or matplotlib is missing.
@@ -337,18 +340,30 @@ def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
     entries = [e for e in log_history if "curriculum/stage" in e and "reward" in e]
     if not entries:
         raise CurriculumError([Problem("log_history", len(log_history), "holds no curriculum training steps to plot")])
+    from .plot_panels import draw_g, draw_sampling, sampling_series
+
     steps = [e["step"] for e in entries]
     series = [
-        ("num_generations (G)", [e.get("curriculum/num_generations") for e in entries], "steps-post"),
+        ("num_generations (G)", None, "steps-post"),  # drawn by `draw_g`
         ("temperature", [e["curriculum/temperature"] for e in entries], "steps-post"),
         ("reward", [e.get("reward") for e in entries], "default"),
         ("zero-std group fraction", [e.get("frac_reward_zero_std") for e in entries], "default"),
     ]
+    sampling = sampling_series(entries)
+    panels = len(series) + (2 if sampling is not None else 0)
     boundaries = switch_steps(log_history)
-    figure, axes = plt.subplots(len(series), 1, figsize=(8, 8), sharex=True)
-    for axis, (label, values, style) in zip(axes, series, strict=True):
-        values = [float("nan") if v is None else v for v in values]
-        axis.plot(steps, values, drawstyle=style, linewidth=0.8 if style == "default" else 1.5)
+    figure, axes = plt.subplots(panels, 1, figsize=(8, 2 * panels), sharex=True)
+    if sampling is not None:
+        draw_sampling(axes[-2], axes[-1], steps, sampling)
+    for axis in axes[len(series) :]:
+        for boundary in boundaries:
+            axis.axvline(boundary, color="grey", linestyle="--", linewidth=0.8)
+    for axis, (label, values, style) in zip(axes, series):
+        if values is None:
+            draw_g(axis, steps, entries)
+        else:
+            values = [float("nan") if v is None else v for v in values]
+            axis.plot(steps, values, drawstyle=style, linewidth=0.8 if style == "default" else 1.5)
         if style == "default" and len(values) >= 20:  # noisy per-step metrics: add a rolling mean
             window = max(5, len(values) // 30)
             smooth = [sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
@@ -360,7 +375,7 @@ def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
             axis.axvline(boundary, color="grey", linestyle="--", linewidth=0.8)
     axes[-1].set_xlabel("optimizer step")
     axes[0].set_title(title or "grpo-curriculum run")
-    axes[-1].annotate("dashed: switches and stage changes (the first step at the new setting)", xy=(1, -0.35),
+    axes[-1].annotate("dashed: switches and stage changes (the first step at the new setting)", xy=(1, -0.2 - 0.15 * 4 / panels),
                       xycoords="axes fraction", ha="right", fontsize=7)  # fmt: skip
     figure.tight_layout()
     Path(output).parent.mkdir(parents=True, exist_ok=True)
@@ -404,7 +419,8 @@ def read_log_history(run_dir: str) -> list[dict]:
     history = read_trainer_state(path, fix)["log_history"]
     value = Nullable(Rule("number", finite=False))  # a logged metric may be NaN
     plotted = {"step": STEP, "curriculum/stage": STEP, "curriculum/temperature": value, "reward": value,
-               "curriculum/num_generations?": value, "frac_reward_zero_std?": value}  # fmt: skip
+               "curriculum/num_generations?": value, "frac_reward_zero_std?": value, "curriculum/generated?": value,
+               "curriculum/dropped?": value, "curriculum/increments?": value}  # fmt: skip
     problems = [problem for i, entry in enumerate(history)
                 for problem in problems_of(plotted if "curriculum/stage" in entry and "reward" in entry else
                                            {"step": STEP} if "curriculum/switch" in entry else {},

@@ -455,8 +455,10 @@ def sweep_main(args) -> int:
     for path in recipe.reward_funcs:  # the user's code, before the output folder is written
         import_reward(path)
     if args.plan_memory:
+        from .progress import announce
         from .sweep_memory import plan_main
 
+        announce("sweep --plan-memory")
         return plan_main(args, recipe, arms)
     require_matplotlib()
     max_steps, problems = recipe.training.get("max_steps"), []
@@ -476,6 +478,9 @@ def sweep_main(args) -> int:
     print(f"sweep of {recipe.path}: {len(arms)} arm{'s' if len(arms) > 1 else ''} ({', '.join(a.name for a in arms)}) "
           f"x {args.seeds} seed{'s' if args.seeds > 1 else ''}, {max_steps} steps each, into {out}"
           + (" (resuming: finished runs are kept)" if resuming else ""), flush=True)  # fmt: skip
+    from .progress import announce
+
+    announce("sweep")  # before the runs' imports
     results = run_all(out, arms, list(range(base_seed, base_seed + args.seeds)), args.jobs)
     print()
     print(report(out, settings, arms, results, args.target))
