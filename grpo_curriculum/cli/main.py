@@ -259,6 +259,24 @@ def _dynamic_plan(dynamic: DynamicSampling, g: int, batch: int) -> str:
             f"({rounds * batch} completions) a training batch; a batch still short after them trains on what it holds")
 
 
+def assumed_geometry(given: dict) -> str | None:
+    """
+    The line `check` adds when the geometry comes from flags alone (no recipe, or a curriculum-only file): the TRL
+    defaults it assumed for the batch fields no flag gave, and how to check the run's own.
+    """
+    from ..config.trl_fields import trl_fields
+
+    fields = trl_fields()
+    assumed = [(name, fields[name]["default"]) for name in ("per_device_train_batch_size", "gradient_accumulation_steps")
+               if name not in given]  # fmt: skip
+    if not assumed:
+        return None
+    what = ", ".join(f"{name} {value}" for name, value in assumed)
+    flags = " ".join(f"--{name.replace('_', '-')} N" for name, _ in assumed)
+    return (f"assumed: {what} (TRL's defaults; no flag gave {'it' if len(assumed) == 1 else 'them'}): pass your "
+            f"run's, e.g. `{flags}`, or check its recipe")
+
+
 def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     """
     The `check` subcommand's output.
@@ -296,10 +314,12 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     else:
         num_processes = overrides.pop("num_processes", None)
         geometry = training_geometry(overrides, num_processes)
+    from_flags = not args.recipe or is_curriculum_file(args.recipe)  # the geometry: the flags' (and TRL's defaults)
     source = ("--num-processes" if args.num_processes else "the recipe's num_processes" if num_processes else
               "assumed: neither --num-processes nor the recipe's num_processes is given")
     lines.append(f"num_processes: {geometry.num_processes} ({source})")
     lines.append(f"geometry: {geometry.describe()}")
+    lines += [assumed_geometry(overrides)] if from_flags and assumed_geometry(overrides) else []
     valid = geometry.valid_num_generations()
     lines.append(f"valid num_generations: {', '.join(map(str, valid)) or 'none (no divisor >= 2)'}")
     lines += [unused] if unused else []

@@ -70,7 +70,7 @@ def build_run(recipe, split=None):
 
 
 REPORTERS = {  # `report_to` integrations of transformers: the packages it needs (any one) and how to install them
-    "wandb": (("wandb",), "pip install 'grpo-curriculum[wandb]'"),
+    "wandb": (("wandb",), "pip install 'wandb>=0.19'"),  # the `wandb` extra's pin (`pip install '.[wandb]'` in a clone)
     "tensorboard": (("tensorboard", "tensorboardX"), "pip install tensorboard"),
     **{name: ((name,), f"pip install {name}") for name in ("trackio", "mlflow", "comet_ml", "clearml", "swanlab",
                                                             "dvclive", "codecarbon")},
@@ -97,7 +97,7 @@ def validate_for_launch(recipe) -> None:
     misfits = recipe.curriculum.geometry_problems(geometry, key="curriculum.stages") + geometry.eval_problems()
     problems = []
     needs = [("use_vllm", recipe.training.get("use_vllm"), "vllm", "install it on a CUDA machine "
-              "(`pip install 'grpo-curriculum[vllm]'`), or set `use_vllm: false`"),
+              "(`pip install 'vllm>=0.10'`, the `vllm` extra's pin), or set `use_vllm: false`"),
              ("use_peft", recipe.model.get("use_peft"), "peft", "`pip install peft`, or set `use_peft: false`"),
              *((key, recipe.model.get(key), "bitsandbytes", f"`pip install bitsandbytes` (CUDA), or set `{key}: "
                 "false`") for key in ("load_in_4bit", "load_in_8bit"))]  # fmt: skip
