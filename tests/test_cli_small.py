@@ -37,3 +37,18 @@ def test_an_error_about_other_keys_is_not_headed_as_a_curriculum_problem(tmp_pat
     assert main(["train", str(tmp_path / "missing.yaml")]) == 2
     err = capsys.readouterr().err
     assert "error: 1 problem (recipe " in err and "in the curriculum" not in err
+
+
+def test_the_cli_reference_lists_every_command_and_flag():
+    """docs/cli.md cannot drift from the parser: each subcommand has its section and each of its flags is named."""
+    import argparse
+
+    from grpo_curriculum.cli.main import build_parser
+
+    text = (ROOT / "docs" / "cli.md").read_text()
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    missing = [name for name in commands if f"\n## {name}\n" not in text]
+    missing += [f"{name} {flag}" for name, parser in commands.items() for action in parser._actions
+                for flag in action.option_strings if flag.startswith("--") and "_" not in flag and flag != "--help"
+                and flag not in text]  # fmt: skip
+    assert not missing, missing
