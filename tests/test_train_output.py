@@ -81,9 +81,12 @@ def test_output_flags_are_taken_out_of_the_overrides():
 def test_the_progress_shows_the_range_of_g_and_the_extra_completions_sampled():
     logs = {"curriculum/num_generations": 6.5, "curriculum/temperature": 1.0, "reward": 0.25,
             "curriculum/prompts_at_g4": 3, "curriculum/prompts_at_g8": 1, "curriculum/prompts_at_g12": 1,
-            "curriculum/prompts": 2, "curriculum/generated": 26}  # fmt: skip
+            "curriculum/prompts": 2, "curriculum/generated": 16, "curriculum/dropped": 0}  # fmt: skip
     assert describe_g(logs) == "4-12 (mean 6.5)"
-    assert postfix(logs) == {"G": "4-12 (mean 6.5)", "T": "1.00", "reward": "0.250", "generated/trained": "2.00"}
+    assert postfix(logs) == {"G": "4-12 (mean 6.5)", "T": "1.00", "reward": "0.250"}  # top-up: no group dropped
+    dynamic = {"curriculum/num_generations": 4, "curriculum/temperature": 1.0, "curriculum/prompts": 4,
+               "curriculum/generated": 160, "curriculum/dropped": 20}  # 10 rounds a log line: 80 of 160 trained
+    assert postfix(dynamic) == {"G": "4", "T": "1.00", "generated/trained": "2.00"}
     assert postfix({"curriculum/num_generations": 8, "curriculum/temperature": 0.7}) == {"G": "8", "T": "0.70"}
 
 
@@ -104,3 +107,23 @@ def test_the_first_output_comes_within_a_second(tmp_path, argv):
         process.wait()
     assert first.startswith(f"grpo-curriculum {argv[0]}: loading torch, transformers and TRL"), first
     assert elapsed < 3.0, elapsed  # under 1 s on an idle machine (Python's start included); slack for a loaded one
+
+
+def test_on_a_terminal_the_progress_is_a_bar_with_g_temperature_and_reward():
+    import io
+    import types
+
+    from grpo_curriculum.cli.progress import progress_callback
+
+    stream = io.StringIO()
+    callback = progress_callback(stream=stream, terminal=True)
+    state = types.SimpleNamespace(is_world_process_zero=True, max_steps=4, global_step=0)
+    callback.on_train_begin(None, state, None)
+    for step in range(1, 5):
+        state.global_step = step
+        callback.on_log(None, state, None, logs={"loss": 0.0, "reward": 0.25 * step, "curriculum/temperature": 0.8,
+                                                 "curriculum/num_generations": 2 if step < 3 else 8})  # fmt: skip
+    callback.on_train_end(None, state, None)
+    text = stream.getvalue()
+    assert "train: 100%" in text and "4/4" in text and "G=8, T=0.80, reward=1.000" in text
+    assert "step 4/4" not in text and "{'loss'" not in text  # the bar, not the lines; no dicts without --log-every

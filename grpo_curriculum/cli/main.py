@@ -103,10 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
         "or empty, unless `--resume_from_checkpoint` continues the run in it. " + EXIT_STATUS + ".")
     train.add_argument("recipe", help=recipe_help)
     train.add_argument("overrides", nargs=argparse.REMAINDER, help="`--key value` pairs overriding the recipe")
-    _flag(train, "log_every", type=_integer(STEPS), metavar="N", help="also print TRL's log dict of every N-th "
-          "optimizer step (default: none; the progress line shows step, G, temperature and reward, and every log "
-          "line still goes to trainer_state.json and the report_to trackers at the recipe's logging_steps). May "
-          "follow the recipe, among the overrides")
+    _flag(train, "log_every", type=_integer(STEPS), metavar="N", help="also print TRL's log dict at every N-th "
+          "optimizer step that is logged (the recipe's logging_steps say which are) (default: none; the progress "
+          "shows step, G, temperature and reward, and every log line still goes to trainer_state.json and the "
+          "report_to trackers). May follow the recipe, among the overrides")
     _flag(train, "verbose", action="store_true", help="TRL's own output instead of the progress line: its "
           "progress bar and every log dict (may follow the recipe)")
 

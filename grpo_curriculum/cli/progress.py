@@ -83,10 +83,10 @@ def postfix(logs: dict) -> dict[str, str]:
     shown = {"G": describe_g(logs), "T": f"{logs['curriculum/temperature']:.2f}"}
     if logs.get("reward") is not None:
         shown["reward"] = f"{logs['reward']:.3f}"
-    generated, prompts = logs.get("curriculum/generated"), logs.get("curriculum/prompts")
-    if generated and prompts:
-        trained = prompts * logs["curriculum/num_generations"]
-        if trained and generated > trained * 1.0001:
+    generated, dropped = logs.get("curriculum/generated"), logs.get("curriculum/dropped")
+    if generated and dropped:  # the same log line's: trained = generated less the dropped groups' completions
+        trained = generated - dropped * logs["curriculum/num_generations"]
+        if trained > 0:
             shown["generated/trained"] = f"{generated / trained:.2f}"
     return shown
 
