@@ -57,7 +57,7 @@ def test_no_module_imports_a_layer_above_its_own(layer):
 
 
 def _imported_modules(path: Path) -> set[str]:
-    """The modules of the same subpackage that a module imports (`from .x import ...`, at top level or in functions)."""
+    """The modules of its own subpackage that a module imports (`from .x import ...`, at top level or in functions)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level == 1:

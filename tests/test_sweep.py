@@ -55,7 +55,8 @@ def _static(g):
 def _twice(runs):
     """Each arm's run at two seeds with the same numbers: a zero-width interval, so arms with different finals are
     separated and the recommendation rules below are what decides."""
-    return {name: [*arm_runs, *({**run, "seed": run["seed"] + 1} for run in arm_runs)] for name, arm_runs in runs.items()}
+    return {name: [*arm_runs, *({**run, "seed": run["seed"] + 1} for run in arm_runs)]
+            for name, arm_runs in runs.items()}
 
 
 def test_fluctuation_is_the_std_of_step_to_step_differences():
@@ -360,7 +361,7 @@ def test_seeds_in_parallel_jobs_report_mean_and_spread(tmp_path, capsys, recipe)
     table = (out / "sweep.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("|")][2:]  # below the header
     assert "2 seeds an arm (final: mean [95% t-interval of the mean]; the others: mean ± std)" in table
-    assert [row.count(" ± ") for row in rows] == [7, 7] and all(re.search(r"\| -?[0-9.]+ \[-?[0-9.]+, -?[0-9.]+\] \|", row)
-                                                              for row in rows)  # fmt: skip
+    interval = r"\| -?[0-9.]+ \[-?[0-9.]+, -?[0-9.]+\] \|"  # the final: mean [low, high]
+    assert [row.count(" ± ") for row in rows] == [7, 7] and all(re.search(interval, row) for row in rows)
     seeds = [json.loads((out / "arms" / "g4" / f"seed-{s}" / "sweep_result.json").read_text()) for s in (0, 1)]
     assert seeds[0]["train_reward"] != seeds[1]["train_reward"]  # two seeds, two runs

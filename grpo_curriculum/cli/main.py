@@ -138,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
           "stage's, else the static arms' G values, else every valid G")
     _flag(sweep, "max_steps", type=_integer(STEPS), metavar="N", help="override the recipe's max_steps (every arm)")
     _flag(sweep, "seeds", type=_integer(COUNT), default=DEFAULT_SEEDS, metavar="K",
-          help=f"runs an arm, at the recipe's seed, seed + 1, ... (default: {DEFAULT_SEEDS}, the fewest that measure the noise: "
+          help=f"runs an arm, at the recipe's seed, seed + 1, ... (default: {DEFAULT_SEEDS}, the fewest that measure "
+          "the noise: "
           "each arm gets a 95%% interval, and arms whose intervals overlap are not told apart; 3 or more separate "
           "arms far more often: the interval's t factor is 12.7 at 2 seeds, 4.3 at 3)")
     _flag(sweep, "held_out", type=_integer(COUNT), default=64, metavar="N", help="held-out prompts (default: 64)")
@@ -267,8 +268,8 @@ def assumed_geometry(given: dict) -> str | None:
     from ..config.trl_fields import trl_fields
 
     fields = trl_fields()
-    assumed = [(name, fields[name]["default"]) for name in ("per_device_train_batch_size", "gradient_accumulation_steps")
-               if name not in given]  # fmt: skip
+    names = ("per_device_train_batch_size", "gradient_accumulation_steps")
+    assumed = [(name, fields[name]["default"]) for name in names if name not in given]
     if not assumed:
         return None
     what = ", ".join(f"{name} {value}" for name, value in assumed)

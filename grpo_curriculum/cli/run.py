@@ -70,7 +70,7 @@ def build_run(recipe, split=None):
 
 
 REPORTERS = {  # `report_to` integrations of transformers: the packages it needs (any one) and how to install them
-    "wandb": (("wandb",), "pip install 'wandb>=0.19'"),  # the `wandb` extra's pin (`pip install '.[wandb]'` in a clone)
+    "wandb": (("wandb",), "pip install 'wandb>=0.19'"),  # the `wandb` extra's pin (no release to install it from)
     "tensorboard": (("tensorboard", "tensorboardX"), "pip install tensorboard"),
     **{name: ((name,), f"pip install {name}") for name in ("trackio", "mlflow", "comet_ml", "clearml", "swanlab",
                                                             "dvclive", "codecarbon")},
@@ -375,8 +375,8 @@ def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
             axis.axvline(boundary, color="grey", linestyle="--", linewidth=0.8)
     axes[-1].set_xlabel("optimizer step")
     axes[0].set_title(title or "grpo-curriculum run")
-    axes[-1].annotate("dashed: switches and stage changes (the first step at the new setting)", xy=(1, -0.2 - 0.15 * 4 / panels),
-                      xycoords="axes fraction", ha="right", fontsize=7)  # fmt: skip
+    axes[-1].annotate("dashed: switches and stage changes (the first step at the new setting)",
+                      xy=(1, -0.2 - 0.6 / panels), xycoords="axes fraction", ha="right", fontsize=7)  # fmt: skip
     figure.tight_layout()
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(output, dpi=100)

@@ -56,5 +56,5 @@ _FORK = "fork" in multiprocessing.get_all_start_methods()
 def _import_once() -> None:
     """Import torch, transformers and TRL in the sweep process before forking its runs: each run inherits them."""
     if _FORK:
-        from ..training import trainer  # noqa: F401  (CurriculumGRPOTrainer: TRL's GRPOTrainer, transformers and torch)
+        from ..training import trainer  # noqa: F401  (CurriculumGRPOTrainer: TRL's GRPOTrainer, transformers, torch)
         from .run import build_run  # noqa: F401

@@ -104,7 +104,8 @@ def interval(values) -> tuple[float, float] | None:
     values = _finite(values)
     if len(values) < 2:
         return None
-    mean, half = statistics.fmean(values), t_quantile(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    n = len(values)
+    mean, half = statistics.fmean(values), t_quantile(n - 1) * statistics.stdev(values) / math.sqrt(n)
     return mean - half, mean + half
 
 
