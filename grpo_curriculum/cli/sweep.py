@@ -42,9 +42,10 @@ DEFAULT_NUM_GENERATIONS = (4, 8, 16)
 # --- arms --------------------------------------------------------------------------------------------------------
 
 
-def validate_arms(path: str, raw: dict, arms: list[Arm]) -> None:
+def validate_arms(path: str, raw: dict, arms: list[Arm], named: bool = False) -> None:
     """
-    Validate every arm as `train` validates a recipe ([`~run.validate_for_launch`]), before anything runs.
+    Validate every arm as `train` validates a recipe ([`~run.validate_for_launch`]), before anything runs (`named`:
+    the arms came from `--arms`, which the messages then name).
 
     Raises:
         [`GeometryError`]: when the only problems are G values the batch geometry does not take (exit status 1);
@@ -54,15 +55,17 @@ def validate_arms(path: str, raw: dict, arms: list[Arm]) -> None:
 
     problems, geometry_only = [], True
     for arm in arms:
-        flag = ("--curriculum" if arm.name == "recipe" else f"--arms {arm.name}" if arm.num_generations is None
+        flag = (f"--arms {arm.name}" if named else "--curriculum" if arm.num_generations is None
                 else f"--num-generations {arm.num_generations}")  # fmt: skip
+        leave = f"leave {arm.name} out of --arms" if named else f"leave G {arm.num_generations} out of --num-generations"
         try:
             validate_for_launch(arm_recipe(path, raw, arm))
         except CurriculumError as error:
             geometry_only = geometry_only and isinstance(error, GeometryError)
             problems += [Problem(f"arm {arm.name} ({flag}): {p.key}", p.value, p.rule,
-                                 p.fix and f"{p.fix}; or leave G {arm.num_generations} out of --num-generations"
-                                 if arm.num_generations is not None and "num_generations" in p.key else p.fix)
+                                 p.fix and f"{p.fix}; or {leave}"
+                                 if (named or arm.num_generations is not None) and "num_generations" in p.key
+                                 else p.fix)
                          for p in error.problems]  # fmt: skip
     if problems:
         refused = len({p.key.split(" ", 2)[1] for p in problems})
@@ -451,7 +454,7 @@ def sweep_main(args) -> int:
         raise CurriculumError([Problem("--memory-budget", args.memory_budget, "only applies with --plan-memory",
                                        "add --plan-memory, or leave --memory-budget out")], "sweep")  # fmt: skip
     if not args.plan_memory:  # planning: each G is checked at the geometry the plan finds, by its probe
-        validate_arms(recipe.path, recipe.raw, arms)
+        validate_arms(recipe.path, recipe.raw, arms, named=bool(getattr(args, "arms", None)))
     for path in recipe.reward_funcs:  # the user's code, before the output folder is written
         import_reward(path)
     if args.plan_memory:
