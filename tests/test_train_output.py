@@ -124,7 +124,9 @@ def test_on_a_terminal_the_progress_is_a_bar_with_g_temperature_and_reward():
         state.global_step = step
         callback.on_log(None, state, None, logs={"loss": 0.0, "reward": 0.25 * step, "curriculum/temperature": 0.8,
                                                  "curriculum/num_generations": 2 if step < 3 else 8})  # fmt: skip
+    callback.on_log(None, state, None, logs={"eval_reward": 0.5, "eval_loss": 0.25})
     callback.on_train_end(None, state, None)
     text = stream.getvalue()
+    assert "evaluation at step 4: {'eval_reward': '0.5', 'eval_loss': '0.25'}" in text
     assert "train: 100%" in text and "4/4" in text and "G=8, T=0.80, reward=1.000" in text
     assert "step 4/4" not in text and "{'loss'" not in text  # the bar, not the lines; no dicts without --log-every

@@ -137,6 +137,8 @@ def progress_callback(log_every: int | None = None, stream=None, terminal: bool 
                     state.global_step % log_every == 0 or state.global_step == state.max_steps
                     or "train_runtime" in logs):  # fmt: skip
                 self.write(format_logs(logs))
+            elif any(key.startswith("eval_") for key in logs):  # evaluations are rare: always shown
+                self.write(f"evaluation at step {state.global_step}: {format_logs(logs)}")
             if "curriculum/num_generations" in logs and "curriculum/temperature" in logs:
                 self.shown = postfix(logs)
                 if logs.get("reward") is not None and math.isfinite(logs["reward"]):
@@ -148,14 +150,15 @@ def progress_callback(log_every: int | None = None, stream=None, terminal: bool 
             if self.bar is not None:
                 self.bar.set_postfix(self.shown, refresh=False)
                 self.bar.update(state.global_step - self.bar.n)
-            elif self.next_line is not None and state.global_step >= self.next_line:
+            elif not terminal and self.next_line is not None and state.global_step >= self.next_line:
                 self.line(state.global_step)
 
         def on_train_end(self, args, state, control, **kwargs):
             if self.bar is not None:
                 self.bar.close()
                 self.bar = None
-            elif state.is_world_process_zero and self.last_printed != state.global_step and self.shown:
+                return
+            if not terminal and state.is_world_process_zero and self.shown and self.last_printed != state.global_step:
                 self.line(state.global_step)
 
         def line(self, step: int) -> None:
