@@ -29,7 +29,7 @@ def test_completions_trained_are_the_generated_less_the_dropped_groups():
     entries = [{"curriculum/num_generations": 4}, {"curriculum/num_generations": 4, "curriculum/generated": 48,
                                                    "curriculum/dropped": 8, "curriculum/increments": 3.0}]
     assert sampling_series(entries) == {"generated": [None, 48.0], "trained": [None, 16.0], "dropped": [None, 8.0],
-                                        "increments": [None, 3.0]}  # fmt: skip
+                                        "increments": [None, 3.0], "informative": [None, None]}  # fmt: skip
     assert sampling_series([{"curriculum/num_generations": 4}]) is None  # no stage samples in increments
 
 

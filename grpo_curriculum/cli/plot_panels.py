@@ -5,8 +5,9 @@ What `plot` shows of the adaptive modes, from a run's log lines (no new metric i
   rounds): its quantiles from `curriculum/prompts_at_g{G}` (the prompts trained at each G since the previous log
   line), drawn as bands around the mean G (`curriculum/num_generations`);
 - in stages that sample in increments (top-up, dynamic sampling): the completions generated (`curriculum/generated`)
-  and trained (generated minus the dropped groups' completions, `curriculum/dropped` x G) per log line, the groups
-  dropped and the generation passes a round took (`curriculum/increments`).
+  and trained (generated minus the dropped groups' completions, `curriculum/dropped` x G) per log line with the
+  share of the trained completions in informative groups (`curriculum/informative_share`), the groups dropped and
+  the generation passes a round took (`curriculum/increments`).
 
 The arithmetic is pure; the drawing functions take matplotlib axes.
 """
@@ -88,7 +89,7 @@ def sampling_series(entries: list[dict]) -> dict[str, list[float | None]] | None
     """
     if not any(_number(entry.get("curriculum/generated")) is not None for entry in entries):
         return None
-    series = {"generated": [], "trained": [], "dropped": [], "increments": []}
+    series = {"generated": [], "trained": [], "dropped": [], "increments": [], "informative": []}
     for entry in entries:
         generated = _number(entry.get("curriculum/generated"))
         dropped = _number(entry.get("curriculum/dropped"))
@@ -100,6 +101,7 @@ def sampling_series(entries: list[dict]) -> dict[str, list[float | None]] | None
         series["trained"].append(trained)
         series["dropped"].append(dropped)
         series["increments"].append(_number(entry.get("curriculum/increments")))
+        series["informative"].append(_number(entry.get("curriculum/informative_share")))
     return series
 
 
@@ -132,11 +134,17 @@ def draw_g(axis, steps: list[int], entries: list[dict]) -> None:
 
 
 def draw_sampling(completions_axis, passes_axis, steps: list[int], series: dict) -> None:
-    """Completions generated and trained per log line; the groups dropped and the generation passes a round took."""
-    completions_axis.plot(steps, _nan(series["generated"]), linewidth=0.9, label="generated")
-    completions_axis.plot(steps, _nan(series["trained"]), linewidth=0.9, label="trained")
+    """Completions generated and trained per log line (and the informative share of the trained ones); the groups
+    dropped and the generation passes a round took."""
+    lines = completions_axis.plot(steps, _nan(series["generated"]), linewidth=0.9, label="generated")
+    lines += completions_axis.plot(steps, _nan(series["trained"]), linewidth=0.9, label="trained")
     completions_axis.set_ylabel("completions\na log line", fontsize=8)
-    completions_axis.legend(loc="upper left", fontsize=7)
+    share = completions_axis.twinx()
+    lines += share.plot(steps, _nan(series["informative"]), linewidth=0.8, color="grey", linestyle=":",
+                        label="informative share of trained (right)")  # fmt: skip
+    share.set_ylim(0, 1.05)
+    share.set_ylabel("informative share", fontsize=8)
+    completions_axis.legend(lines, [line.get_label() for line in lines], loc="upper left", fontsize=7)
     dropped = passes_axis.twinx()
     bars = dropped.bar(steps, _nan(series["dropped"]), width=0.8, color="C3", alpha=0.35, label="groups dropped")
     dropped.set_ylabel("groups dropped (bars)", fontsize=8)

@@ -420,7 +420,8 @@ def read_log_history(run_dir: str) -> list[dict]:
     value = Nullable(Rule("number", finite=False))  # a logged metric may be NaN
     plotted = {"step": STEP, "curriculum/stage": STEP, "curriculum/temperature": value, "reward": value,
                "curriculum/num_generations?": value, "frac_reward_zero_std?": value, "curriculum/generated?": value,
-               "curriculum/dropped?": value, "curriculum/increments?": value}  # fmt: skip
+               "curriculum/dropped?": value, "curriculum/increments?": value,
+               "curriculum/informative_share?": value}  # fmt: skip
     problems = [problem for i, entry in enumerate(history)
                 for problem in problems_of(plotted if "curriculum/stage" in entry and "reward" in entry else
                                            {"step": STEP} if "curriculum/switch" in entry else {},
