@@ -379,7 +379,8 @@ def report(out: str, settings: dict, arms: list[Arm], results: dict, target: flo
             "steps, completions to target: the first evaluation at which the arm's mean curve reaches the target "
             "(completions generated: dynamic sampling generates more than it trains)",
             "fluctuation: the std of the step-to-step differences of the training reward; samples/s, tokens/s: "
-            "completions and tokens (prompt and completion) per second of training (evaluation excluded); peak "
+            "completions trained and tokens (prompt and completion, as TRL's num_tokens counts them) per second of "
+            "training (evaluation excluded); peak "
             "memory: " + ("CUDA max allocated" if first["memory_kind"] == "cuda" else "the peak RSS of the run's "
                           "process (with the libraries it inherits from the sweep)") +
             "; zero-std: mean share of groups whose rewards are all equal; reward/hour: held-out reward gained over "
