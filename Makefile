@@ -24,6 +24,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 test: $(VENV)/.installed
+	@echo "running the tests in $(WORKERS) workers: each first imports torch, transformers and TRL (10-40 s before the first dot)"
 	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal
 
 test-slow: $(VENV)/.installed  # the real SmolLM2 model: fetched and converted once, then a few training steps

@@ -54,3 +54,30 @@ def test_no_module_imports_a_layer_above_its_own(layer):
     wrong = {str(path.relative_to(PACKAGE)): sorted(_imported_layers(path) - allowed)
              for path in (PACKAGE / layer).glob("*.py")}  # fmt: skip
     assert not {path: layers for path, layers in wrong.items() if layers}, f"{layer} may import only {sorted(allowed)}"
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The modules of its own subpackage that a module imports (`from .x import ...`, at top level or in functions)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found.update([node.module.split(".")[0]] if node.module else [alias.name for alias in node.names])
+    return found - {path.stem}
+
+
+def test_the_cli_modules_import_each_other_one_way():
+    """No circle (`sweep` -> `sweep_memory` -> `sweep_child`, never back), lazy imports inside functions included."""
+    graph = {path.stem: _imported_modules(path) for path in (PACKAGE / "cli").glob("*.py")}
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for name in graph.get(todo.pop(), ()):
+                if name not in seen:
+                    seen.add(name)
+                    todo.append(name)
+        return seen
+
+    circles = sorted(name for name in graph if name in reach(name))
+    assert not circles, f"modules on an import circle: {circles}"
+    assert "sweep_child" in graph["sweep_memory"] and "sweep" not in graph["sweep_memory"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from grpo_curriculum.core.errors import CurriculumError
 
 PROJECT = Path(__file__).resolve().parent.parent
 FAST = ["--max-steps", "4", "--held-out", "8", "--eval-every", "2"]
+ONE = ["--seeds", "1"]  # the tests of the mechanics: one run an arm
 
 
 @pytest.fixture
@@ -50,6 +52,13 @@ def _static(g):
     return Arm(f"g{g}", [{"num_generations": g, "temperature": 0.8}], g, 0.8)
 
 
+def _twice(runs):
+    """Each arm's run at two seeds with the same numbers: a zero-width interval, so arms with different finals are
+    separated and the recommendation rules below are what decides."""
+    return {name: [*arm_runs, *({**run, "seed": run["seed"] + 1} for run in arm_runs)]
+            for name, arm_runs in runs.items()}
+
+
 def test_fluctuation_is_the_std_of_step_to_step_differences():
     assert fluctuation([0.0, 1.0, 1.0, 2.0]) == pytest.approx(math.sqrt(1 / 3))  # differences 1, 0, 1
     assert fluctuation([0.5, 0.5, 0.5]) == 0.0
@@ -67,39 +76,60 @@ def test_summary_target_steps_and_completions_to_target_and_not_reached():
     assert g4["samples_per_s"][0] == pytest.approx(20 * 16 / 2)
     cells = table_rows(rows)
     assert cells[0]["steps to target"] == "not reached" and cells[1]["completions to target"] == "160"
+    # one seed an arm measures no noise: no recommendation, whatever the means
+    result = recommend(rows, target)
+    assert result["recommended"] is False and result["line"].startswith("none: cannot separate g8 and g4: with one "
+                                                                        "seed an arm")  # fmt: skip
+    rows, target = summarise(arms, _twice(runs))
     assert recommend(rows, target)["arm"].name == "g8"  # the only arm that reaches the target
 
 
-def test_seeds_give_mean_and_spread():
+def test_seeds_give_a_mean_and_a_95_percent_interval():
     arms = [_static(4)]
     rows, _ = summarise(arms, {"g4": [_run("g4", [0.0, 0.4]), _run("g4", [0.0, 0.6], seed=1)]}, target=0.5)
     assert rows[0]["final"] == (pytest.approx(0.5), pytest.approx(math.sqrt(0.02)))
     assert rows[0]["to_target"]["step"] == 10  # the mean curve reaches 0.5
-    assert table_rows(rows)[0]["final"] == "0.500 ± 0.141"
-    # two arms whose finals overlap within the seeds' spread: the winner's reason says so
+    half = 12.706 * math.sqrt(0.02) / math.sqrt(2)  # Student's t at 1 degree of freedom
+    assert rows[0]["interval"] == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
+    assert table_rows(rows)[0]["final"] == "0.500 [-0.771, 1.771]" and table_rows(rows)[0]["best"] == "0.500 ± 0.141"
+
+
+def test_arms_whose_intervals_overlap_are_not_told_apart():
     arms = [_static(4), _static(8)]
     runs = {"g4": [_run("g4", [0.0, 0.4]), _run("g4", [0.0, 0.6], seed=1)],
             "g8": [_run("g8", [0.0, 0.3]), _run("g8", [0.0, 0.5], seed=1)]}
     rows, target = summarise(arms, runs)
-    line = recommend(rows, target)["line"]
-    assert line.endswith("G 8 T 0.8's final (0.400 ± 0.141) is within the seeds' spread (0.500 ± 0.141): more "
-                         "seeds would tell")  # fmt: skip
-    runs["g8"] = [_run("g8", [0.0, 0.1]), _run("g8", [0.0, 0.1], seed=1)]
-    assert "spread" not in recommend(*summarise(arms, runs))["line"]
+    result = recommend(rows, target)
+    assert result["recommended"] is False and result["switch"] is None
+    assert result["line"] == ("none: cannot separate g4 and g8: their final held-out rewards' 95% intervals over 2 "
+                              "seeds: g4 0.500 [-0.771, 1.771], g8 0.400 [-0.871, 1.671] overlap; more seeds "
+                              "(`--seeds N`) or more steps would tell")  # fmt: skip
+    # three seeds, tight: separated, and the line says by how much
+    runs = {"g4": [_run("g4", [0.0, r], seed=i) for i, r in enumerate([0.50, 0.52, 0.51])],
+            "g8": [_run("g8", [0.0, r], seed=i) for i, r in enumerate([0.30, 0.31, 0.32])]}
+    rows, target = summarise(arms, runs)
+    result = recommend(rows, target)
+    assert result["recommended"] is True and result["arm"].name == "g4"
+    assert "g4's final is above every other arm's (95% intervals over 3 seeds: g4 0.510 [0.485, 0.535], g8 0.310 " \
+           "[0.285, 0.335])" in result["line"]
+    # one arm of three inseparable from the best: named, the separated one not
+    runs["g2"] = [_run("g2", [0.0, r], seed=i) for i, r in enumerate([0.49, 0.53, 0.50])]
+    rows, target = summarise([*arms, _static(2)], runs)
+    assert recommend(rows, target)["line"].startswith("none: cannot separate g4 and g2: ")
 
 
 def test_the_faster_arm_to_the_target_wins_and_a_tie_goes_to_the_higher_final():
     arms = [_static(4), _static(8)]
     # G 4 reaches 0.9 after 1 s, G 8 after 2 s; both end above the target, G 8 within 0.01 of G 4: no switch
     runs = {"g4": [_run("g4", [0.0, 0.9, 0.95])], "g8": [_run("g8", [0.0, 0.5, 0.955])]}
-    rows, target = summarise(arms, runs, target=0.9)
+    rows, target = summarise(arms, _twice(runs), target=0.9)
     result = recommend(rows, target)
     assert result["arm"].name == "g4" and result["switch"] is None
     assert "G 4 T 0.8: reaches the target 0.900 in 1.0 s" in result["line"]
     assert "0.50x the time of G 8 T 0.8, whose final is 0.955" in result["line"]
     # the same wall time to the target (within 5%): the higher final wins
     runs = {"g4": [_run("g4", [0.0, 0.9, 0.92])], "g8": [_run("g8", [0.0, 0.91, 0.97], seconds_per_eval=1.04)]}
-    rows, target = summarise(arms, runs, target=0.9)
+    rows, target = summarise(arms, _twice(runs), target=0.9)
     assert recommend(rows, target)["arm"].name == "g8"
 
 
@@ -107,7 +137,7 @@ def test_a_switch_is_recommended_only_when_the_measured_curves_cross():
     arms = [_static(4), _static(8)]
     # G 4 ahead early (and first to the target), G 8 ahead from step 30 on and ending clearly higher
     runs = {"g4": [_run("g4", [0.0, 0.6, 0.8, 0.85, 0.86])], "g8": [_run("g8", [0.0, 0.3, 0.6, 0.9, 0.95])]}
-    rows, target = summarise(arms, runs, target=0.8)
+    rows, target = summarise(arms, _twice(runs), target=0.8)
     result = recommend(rows, target)
     assert result["switch"] == (4, 30, 8)
     assert result["line"].startswith("G 4 until step 30, then G 8: ") and "was not run" in result["line"]
@@ -115,11 +145,11 @@ def test_a_switch_is_recommended_only_when_the_measured_curves_cross():
                                           {"num_generations": 8, "temperature": 0.8}]  # fmt: skip
     # G 8 ends higher but never leads G 4 over the last evaluations: no crossing, no switch
     runs = {"g4": [_run("g4", [0.0, 0.6, 0.8, 0.85, 0.86])], "g8": [_run("g8", [0.0, 0.3, 0.9, 0.8, 0.95])]}
-    rows, target = summarise(arms, runs, target=0.8)
+    rows, target = summarise(arms, _twice(runs), target=0.8)
     assert recommend(rows, target)["switch"] is None
     # within the margin (0.01): no switch either
     runs = {"g4": [_run("g4", [0.0, 0.6, 0.8, 0.85, 0.86])], "g8": [_run("g8", [0.0, 0.3, 0.6, 0.86, 0.865])]}
-    rows, target = summarise(arms, runs, target=0.8)
+    rows, target = summarise(arms, _twice(runs), target=0.8)
     assert recommend(rows, target)["switch"] is None
 
 
@@ -141,7 +171,8 @@ def test_a_recommended_switch_is_a_recipe_ready_for_train(tmp_path):
 
 def test_no_arm_reaching_the_target_recommends_the_best_final():
     arms = [_static(4), _static(8)]
-    rows, target = summarise(arms, {"g4": [_run("g4", [0.0, 0.2])], "g8": [_run("g8", [0.0, 0.3])]}, target=0.9)
+    rows, target = summarise(arms, _twice({"g4": [_run("g4", [0.0, 0.2])], "g8": [_run("g8", [0.0, 0.3])]}),
+                             target=0.9)
     result = recommend(rows, target)
     assert result["arm"].name == "g8" and "no arm reached the target 0.900" in result["line"]
 
@@ -263,6 +294,9 @@ def _check_outputs(out: Path, arms: list[str]):
     assert [a["name"] for a in summary["arms"]] == arms and summary["recommendation"] in table
     for arm in summary["arms"]:
         assert [p["step"] for p in arm["curve"]] == [0, 2, 4] and arm["samples_per_s"][0] > 0
+    if summary["recommended_stages"] is None:  # no recommendation from noise: no recipe of it
+        assert summary["recommendation"].startswith("none: ") and not (out / "recommended.yaml").exists()
+        return summary
     recipe = load_recipe(str(out / "recommended.yaml"))  # ready for `train`: it loads and checks
     assert summary["recommended_stages"] == recipe.raw["curriculum"]["stages"]
     lines, ok = check_report(build_parser().parse_args(["check", str(out / "recommended.yaml")]))
@@ -272,24 +306,25 @@ def _check_outputs(out: Path, arms: list[str]):
 
 def test_a_three_arm_sweep_of_the_tiny_model_end_to_end(tmp_path, capsys, recipe):
     out = tmp_path / "sweep"
-    assert main(["sweep", recipe, "--num-generations", "2", "4", "8", *FAST, "--out", str(out)]) == 0
+    assert main(["sweep", recipe, "--num-generations", "2", "4", "8", *FAST, *ONE, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     summary = _check_outputs(out, ["g2", "g4", "g8"])
+    assert summary["recommendation"].startswith("none: cannot separate g")  # one seed: never from noise
     assert "recommendation: " + summary["recommendation"] in printed
     results = [json.loads((out / "arms" / a / "seed-0" / "sweep_result.json").read_text()) for a in ("g2", "g4", "g8")]
     assert {r["points"][0]["reward"] for r in results} == {results[0]["points"][0]["reward"]}  # the same step-0 model
     assert results[0]["held_out"] == "rows 56-63 of the train split `train`"
     # the same command again: every run is finished, nothing is trained, the report is written again
-    assert main(["sweep", recipe, "--num-generations", "2", "4", "8", *FAST, "--out", str(out)]) == 0
+    assert main(["sweep", recipe, "--num-generations", "2", "4", "8", *FAST, *ONE, "--out", str(out)]) == 0
     assert capsys.readouterr().out.count("finished earlier") == 3
     # other settings in the same folder: refused
-    assert main(["sweep", recipe, "--num-generations", "2", "4", *FAST, "--out", str(out)]) == 2
+    assert main(["sweep", recipe, "--num-generations", "2", "4", *FAST, *ONE, "--out", str(out)]) == 2
     assert "holds a sweep of other settings (arms differ" in capsys.readouterr().err
 
 
 def test_a_killed_sweep_resumes_at_its_first_unfinished_run(tmp_path, capsys, recipe):
     out = tmp_path / "sweep"
-    command = ["sweep", recipe, "--num-generations", "2", "4", "8", *FAST, "--out", str(out)]
+    command = ["sweep", recipe, "--num-generations", "2", "4", "8", *FAST, *ONE, "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(PROJECT), "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum.cli", *command], env=env, cwd=tmp_path,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -325,6 +360,8 @@ def test_seeds_in_parallel_jobs_report_mean_and_spread(tmp_path, capsys, recipe)
         f"arms/{arm}/seed-{seed}/sweep_result.json" for arm in ("g2", "g4") for seed in (0, 1)]
     table = (out / "sweep.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("|")][2:]  # below the header
-    assert "2 seeds an arm (mean ± std)" in table and [row.count(" ± ") for row in rows] == [8, 8]  # every metric
+    assert "2 seeds an arm (final: mean [95% t-interval of the mean]; the others: mean ± std)" in table
+    interval = r"\| -?[0-9.]+ \[-?[0-9.]+, -?[0-9.]+\] \|"  # the final: mean [low, high]
+    assert [row.count(" ± ") for row in rows] == [7, 7] and all(re.search(interval, row) for row in rows)
     seeds = [json.loads((out / "arms" / "g4" / f"seed-{s}" / "sweep_result.json").read_text()) for s in (0, 1)]
     assert seeds[0]["train_reward"] != seeds[1]["train_reward"]  # two seeds, two runs

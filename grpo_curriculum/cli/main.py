@@ -29,6 +29,7 @@ from ..core.errors import CurriculumError, GeometryError, plural, shorten
 from ..core.rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
 from ..core.sampling import DynamicSampling, TopUp
 from ..demo.models import MODELS, ModelFetchError
+from .sweep_table import DEFAULT_SEEDS
 from ..training.checkpoint import CurriculumStateError
 
 EXIT_STATUS = ("exit status: 0 done (check: every stage valid); 1 a well-formed recipe whose num_generations (a "
@@ -102,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
         "or empty, unless `--resume_from_checkpoint` continues the run in it. " + EXIT_STATUS + ".")
     train.add_argument("recipe", help=recipe_help)
     train.add_argument("overrides", nargs=argparse.REMAINDER, help="`--key value` pairs overriding the recipe")
+    _flag(train, "log_every", type=_integer(STEPS), metavar="N", help="also print TRL's log dict at every N-th "
+          "optimizer step that is logged (the recipe's logging_steps say which are) (default: none; the progress "
+          "shows step, G, temperature and reward, and every log line still goes to trainer_state.json and the "
+          "report_to trackers). May follow the recipe, among the overrides")
+    _flag(train, "verbose", action="store_true", help="TRL's own output instead of the progress line: its "
+          "progress bar and every log dict (may follow the recipe)")
 
     demo = commands.add_parser("demo", help="train the built-in demo on CPU and plot it")
     _flag(demo, "recipe", metavar="RECIPE", help=recipe_help + " (default: demo)")
@@ -124,9 +131,17 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(sweep, "temperatures", type=float, nargs="+", metavar="T",
           help="one temperature for every arm, or one per G in order (default: the recipe's first stage's)")
     _flag(sweep, "curriculum", action="store_true", help="also run the recipe's own schedule as an arm (`recipe`)")
+    _flag(sweep, "arms", nargs="+", metavar="ARM", help="the arms by name, instead of --num-generations and "
+          "--curriculum: gN (static G N), per_prompt, top_up, dynamic or dynamic-gN (DAPO's dynamic sampling at G N), "
+          "recipe (its own schedule); e.g. `--arms g2 g4 g8 per_prompt top_up dynamic`. An adaptive arm is the "
+          "recipe's stage of that kind for the whole run, else one built from the candidates: the recipe's adaptive "
+          "stage's, else the static arms' G values, else every valid G")
     _flag(sweep, "max_steps", type=_integer(STEPS), metavar="N", help="override the recipe's max_steps (every arm)")
-    _flag(sweep, "seeds", type=_integer(COUNT), default=1, metavar="K",
-          help="runs an arm, at the recipe's seed, seed + 1, ... (default: 1)")
+    _flag(sweep, "seeds", type=_integer(COUNT), default=DEFAULT_SEEDS, metavar="K",
+          help=f"runs an arm, at the recipe's seed, seed + 1, ... (default: {DEFAULT_SEEDS}, the fewest that measure "
+          "the noise: "
+          "each arm gets a 95%% interval, and arms whose intervals overlap are not told apart; 3 or more separate "
+          "arms far more often: the interval's t factor is 12.7 at 2 seeds, 4.3 at 3)")
     _flag(sweep, "held_out", type=_integer(COUNT), default=64, metavar="N", help="held-out prompts (default: 64)")
     _flag(sweep, "eval_every", type=_integer(STEPS), metavar="N",
           help="evaluate every N steps (default: a tenth of max_steps)")
@@ -247,6 +262,24 @@ def _dynamic_plan(dynamic: DynamicSampling, g: int, batch: int) -> str:
             f"({rounds * batch} completions) a training batch; a batch still short after them trains on what it holds")
 
 
+def assumed_geometry(given: dict) -> str | None:
+    """
+    The line `check` adds when the geometry comes from flags alone (no recipe, or a curriculum-only file): the TRL
+    defaults it assumed for the batch fields no flag gave, and how to check the run's own.
+    """
+    from ..config.trl_fields import trl_fields
+
+    fields = trl_fields()
+    names = ("per_device_train_batch_size", "gradient_accumulation_steps")
+    assumed = [(name, fields[name]["default"]) for name in names if name not in given]
+    if not assumed:
+        return None
+    what = ", ".join(f"{name} {value}" for name, value in assumed)
+    flags = " ".join(f"--{name.replace('_', '-')} N" for name, _ in assumed)
+    return (f"assumed: {what} (TRL's defaults; no flag gave {'it' if len(assumed) == 1 else 'them'}): pass your "
+            f"run's, e.g. `{flags}`, or check its recipe")
+
+
 def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     """
     The `check` subcommand's output.
@@ -284,10 +317,12 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     else:
         num_processes = overrides.pop("num_processes", None)
         geometry = training_geometry(overrides, num_processes)
+    from_flags = not args.recipe or is_curriculum_file(args.recipe)  # the geometry: the flags' (and TRL's defaults)
     source = ("--num-processes" if args.num_processes else "the recipe's num_processes" if num_processes else
               "assumed: neither --num-processes nor the recipe's num_processes is given")
     lines.append(f"num_processes: {geometry.num_processes} ({source})")
     lines.append(f"geometry: {geometry.describe()}")
+    lines += [assumed_geometry(overrides)] if from_flags and assumed_geometry(overrides) else []
     valid = geometry.valid_num_generations()
     lines.append(f"valid num_generations: {', '.join(map(str, valid)) or 'none (no divisor >= 2)'}")
     lines += [unused] if unused else []

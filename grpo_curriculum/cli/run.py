@@ -71,7 +71,7 @@ def build_run(recipe, split=None):
 
 
 REPORTERS = {  # `report_to` integrations of transformers: the packages it needs (any one) and how to install them
-    "wandb": (("wandb",), "pip install 'grpo-curriculum[wandb]'"),
+    "wandb": (("wandb",), "pip install 'wandb>=0.19'"),  # the `wandb` extra's pin (no release to install it from)
     "tensorboard": (("tensorboard", "tensorboardX"), "pip install tensorboard"),
     **{name: ((name,), f"pip install {name}") for name in ("trackio", "mlflow", "comet_ml", "clearml", "swanlab",
                                                             "dvclive", "codecarbon")},
@@ -98,7 +98,7 @@ def validate_for_launch(recipe) -> None:
     misfits = recipe.curriculum.geometry_problems(geometry, key="curriculum.stages") + geometry.eval_problems()
     problems = []
     needs = [("use_vllm", recipe.training.get("use_vllm"), "vllm", "install it on a CUDA machine "
-              "(`pip install 'grpo-curriculum[vllm]'`), or set `use_vllm: false`"),
+              "(`pip install 'vllm>=0.10'`, the `vllm` extra's pin), or set `use_vllm: false`"),
              ("use_peft", recipe.model.get("use_peft"), "peft", "`pip install peft`, or set `use_peft: false`"),
              *((key, recipe.model.get(key), "bitsandbytes", f"`pip install bitsandbytes` (CUDA), or set `{key}: "
                 "false`") for key in ("load_in_4bit", "load_in_8bit"))]  # fmt: skip
@@ -222,33 +222,11 @@ def new_folder(base: str) -> str:
 # --- progress and summary ------------------------------------------------------------------------------------------
 
 
-def progress_callback():
-    """A progress bar that shows the current G, temperature and reward."""
-    from tqdm.auto import tqdm
-    from transformers import TrainerCallback
+def progress_callback(log_every=None):
+    """The progress bar (or lines) that shows the step, G, temperature and reward (see [`~cli.progress`])."""
+    from .progress import progress_callback as callback
 
-    class CurriculumProgress(TrainerCallback):
-        bar = None
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            if state.is_world_process_zero:
-                self.bar = tqdm(total=state.max_steps, dynamic_ncols=True, desc="train", file=sys.stdout)
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if self.bar is None or not logs or "curriculum/num_generations" not in logs:
-                return
-            g = logs["curriculum/num_generations"]  # a mean over the log line's prompts: fractional when G varies
-            postfix = {"G": f"{g:.3g}", "T": f"{logs['curriculum/temperature']:.2f}"}
-            if logs.get("reward") is not None:
-                postfix["reward"] = f"{logs['reward']:.3f}"
-            self.bar.set_postfix(postfix, refresh=False)
-            self.bar.update(state.global_step - self.bar.n)
-
-        def on_train_end(self, args, state, control, **kwargs):
-            if self.bar is not None:
-                self.bar.close()
-
-    return CurriculumProgress()
+    return callback(log_every)
 
 
 def stage_summary(log_history: list[dict], generation_batch_size: int, stages: list | None = None) -> list[dict]:
@@ -352,7 +330,10 @@ def switch_steps(log_history: list[dict]) -> list[int]:
 def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
     """
     Plot G, temperature, reward and zero-std fraction over optimizer steps, with a dashed line at each switch or stage
-    change (at the first step trained at the new setting), to `output` (PNG); return `output`.
+    change (at the first step trained at the new setting), to `output` (PNG); return `output`. Where prompts got their
+    own G (per-prompt, top-up), the G panel shows the distribution of G trained; a run with stages that sample in
+    increments gets two more panels: completions generated and trained, groups dropped and generation passes (see
+    [`~cli.plot_panels`]).
 
     Raises:
         [`CurriculumError`]: when `log_history` holds no curriculum training step, or matplotlib is missing.
@@ -366,18 +347,30 @@ def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
     entries = [e for e in log_history if "curriculum/stage" in e and "reward" in e]
     if not entries:
         raise CurriculumError([Problem("log_history", len(log_history), "holds no curriculum training steps to plot")])
+    from .plot_panels import draw_g, draw_sampling, sampling_series
+
     steps = [e["step"] for e in entries]
     series = [
-        ("num_generations (G)", [e.get("curriculum/num_generations") for e in entries], "steps-post"),
+        ("num_generations (G)", None, "steps-post"),  # drawn by `draw_g`
         ("temperature", [e["curriculum/temperature"] for e in entries], "steps-post"),
         ("reward", [e.get("reward") for e in entries], "default"),
         ("zero-std group fraction", [e.get("frac_reward_zero_std") for e in entries], "default"),
     ]
+    sampling = sampling_series(entries)
+    panels = len(series) + (2 if sampling is not None else 0)
     boundaries = switch_steps(log_history)
-    figure, axes = plt.subplots(len(series), 1, figsize=(8, 8), sharex=True)
-    for axis, (label, values, style) in zip(axes, series, strict=True):
-        values = [float("nan") if v is None else v for v in values]
-        axis.plot(steps, values, drawstyle=style, linewidth=0.8 if style == "default" else 1.5)
+    figure, axes = plt.subplots(panels, 1, figsize=(8, 2 * panels), sharex=True)
+    if sampling is not None:
+        draw_sampling(axes[-2], axes[-1], steps, sampling)
+    for axis in axes[len(series) :]:
+        for boundary in boundaries:
+            axis.axvline(boundary, color="grey", linestyle="--", linewidth=0.8)
+    for axis, (label, values, style) in zip(axes, series):
+        if values is None:
+            draw_g(axis, steps, entries)
+        else:
+            values = [float("nan") if v is None else v for v in values]
+            axis.plot(steps, values, drawstyle=style, linewidth=0.8 if style == "default" else 1.5)
         if style == "default" and len(values) >= 20:  # noisy per-step metrics: add a rolling mean
             window = max(5, len(values) // 30)
             smooth = [sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
@@ -389,8 +382,8 @@ def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
             axis.axvline(boundary, color="grey", linestyle="--", linewidth=0.8)
     axes[-1].set_xlabel("optimizer step")
     axes[0].set_title(title or "grpo-curriculum run")
-    axes[-1].annotate("dashed: switches and stage changes (the first step at the new setting)", xy=(1, -0.35),
-                      xycoords="axes fraction", ha="right", fontsize=7)  # fmt: skip
+    axes[-1].annotate("dashed: switches and stage changes (the first step at the new setting)",
+                      xy=(1, -0.2 - 0.6 / panels), xycoords="axes fraction", ha="right", fontsize=7)  # fmt: skip
     figure.tight_layout()
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(output, dpi=100)
@@ -433,7 +426,9 @@ def read_log_history(run_dir: str) -> list[dict]:
     history = read_trainer_state(path, fix)["log_history"]
     value = Nullable(Rule("number", finite=False))  # a logged metric may be NaN
     plotted = {"step": STEP, "curriculum/stage": STEP, "curriculum/temperature": value, "reward": value,
-               "curriculum/num_generations?": value, "frac_reward_zero_std?": value}  # fmt: skip
+               "curriculum/num_generations?": value, "frac_reward_zero_std?": value, "curriculum/generated?": value,
+               "curriculum/dropped?": value, "curriculum/increments?": value,
+               "curriculum/informative_share?": value}  # fmt: skip
     problems = [problem for i, entry in enumerate(history)
                 for problem in problems_of(plotted if "curriculum/stage" in entry and "reward" in entry else
                                            {"step": STEP} if "curriculum/switch" in entry else {},
@@ -446,8 +441,27 @@ def read_log_history(run_dir: str) -> list[dict]:
 # --- commands ------------------------------------------------------------------------------------------------------
 
 
+def _train_output(args) -> dict:
+    """
+    `build_trainer` settings for what `train` prints: by default (and with `--log-every N`) the progress of
+    [`~cli.progress`] instead of TRL's bar and per-step dicts; with `--verbose`, TRL's own output. What is logged to
+    `trainer_state.json` and the trackers is the same either way.
+    """
+    if args.verbose:
+        return {}
+    return {"extra_callbacks": [progress_callback(args.log_every)], "disable_tqdm": True}
+
+
 def train_main(args) -> int:
     """`grpo-curriculum train RECIPE [--key value ...]`: run a recipe with `CurriculumGRPOTrainer`."""
+    from .progress import announce, split_output_flags
+
+    args.overrides, args.log_every, args.verbose = split_output_flags(
+        args.overrides, getattr(args, "log_every", None), getattr(args, "verbose", False))
+    from ..core.loading import find_recipe, read_yaml
+
+    read_yaml(find_recipe(args.recipe))  # a missing or unreadable recipe is said at once, before the slow imports
+    announce("train")
     from ..config.arguments import RecipeParser
     from ..config.recipe import load_recipe
 
@@ -466,7 +480,11 @@ def train_main(args) -> int:
     threads, why = torch_threads(recipe)
     _set_threads(threads)
     with _curriculum_output(quiet=False):
-        trainer = build_trainer(recipe)  # validates every stage against the real world size before any step
+        trainer = build_trainer(recipe, **_train_output(args))  # validates every stage against the world size
+        if not args.verbose:
+            from transformers import PrinterCallback
+
+            trainer.remove_callback(PrinterCallback)  # the progress shows G, temperature and reward instead
         main = trainer.accelerator.is_main_process
         if main:
             _print_start(recipe.path, trainer, why)
@@ -636,9 +654,8 @@ def demo_main(args) -> int:
     next to `DIR` and renamed to `DIR` once complete (removed if the run fails). `DIR` must be new or an empty folder;
     without `--out`, the recipe's `output_dir` (else `runs/demo`), or the first free `-2`, `-3`, ... beside it.
     """
-    from transformers import PrinterCallback
-
     from ..config.recipe import load_recipe
+    from .progress import announce
 
     recipe_path = getattr(args, "recipe", None) or str(DEMO_RECIPE)
     overrides = {}
@@ -646,6 +663,8 @@ def demo_main(args) -> int:
         overrides["max_steps"] = args.max_steps
     recipe = load_recipe(recipe_path, overrides=overrides)
     validate_for_launch(recipe)
+    announce("demo")
+    from transformers import PrinterCallback
     require_matplotlib()  # before training: the run ends with its plot
     out = getattr(args, "out", None) or new_folder(recipe.training.get("output_dir") or "runs/demo")
     hold_folder(out, "--out", "demo")  # until the command ends: a second command into `out` is refused
@@ -689,7 +708,11 @@ def demo_main(args) -> int:
 
 def plot_main(args) -> int:
     """`grpo-curriculum plot RUN_DIR [-o FILE.png]`."""
+    from .progress import announce
+
     output = getattr(args, "output", None) or os.path.join(args.run_dir, "curriculum.png")
-    plot_run(read_log_history(args.run_dir), output, title=f"{args.run_dir}")
+    history = read_log_history(args.run_dir)
+    announce("plot", "matplotlib")
+    plot_run(history, output, title=f"{args.run_dir}")
     print(output)
     return 0

@@ -24,7 +24,6 @@ import math
 import multiprocessing
 import os
 import shutil
-import signal
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,8 @@ from ..core.errors import CurriculumError, GeometryError, Problem, raise_if_any
 from ..training.checkpoint import CurriculumStateError, atomic_json, atomic_write, problems_of, read_json, state_error
 from .folders import hold_folder
 from .sweep_table import RESULT_SCHEMA, RESULT_VERSION, Arm, recommend, recommended_stages, summarise, table_rows
+from .sweep_arms import build_arms
+from .sweep_child import _FORK, _import_once, _peak_memory, arm_recipe, die_with_parent
 
 MANIFEST_FILE = "sweep_manifest.json"
 RESULT_FILE = "sweep_result.json"
@@ -42,56 +43,10 @@ DEFAULT_NUM_GENERATIONS = (4, 8, 16)
 # --- arms --------------------------------------------------------------------------------------------------------
 
 
-def build_arms(recipe, num_generations, temperatures=None, curriculum: bool = False) -> list[Arm]:
+def validate_arms(path: str, raw: dict, arms: list[Arm], named: bool = False) -> None:
     """
-    The sweep's arms: one static arm a G (`g4`, or `g4-t0.7` with temperatures), at the temperature paired with it
-    (one value: every arm's; as many as G values: in order; none: the recipe's first stage's), then the recipe's own
-    schedule (`recipe`) with `curriculum`.
-
-    Raises:
-        [`CurriculumError`]: for a G listed twice, or a number of temperatures that pairs with neither.
-    """
-    problems = []
-    if len(set(num_generations)) != len(num_generations):
-        twice = sorted({g for g in num_generations if list(num_generations).count(g) > 1})
-        problems.append(Problem("--num-generations", list(num_generations), f"lists G {twice[0]} more than once",
-                                "list each G once (pair several temperatures with one G in separate sweeps)"))
-    if temperatures and len(temperatures) not in (1, len(num_generations)):
-        problems.append(Problem("--temperatures", list(temperatures), f"gives {len(temperatures)} values for "
-                                f"{len(num_generations)} G values", "give one temperature for every arm, or one per "
-                                "G, in the order of --num-generations"))  # fmt: skip
-    raise_if_any(problems, "sweep")
-    temperatures = list(temperatures or [None])
-    paired = temperatures * len(num_generations) if len(temperatures) == 1 else temperatures
-    arms = []
-    for g, t in zip(num_generations, paired):
-        temperature = recipe.curriculum.stages[0].temperature if t is None else t
-        name = f"g{g}" + (f"-t{t:g}" if t is not None else "")
-        arms.append(Arm(name, [{"num_generations": g, "temperature": temperature}], g, temperature))
-    if curriculum:
-        raw = recipe.raw.get("curriculum") or {}
-        stages = raw.get("stages") or [{"num_generations": recipe.training["num_generations"],
-                                        "temperature": recipe.training["temperature"]}]
-        arms.append(Arm("recipe", list(stages)))
-    return arms
-
-
-def arm_recipe(path: str, raw: dict, arm: Arm, seed: int | None = None, output_dir: str | None = None):
-    """The recipe an arm trains: `raw` (the user's recipe with its overrides) with the arm's stages (and seed)."""
-    from ..config.recipe import parse_recipe
-    from ..core.curriculum import curriculum_options
-
-    overrides = {"curriculum": {**curriculum_options(raw.get("curriculum") or {}), "stages": arm.stages}}
-    if seed is not None:
-        overrides["seed"] = seed
-    if output_dir is not None:
-        overrides["output_dir"] = output_dir
-    return parse_recipe(raw, path, overrides)
-
-
-def validate_arms(path: str, raw: dict, arms: list[Arm]) -> None:
-    """
-    Validate every arm as `train` validates a recipe ([`~run.validate_for_launch`]), before anything runs.
+    Validate every arm as `train` validates a recipe ([`~run.validate_for_launch`]), before anything runs (`named`:
+    the arms came from `--arms`, which the messages then name).
 
     Raises:
         [`GeometryError`]: when the only problems are G values the batch geometry does not take (exit status 1);
@@ -101,14 +56,17 @@ def validate_arms(path: str, raw: dict, arms: list[Arm]) -> None:
 
     problems, geometry_only = [], True
     for arm in arms:
-        flag = "--curriculum" if arm.num_generations is None else f"--num-generations {arm.num_generations}"
+        flag = (f"--arms {arm.name}" if named else "--curriculum" if arm.num_generations is None
+                else f"--num-generations {arm.num_generations}")  # fmt: skip
+        leave = f"leave {arm.name} out of --arms" if named else f"leave G {arm.num_generations} out of --num-generations"
         try:
             validate_for_launch(arm_recipe(path, raw, arm))
         except CurriculumError as error:
             geometry_only = geometry_only and isinstance(error, GeometryError)
             problems += [Problem(f"arm {arm.name} ({flag}): {p.key}", p.value, p.rule,
-                                 p.fix and f"{p.fix}; or leave G {arm.num_generations} out of --num-generations"
-                                 if arm.num_generations is not None and "num_generations" in p.key else p.fix)
+                                 p.fix and f"{p.fix}; or {leave}"
+                                 if (named or arm.num_generations is not None) and "num_generations" in p.key
+                                 else p.fix)
                          for p in error.problems]  # fmt: skip
     if problems:
         refused = len({p.key.split(" ", 2)[1] for p in problems})
@@ -245,15 +203,20 @@ def _evaluation(trainer, rows: list, every: int, parent: int):
     return HeldOutReward(), per_step
 
 
-def _peak_memory(model) -> tuple[int, str]:
-    import resource
-
-    import torch
-
-    if model.device.type == "cuda":
-        return torch.cuda.max_memory_allocated(model.device), "cuda"
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak * (1 if sys.platform == "darwin" else 1024), "rss"  # bytes on macOS, KiB on Linux
+def add_generated(points: list[dict], history: list[dict], per_step: int) -> None:
+    """
+    Give each held-out point the completions generated up to its step (`generated`): a log line's
+    `curriculum/generated` where a stage samples in increments (dynamic sampling generates more than it trains), else
+    the completions its steps trained. The sweep logs every step (`logging_steps` 1).
+    """
+    done, total, entries = 0, 0.0, sorted(history, key=lambda entry: entry["step"])
+    for point in sorted(points, key=lambda point: point["step"]):
+        while done < len(entries) and entries[done]["step"] <= point["step"]:
+            entry, previous = entries[done], entries[done - 1]["step"] if done else 0
+            generated = entry.get("curriculum/generated")
+            total += generated if generated is not None else (entry["step"] - previous) * per_step
+            done += 1
+        point["generated"] = total
 
 
 def train_run(out: str, index: int, seed: int, parent: int) -> None:
@@ -277,6 +240,7 @@ def train_run(out: str, index: int, seed: int, parent: int) -> None:
         trainer.add_callback(evaluation)
         trainer.train()
     history = [entry for entry in trainer.state.log_history if "reward" in entry and "curriculum/stage" in entry]
+    add_generated(evaluation.points, history, per_step)
     tokens = [entry["num_tokens"] for entry in trainer.state.log_history if "num_tokens" in entry]
     memory, kind = _peak_memory(trainer.model)
     result = {"version": RESULT_VERSION, "arm": arm.name, "seed": seed, "steps": trainer.state.global_step,
@@ -289,17 +253,6 @@ def train_run(out: str, index: int, seed: int, parent: int) -> None:
         atomic_json(os.path.join(folder, RESULT_FILE), result)
 
 
-def die_with_parent(parent: int) -> None:
-    """In a child process of the sweep: be killed with the sweep (Linux; elsewhere a run stops at its next step), or
-    exit at once if the sweep died before this."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os._exit(3)
-
-
 def _child(out: str, index: int, seed: int, parent: int) -> None:
     die_with_parent(parent)
     try:
@@ -307,16 +260,6 @@ def _child(out: str, index: int, seed: int, parent: int) -> None:
     except (CurriculumError, CurriculumStateError) as error:
         print(f"grpo-curriculum sweep: error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
-
-
-_FORK = "fork" in multiprocessing.get_all_start_methods()
-
-
-def _import_once() -> None:
-    """Import torch, transformers and TRL in the sweep process before forking its runs: each run inherits them."""
-    if _FORK:
-        from ..training import trainer  # noqa: F401  (CurriculumGRPOTrainer: TRL's GRPOTrainer, transformers and torch)
-        from .run import build_run  # noqa: F401
 
 
 def run_all(out: str, arms: list[Arm], seeds: list[int], jobs: int = 1) -> dict[str, list[dict]]:
@@ -377,18 +320,30 @@ def plot_sweep(rows: list[dict], target: float, output: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 3, figsize=(14, 4), sharey=True)
-    for axis, (key, label) in zip(axes, [("step", "optimizer step"), ("completions", "completions trained"),
-                                         ("time", "training time (s)")]):  # fmt: skip
-        for row in rows:
-            axis.plot([p[key] for p in row["curve"]], [p["reward"] for p in row["curve"]], marker=".",
-                      label=row["arm"].name)  # fmt: skip
+    from .sweep_table import generates_more
+
+    panels = [("step", "optimizer step"), ("time", "training time (s)")]
+    if generates_more(rows):  # else completions are steps times the (fixed) batch: the steps panel again
+        panels.insert(1, ("generated", "completions generated"))
+    figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), sharey=True)
+    for axis, (key, label) in zip(axes, panels):
+        for i, row in enumerate(rows):
+            axis.plot([p.get(key, p["completions"]) for p in row["curve"]], [p["reward"] for p in row["curve"]],
+                      marker=".", label=row["arm"].name)  # fmt: skip
+            if key == "step" and row.get("interval") is not None:  # the final's 95% interval over the seeds
+                low, high = row["interval"]
+                last = row["curve"][-1]["step"]
+                offset = (i - (len(rows) - 1) / 2) * 0.012 * max(last, 1)  # side by side, not on top of each other
+                axis.errorbar([last + offset], [row["final"][0]], yerr=[[row["final"][0] - low],
+                              [high - row["final"][0]]], color=axis.lines[-1].get_color(), capsize=3)  # fmt: skip
         axis.axhline(target, color="grey", linestyle="--", linewidth=0.8)
         axis.set_xlabel(label)
     axes[0].set_ylabel("held-out reward (greedy)")
     axes[0].legend(fontsize=8)
-    axes[-1].annotate(f"dashed: the target {target:.3f}", xy=(1, -0.2), xycoords="axes fraction", ha="right",
-                      fontsize=7)  # fmt: skip
+    bars = any(row.get("interval") is not None for row in rows)
+    axes[-1].annotate(f"dashed: the target {target:.3f}" + ("; bars: the final's 95% interval over the seeds" if bars
+                                                            else ""), xy=(1, -0.2), xycoords="axes fraction",
+                      ha="right", fontsize=7)  # fmt: skip
     figure.tight_layout()
     figure.savefig(output, dpi=100)
     plt.close(figure)
@@ -422,27 +377,34 @@ def report(out: str, settings: dict, arms: list[Arm], results: dict, target: flo
             "last evaluation and its highest",
             f"target: {target:.3f}" + (" (90% of the way from the step-0 reward to the best arm's final)"
                                        if settings["target"] is None else " (--target)"),
-            "steps, completions to target: the first evaluation at which the arm's mean curve reaches the target",
+            "steps, completions to target: the first evaluation at which the arm's mean curve reaches the target "
+            "(completions generated: dynamic sampling generates more than it trains)",
             "fluctuation: the std of the step-to-step differences of the training reward; samples/s, tokens/s: "
-            "completions and tokens (prompt and completion) per second of training (evaluation excluded); peak "
+            "completions trained and tokens (prompt and completion, as TRL's num_tokens counts them) per second of "
+            "training (evaluation excluded); peak "
             "memory: " + ("CUDA max allocated" if first["memory_kind"] == "cuda" else "the peak RSS of the run's "
                           "process (with the libraries it inherits from the sweep)") +
             "; zero-std: mean share of groups whose rewards are all equal; reward/hour: held-out reward gained over "
-            "step 0 per hour of training",
-            f"{seeds} seed{'s' if seeds > 1 else ''} an arm" + (" (mean ± std)" if seeds > 1 else "") +
+            "step 0 per hour of training ('no gain' where the final is not above step 0)",
+            f"{seeds} seed{'s' if seeds > 1 else ''} an arm" + (" (final: mean [95% t-interval of the mean]; the "
+                                                                 "others: mean ± std)" if seeds > 1 else
+                                                                 " (no interval: one run measures no noise)") +
             f"; the sweep's runs took {wall:.0f} s in all", ""]  # fmt: skip
     table = format_table(table_rows(rows))
     line = f"recommendation: {recommendation['line']}"
     stages = recommended_stages(recommendation)
-    _write_recommended(os.path.join(out, "recommended.yaml"), settings["recipe"], settings["raw"], stages,
-                       recommendation["line"], out)
+    recommended = os.path.join(out, "recommended.yaml")
+    if recommendation.get("recommended", True):  # none from noise: no recipe of it either
+        _write_recommended(recommended, settings["recipe"], settings["raw"], stages, recommendation["line"], out)
     plot_sweep(rows, target, os.path.join(out, "sweep.png"))
     text = "\n".join([*head, table, "", line, ""])
     atomic_write(os.path.join(out, "sweep.md"), lambda f: f.write(text))
-    summary = {"target": target, "recommendation": recommendation["line"], "recommended_stages": stages,
+    summary = {"target": target, "recommendation": recommendation["line"],
+               "recommended_stages": stages if recommendation.get("recommended", True) else None,
                "wall_time": wall, "arms": [{"name": row["arm"].name, "num_generations": row["arm"].num_generations,
                                             "temperature": row["arm"].temperature, "stages": row["arm"].stages,
                                             "curve": row["curve"], "to_target": row["to_target"],
+                                            "final_interval": row.get("interval"),
                                             **{key: list(value) for key, value in row.items()
                                                if isinstance(value, tuple)}} for row in rows]}  # fmt: skip
     atomic_json(os.path.join(out, "sweep.json"), _json_safe(summary))
@@ -463,6 +425,23 @@ def _json_safe(value):
 # --- the command -------------------------------------------------------------------------------------------------
 
 
+def _arms_of(args, recipe) -> list[Arm]:
+    """The arms of `--arms NAME ...` (see [`~cli.sweep_arms`]), else of `--num-generations` and `--curriculum`."""
+    names = getattr(args, "arms", None)
+    if not names:
+        return build_arms(recipe, args.num_generations or list(DEFAULT_NUM_GENERATIONS), args.temperatures,
+                          args.curriculum)  # fmt: skip
+    given = [flag for flag, value in (("--num-generations", args.num_generations), ("--curriculum", args.curriculum))
+             if value]  # fmt: skip
+    if given:
+        raise CurriculumError([Problem(given[0], getattr(args, given[0][2:].replace("-", "_")), "cannot be combined "
+                                       "with --arms, which names every arm", "name them in --arms instead, e.g. "
+                                       "`--arms g4 g8 recipe`")], "sweep")  # fmt: skip
+    from .sweep_arms import named_arms
+
+    return named_arms(recipe, list(names), args.temperatures)
+
+
 def sweep_main(args) -> int:
     """`grpo-curriculum sweep RECIPE [--num-generations G ...] [...]`: run, resume and report a sweep."""
     import json
@@ -472,18 +451,19 @@ def sweep_main(args) -> int:
 
     overrides = {"max_steps": args.max_steps} if args.max_steps else {}
     recipe = load_recipe(args.recipe, overrides=overrides)
-    arms = build_arms(recipe, args.num_generations or list(DEFAULT_NUM_GENERATIONS), args.temperatures,
-                      args.curriculum)  # fmt: skip
+    arms = _arms_of(args, recipe)
     if args.memory_budget is not None and not args.plan_memory:
         raise CurriculumError([Problem("--memory-budget", args.memory_budget, "only applies with --plan-memory",
                                        "add --plan-memory, or leave --memory-budget out")], "sweep")  # fmt: skip
     if not args.plan_memory:  # planning: each G is checked at the geometry the plan finds, by its probe
-        validate_arms(recipe.path, recipe.raw, arms)
+        validate_arms(recipe.path, recipe.raw, arms, named=bool(getattr(args, "arms", None)))
     for path in recipe.reward_funcs:  # the user's code, before the output folder is written
         import_reward(path)
     if args.plan_memory:
+        from .progress import announce
         from .sweep_memory import plan_main
 
+        announce("sweep --plan-memory")
         return plan_main(args, recipe, arms)
     require_matplotlib()
     max_steps, problems = recipe.training.get("max_steps"), []
@@ -504,8 +484,12 @@ def sweep_main(args) -> int:
     print(f"sweep of {recipe.path}: {len(arms)} arm{'s' if len(arms) > 1 else ''} ({', '.join(a.name for a in arms)}) "
           f"x {args.seeds} seed{'s' if args.seeds > 1 else ''}, {max_steps} steps each, into {out}"
           + (" (resuming: finished runs are kept)" if resuming else ""), flush=True)  # fmt: skip
+    from .progress import announce
+
+    announce("sweep")  # before the runs' imports
     results = run_all(out, arms, list(range(base_seed, base_seed + args.seeds)), args.jobs)
     print()
     print(report(out, settings, arms, results, args.target))
-    print(f"\nsweep directory: {out} (sweep.md, sweep.json, sweep.png, recommended.yaml, arms/)")
+    written = "recommended.yaml, " if os.path.lexists(os.path.join(out, "recommended.yaml")) else ""
+    print(f"\nsweep directory: {out} (sweep.md, sweep.json, sweep.png, {written}arms/)")
     return 0

@@ -30,7 +30,7 @@ from pathlib import Path
 from ..core.errors import CurriculumError, Problem, raise_if_any
 from ..training.checkpoint import atomic_json, atomic_write, read_json
 from .memory_plan import SAFETY_FRACTION, mib, plan_memory, plan_rows
-from .sweep_table import Arm
+from .sweep_table import DEFAULT_SEEDS, Arm
 
 PROBE_FILE = "probe.json"
 _GEOMETRY_KEYS = ("per_device_train_batch_size", "steps_per_generation", "generation_batch_size",
@@ -39,7 +39,7 @@ _GEOMETRY_KEYS = ("per_device_train_batch_size", "steps_per_generation", "genera
 
 def probe_recipe(path: str, raw: dict, num_generations: int, temperature, batch: int, steps: int, folder: str):
     """The recipe one probe trains: one step of `raw` at G, per-device batch `batch`, `steps` steps per generation."""
-    from .sweep import arm_recipe
+    from .sweep_child import arm_recipe
 
     raw = {key: value for key, value in raw.items() if key not in _GEOMETRY_KEYS}
     raw.update(per_device_train_batch_size=batch, steps_per_generation=steps, gradient_accumulation_steps=1,
@@ -58,7 +58,7 @@ def _probe(recipe, folder: str) -> dict:
 
     from ..training._trl import full_length_completions
     from .run import _curriculum_output, _set_threads, build_trainer, torch_threads
-    from .sweep import _peak_memory
+    from .sweep_child import _peak_memory
 
     _set_threads(torch_threads(recipe)[0])
     with _curriculum_output(quiet=True):
@@ -79,7 +79,7 @@ def _probe(recipe, folder: str) -> dict:
 
 
 def _probe_child(recipe, folder: str, parent: int) -> None:
-    from .sweep import die_with_parent
+    from .sweep_child import die_with_parent
 
     die_with_parent(parent)
     try:
@@ -100,7 +100,7 @@ class Prober:
     """
 
     def __init__(self, out: str, path: str, raw: dict, temperature):
-        from .sweep import _FORK, _import_once
+        from .sweep_child import _FORK, _import_once
 
         _import_once()
         self.out, self.path, self.raw, self.temperature = out, path, raw, temperature
@@ -186,6 +186,10 @@ def plan_main(args, recipe, arms: list[Arm]) -> int:
     if args.curriculum:
         problems.append(Problem("--curriculum", True, "does not apply with --plan-memory (the plan probes the "
                                 "static G values)", "leave it out; add it to the sweep of the planned recipe"))
+    adaptive = [arm.name for arm in arms if arm.num_generations is None]
+    if adaptive:
+        problems.append(Problem("--arms", adaptive, "do not apply with --plan-memory (the plan probes the static G "
+                                "values)", "list only gN arms; sweep the planned recipe with the adaptive arms"))
     if args.jobs != 1:
         problems.append(Problem("--jobs", args.jobs, "does not apply with --plan-memory (probes run one at a time, "
                                 "so that each has the memory to itself)", "leave it out"))  # fmt: skip
@@ -235,7 +239,7 @@ def plan_main(args, recipe, arms: list[Arm]) -> int:
         planned = os.path.join(out, "planned.yaml")
         given = {key: getattr(args, key) for key in ("temperatures", "max_steps", "seeds", "held_out", "eval_every",
                                                      "target")}  # the sweep's own flags, as given
-        given["seeds"] = None if given["seeds"] == 1 else given["seeds"]
+        given["seeds"] = None if given["seeds"] == DEFAULT_SEEDS else given["seeds"]
         given["held_out"] = None if given["held_out"] == 64 else given["held_out"]
         if given["temperatures"] and len(given["temperatures"]) > 1:  # paired with the G values: the fitting ones'
             given["temperatures"] = [t for g, t in zip(num_generations, given["temperatures"]) if g in plan.fitting]

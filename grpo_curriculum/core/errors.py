@@ -106,7 +106,9 @@ class CurriculumError(ValueError):
         super().__init__(self.format())
 
     def format(self) -> str:
-        head = f"{plural(len(self.problems), 'problem')} in the curriculum"
+        head = plural(len(self.problems), "problem")
+        if all(str(problem.key).startswith("curriculum") for problem in self.problems):
+            head += " in the curriculum"  # else: a recipe's other keys, a flag, a file: the context says where
         if self.context:
             head += f" ({self.context})"
         return head + ":\n" + "\n".join(f"  - {problem}" for problem in self.problems)
