@@ -201,3 +201,25 @@ def test_train_refuses_each_malformed_recipe_as_check_does(path, tmp_path, capsy
     assert main(["train", str(path), "--output_dir", str(tmp_path / "never")]) == 2
     assert capsys.readouterr().err.replace("grpo-curriculum train: error: ", "") == checked
     assert not (tmp_path / "never").exists()
+
+
+def test_beta_builds_the_reference_model_of_the_builtin_model(tmp_path, capsys):
+    # TRL reloads the reference from `config._name_or_path`, which an in-memory model lacks ('': "Repo id must use
+    # alphanumeric chars"); it is a copy of the policy the run starts from, so the KL is 0 at the first step.
+    out = tmp_path / "kl"
+    assert main(["train", DEMO, "--output_dir", str(out), "--max_steps", "3", "--warm_start_steps", "2",
+                 "--beta", "0.1", "--report_to", "none"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    kl = [h["kl"] for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "kl" in h]
+    assert len(kl) == 3 and kl[0] == 0 and kl[-1] > 0
+
+
+def test_the_reference_model_of_an_instance_is_a_separate_copy(tmp_path):
+    from grpo_curriculum.cli.run import build_trainer
+    from grpo_curriculum.config.recipe import load_recipe
+
+    trainer = build_trainer(load_recipe(DEMO, {"beta": 0.5, "warm_start_steps": 0, "report_to": "none"}),
+                            output_dir=str(tmp_path / "never"))
+    policy, reference = dict(trainer.model.named_parameters()), dict(trainer.ref_model.named_parameters())
+    assert policy.keys() == reference.keys()
+    assert all((policy[k] == reference[k]).all() and policy[k].data_ptr() != reference[k].data_ptr() for k in policy)
