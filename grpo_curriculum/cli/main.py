@@ -25,7 +25,7 @@ import argparse
 import importlib
 import sys
 
-from ..core.errors import CurriculumError, GeometryError, plural, shorten
+from ..core.errors import CurriculumError, GeometryError, list_text, plural, shorten
 from ..core.rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
 from ..core.sampling import DynamicSampling, TopUp
 from ..demo.models import MODELS, ModelFetchError
@@ -210,7 +210,7 @@ def _stage_rows(schedule, max_steps=None) -> list[tuple[str, object]]:
         bounds = stage.adaptive.temperature
         temperature = f"{bounds[0]:g}-{bounds[1]:g}" if bounds else temperature
         if stage.adaptive.per_prompt:  # the candidates together must fill the round
-            rows.append((f"{label}: per-prompt G from {list(stage.adaptive.num_generations)}, temperature "
+            rows.append((f"{label}: per-prompt G from [{list_text(stage.adaptive.num_generations)}], temperature "
                          f"{temperature}, {ends}", stage.adaptive.num_generations))
             continue
         for g in stage.adaptive.num_generations:  # every candidate must fit the geometry
@@ -223,7 +223,7 @@ def _top_up_plan(top_up: TopUp, batch: int) -> str:
     """A valid top-up stage's round in words, for a generation batch of `batch` completions."""
     prompts = top_up.prompts_for(batch)
     pilots, left = prompts * top_up.pilot, batch - prompts * top_up.pilot
-    sizes = ", ".join(map(str, top_up.sizes[:-1])) + (" or " if len(top_up.sizes) > 1 else "") + str(top_up.largest)
+    sizes = list_text(top_up.sizes, last=" or ")
     how = "given" if top_up.prompts is not None else "the default rule"
     text = f"a round: {plural(prompts, 'prompt')} ({how}) x pilot {top_up.pilot} = {pilots} completions first"
     if not left:
@@ -287,7 +287,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     lines.append(f"num_processes: {geometry.num_processes} ({source})")
     lines.append(f"geometry: {geometry.describe()}")
     valid = geometry.valid_num_generations()
-    lines.append(f"valid num_generations: {', '.join(map(str, valid)) or 'none (no divisor >= 2)'}")
+    lines.append(f"valid num_generations: {list_text(valid) or 'none (no divisor >= 2)'}")
     lines += [unused] if unused else []
 
     if schedule is None or args.num_generations is not None:
