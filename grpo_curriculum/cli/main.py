@@ -127,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(sweep, "max_steps", type=_integer(STEPS), metavar="N", help="override the recipe's max_steps (every arm)")
     _flag(sweep, "seeds", type=_integer(COUNT), default=1, metavar="K",
           help="runs an arm, at the recipe's seed, seed + 1, ... (default: 1)")
-    _flag(sweep, "held_out", type=_integer(COUNT), default=64, metavar="N", help="held-out prompts (default: 64)")
+    _flag(sweep, "held_out", type=_integer(COUNT), metavar="N", help="held-out prompts (default: 64, or a quarter "
+          "of the train split's rows when that is fewer; an eval split's rows when it holds fewer than 64)")
     _flag(sweep, "eval_every", type=_integer(STEPS), metavar="N",
           help="evaluate every N steps (default: a tenth of max_steps)")
     _flag(sweep, "target", type=float, metavar="R", help="the held-out reward to reach (default: 90%% of the way "
