@@ -345,7 +345,7 @@ def switch_steps(log_history: list[dict]) -> list[int]:
 def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
     """
     Plot G, temperature, reward and zero-std fraction over optimizer steps, with a dashed line at each switch or stage
-    change (at the first step trained at the new setting), to `output` (PNG); return `output`.
+    change (at the first step trained at the new setting), to `output` (see [`save_figure`]); return the path written.
 
     Raises:
         [`CurriculumError`]: when `log_history` holds no curriculum training step, or matplotlib is missing.
@@ -385,10 +385,52 @@ def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
     axes[-1].annotate("dashed: switches and stage changes (the first step at the new setting)", xy=(1, -0.35),
                       xycoords="axes fraction", ha="right", fontsize=7)  # fmt: skip
     figure.tight_layout()
-    Path(output).parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(output, dpi=100)
-    plt.close(figure)
-    return output
+    try:
+        return save_figure(figure, output)
+    finally:
+        plt.close(figure)
+
+
+def save_figure(figure, output: str, key: str = "-o") -> str:
+    """
+    Write `figure` to `output` and return the path written: `output/curriculum.png` when `output` is a folder, else
+    `output` in the format its extension names (PNG, `.png` appended, when it has none, as matplotlib does; PNG into a
+    device such as `/dev/stdout`, named as it is). The image is rendered in memory, then written through a temporary
+    file and a rename (a device: directly), every write and the close checked (`savefig("/dev/full")` wrote
+    `/dev/full.png` instead, and `plot` exited 0).
+
+    Raises:
+        [`CurriculumError`]: naming `key` and the path, for a format matplotlib cannot write or a failed write.
+    """
+    import io
+
+    path = os.path.join(output, "curriculum.png") if os.path.isdir(output) else output
+    device = os.path.exists(path) and not os.path.isfile(path)  # `/dev/stdout`, a pipe: written as it is named
+    extension = os.path.splitext(path)[1][1:].lower()
+    formats = figure.canvas.get_supported_filetypes()
+    if device and extension not in formats:
+        extension = "png"
+    elif not extension:
+        path, extension = path + ".png", "png"
+    elif extension not in formats:
+        raise CurriculumError([Problem(key, output, f"names a .{extension} file, a format the plot cannot be written "
+                                       f"in ({', '.join(sorted(formats))})", "end it in .png")])
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=extension, dpi=100)
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        if device:  # no rename onto it
+            with open(path, "wb") as file:
+                file.write(buffer.getvalue())
+        else:
+            from ..training.checkpoint import atomic_write
+
+            atomic_write(path, lambda file: file.write(buffer.getvalue()), binary=True)
+    except OSError as error:
+        raise CurriculumError([Problem(key, output, f"could not be written: {error.strerror or error}"
+                                       + (f" ({path})" if path != output else ""),
+                                       "choose a path on a file system with room that you can write to")]) from None
+    return path
 
 
 def read_log_history(run_dir: str) -> list[dict]:
@@ -673,6 +715,5 @@ def demo_main(args) -> int:
 def plot_main(args) -> int:
     """`grpo-curriculum plot RUN_DIR [-o FILE.png]`."""
     output = getattr(args, "output", None) or os.path.join(args.run_dir, "curriculum.png")
-    plot_run(read_log_history(args.run_dir), output, title=f"{args.run_dir}")
-    print(output)
+    print(plot_run(read_log_history(args.run_dir), output, title=f"{args.run_dir}"))
     return 0
