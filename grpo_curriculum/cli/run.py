@@ -486,7 +486,9 @@ def train_main(args) -> int:
     from ..config.arguments import RecipeParser
     from ..config.recipe import load_recipe
 
-    recipe = load_recipe(args.recipe, RecipeParser().overrides(args.overrides))  # read as `trl grpo` reads them
+    given = RecipeParser().overrides(args.overrides)  # read as `trl grpo` reads them
+    recipe = load_recipe(args.recipe, given)
+    raise_if_any(unused_override_problems(recipe, given), context=f"recipe {recipe.path}")
     validate_for_launch(recipe)
     resume = recipe.training.get("resume_from_checkpoint")
     output_dir = recipe.training.get("output_dir") or "trainer_output"  # TRL's default
@@ -501,13 +503,65 @@ def train_main(args) -> int:
         if main:
             _print_start(recipe.path, trainer, why)
         start = time.perf_counter()
-        trainer.train(resume_from_checkpoint=resume)  # logs the stages, the resume, then each switch as it happens
+        try:
+            trainer.train(resume_from_checkpoint=resume)  # logs the stages, the resume, then each switch as it happens
+        except KeyboardInterrupt:
+            if main:
+                print("\n" + interrupted_message(trainer.state.global_step, output_dir, args), file=sys.stderr)
+            return 130  # 128 + SIGINT, as a shell reports it
         elapsed = time.perf_counter() - start
     trainer.save_state()
     if main:
         trainer.save_model()
         _print_end(trainer, recipe, elapsed, output_dir, resumed=bool(resume))
     return 0
+
+
+def unused_override_problems(recipe, given: dict) -> list:
+    """
+    `--num_generations` and `--temperature` on `train`'s command line when the recipe has a `curriculum:`: its stages
+    set G and the temperature, so the flag would change nothing (refused rather than ignored). Without a curriculum
+    they are the run's one stage; a per-prompt first stage starts at the top-level `num_generations` (see
+    [`~config.recipe.starting_num_generations`]), so that flag is used.
+    """
+    if "curriculum" not in recipe.raw:
+        return []
+    first = recipe.curriculum.stages[0]
+    used = {"num_generations"} if first.adaptive is not None and first.adaptive.per_prompt else set()
+    return [Problem(f"--{key}", given[key], f"is not used: the recipe's curriculum sets {what} (each stage's `{key}`)",
+                    f"change `curriculum.stages[N].{key}` in the recipe (a flag cannot set a stage's), or remove "
+                    f"`--{key}`" + ("; `grpo-curriculum sweep RECIPE --num-generations G` trains static G arms"
+                                     if key == "num_generations" else ""))
+            for key, what in (("num_generations", "G"), ("temperature", "the sampling temperature"))
+            if key in given and key not in used]
+
+
+def interrupted_message(step: int, output_dir: str, args) -> str:
+    """
+    What `train` prints when Ctrl-C stops it: the step it reached, the last complete checkpoint in `output_dir` and
+    the command that resumes from it (`args`' recipe and overrides, `--resume_from_checkpoint true` for the newest).
+    """
+    import shlex
+
+    from ..training.checkpoint import newest_complete_checkpoint
+
+    text = f"grpo-curriculum train: interrupted at step {step}"
+    found = newest_complete_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+    if found is None:
+        return text + f"; {output_dir} holds no complete checkpoint, so nothing can be resumed (train again in a new " \
+                      "folder; `--save_strategy steps --save_steps N` saves one every N steps)"
+    overrides, rest = [], list(args.overrides)
+    while rest:  # the overrides as given, without the resume and output folder ones this command adds
+        token = rest.pop(0)
+        if token.split("=", 1)[0] in ("--resume_from_checkpoint", "--resume-from-checkpoint", "--output_dir",
+                                      "--output-dir"):
+            if "=" not in token and rest and not rest[0].startswith("--"):
+                rest.pop(0)
+            continue
+        overrides.append(token)
+    command = shlex.join(["grpo-curriculum", "train", args.recipe, *overrides, "--output_dir", output_dir,
+                          "--resume_from_checkpoint", "true"])
+    return text + f"; the last complete checkpoint is {found}. Resume from it with:\n  {command}"
 
 
 def _set_threads(threads: int | None) -> None:
