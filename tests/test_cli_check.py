@@ -421,3 +421,16 @@ def test_check_and_train_exit_1_for_top_up_rounds_that_cannot_fill(tmp_path, cap
         assert f"curriculum.stages[{i}].adaptive.num_generations: holds {largest}, larger than the generation" in err
     assert "curriculum.stages[2].adaptive.pilot = 6: must divide the generation batch" in err
     assert "Traceback" not in err and not never.exists()
+
+
+def test_check_imports_no_reward_function_and_the_readme_says_train_does(tmp_path, capsys, monkeypatch):
+    (tmp_path / "marker_reward.py").write_text("open(__file__ + '.imported', 'w').close()\n"
+                                               "def reward(completions, **kwargs):\n    return [0.0] * len(completions)\n")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(Path(DEMO).read_text().replace("grpo_curriculum.demo.tasks:echo_reward", "marker_reward:reward"))
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = check(capsys, recipe)
+    assert code == 0 and not (tmp_path / "marker_reward.py.imported").exists()
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert ("`train`, `demo` and `sweep` import the modules `reward_funcs` names and run their code, as TRL's `trl "
+            "grpo` does (`check` imports none)") in readme
