@@ -139,7 +139,7 @@ def test_a_recipe_and_its_overrides_mean_what_they_mean_in_trl_grpo(tmp_path):
     from grpo_curriculum.config.recipe import load_recipe
 
     args = ["--max_steps", "7", "--learning_rate", "1e-5", "--save_strategy", "no", "--report_to", "none",
-            "--seed", "-1", "--use_peft", "--lora_target_modules", "q_proj", "v_proj", "--dtype", "float32",
+            "--seed", "7", "--use_peft", "--lora_target_modules", "q_proj", "v_proj", "--dtype", "float32",
             "--output_dir", str(tmp_path / "out"), "--run_name", "2024"]  # fmt: skip
     _, trl_training, trl_model, _ = make_parser().parse_args_and_config(["--config", DEMO, *args],
                                                                         fail_with_unknown_args=False)
@@ -149,7 +149,7 @@ def test_a_recipe_and_its_overrides_mean_what_they_mean_in_trl_grpo(tmp_path):
     ours, theirs = training.to_dict(), trl_training.to_dict()
     assert (ours.pop("num_generations"), ours.pop("temperature")) == (2, 0.8)  # the curriculum's first stage
     assert (theirs.pop("num_generations"), theirs.pop("temperature")) == (8, 1.0)  # the recipe's top level
-    assert ours == theirs and ours["run_name"] == "2024" and ours["seed"] == -1 and ours["save_strategy"] == "no"
+    assert ours == theirs and ours["run_name"] == "2024" and ours["seed"] == 7 and ours["save_strategy"] == "no"
 
 
 def test_command_line_mistakes_are_named():

@@ -75,6 +75,23 @@ REPORTERS = {  # `report_to` integrations of transformers: the packages it needs
     **{name: ((name,), f"pip install {name}") for name in ("trackio", "mlflow", "comet_ml", "clearml", "swanlab",
                                                             "dvclive", "codecarbon")},
 }
+OPTIMIZER_PACKAGES = {  # `optim` values transformers builds from another package (import name, pip name)
+    **{name: ("bitsandbytes", "bitsandbytes") for name in (
+        "ademamix", "adamw_bnb_8bit", "adamw_8bit", "ademamix_8bit", "lion_8bit", "lion_32bit", "paged_adamw_32bit",
+        "paged_adamw_8bit", "paged_ademamix_32bit", "paged_ademamix_8bit", "paged_lion_32bit", "paged_lion_8bit",
+        "rmsprop_bnb", "rmsprop_bnb_8bit", "rmsprop_bnb_32bit")},
+    **{name: ("galore_torch", "galore-torch") for name in (
+        "galore_adamw", "galore_adamw_8bit", "galore_adafactor", "galore_adamw_layerwise",
+        "galore_adamw_8bit_layerwise", "galore_adafactor_layerwise")},
+    **{name: ("schedulefree", "schedulefree") for name in (
+        "schedule_free_radam", "schedule_free_adamw", "schedule_free_sgd")},
+    **{name: ("apollo_torch", "apollo-torch") for name in ("apollo_adamw", "apollo_adamw_layerwise")},
+    **{name: ("lomo_optim", "lomo-optim") for name in ("lomo", "adalomo")},
+    **{name: ("torchao", "torchao") for name in ("adamw_torch_4bit", "adamw_torch_8bit")},
+    "adamw_torch_xla": ("torch_xla", "torch_xla"), "adamw_torch_npu_fused": ("torch_npu", "torch_npu"),
+    "adamw_anyprecision": ("torchdistx", "torchdistx"), "grokadamw": ("grokadamw", "grokadamw"),
+    "stable_adamw": ("optimi", "torch-optimi"),
+}
 NOT_ROUTED = {  # ScriptArguments fields TRL's GRPO script does not use either
     "ignore_bias_buffers": "it only applies to DDP with bias buffers in TRL's other scripts; GRPO training ignores it",
 }
@@ -101,6 +118,10 @@ def validate_for_launch(recipe) -> None:
              ("use_peft", recipe.model.get("use_peft"), "peft", "`pip install peft`, or set `use_peft: false`"),
              *((key, recipe.model.get(key), "bitsandbytes", f"`pip install bitsandbytes` (CUDA), or set `{key}: "
                 "false`") for key in ("load_in_4bit", "load_in_8bit"))]  # fmt: skip
+    optim = recipe.training.get("optim")
+    if optim in OPTIMIZER_PACKAGES:
+        package, pip_name = OPTIMIZER_PACKAGES[optim]
+        needs.append(("optim", optim, package, f"`pip install {pip_name}`, or use `optim: adamw_torch`"))
     report_to = recipe.training.get("report_to")
     for name in [report_to] if isinstance(report_to, str) else report_to or []:
         packages, install = REPORTERS.get(name, ((), None))

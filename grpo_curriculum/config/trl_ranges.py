@@ -34,7 +34,7 @@ REPORT_TO = ("azure_ml", "comet_ml", "mlflow", "neptune", "tensorboard", "tracki
 
 
 def _int(low: int, high: int = MAX_COUNT, why: str | None = None) -> Rule:
-    return Rule("int", low=low, high=high, why=why, high_is_rule=high not in (MAX_COUNT, MAX_STEPS))
+    return Rule("int", low=low, high=high, why=why, high_is_rule=high not in (MAX_COUNT, MAX_STEPS, 2**16))
 
 
 def _number(low=None, high=None, open_low=False, open_high=False, finite=True, why=None) -> Rule:
@@ -83,15 +83,15 @@ RANGES: dict[str, Rule] = {
     "num_generations": _int(2, why="GRPO needs at least 2 completions per prompt to compute advantages"),
     "num_generations_eval": _int(2, why="GRPO needs at least 2 completions per prompt to compute advantages"),
     "max_completion_length": _int(1, why="generation's max_new_tokens"),
-    "pad_to_multiple_of": Rule("int", low=1, high=2**16, high_is_rule=True, why="padding beyond any context length "
-                               "only allocates"),
+    "pad_to_multiple_of": _int(1, 2**16),  # (a bound on the input: TRL allocates the padding, 2**31 fails)
     "generation_batch_size": _int(1),
     "steps_per_generation": _int(1),
     "temperature": _POSITIVE,  # a stage's temperature has its own rule (core.rules.TEMPERATURE)
     "top_p": _number(0, 1, open_low=True),
     "top_k": _int(0, why="0: no top-k filtering"),
     "min_p": _PROBABILITY,
-    "repetition_penalty": _POSITIVE,
+    "repetition_penalty": _number(0.01, why="transformers divides the positive logits by it: at 5e-324 they "
+                                  "overflow to inf and sampling fails"),
     "vllm_server_port": _PORT,
     "vllm_server_timeout": _POSITIVE,
     "vllm_group_port": _PORT,
@@ -177,6 +177,11 @@ def related_problems(training: Mapping, defaults: Mapping) -> list[Problem]:
         if value(strategy) == "steps" and is_number(steps) and steps > 1 and steps != int(steps):
             problems.append(Problem(key, steps, "must be a whole number of steps when above 1 (below 1: a fraction "
                                     "of the run)", f"use `{key}: {math.floor(steps)}`"))
+    pad = value("pad_to_multiple_of")  # GRPOConfig reads a string other than these as an integer
+    if isinstance(pad, str) and pad != "auto" and pad.lower() not in ("none", "null") and not (
+            pad.isdigit() and 1 <= int(pad) <= RANGES["pad_to_multiple_of"].high):
+        problems.append(Problem("pad_to_multiple_of", pad, f"must be `auto`, null or a positive integer (at most "
+                                f"{RANGES['pad_to_multiple_of'].high})", "e.g. `pad_to_multiple_of: 64`, or `auto`"))
     scheduler, kwargs = value("lr_scheduler_type"), _kwargs(value("lr_scheduler_kwargs")) or {}
     if scheduler in ("reduce_lr_on_plateau", "greedy") and value("eval_strategy") == "no":
         problems.append(Problem("lr_scheduler_type", scheduler, "needs evaluation (it steps on the eval loss)",
