@@ -86,7 +86,7 @@ RANGES: dict[str, Rule] = {
     "pad_to_multiple_of": _int(1, 2**16),  # (a bound on the input: TRL allocates the padding, 2**31 fails)
     "generation_batch_size": _int(1),
     "steps_per_generation": _int(1),
-    "temperature": _POSITIVE,  # a stage's temperature has its own rule (core.rules.TEMPERATURE)
+    # (`temperature`: a stage's rule, `core.rules.TEMPERATURE`; without a curriculum the top-level one is the stage's)
     "top_p": _number(0, 1, open_low=True),
     "top_k": _int(0, why="0: no top-k filtering"),
     "min_p": _PROBABILITY,
