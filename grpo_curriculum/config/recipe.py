@@ -248,9 +248,10 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
     if num_prompts is not None and isinstance(dataset_name, str) and not dataset_name.startswith(BUILTIN):
         problems.append(Problem("dataset_num_prompts", num_prompts, "only applies to built-in datasets "
                                 f"({', '.join(BUILTIN + k for k in TASKS)})", "remove it"))
-    if training.get("router_aux_loss_coef") is not None and isinstance(model_name, str) and \
+    aux = training.get("router_aux_loss_coef")
+    if aux is not None and "router_aux_loss_coef" not in refused and isinstance(model_name, str) and \
             model_name.startswith(BUILTIN):  # transformers refuses it for a model without experts
-        problems.append(Problem("router_aux_loss_coef", training["router_aux_loss_coef"], "only applies to "
+        problems.append(Problem("router_aux_loss_coef", aux, "only applies to "
                                 f"mixture-of-experts models, which {model_name} is not", "remove it"))
     if is_int(warm_start) and warm_start > 0 and model_name != TINY_MODEL:
         problems.append(Problem("warm_start_steps", warm_start, "only applies to the built-in model `builtin:tiny`",
@@ -271,12 +272,13 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         problems += found
         schedule = None if found else StageSchedule([Stage(**values)])
     max_steps = training.get("max_steps")
-    steps_problems = STEPS.problems("max_steps", max_steps) if is_int(max_steps) and max_steps > 0 else []
+    steps = is_int(max_steps) and max_steps > 0 and "max_steps" not in refused  # (refused: its range said so)
+    steps_problems = STEPS.problems("max_steps", max_steps) if steps else []
     problems += steps_problems
     if schedule is not None:
         training.setdefault("num_generations", schedule.stages[0].num_generations)
         training.setdefault("temperature", schedule.stages[0].temperature)
-        if is_int(max_steps) and max_steps > 0 and not steps_problems:
+        if steps and not steps_problems:
             try:
                 schedule.resolve(max_steps)
             except CurriculumError as error:

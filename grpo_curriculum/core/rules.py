@@ -123,8 +123,10 @@ class Rule:
         if self.kind == "any_of":
             if any(option.broken(value) is None for option in self.options):
                 return None
-            # A value of the kind of exactly one bounded option (NaN is a number, too) breaks that option's range.
-            same = [option for option in self.options if (option.low is not None or option.high is not None) and (
+            # A value of the kind of exactly one bounded (or finite) option breaks its range (NaN is a number, too).
+            bounded = lambda option: option.low is not None or option.high is not None or (  # noqa: E731
+                option.kind == "number" and option.finite)
+            same = [option for option in self.options if bounded(option) and (
                 is_int(value) if option.kind == "int" else is_number(value) if option.kind == "number" else False)]
             if len(same) == 1:
                 broken = same[0].broken(value)
