@@ -372,6 +372,43 @@ def test_check_prints_the_top_up_and_dynamic_sampling_plans(tmp_path, capsys):
         in out
 
 
+TOP_UP_RECIPE = """model_name_or_path: builtin:tiny
+dataset_name: builtin:echo
+reward_funcs: [grpo_curriculum.demo.tasks:echo_reward]
+per_device_train_batch_size: {batch}
+curriculum:
+  stages:
+    - {{temperature: 1.0, adaptive: {{policy: top_up, num_generations: {candidates}}}}}
+"""
+
+
+@pytest.mark.parametrize("candidates, largest", [("[4, 32]", 32), ("[4, 8, 1048576]", 1048576)])
+def test_top_up_candidates_larger_than_the_batch_are_refused_like_per_prompt_ones(tmp_path, capsys, candidates,
+                                                                                   largest):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(TOP_UP_RECIPE.format(batch=16, candidates=candidates))
+    code, out, _ = check(capsys, recipe)
+    rule = (f"adaptive.num_generations: holds {largest}, larger than the generation batch (1 process x 16 per-device "
+            "batch x 1 steps per generation = generation batch 16): such a group never fits in a round")
+    assert code == 1 and rule in out and "result: INVALID, 1 of 1 checks fail" in out
+    never = tmp_path / "never"
+    assert main(["train", str(recipe), "--output_dir", str(never)]) == 1
+    err = capsys.readouterr().err
+    assert f"curriculum.stages[0].{rule}" in err and "Traceback" not in err and not never.exists()
+    recipe.write_text(TOP_UP_RECIPE.format(batch=16, candidates=candidates).replace("top_up", "per_prompt"))
+    code, out, _ = check(capsys, recipe)  # the per-prompt policy refuses the same candidates
+    assert code == 1 and f"holds [{largest}], larger than the generation batch" in out
+
+
+def test_check_caps_every_printed_list(tmp_path, capsys):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(TOP_UP_RECIPE.format(batch=1048576, candidates="[2, 1048576]"))
+    code, out, _ = check(capsys, recipe)
+    assert code == 0 and max(map(len, out.splitlines())) < 600
+    assert "a group holds 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, ... or 1048576 (524288 in all) completions" in out
+    assert "valid num_generations: 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, ..., 1048576 (20 in all)" in out
+
+
 def test_check_and_train_exit_1_for_top_up_rounds_that_cannot_fill(tmp_path, capsys):
     code, out, _ = check(capsys, BAD / "top_up_cannot_fill.yaml")
     assert code == 1 and "result: INVALID, 3 of 3 checks fail on 4 processes" in out
@@ -379,6 +416,21 @@ def test_check_and_train_exit_1_for_top_up_rounds_that_cannot_fill(tmp_path, cap
     never = tmp_path / "never"
     assert main(["train", str(BAD / "top_up_cannot_fill.yaml"), "--output_dir", str(never)]) == 1  # on 1 process
     err = capsys.readouterr().err
-    assert "1 problem in the curriculum" in err  # a generation batch of 4: only stage 2's pilot 6 does not fit
+    assert "3 problems in the curriculum" in err  # a generation batch of 4: stage 2's pilot 6 does not fit,
+    for i, largest in ((0, 8), (1, 16)):  # and stages 0 and 1 hold groups larger than the batch
+        assert f"curriculum.stages[{i}].adaptive.num_generations: holds {largest}, larger than the generation" in err
     assert "curriculum.stages[2].adaptive.pilot = 6: must divide the generation batch" in err
     assert "Traceback" not in err and not never.exists()
+
+
+def test_check_imports_no_reward_function_and_the_readme_says_train_does(tmp_path, capsys, monkeypatch):
+    (tmp_path / "marker_reward.py").write_text("open(__file__ + '.imported', 'w').close()\n"
+                                               "def reward(completions, **kwargs):\n    return [0.0] * len(completions)\n")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(Path(DEMO).read_text().replace("grpo_curriculum.demo.tasks:echo_reward", "marker_reward:reward"))
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = check(capsys, recipe)
+    assert code == 0 and not (tmp_path / "marker_reward.py.imported").exists()
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert ("`train`, `demo` and `sweep` import the modules `reward_funcs` names and run their code, as TRL's `trl "
+            "grpo` does (`check` imports none)") in readme

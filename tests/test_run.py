@@ -246,3 +246,37 @@ def test_plot_of_a_directory_without_trainer_state_names_it(tmp_path, capsys):
     error = capsys.readouterr().err
     assert f"{tmp_path / 'empty'} holds no trainer_state.json (nor a checkpoint-N folder with one)" in error
     assert f"{tmp_path / 'nowhere'} does not exist" in error and "Traceback" not in error
+
+
+def _logged_run(folder):
+    folder.mkdir()
+    history = [{"step": s, "curriculum/stage": 0, "curriculum/temperature": 1.0, "curriculum/num_generations": 2,
+                "reward": 0.1 * s} for s in (1, 2, 3)]
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 3, "log_history": history}))
+    return folder
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_plot_to_a_full_device_fails(tmp_path, capsys):
+    run = _logged_run(tmp_path / "run")
+    assert main(["plot", str(run), "-o", "/dev/full"]) == 2  # savefig("/dev/full") wrote /dev/full.png: exit 0
+    captured = capsys.readouterr()
+    assert "-o = '/dev/full': could not be written: No space left on device" in captured.err
+    assert "Traceback" not in captured.err and "/dev/full" not in captured.out
+
+
+def test_plot_prints_the_path_it_wrote(tmp_path, capsys):
+    run = _logged_run(tmp_path / "run")
+    folder = tmp_path / "plots"
+    folder.mkdir()
+    assert main(["plot", str(run), "-o", str(folder)]) == 0  # a folder: the plot goes into it
+    assert capsys.readouterr().out == f"{folder / 'curriculum.png'}\n"
+    assert (folder / "curriculum.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (tmp_path / "plots.png").exists()
+    assert main(["plot", str(run), "-o", str(tmp_path / "named")]) == 0  # no extension: PNG, as matplotlib names it
+    assert capsys.readouterr().out == f"{tmp_path / 'named.png'}\n" and (tmp_path / "named.png").stat().st_size > 1000
+    assert main(["plot", str(run), "-o", str(tmp_path / "plot.svg")]) == 0
+    assert (tmp_path / "plot.svg").read_text().lstrip().startswith("<?xml")
+    assert main(["plot", str(run), "-o", str(tmp_path / "plot.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "names a .txt file, a format the plot cannot be written in" in err and not (tmp_path / "plot.txt").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left

@@ -240,7 +240,7 @@ def test_an_out_folder_holding_other_files_is_refused_and_left_alone(tmp_path, c
 
 def test_held_out_rows_are_kept_out_of_training_and_of_the_warm_start(recipe, monkeypatch):
     from grpo_curriculum.cli.run import build_run
-    from grpo_curriculum.cli.sweep import _held_out_split
+    from grpo_curriculum.cli.sweep_held_out import _held_out_split
     from grpo_curriculum.config.recipe import load_recipe
     from grpo_curriculum.demo import tasks
 
@@ -259,6 +259,37 @@ def test_held_out_rows_are_kept_out_of_training_and_of_the_warm_start(recipe, mo
     dataset, eval_dataset = build_run(loaded, _held_out_split(loaded, 8, held))[2:4]
     assert held["name"] == "rows 0-7 of the eval split `test`" and len(dataset) == 64
     assert [row["prompt"] for row in held["rows"]] == eval_dataset["prompt"][:8]
+
+
+def test_held_out_larger_than_the_data_is_refused_before_anything_is_written(tmp_path, recipe, capsys):
+    out = tmp_path / "never"
+    for size in ("64", "100"):  # 64 rows: one must be left to train on
+        assert main(["sweep", recipe, "--num-generations", "4", "--max-steps", "2", "--held-out", size,
+                     "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert (f"--held-out = {size}: needs more rows than the train split `train` holds (64, and at least one must "
+                "be left to train on)") in err and "fix: hold out fewer, e.g. `--held-out 16`" in err
+        assert "Traceback" not in err and not out.exists()
+    assert main(["sweep", recipe, "--num-generations", "4", "--held-out", "65", "--plan-memory",
+                 "--out", str(out)]) == 2 and not out.exists()
+
+
+def test_the_default_held_out_fits_small_datasets(tmp_path, recipe):
+    from grpo_curriculum.cli.sweep_held_out import resolve_held_out
+    from grpo_curriculum.config.recipe import load_recipe
+
+    for prompts, default in ((2, 1), (16, 4), (64, 16), (255, 63), (256, 64), (4096, 64)):
+        assert resolve_held_out(load_recipe(recipe, {"dataset_num_prompts": prompts}), None) == default
+    evaluating = load_recipe(recipe, {"eval_strategy": "steps", "eval_steps": 2})  # the eval split: 64 rows, all
+    assert resolve_held_out(evaluating, None) == 64
+    with pytest.raises(CurriculumError, match="needs more rows than the train split `train` holds"):
+        resolve_held_out(load_recipe(recipe, {"dataset_num_prompts": 1}), None)
+    small = tmp_path / "small.yaml"
+    small.write_text(Path(recipe).read_text().replace("dataset_num_prompts: 64", "dataset_num_prompts: 16"))
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(small), "--num-generations", "4", "--max-steps", "1", "--eval-every", "1",
+                 "--out", str(out)]) == 0  # the default of 64 was more than its 16 rows: the run failed
+    assert json.loads((out / "sweep_manifest.json").read_text())["held_out"] == 4
 
 
 def test_without_out_the_same_command_finds_its_own_sweep(tmp_path):

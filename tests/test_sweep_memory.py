@@ -125,14 +125,14 @@ def test_settings_a_plan_cannot_take_are_refused_before_any_probe(tmp_path, caps
 
 def test_real_probes_plan_within_the_budget_they_measured(tmp_path, capsys):
     """
-    The tiny model on 4 prompts, G 2 and 4: a 1 MiB budget is refused naming the smallest probe's measured peak (and
+    The tiny model on 6 prompts, 2 held out (the probes train on the 4 the sweep trains on), G 2 and 4: a 1 MiB budget is refused naming the smallest probe's measured peak (and
     leaves no folder); with that peak + 16 MiB, every probe's verdict matches its measured peak, the plan takes the
     largest fitting batch, the dataset's size stops the generation batch, and the planned recipe is valid.
     """
     data = yaml.safe_load((PROJECT / "recipes" / "demo.yaml").read_text())
     recipe = tmp_path / "quick.yaml"
-    recipe.write_text(yaml.safe_dump({**data, "dataset_num_prompts": 4, "max_completion_length": 24}))
-    command = ["sweep", str(recipe), "--num-generations", "2", "4", "--plan-memory", "--out"]
+    recipe.write_text(yaml.safe_dump({**data, "dataset_num_prompts": 6, "max_completion_length": 24}))
+    command = ["sweep", str(recipe), "--num-generations", "2", "4", "--held-out", "2", "--plan-memory", "--out"]
     out = tmp_path / "plan"
     assert main([*command, str(out), "--memory-budget", "1MiB"]) == 2
     err = capsys.readouterr().err
@@ -155,12 +155,13 @@ def test_real_probes_plan_within_the_budget_they_measured(tmp_path, capsys):
     assert all(not p["fits"] for p in batches if p["per_device_train_batch_size"] > b)
     larger = [p for p in probes if p["per_device_train_batch_size"] * p["steps_per_generation"] > 8]
     assert larger and all("too small" in p["refused"] for p in larger)  # 4 prompts: at most 8 completions at G 2
+    # (on all 6 rows, as before the held-out rows were kept out of the probes, it planned 12, which the sweep refuses)
     assert b * plan["steps_per_generation"] == 8 and not plan["capped"]
     assert [row["fits"] for row in plan["rows"]] == [True, True]
     planned = yaml.safe_load((out / "planned.yaml").read_text())
     assert planned["per_device_train_batch_size"] == b and planned["gradient_accumulation_steps"] == 1
     assert "steps_per_generation" not in planned and planned["reward_funcs"] == data["reward_funcs"]
     printed = capsys.readouterr().out
-    assert f"grpo-curriculum sweep {out / 'planned.yaml'} --num-generations 2 4 --out {out / 'sweep'}" in printed
+    assert f"grpo-curriculum sweep {out / 'planned.yaml'} --num-generations 2 4 --held-out 2 --out {out / 'sweep'}" in printed
     assert main(["check", str(out / "planned.yaml")]) == 0
     assert f"budget: {peak + 16} MiB (--memory-budget)" in (out / "memory_plan.md").read_text()

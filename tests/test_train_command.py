@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -138,7 +139,7 @@ def test_a_recipe_and_its_overrides_mean_what_they_mean_in_trl_grpo(tmp_path):
     from grpo_curriculum.config.recipe import load_recipe
 
     args = ["--max_steps", "7", "--learning_rate", "1e-5", "--save_strategy", "no", "--report_to", "none",
-            "--seed", "-1", "--use_peft", "--lora_target_modules", "q_proj", "v_proj", "--dtype", "float32",
+            "--seed", "7", "--use_peft", "--lora_target_modules", "q_proj", "v_proj", "--dtype", "float32",
             "--output_dir", str(tmp_path / "out"), "--run_name", "2024"]  # fmt: skip
     _, trl_training, trl_model, _ = make_parser().parse_args_and_config(["--config", DEMO, *args],
                                                                         fail_with_unknown_args=False)
@@ -148,7 +149,7 @@ def test_a_recipe_and_its_overrides_mean_what_they_mean_in_trl_grpo(tmp_path):
     ours, theirs = training.to_dict(), trl_training.to_dict()
     assert (ours.pop("num_generations"), ours.pop("temperature")) == (2, 0.8)  # the curriculum's first stage
     assert (theirs.pop("num_generations"), theirs.pop("temperature")) == (8, 1.0)  # the recipe's top level
-    assert ours == theirs and ours["run_name"] == "2024" and ours["seed"] == -1 and ours["save_strategy"] == "no"
+    assert ours == theirs and ours["run_name"] == "2024" and ours["seed"] == 7 and ours["save_strategy"] == "no"
 
 
 def test_command_line_mistakes_are_named():
@@ -203,3 +204,83 @@ def test_train_refuses_each_malformed_recipe_as_check_does(path, tmp_path, capsy
     status = "grpo-curriculum train: loading torch, transformers and TRL ...\n"  # train's first line, then the same
     assert err.removeprefix(status) == checked
     assert not (tmp_path / "never").exists()
+
+
+def test_beta_builds_the_reference_model_of_the_builtin_model(tmp_path, capsys):
+    # TRL reloads the reference from `config._name_or_path`, which an in-memory model lacks ('': "Repo id must use
+    # alphanumeric chars"); it is a copy of the policy the run starts from, so the KL is 0 at the first step.
+    out = tmp_path / "kl"
+    assert main(["train", DEMO, "--output_dir", str(out), "--max_steps", "3", "--warm_start_steps", "2",
+                 "--beta", "0.1", "--report_to", "none"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    kl = [h["kl"] for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "kl" in h]
+    assert len(kl) == 3 and kl[0] == 0 and kl[-1] > 0
+
+
+def test_the_reference_model_of_an_instance_is_a_separate_copy(tmp_path):
+    from grpo_curriculum.cli.run import build_trainer
+    from grpo_curriculum.config.recipe import load_recipe
+
+    trainer = build_trainer(load_recipe(DEMO, {"beta": 0.5, "warm_start_steps": 0, "report_to": "none"}),
+                            output_dir=str(tmp_path / "never"))
+    policy, reference = dict(trainer.model.named_parameters()), dict(trainer.ref_model.named_parameters())
+    assert policy.keys() == reference.keys()
+    assert all((policy[k] == reference[k]).all() and policy[k].data_ptr() != reference[k].data_ptr() for k in policy)
+
+
+def test_ctrl_c_names_the_last_complete_checkpoint_and_the_resume_command(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "grpo_curriculum.cli", "train", DEMO, "--max_steps", "100000", "--output_dir",
+               str(out), *FAST, "--report_to", "none"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 240
+    while not (out / "checkpoint-4" / "trainer_state.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    lines = err.splitlines()
+    last = lines[next(i for i, line in enumerate(lines) if "interrupted at step" in line):][:2]  # on a line of its own
+    from grpo_curriculum.training.checkpoint import CurriculumStateError, check_checkpoint
+
+    match = re.fullmatch(r"grpo-curriculum train: interrupted at step (\d+); the last complete checkpoint is "
+                         r"(.*checkpoint-(\d+))\. Resume from it with:", last[0])
+    assert match and int(match[1]) >= int(match[3]) >= 4 and Path(match[2]).parent == out
+    check_checkpoint(match[2])  # complete; a newer folder is one the interrupt cut short while saving it
+    for newer in (p for p in out.glob("checkpoint-*") if int(p.name.split("-")[1]) > int(match[3])):
+        with pytest.raises(CurriculumStateError):
+            check_checkpoint(newer)
+    assert last[1] == (f"  grpo-curriculum train {DEMO} --max_steps 100000 {' '.join(FAST)} --report_to none "
+                       f"--output_dir {out} --resume_from_checkpoint true")
+
+
+@pytest.mark.parametrize(("flag", "value", "what"), [("num_generations", "3", "G"),
+                                                     ("temperature", "0", "the sampling temperature")])
+def test_train_refuses_flags_the_curriculum_overrides(tmp_path, capsys, flag, value, what):
+    never = tmp_path / "never"
+    assert main(["train", DEMO, f"--{flag}", value, "--output_dir", str(never)]) == 2  # was run, the flag ignored
+    err = capsys.readouterr().err
+    shown = {"3": "3", "0": "0.0"}[value]  # read by the field's type, as `trl grpo` reads it
+    assert f"--{flag} = {shown}: is not used: the recipe's curriculum sets {what} (each stage's `{flag}`)" in err
+    assert f"fix: change `curriculum.stages[N].{flag}` in the recipe" in err and "Traceback" not in err
+    assert not never.exists()
+
+
+def test_without_a_curriculum_num_generations_and_temperature_flags_are_the_run(tmp_path):
+    from grpo_curriculum.cli.run import unused_override_problems
+    from grpo_curriculum.config.recipe import load_recipe
+
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(Path(DEMO).read_text().split("curriculum:")[0])
+    given = {"num_generations": 4, "temperature": 0.7}
+    recipe = load_recipe(str(plain), given)
+    assert unused_override_problems(recipe, given) == []
+    assert (recipe.curriculum.stages[0].num_generations, recipe.curriculum.stages[0].temperature) == (4, 0.7)

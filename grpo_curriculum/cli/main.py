@@ -25,7 +25,7 @@ import argparse
 import importlib
 import sys
 
-from ..core.errors import CurriculumError, GeometryError, plural, shorten
+from ..core.errors import CurriculumError, GeometryError, list_text, plural, shorten
 from ..core.rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
 from ..core.sampling import DynamicSampling, TopUp
 from ..demo.models import MODELS, ModelFetchError
@@ -142,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
           "the noise: "
           "each arm gets a 95%% interval, and arms whose intervals overlap are not told apart; 3 or more separate "
           "arms far more often: the interval's t factor is 12.7 at 2 seeds, 4.3 at 3)")
-    _flag(sweep, "held_out", type=_integer(COUNT), default=64, metavar="N", help="held-out prompts (default: 64)")
+    _flag(sweep, "held_out", type=_integer(COUNT), metavar="N", help="held-out prompts (default: 64, or a quarter "
+          "of the train split's rows when that is fewer; an eval split's rows when it holds fewer than 64)")
     _flag(sweep, "eval_every", type=_integer(STEPS), metavar="N",
           help="evaluate every N steps (default: a tenth of max_steps)")
     _flag(sweep, "target", type=float, metavar="R", help="the held-out reward to reach (default: 90%% of the way "
@@ -227,7 +228,7 @@ def _stage_rows(schedule, max_steps=None) -> list[tuple[str, object]]:
         bounds = stage.adaptive.temperature
         temperature = f"{bounds[0]:g}-{bounds[1]:g}" if bounds else temperature
         if stage.adaptive.per_prompt:  # the candidates together must fill the round
-            rows.append((f"{label}: per-prompt G from {list(stage.adaptive.num_generations)}, temperature "
+            rows.append((f"{label}: per-prompt G from [{list_text(stage.adaptive.num_generations)}], temperature "
                          f"{temperature}, {ends}", stage.adaptive.num_generations))
             continue
         for g in stage.adaptive.num_generations:  # every candidate must fit the geometry
@@ -240,7 +241,7 @@ def _top_up_plan(top_up: TopUp, batch: int) -> str:
     """A valid top-up stage's round in words, for a generation batch of `batch` completions."""
     prompts = top_up.prompts_for(batch)
     pilots, left = prompts * top_up.pilot, batch - prompts * top_up.pilot
-    sizes = ", ".join(map(str, top_up.sizes[:-1])) + (" or " if len(top_up.sizes) > 1 else "") + str(top_up.largest)
+    sizes = list_text(top_up.sizes, last=" or ")
     how = "given" if top_up.prompts is not None else "the default rule"
     text = f"a round: {plural(prompts, 'prompt')} ({how}) x pilot {top_up.pilot} = {pilots} completions first"
     if not left:
@@ -324,7 +325,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     lines.append(f"geometry: {geometry.describe()}")
     lines += [assumed_geometry(overrides)] if from_flags and assumed_geometry(overrides) else []
     valid = geometry.valid_num_generations()
-    lines.append(f"valid num_generations: {', '.join(map(str, valid)) or 'none (no divisor >= 2)'}")
+    lines.append(f"valid num_generations: {list_text(valid) or 'none (no divisor >= 2)'}")
     lines += [unused] if unused else []
 
     if schedule is None or args.num_generations is not None:

@@ -76,6 +76,23 @@ REPORTERS = {  # `report_to` integrations of transformers: the packages it needs
     **{name: ((name,), f"pip install {name}") for name in ("trackio", "mlflow", "comet_ml", "clearml", "swanlab",
                                                             "dvclive", "codecarbon")},
 }
+OPTIMIZER_PACKAGES = {  # `optim` values transformers builds from another package (import name, pip name)
+    **{name: ("bitsandbytes", "bitsandbytes") for name in (
+        "ademamix", "adamw_bnb_8bit", "adamw_8bit", "ademamix_8bit", "lion_8bit", "lion_32bit", "paged_adamw_32bit",
+        "paged_adamw_8bit", "paged_ademamix_32bit", "paged_ademamix_8bit", "paged_lion_32bit", "paged_lion_8bit",
+        "rmsprop_bnb", "rmsprop_bnb_8bit", "rmsprop_bnb_32bit")},
+    **{name: ("galore_torch", "galore-torch") for name in (
+        "galore_adamw", "galore_adamw_8bit", "galore_adafactor", "galore_adamw_layerwise",
+        "galore_adamw_8bit_layerwise", "galore_adafactor_layerwise")},
+    **{name: ("schedulefree", "schedulefree") for name in (
+        "schedule_free_radam", "schedule_free_adamw", "schedule_free_sgd")},
+    **{name: ("apollo_torch", "apollo-torch") for name in ("apollo_adamw", "apollo_adamw_layerwise")},
+    **{name: ("lomo_optim", "lomo-optim") for name in ("lomo", "adalomo")},
+    **{name: ("torchao", "torchao") for name in ("adamw_torch_4bit", "adamw_torch_8bit")},
+    "adamw_torch_xla": ("torch_xla", "torch_xla"), "adamw_torch_npu_fused": ("torch_npu", "torch_npu"),
+    "adamw_anyprecision": ("torchdistx", "torchdistx"), "grokadamw": ("grokadamw", "grokadamw"),
+    "stable_adamw": ("optimi", "torch-optimi"),
+}
 NOT_ROUTED = {  # ScriptArguments fields TRL's GRPO script does not use either
     "ignore_bias_buffers": "it only applies to DDP with bias buffers in TRL's other scripts; GRPO training ignores it",
 }
@@ -102,6 +119,10 @@ def validate_for_launch(recipe) -> None:
              ("use_peft", recipe.model.get("use_peft"), "peft", "`pip install peft`, or set `use_peft: false`"),
              *((key, recipe.model.get(key), "bitsandbytes", f"`pip install bitsandbytes` (CUDA), or set `{key}: "
                 "false`") for key in ("load_in_4bit", "load_in_8bit"))]  # fmt: skip
+    optim = recipe.training.get("optim")
+    if optim in OPTIMIZER_PACKAGES:
+        package, pip_name = OPTIMIZER_PACKAGES[optim]
+        needs.append(("optim", optim, package, f"`pip install {pip_name}`, or use `optim: adamw_torch`"))
     report_to = recipe.training.get("report_to")
     for name in [report_to] if isinstance(report_to, str) else report_to or []:
         packages, install = REPORTERS.get(name, ((), None))
@@ -330,10 +351,10 @@ def switch_steps(log_history: list[dict]) -> list[int]:
 def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
     """
     Plot G, temperature, reward and zero-std fraction over optimizer steps, with a dashed line at each switch or stage
-    change (at the first step trained at the new setting), to `output` (PNG); return `output`. Where prompts got their
-    own G (per-prompt, top-up), the G panel shows the distribution of G trained; a run with stages that sample in
-    increments gets two more panels: completions generated and trained, groups dropped and generation passes (see
-    [`~cli.plot_panels`]).
+    change (at the first step trained at the new setting), to `output` (see [`save_figure`]); return the path written.
+    Where prompts got their own G (per-prompt, top-up), the G panel shows the distribution of G trained; a run with
+    stages that sample in increments gets two more panels: completions generated and trained, groups dropped and
+    generation passes (see [`~cli.plot_panels`]).
 
     Raises:
         [`CurriculumError`]: when `log_history` holds no curriculum training step, or matplotlib is missing.
@@ -385,10 +406,52 @@ def plot_run(log_history: list[dict], output: str, title: str = "") -> str:
     axes[-1].annotate("dashed: switches and stage changes (the first step at the new setting)",
                       xy=(1, -0.2 - 0.6 / panels), xycoords="axes fraction", ha="right", fontsize=7)  # fmt: skip
     figure.tight_layout()
-    Path(output).parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(output, dpi=100)
-    plt.close(figure)
-    return output
+    try:
+        return save_figure(figure, output)
+    finally:
+        plt.close(figure)
+
+
+def save_figure(figure, output: str, key: str = "-o") -> str:
+    """
+    Write `figure` to `output` and return the path written: `output/curriculum.png` when `output` is a folder, else
+    `output` in the format its extension names (PNG, `.png` appended, when it has none, as matplotlib does; PNG into a
+    device such as `/dev/stdout`, named as it is). The image is rendered in memory, then written through a temporary
+    file and a rename (a device: directly), every write and the close checked (`savefig("/dev/full")` wrote
+    `/dev/full.png` instead, and `plot` exited 0).
+
+    Raises:
+        [`CurriculumError`]: naming `key` and the path, for a format matplotlib cannot write or a failed write.
+    """
+    import io
+
+    path = os.path.join(output, "curriculum.png") if os.path.isdir(output) else output
+    device = os.path.exists(path) and not os.path.isfile(path)  # `/dev/stdout`, a pipe: written as it is named
+    extension = os.path.splitext(path)[1][1:].lower()
+    formats = figure.canvas.get_supported_filetypes()
+    if device and extension not in formats:
+        extension = "png"
+    elif not extension:
+        path, extension = path + ".png", "png"
+    elif extension not in formats:
+        raise CurriculumError([Problem(key, output, f"names a .{extension} file, a format the plot cannot be written "
+                                       f"in ({', '.join(sorted(formats))})", "end it in .png")])
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=extension, dpi=100)
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        if device:  # no rename onto it
+            with open(path, "wb") as file:
+                file.write(buffer.getvalue())
+        else:
+            from ..training.checkpoint import atomic_write
+
+            atomic_write(path, lambda file: file.write(buffer.getvalue()), binary=True)
+    except OSError as error:
+        raise CurriculumError([Problem(key, output, f"could not be written: {error.strerror or error}"
+                                       + (f" ({path})" if path != output else ""),
+                                       "choose a path on a file system with room that you can write to")]) from None
+    return path
 
 
 def read_log_history(run_dir: str) -> list[dict]:
@@ -465,7 +528,9 @@ def train_main(args) -> int:
     from ..config.arguments import RecipeParser
     from ..config.recipe import load_recipe
 
-    recipe = load_recipe(args.recipe, RecipeParser().overrides(args.overrides))  # read as `trl grpo` reads them
+    given = RecipeParser().overrides(args.overrides)  # read as `trl grpo` reads them
+    recipe = load_recipe(args.recipe, given)
+    raise_if_any(unused_override_problems(recipe, given), context=f"recipe {recipe.path}")
     validate_for_launch(recipe)
     resume = recipe.training.get("resume_from_checkpoint")
     output_dir = recipe.training.get("output_dir") or "trainer_output"  # TRL's default
@@ -489,13 +554,65 @@ def train_main(args) -> int:
         if main:
             _print_start(recipe.path, trainer, why)
         start = time.perf_counter()
-        trainer.train(resume_from_checkpoint=resume)  # logs the stages, the resume, then each switch as it happens
+        try:
+            trainer.train(resume_from_checkpoint=resume)  # logs the stages, the resume, then each switch as it happens
+        except KeyboardInterrupt:
+            if main:
+                print("\n" + interrupted_message(trainer.state.global_step, output_dir, args), file=sys.stderr)
+            return 130  # 128 + SIGINT, as a shell reports it
         elapsed = time.perf_counter() - start
     trainer.save_state()
     if main:
         trainer.save_model()
         _print_end(trainer, recipe, elapsed, output_dir, resumed=bool(resume))
     return 0
+
+
+def unused_override_problems(recipe, given: dict) -> list:
+    """
+    `--num_generations` and `--temperature` on `train`'s command line when the recipe has a `curriculum:`: its stages
+    set G and the temperature, so the flag would change nothing (refused rather than ignored). Without a curriculum
+    they are the run's one stage; a per-prompt first stage starts at the top-level `num_generations` (see
+    [`~config.recipe.starting_num_generations`]), so that flag is used.
+    """
+    if "curriculum" not in recipe.raw:
+        return []
+    first = recipe.curriculum.stages[0]
+    used = {"num_generations"} if first.adaptive is not None and first.adaptive.per_prompt else set()
+    return [Problem(f"--{key}", given[key], f"is not used: the recipe's curriculum sets {what} (each stage's `{key}`)",
+                    f"change `curriculum.stages[N].{key}` in the recipe (a flag cannot set a stage's), or remove "
+                    f"`--{key}`" + ("; `grpo-curriculum sweep RECIPE --num-generations G` trains static G arms"
+                                     if key == "num_generations" else ""))
+            for key, what in (("num_generations", "G"), ("temperature", "the sampling temperature"))
+            if key in given and key not in used]
+
+
+def interrupted_message(step: int, output_dir: str, args) -> str:
+    """
+    What `train` prints when Ctrl-C stops it: the step it reached, the last complete checkpoint in `output_dir` and
+    the command that resumes from it (`args`' recipe and overrides, `--resume_from_checkpoint true` for the newest).
+    """
+    import shlex
+
+    from ..training.checkpoint import newest_complete_checkpoint
+
+    text = f"grpo-curriculum train: interrupted at step {step}"
+    found = newest_complete_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+    if found is None:
+        return text + f"; {output_dir} holds no complete checkpoint, so nothing can be resumed (train again in a new " \
+                      "folder; `--save_strategy steps --save_steps N` saves one every N steps)"
+    overrides, rest = [], list(args.overrides)
+    while rest:  # the overrides as given, without the resume and output folder ones this command adds
+        token = rest.pop(0)
+        if token.split("=", 1)[0] in ("--resume_from_checkpoint", "--resume-from-checkpoint", "--output_dir",
+                                      "--output-dir"):
+            if "=" not in token and rest and not rest[0].startswith("--"):
+                rest.pop(0)
+            continue
+        overrides.append(token)
+    command = shlex.join(["grpo-curriculum", "train", args.recipe, *overrides, "--output_dir", output_dir,
+                          "--resume_from_checkpoint", "true"])
+    return text + f"; the last complete checkpoint is {found}. Resume from it with:\n  {command}"
 
 
 def _set_threads(threads: int | None) -> None:
@@ -713,6 +830,5 @@ def plot_main(args) -> int:
     output = getattr(args, "output", None) or os.path.join(args.run_dir, "curriculum.png")
     history = read_log_history(args.run_dir)
     announce("plot", "matplotlib")
-    plot_run(history, output, title=f"{args.run_dir}")
-    print(output)
+    print(plot_run(history, output, title=f"{args.run_dir}"))
     return 0

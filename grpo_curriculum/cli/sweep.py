@@ -31,9 +31,10 @@ from pathlib import Path
 from ..core.errors import CurriculumError, GeometryError, Problem, raise_if_any
 from ..training.checkpoint import CurriculumStateError, atomic_json, atomic_write, problems_of, read_json, state_error
 from .folders import hold_folder
-from .sweep_table import RESULT_SCHEMA, RESULT_VERSION, Arm, recommend, recommended_stages, summarise, table_rows
 from .sweep_arms import build_arms
 from .sweep_child import _FORK, _import_once, _peak_memory, arm_recipe, die_with_parent
+from .sweep_held_out import _held_out_split, resolve_held_out
+from .sweep_table import RESULT_SCHEMA, RESULT_VERSION, Arm, recommend, recommended_stages, summarise, table_rows
 
 MANIFEST_FILE = "sweep_manifest.json"
 RESULT_FILE = "sweep_result.json"
@@ -140,33 +141,6 @@ def _run_folder(out: str, arm: Arm, seed: int) -> str:
 
 
 # --- one run (in a child process) --------------------------------------------------------------------------------
-
-
-def _held_out_split(recipe, size: int, held: dict):
-    """A `build_run` split keeping `size` held-out rows in `held`: the eval split's first, else the train's last."""
-
-    def split(dataset, eval_dataset):
-        from datasets import IterableDataset
-
-        if recipe.training.get("eval_strategy", "no") != "no" and eval_dataset is not None:
-            source, name = eval_dataset, f"the eval split `{recipe.script.get('dataset_test_split', 'test')}`"
-        else:
-            source, name = dataset, f"the train split `{recipe.dataset_train_split}`"
-        if isinstance(source, IterableDataset):
-            raise CurriculumError([Problem("dataset_streaming", True, "leaves no rows to hold out: the sweep "
-                                           "evaluates a fixed set of held-out prompts",
-                                           "set `dataset_streaming: false`")])
-        if len(source) < size + (source is dataset):
-            raise CurriculumError([Problem("--held-out", size, f"needs more rows than {name} holds ({len(source)})",
-                                           f"hold out fewer, e.g. `--held-out {max(1, len(source) // 4)}`")])
-        if source is dataset:  # the last rows, kept out of training
-            n = len(dataset)
-            held["rows"], held["name"] = list(dataset.select(range(n - size, n))), f"rows {n - size}-{n - 1} of {name}"
-            return dataset.select(range(n - size)), eval_dataset
-        held["rows"], held["name"] = list(source.select(range(size))), f"rows 0-{size - 1} of {name}"
-        return dataset, eval_dataset
-
-    return split
 
 
 def _evaluation(trainer, rows: list, every: int, parent: int):
@@ -459,12 +433,13 @@ def sweep_main(args) -> int:
         validate_arms(recipe.path, recipe.raw, arms, named=bool(getattr(args, "arms", None)))
     for path in recipe.reward_funcs:  # the user's code, before the output folder is written
         import_reward(path)
+    held_out = resolve_held_out(recipe, args.held_out)  # before anything is written
     if args.plan_memory:
         from .progress import announce
         from .sweep_memory import plan_main
 
         announce("sweep --plan-memory")
-        return plan_main(args, recipe, arms)
+        return plan_main(args, recipe, arms, held_out)
     require_matplotlib()
     max_steps, problems = recipe.training.get("max_steps"), []
     if not isinstance(max_steps, int) or max_steps <= 0:
@@ -475,7 +450,7 @@ def sweep_main(args) -> int:
     raise_if_any(problems, "sweep")
     base_seed = recipe.training.get("seed", 42)
     settings = {"recipe": recipe.path, "raw": recipe.raw, "arms": [vars(arm) for arm in arms],
-                "seeds": args.seeds, "base_seed": base_seed, "max_steps": max_steps, "held_out": args.held_out,
+                "seeds": args.seeds, "base_seed": base_seed, "max_steps": max_steps, "held_out": held_out,
                 "eval_every": args.eval_every or max(1, max_steps // 10), "target": args.target}  # fmt: skip
     settings = json.loads(json.dumps(settings, default=str))  # as the manifest reads back
     out = args.out or default_out(settings)

@@ -51,18 +51,23 @@ def probe_recipe(path: str, raw: dict, num_generations: int, temperature, batch:
     return arm_recipe(path, raw, arm, output_dir=folder)
 
 
-def _probe(recipe, folder: str) -> dict:
-    """Train the probe's one step; its peak memory (bytes, `None`: out of memory), its kind and the device's total."""
+def _probe(recipe, folder: str, held_out: int | None = None) -> dict:
+    """
+    Train the probe's one step; its peak memory (bytes, `None`: out of memory), its kind and the device's total. With
+    `held_out`, on the rows the sweep trains on (its held-out prompts kept out, see [`~cli.sweep_held_out._held_out_split`]).
+    """
     import torch
     from transformers import PrinterCallback
 
     from ..training._trl import full_length_completions
     from .run import _curriculum_output, _set_threads, build_trainer, torch_threads
     from .sweep_child import _peak_memory
+    from .sweep_held_out import _held_out_split
 
     _set_threads(torch_threads(recipe)[0])
     with _curriculum_output(quiet=True):
-        trainer = build_trainer(recipe, output_dir=folder)
+        split = _held_out_split(recipe, held_out, {}) if held_out else None
+        trainer = build_trainer(recipe, output_dir=folder, split=split)
         trainer.remove_callback(PrinterCallback)
         full_length = full_length_completions(trainer)
         device = trainer.model.device
@@ -78,12 +83,12 @@ def _probe(recipe, folder: str) -> dict:
             "mean_length": lengths[0] if lengths else None}  # fmt: skip
 
 
-def _probe_child(recipe, folder: str, parent: int) -> None:
+def _probe_child(recipe, folder: str, parent: int, held_out: int | None = None) -> None:
     from .sweep_child import die_with_parent
 
     die_with_parent(parent)
     try:
-        result = _probe(recipe, folder)
+        result = _probe(recipe, folder, held_out)
     except CurriculumError as error:  # e.g. a generation batch the dataset is too small for: the parent decides
         result = {"peak": None, "kind": None, "total": None, "refused": str(error)}
     atomic_json(os.path.join(folder, PROBE_FILE), result)
@@ -97,13 +102,14 @@ class Prober:
         out (`str`): The plan's folder.
         path (`str`), raw (`dict`): The recipe (its file and its mapping with the command's overrides).
         temperature (`float`): The probes' temperature (the recipe's first stage's).
+        held_out (`int`, *optional*): The sweep's held-out prompts, kept out of the probes' data as out of its runs'.
     """
 
-    def __init__(self, out: str, path: str, raw: dict, temperature):
+    def __init__(self, out: str, path: str, raw: dict, temperature, held_out: int | None = None):
         from .sweep_child import _FORK, _import_once
 
         _import_once()
-        self.out, self.path, self.raw, self.temperature = out, path, raw, temperature
+        self.out, self.path, self.raw, self.temperature, self.held_out = out, path, raw, temperature, held_out
         self.context = multiprocessing.get_context("fork" if _FORK else "spawn")
         self.results: dict[tuple[int, int, int], dict] = {}
 
@@ -117,7 +123,8 @@ class Prober:
             recipe = probe_recipe(self.path, self.raw, num_generations, self.temperature, batch, steps, folder)
             validate_for_launch(recipe)
             Path(folder).mkdir(parents=True)
-            process = self.context.Process(target=_probe_child, args=(recipe, folder, os.getpid()), name="sweep-probe")
+            process = self.context.Process(target=_probe_child, args=(recipe, folder, os.getpid(), self.held_out),
+                                           name="sweep-probe")
             process.start()
             process.join()
             result_path = os.path.join(folder, PROBE_FILE)
@@ -177,8 +184,11 @@ def _write_planned(path: str, recipe_path: str, raw: dict, batch: int, steps: in
     atomic_write(path, lambda f: f.write(header + yaml.safe_dump(data, sort_keys=False)))
 
 
-def plan_main(args, recipe, arms: list[Arm]) -> int:
-    """`sweep --plan-memory`: probe, write and print the memory plan of the sweep's G values (see the module)."""
+def plan_main(args, recipe, arms: list[Arm], held_out: int | None = None) -> int:
+    """
+    `sweep --plan-memory`: probe, write and print the memory plan of the sweep's G values (see the module), on the
+    rows the sweep trains on (`held_out` prompts kept out).
+    """
     from .folders import hold_folder
     from .run import format_table, launch_geometry, new_folder, output_dir_problems
 
@@ -203,7 +213,10 @@ def plan_main(args, recipe, arms: list[Arm]) -> int:
     available = _available_ram()
     created = not os.path.lexists(out)
     os.makedirs(out, exist_ok=True)
-    prober = Prober(out, recipe.path, recipe.raw, arms[0].temperature)
+    from .sweep_held_out import _held_out_source
+
+    kept_out = held_out if _held_out_source(recipe)[1] else None  # held out of the train split: not trained on
+    prober = Prober(out, recipe.path, recipe.raw, arms[0].temperature, kept_out)
     smallest = min(num_generations)
     first = smallest // math.gcd(smallest, processes)
     print(f"memory plan of {recipe.path} for G {', '.join(map(str, num_generations))}, into {out}", flush=True)
@@ -240,7 +253,6 @@ def plan_main(args, recipe, arms: list[Arm]) -> int:
         given = {key: getattr(args, key) for key in ("temperatures", "max_steps", "seeds", "held_out", "eval_every",
                                                      "target")}  # the sweep's own flags, as given
         given["seeds"] = None if given["seeds"] == DEFAULT_SEEDS else given["seeds"]
-        given["held_out"] = None if given["held_out"] == 64 else given["held_out"]
         if given["temperatures"] and len(given["temperatures"]) > 1:  # paired with the G values: the fitting ones'
             given["temperatures"] = [t for g, t in zip(num_generations, given["temperatures"]) if g in plan.fitting]
         flags = " ".join(f"--{key.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"

@@ -48,6 +48,7 @@ from ..core.rules import COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, Rule, check, 
 from ..core.schedule import Stage, StageSchedule, stage_problems
 from ..demo.models import MODELS
 from .trl_fields import CLASSES, trl_fields
+from .trl_ranges import ranged_rule, related_problems
 
 __all__ = ["Recipe", "geometry_of", "import_reward", "load_curriculum", "load_recipe", "parse_recipe", "run_geometry",
            "starting_num_generations", "training_geometry"]
@@ -118,10 +119,16 @@ _TYPES = {"bool": Rule("bool"), "int": Rule("int"), "float": Rule("number", fini
           "list[str]": Rule("list", item=Rule("str")), "list[float]": Rule("list", item=Rule("number", finite=False))}
 
 
+def _trl_option(name: str, kind) -> Rule:
+    """One alternative of a TRL field's type, with its range ([`~config.trl_ranges`]) for a number."""
+    if not isinstance(kind, str):
+        return Rule("choice", choices=tuple(kind["choice"]))
+    return ranged_rule(name, _TYPES[kind]) if kind in ("int", "float") else _TYPES[kind]
+
+
 def _trl_rule(name: str, spec: dict) -> Rule:
-    """The rule of a TRL field from its snapshot entry: its type, with TRL's default as the example fix."""
-    options = tuple(_TYPES[t] if isinstance(t, str) else Rule("choice", choices=tuple(t["choice"]))
-                    for t in spec["type"])
+    """The rule of a TRL field from its snapshot entry: its type and range, with TRL's default as the example fix."""
+    options = tuple(_trl_option(name, t) for t in spec["type"])
     if name == "resume_from_checkpoint":  # `Trainer.train` also takes `true`: the newest complete checkpoint
         options += (Rule("choice", choices=(True,)),)
     rule, default = Rule("any_of", options=options, why=f"{spec['owner']}.{name}"), spec["default"]
@@ -210,11 +217,14 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
     fields = trl_fields()
     parts = {part: {} for part in CLASSES.values()}
     unknown = {}
+    refused = set()  # TRL keys whose value breaks its own rule: left out of the rules between fields
     for key, value in data.items():
         if key in UNSUPPORTED:
             problems.append(Problem(key, value, "is not supported in grpo-curriculum recipes", UNSUPPORTED[key]))
         elif key in fields:
-            problems += _trl_rule(key, fields[key]).problems(key, value)
+            found = _trl_rule(key, fields[key]).problems(key, value)
+            problems += found
+            refused.update([key] if found else [])
             parts[CLASSES[fields[key]["owner"]]][key] = value
         elif key not in RECIPE_KEYS:
             unknown[key] = value
@@ -222,6 +232,8 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
                              f"ModelConfig or ScriptArguments, or one of {list(RECIPE_KEYS)})",
                              "remove it, or check its spelling against TRL's docs")
     training, model, script = parts["training"], parts["model"], parts["script"]
+    problems += related_problems({k: v for k, v in training.items() if k not in refused},
+                                 {k: spec["default"] for k, spec in fields.items()})
 
     model_name, dataset_name = model.pop("model_name_or_path", None), script.pop("dataset_name", None)
     for key, value in (("model_name_or_path", model_name), ("dataset_name", dataset_name)):
@@ -236,6 +248,11 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
     if num_prompts is not None and isinstance(dataset_name, str) and not dataset_name.startswith(BUILTIN):
         problems.append(Problem("dataset_num_prompts", num_prompts, "only applies to built-in datasets "
                                 f"({', '.join(BUILTIN + k for k in TASKS)})", "remove it"))
+    aux = training.get("router_aux_loss_coef")
+    if aux is not None and "router_aux_loss_coef" not in refused and isinstance(model_name, str) and \
+            model_name.startswith(BUILTIN):  # transformers refuses it for a model without experts
+        problems.append(Problem("router_aux_loss_coef", aux, "only applies to "
+                                f"mixture-of-experts models, which {model_name} is not", "remove it"))
     if is_int(warm_start) and warm_start > 0 and model_name != TINY_MODEL:
         problems.append(Problem("warm_start_steps", warm_start, "only applies to the built-in model `builtin:tiny`",
                                 "remove it"))
@@ -255,12 +272,13 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         problems += found
         schedule = None if found else StageSchedule([Stage(**values)])
     max_steps = training.get("max_steps")
-    steps_problems = STEPS.problems("max_steps", max_steps) if is_int(max_steps) and max_steps > 0 else []
+    steps = is_int(max_steps) and max_steps > 0 and "max_steps" not in refused  # (refused: its range said so)
+    steps_problems = STEPS.problems("max_steps", max_steps) if steps else []
     problems += steps_problems
     if schedule is not None:
         training.setdefault("num_generations", schedule.stages[0].num_generations)
         training.setdefault("temperature", schedule.stages[0].temperature)
-        if is_int(max_steps) and max_steps > 0 and not steps_problems:
+        if steps and not steps_problems:
             try:
                 schedule.resolve(max_steps)
             except CurriculumError as error:

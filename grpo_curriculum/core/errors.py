@@ -31,6 +31,19 @@ def shorten_text(text: str, limit: int = 100) -> str:
     return f"{text[: limit // 2]}...<{len(text) - limit} characters>...{text[-limit // 2 :]}"
 
 
+def list_text(values, sep: str = ", ", last: str | None = None, limit: int = 12) -> str:
+    """
+    `values` written out, `sep` between them (`last` before the final one, e.g. `" or "`), at most `limit` of them: a
+    longer list shows its first ones, `...`, its last one and how many it holds, so a message stays one short line.
+    """
+    items = [str(value) for value in values]
+    if len(items) > limit:
+        return f"{sep.join(items[: limit - 2])}{sep}...{last or sep}{items[-1]} ({len(items)} in all)"
+    if last is None or len(items) < 2:
+        return sep.join(items)
+    return sep.join(items[:-1]) + last + items[-1]
+
+
 def plural(n: int, word: str) -> str:
     """`n` and `word`, in the plural unless `n` is 1: `"1 prompt"`, `"2 prompts"`, `"3 processes"`, `"2 switches"`."""
     return f"{n} {word if n == 1 else word + ('es' if word.endswith(('s', 'ch')) else 's')}"

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from math import gcd
 
-from .errors import MISSING, CurriculumError, Problem, plural, raise_if_any
+from .errors import MISSING, CurriculumError, Problem, list_text, plural, raise_if_any
 from .rules import COUNT, MAX_COUNT, NUM_GENERATIONS, check, is_int
 
 
@@ -89,7 +89,7 @@ class Fixes:
             generation batch 8"]`.
         """
         n, b, s = geometry.num_processes, geometry.per_device_train_batch_size, geometry.steps_per_generation
-        lines = [f"use num_generations {' or '.join(map(str, self.nearest_num_generations))} (nearest valid)"]
+        lines = [f"use num_generations {list_text(self.nearest_num_generations, ' or ')} (nearest valid)"]
         lines = lines if self.nearest_num_generations else []
         if self.per_device_train_batch_size not in (None, b):
             lines.append(f"per_device_train_batch_size {self.per_device_train_batch_size} -> generation batch "
@@ -265,7 +265,7 @@ class BatchGeometry:
         if self.is_valid(num_generations):
             return []
         valid = self.valid_num_generations()
-        listed = ", ".join(map(str, valid)) or "none (a generation batch of 1 has no divisor >= 2)"
+        listed = list_text(valid) or "none (a generation batch of 1 has no divisor >= 2)"
         broken = NUM_GENERATIONS.broken(num_generations)
         if broken:
             rule = f"{broken}; valid here ({self.describe()}): {listed}"
@@ -289,14 +289,14 @@ class BatchGeometry:
         batch = self.generation_batch_size
         too_large = [g for g in candidates if g > batch]
         if too_large:
-            return [Problem(key, list(candidates), f"holds {too_large}, larger than the generation batch "
+            return [Problem(key, list(candidates), f"holds [{list_text(too_large)}], larger than the generation batch "
                             f"({self.describe()}): such a group never fits in a round",
                             f"drop them, or grow the generation batch to at least {max(too_large)}")]
         if not fills(candidates, batch):
             return [Problem(key, list(candidates), f"cannot fill the generation batch ({self.describe()}): no sum of "
                             "the candidates makes it, and a round holds exactly that many completions",
                             f"add a candidate that divides {batch} (valid: "
-                            f"{', '.join(map(str, self.valid_num_generations()))})")]
+                            f"{list_text(self.valid_num_generations())})")]
         return []
 
     def top_up_problems(self, top_up, key: str = "adaptive") -> list[Problem]:
@@ -342,10 +342,14 @@ class BatchGeometry:
             wider = pilot * n // gcd(pilot, n)
             fix = [f"use `pilot: {wider}` (if it divides every candidate)"] if batch % wider == largest % wider == 0 \
                 else []
-            fix += [f"run on {' or '.join(map(str, fits))} processes"] if fits else []
+            fix += [f"run on {list_text(fits, ' or ')} processes"] if fits else []
             return [Problem(f"{key}.pilot", pilot, f"must be a multiple of the {plural(n, 'process')}: every increment "
                             "adds a pilot to some of the groups, and its completions must split evenly over the processes",
                             "; or ".join(fix) or f"use a pilot that is a multiple of {n}")]
+        if largest > batch:  # as `per_prompt_problems` refuses the same candidates
+            return [Problem(f"{key}.num_generations", MISSING, f"holds {largest}, larger than {where}: such a group "
+                            "never fits in a round", f"drop the candidates above {batch}, or grow the generation batch "
+                            f"to at least {largest}")]
         return []
 
     def eval_problems(self, key: str = "num_generations_eval") -> list[Problem]:
@@ -363,9 +367,9 @@ class BatchGeometry:
             return []
         valid = [d for d in divisors(e * n) if d >= 2]
         e2 = _round_up(e, G // gcd(G, n))
-        fix = (f"use num_generations_eval {' or '.join(map(str, _nearest(valid, G)))}, or " if valid else "use ")
+        fix = (f"use num_generations_eval {list_text(_nearest(valid, G), ' or ')}, or " if valid else "use ")
         return [Problem(key, G, f"must divide the global eval batch ({e} per-device eval batch x "
-                        f"{plural(n, 'process')} = {e * n}); valid values: {', '.join(map(str, valid)) or 'none'}",
+                        f"{plural(n, 'process')} = {e * n}); valid values: {list_text(valid) or 'none'}",
                         fix + f"per_device_eval_batch_size {e2} -> global eval batch {e2 * n}")]
 
     def per_step_note(self, num_generations: int) -> str | None:

@@ -15,7 +15,7 @@ import re
 
 import yaml
 
-from .errors import MISSING, CurriculumError, Problem, shorten_text
+from .errors import MISSING, CurriculumError, Problem, list_text, shorten_text
 
 MAX_BYTES = 64 * 1024
 """Largest recipe file read, in bytes (the shipped recipes are about 1 KB)."""
@@ -142,7 +142,7 @@ def parse_yaml(text: str, name: str) -> tuple[object, list[Problem]]:
                                        "flatten the file")]) from None
     finally:
         loader.dispose()
-    problems = [Problem(key, MISSING, f"is given more than once (lines {', '.join(map(str, lines))}); YAML keeps only "
+    problems = [Problem(key, MISSING, f"is given more than once (lines {list_text(lines)}); YAML keeps only "
                         "the last one", "keep a single entry") for key, lines in loader.duplicates.items()]
     return data, problems
 

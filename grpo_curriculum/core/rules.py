@@ -81,6 +81,8 @@ class Rule:
         options (`tuple[Rule, ...]`, *optional*): The alternatives of an `"any_of"`.
         why (`str`, *optional*): Why the rule holds, appended to the message in parentheses.
         fix (`str`, *optional*): What to write instead, for the [`Problem`].
+        high_is_rule (`bool`, *optional*, defaults to `False`): An `"int"`'s `high` is a rule of the value (a seed's
+            `2**32 - 1`), stated as a range, rather than a bound on the input.
     """
 
     kind: str
@@ -94,6 +96,7 @@ class Rule:
     options: tuple = ()
     why: str | None = None
     fix: str | None = None
+    high_is_rule: bool = False
 
     def _fits_kind(self, value) -> bool:
         if self.kind == "int":
@@ -118,7 +121,17 @@ class Rule:
         above `high` breaks the upper bound only, and the message says so.
         """
         if self.kind == "any_of":
-            return None if any(option.broken(value) is None for option in self.options) else self.describe()
+            if any(option.broken(value) is None for option in self.options):
+                return None
+            # A value of the kind of exactly one bounded (or finite) option breaks its range (NaN is a number, too).
+            bounded = lambda option: option.low is not None or option.high is not None or (  # noqa: E731
+                option.kind == "number" and option.finite)
+            same = [option for option in self.options if bounded(option) and (
+                is_int(value) if option.kind == "int" else is_number(value) if option.kind == "number" else False)]
+            if len(same) == 1:
+                broken = same[0].broken(value)
+                return broken + (f" ({self.why})" if self.why and not same[0].why else "")
+            return self.describe()
         if not self._fits_kind(value):
             return self.describe()
         size = len(value) if self.kind in ("str", "list") else value
@@ -127,7 +140,7 @@ class Rule:
         if self.kind == "number" and not self._below_high(size):
             return self.describe()
         if self.kind == "int" and not self._below_high(size):  # a bound on the input, not a rule of GRPO
-            return f"must be at most {self.high} (a bound on the input)"
+            return self.describe() if self.high_is_rule else f"must be at most {self.high} (a bound on the input)"
         if self.kind == "list" and not self._below_high(size):
             return f"must hold at most {self.high} values"
         if self.kind == "list" and self.item is not None and any(self.item.broken(v) for v in value):
@@ -152,7 +165,9 @@ class Rule:
     def describe(self) -> str:
         """The rule as a sentence: "must be an integer >= 2 (GRPO needs ...)"."""
         text = self.noun()
-        if self.kind == "int" and self.low is not None:
+        if self.kind == "int" and self.low is not None and self.high_is_rule:
+            text = f"an integer in [{self.low}, {self.high}]"
+        elif self.kind == "int" and self.low is not None:
             text = "a positive integer" if self.low == 1 else f"an integer >= {self.low}"
         elif self.kind == "number" and self.low == 0 and self.open_low and self.high is None:
             text = "a positive finite number"
@@ -160,7 +175,8 @@ class Rule:
             left, right = "(" if self.open_low else "[", ")" if self.open_high else "]"
             text = f"a number in {left}{self.low:g}, {self.high:g}{right}"
         elif self.kind == "number" and self.low is not None:
-            text = f"a finite number {'>' if self.open_low else '>='} {self.low:g}"
+            text = f"{'a finite' if self.finite else 'a'} number {'>' if self.open_low else '>='} {self.low:g}"
+            text += "" if self.finite else " (inf allowed)"
         elif self.kind == "number" and self.finite:
             text = "a finite number"
         elif self.kind == "list" and self.low:

@@ -26,7 +26,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
-from .errors import Problem, raise_if_any
+from .errors import Problem, list_text, raise_if_any
 from .rules import COUNT, MAX_COUNT, NUM_GENERATIONS, Rule, check, integer, unknown_keys
 from .signals import _finite, _mean_std, is_zero_std
 
@@ -167,7 +167,7 @@ class TopUp:
 
     def describe(self) -> str:
         """The plan in words, e.g. `"pilot 4 a prompt, then 4 more at a time up to 16 (groups of 4, 8, 12 or 16)"`."""
-        sizes = ", ".join(map(str, self.sizes[:-1])) + (" or " if len(self.sizes) > 1 else "") + str(self.sizes[-1])
+        sizes = list_text(self.sizes, last=" or ")
         text = f"pilot {self.pilot} a prompt"
         if self.largest > self.pilot:
             text += f", then {self.pilot} more at a time up to {self.largest} (groups of {sizes})"

@@ -10,6 +10,8 @@ Tested against TRL 1.16. What the curriculum relies on:
 - The training log-probabilities are computed by the fused LM head that `add_fused_lm_head` patches into the policy
   (and the reference model) at `__init__`, with the temperature bound in a closure. We record that closure cell while
   the parent `__init__` runs and rewrite it at each switch.
+- With `beta > 0`, `__init__` builds the reference model with `create_model_from_path(config._name_or_path)`; for a
+  policy built in memory (no path) we make it a copy of the policy ([`reference_from_instance`]).
 - `_generate_and_score_completions(inputs)` is called once per generation round in training, with the local slice of
   the round's rows (prompt repeated G times, contiguous, processes taking consecutive slices). We build those rows
   ourselves from a prompt stream that reproduces `RepeatSampler`'s order, so the data loader's read-ahead (accelerate
@@ -87,6 +89,37 @@ def record_fused_lm_head_temperature(cells: list):
         yield cells
     finally:
         module.add_fused_lm_head = original
+
+
+@contextlib.contextmanager
+def reference_from_instance(model):
+    """
+    While the parent `GRPOTrainer.__init__` runs: with `beta > 0` it builds the reference model by loading the
+    policy's `config._name_or_path` again (`create_model_from_path`), which a model built in memory (the built-in
+    `builtin:tiny`, or any instance never saved) does not have (`''`: the Hub refuses it). Such a policy's reference
+    is a copy of it: the weights RL starts from, as a reload of a saved policy would give (in the dtype TRL asks for).
+    """
+    module = importlib.import_module(_GRPO_MODULE)
+    original = getattr(module, "create_model_from_path", None)
+    if original is None:
+        raise _unsupported("find `create_model_from_path`")
+    in_memory = isinstance(model, torch.nn.Module) and not getattr(getattr(model, "config", None), "_name_or_path", "")
+
+    def copying_create_model_from_path(model_id, *args, **kwargs):
+        if not (in_memory and model_id == ""):
+            return original(model_id, *args, **kwargs)
+        import copy
+
+        reference = copy.deepcopy(model)
+        dtype = kwargs.get("dtype")
+        dtype = getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype
+        return reference.to(dtype) if isinstance(dtype, torch.dtype) else reference
+
+    module.create_model_from_path = copying_create_model_from_path
+    try:
+        yield
+    finally:
+        module.create_model_from_path = original
 
 
 def set_num_generations(trainer, num_generations: int) -> None:

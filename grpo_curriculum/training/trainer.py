@@ -130,7 +130,8 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         if self._curriculum is not None and training_args is not None:  # fail before loading anything
             validate_schedule_geometry(self._curriculum, training_args, dataset, environment_owns_data)
         self._temperature_cells: list = []
-        with _trl.record_fused_lm_head_temperature(self._temperature_cells):
+        with _trl.record_fused_lm_head_temperature(self._temperature_cells), \
+                _trl.reference_from_instance(bound.arguments.get("model")):
             super().__init__(*args, **kwargs)
         self._prompt_stream = None
         self._prompt_report = None

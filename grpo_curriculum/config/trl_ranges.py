@@ -1,0 +1,211 @@
+"""
+The value rules of the TRL and transformers fields a recipe may set, beyond the types of [`~config.trl_fields`]: so
+that `grpo-curriculum check` refuses what `train` would fail on, with the same message, and neither ends in a
+traceback.
+
+Sources (TRL 1.16, transformers 5.24, torch 2.x): `GRPOConfig.__post_init__` and `TrainingArguments.__post_init__`
+(e.g. `warmup_steps >= 0`, `logging_steps` an integer above 1, `torch_empty_cache_steps > 0`), then what the run does
+with the value: torch's optimizers (`lr >= 0`, `0 <= beta < 1`, `eps >= 0`), numpy's and torch's seeding
+(`0 <= seed < 2**32`), the learning-rate schedulers (`cosine_with_min_lr` needs `min_lr` or `min_lr_rate`), the
+DataLoader (`num_workers >= 0`, `prefetch_factor` only with workers), generation (`max_new_tokens > 0`), NEFTune's
+uniform noise (`alpha >= 0`) and transformers' `report_to` integrations. Each was found by training one step of the
+built-in model at values at and past the bound (`tests/test_trl_ranges.py` keeps that corpus). A field whose value no
+code path bounds gets a rule from its meaning (a probability in [0, 1], a port in [1, 65535]) and, for every float,
+NaN refused (a NaN coefficient trains NaN weights without an error); `inf` only where it means "no limit".
+
+Pure standard library, so `check` stays import-free.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+
+from ..core.errors import Problem, list_text
+from ..core.rules import MAX_COUNT, MAX_STEPS, Rule, is_number, suggest
+
+SEED_MAX = 2**32 - 1
+"""numpy's legacy seeding (`np.random.seed`, which transformers' `set_seed` calls) takes `0 <= seed < 2**32`."""
+
+REPORT_TO = ("azure_ml", "comet_ml", "mlflow", "neptune", "tensorboard", "trackio", "wandb", "codecarbon", "clearml",
+             "dagshub", "flyte", "dvclive", "swanlab", "kubeflow")
+"""transformers' `INTEGRATION_TO_CALLBACK` keys (a test compares them with the installed transformers')."""
+
+
+def _int(low: int, high: int = MAX_COUNT, why: str | None = None) -> Rule:
+    return Rule("int", low=low, high=high, why=why, high_is_rule=high not in (MAX_COUNT, MAX_STEPS, 2**16))
+
+
+def _number(low=None, high=None, open_low=False, open_high=False, finite=True, why=None) -> Rule:
+    return Rule("number", low=low, high=high, open_low=open_low, open_high=open_high, finite=finite, why=why)
+
+
+_PROBABILITY = _number(0, 1)
+_POSITIVE = _number(0, open_low=True)
+_NON_NEGATIVE = _number(0)
+_FINITE = _number()
+_STEPS = _number(0, open_low=True, why="a fraction of the run's steps below 1, else a whole number of steps")
+_PORT = _int(1, 65535, why="a TCP port")
+
+RANGES: dict[str, Rule] = {
+    # transformers.TrainingArguments
+    "per_device_train_batch_size": _int(1),
+    "num_train_epochs": _POSITIVE,
+    "max_steps": _int(-1, MAX_STEPS, why="-1, transformers' default: train `num_train_epochs` epochs"),  # 0: below
+    "learning_rate": _number(0, why="torch's optimizers refuse a negative learning rate"),
+    "warmup_steps": _number(0, why="a fraction of the run's steps below 1, else a number of steps"),
+    "weight_decay": _NON_NEGATIVE,
+    "adam_beta1": _number(0, 1, open_high=True, why="torch's Adam"),
+    "adam_beta2": _number(0, 1, open_high=True, why="torch's Adam"),
+    "adam_epsilon": _number(0, why="torch's Adam"),
+    "gradient_accumulation_steps": _int(1),
+    "max_grad_norm": _number(0, finite=False, why="0: no clipping"),
+    "label_smoothing_factor": _PROBABILITY,
+    "neftune_noise_alpha": _number(0, why="the scale of NEFTune's uniform noise"),
+    "torch_empty_cache_steps": _int(1),
+    "logging_steps": _STEPS,
+    "eval_steps": _STEPS,
+    "eval_delay": _NON_NEGATIVE,
+    "per_device_eval_batch_size": _int(1),
+    "eval_accumulation_steps": _int(1),
+    "save_steps": _STEPS,
+    "save_total_limit": _int(1, why="checkpoints kept"),
+    "seed": _int(0, SEED_MAX, why="numpy's and torch's seed range"),
+    "data_seed": _int(0, SEED_MAX, why="numpy's and torch's seed range"),
+    "dataloader_num_workers": _int(0),
+    "dataloader_prefetch_factor": _int(1),
+    "ddp_bucket_cap_mb": _int(1),
+    "ddp_timeout": _int(1, MAX_STEPS, why="seconds"),
+    "local_rank": _int(-1, MAX_COUNT, why="-1: not distributed"),
+    "router_aux_loss_coef": _FINITE,
+    # trl.GRPOConfig
+    "num_generations": _int(2, why="GRPO needs at least 2 completions per prompt to compute advantages"),
+    "num_generations_eval": _int(2, why="GRPO needs at least 2 completions per prompt to compute advantages"),
+    "max_completion_length": _int(1, why="generation's max_new_tokens"),
+    "pad_to_multiple_of": _int(1, 2**16),  # (a bound on the input: TRL allocates the padding, 2**31 fails)
+    "generation_batch_size": _int(1),
+    "steps_per_generation": _int(1),
+    # (`temperature`: a stage's rule, `core.rules.TEMPERATURE`; without a curriculum the top-level one is the stage's)
+    "top_p": _number(0, 1, open_low=True),
+    "top_k": _int(0, why="0: no top-k filtering"),
+    "min_p": _PROBABILITY,
+    "repetition_penalty": _number(0.01, why="transformers divides the positive logits by it: at 5e-324 they "
+                                  "overflow to inf and sampling fails"),
+    "vllm_server_port": _PORT,
+    "vllm_server_timeout": _POSITIVE,
+    "vllm_group_port": _PORT,
+    "vllm_gpu_memory_utilization": _number(0, 1, open_low=True),
+    "vllm_max_model_length": _int(1),
+    "vllm_tensor_parallel_size": _int(1),
+    "beta": _number(0, why="the KL coefficient; 0: no reference model"),
+    "num_iterations": _int(1),
+    "epsilon": _NON_NEGATIVE,
+    "delta": _POSITIVE,
+    "epsilon_high": _NON_NEGATIVE,
+    "sapo_temperature_neg": _POSITIVE,
+    "sapo_temperature_pos": _POSITIVE,
+    "vespo_k_pos": _FINITE,
+    "vespo_lambda_pos": _FINITE,
+    "vespo_k_neg": _FINITE,
+    "vespo_lambda_neg": _FINITE,
+    "ref_model_mixup_alpha": _PROBABILITY,
+    "ref_model_sync_steps": _int(1),
+    "top_entropy_quantile": _PROBABILITY,
+    "entropy_coef": _NON_NEGATIVE,
+    "entropy_coef_min": _NON_NEGATIVE,
+    "entropy_coef_max": _NON_NEGATIVE,
+    "entropy_coef_delta": _NON_NEGATIVE,
+    "entropy_target": _FINITE,
+    "max_tool_calling_iterations": _int(0),
+    "vllm_importance_sampling_clip_max": _POSITIVE,
+    "vllm_importance_sampling_clip_min": _NON_NEGATIVE,
+    "off_policy_mask_threshold": _NON_NEGATIVE,
+    "num_completions_to_print": _int(0),
+    "vllm_importance_sampling_cap": _POSITIVE,
+    # trl.ModelConfig (LoRA)
+    "lora_r": _int(1),
+    "lora_alpha": _int(1),
+    "lora_dropout": _number(0, 1, open_high=True),
+}
+"""Field -> the rule of its numeric value (its `null`, `"auto"` or other alternatives of the snapshot stay)."""
+
+_MIN_LR_SCHEDULERS = ("cosine_with_min_lr", "cosine_warmup_with_min_lr")
+
+
+def ranged_rule(name: str, numeric: Rule) -> Rule:
+    """The rule replacing the `"int"` / `"float"` alternative of field `name` (`numeric`), when it has a range."""
+    return RANGES.get(name, numeric)
+
+
+def _kwargs(value) -> Mapping | None:
+    """`lr_scheduler_kwargs` as a mapping (TRL also takes a JSON string), or `None` when unreadable."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, Mapping) else None
+
+
+def related_problems(training: Mapping, defaults: Mapping) -> list[Problem]:
+    """
+    The rules between fields (each value already of its type and in its range): what `TrainingArguments`,
+    `GRPOConfig` and the schedulers refuse for a combination.
+
+    Args:
+        training (`Mapping`): The `GRPOConfig` keys the recipe sets.
+        defaults (`Mapping`): Field -> TRL's default, for the keys not set.
+    """
+    value = lambda key: training.get(key, defaults.get(key))  # noqa: E731
+    problems = []
+    report_to = value("report_to")
+    names = [report_to] if isinstance(report_to, str) else report_to if isinstance(report_to, list) else []
+    known = ("all", "none", *REPORT_TO)
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        close = suggest(unknown[0], known)
+        problems.append(Problem("report_to", report_to, f"names {list_text(map(repr, unknown))}, not one of "
+                                f"transformers' integrations ({list_text(known, limit=20)})",
+                                f"did you mean `{close}`?" if close else "use `none` (no tracking) or an integration"))
+    if value("max_steps") == 0:  # transformers trains num_train_epochs epochs for any max_steps <= 0; -1 means it
+        problems.append(Problem("max_steps", 0, "must be a positive number of steps, or -1 (transformers' default: "
+                                "train `num_train_epochs` epochs; 0 would too)", "e.g. `max_steps: 1000`, or -1"))
+    for key, strategy in (("logging_steps", "logging_strategy"), ("eval_steps", "eval_strategy"),
+                          ("save_steps", "save_strategy")):
+        steps = value(key)
+        if value(strategy) == "steps" and is_number(steps) and steps > 1 and steps != int(steps):
+            problems.append(Problem(key, steps, "must be a whole number of steps when above 1 (below 1: a fraction "
+                                    "of the run)", f"use `{key}: {math.floor(steps)}`"))
+    pad = value("pad_to_multiple_of")  # GRPOConfig reads a string other than these as an integer
+    if isinstance(pad, str) and pad != "auto" and pad.lower() not in ("none", "null") and not (
+            pad.isdigit() and 1 <= int(pad) <= RANGES["pad_to_multiple_of"].high):
+        problems.append(Problem("pad_to_multiple_of", pad, f"must be `auto`, null or a positive integer (at most "
+                                f"{RANGES['pad_to_multiple_of'].high})", "e.g. `pad_to_multiple_of: 64`, or `auto`"))
+    scheduler, kwargs = value("lr_scheduler_type"), _kwargs(value("lr_scheduler_kwargs")) or {}
+    if scheduler in ("reduce_lr_on_plateau", "greedy") and value("eval_strategy") == "no":
+        problems.append(Problem("lr_scheduler_type", scheduler, "needs evaluation (it steps on the eval loss)",
+                                "set `eval_strategy: steps` (with `eval_steps`), or use another scheduler"))
+    if scheduler in _MIN_LR_SCHEDULERS and not ({"min_lr", "min_lr_rate"} & set(kwargs)):
+        problems.append(Problem("lr_scheduler_type", scheduler, "needs `min_lr` or `min_lr_rate` in "
+                                "`lr_scheduler_kwargs`", "e.g. `lr_scheduler_kwargs: {min_lr_rate: 0.1}`"))
+    if scheduler == "warmup_stable_decay" and "num_decay_steps" not in kwargs:
+        problems.append(Problem("lr_scheduler_type", scheduler, "needs `num_decay_steps` in `lr_scheduler_kwargs`",
+                                "e.g. `lr_scheduler_kwargs: {num_decay_steps: 100}`"))
+    for key in ("dataloader_prefetch_factor", "dataloader_multiprocessing_context"):  # the DataLoader's workers'
+        if value(key) is not None and value("dataloader_num_workers") == 0:
+            problems.append(Problem(key, value(key), "only applies with `dataloader_num_workers` > 0 (worker "
+                                    "processes)", "remove it, or set `dataloader_num_workers`"))
+    if value("save_strategy") == "best" and value("metric_for_best_model") is None:
+        problems.append(Problem("save_strategy", "best", "needs `metric_for_best_model`",
+                                "e.g. `metric_for_best_model: eval_reward`, or `save_strategy: steps`"))
+    low = value("vllm_importance_sampling_clip_min")
+    high = value("vllm_importance_sampling_cap") or value("vllm_importance_sampling_clip_max")
+    if is_number(low) and is_number(high) and low >= high:
+        problems.append(Problem("vllm_importance_sampling_clip_min", low, f"must be less than "
+                                f"vllm_importance_sampling_clip_max ({high})", "lower it, or raise the maximum"))
+    low, high = value("entropy_coef_min"), value("entropy_coef_max")
+    if is_number(low) and is_number(high) and low > high:
+        problems.append(Problem("entropy_coef_min", low, f"must be at most entropy_coef_max ({high})",
+                                "lower it, or raise entropy_coef_max"))
+    return problems
