@@ -70,8 +70,9 @@ def record_fused_lm_head_temperature(cells: list):
     """
     module = importlib.import_module(_GRPO_MODULE)
     original = getattr(module, "add_fused_lm_head", None)
-    if original is None:
-        raise _unsupported("find `add_fused_lm_head`")
+    if original is None:  # TRL < 1.15: the log-probabilities divide by `trainer.temperature` at every computation
+        yield cells
+        return
 
     def recording_add_fused_lm_head(model, *args, **kwargs):
         original(model, *args, **kwargs)
@@ -577,16 +578,15 @@ class GRPOHooks:
         log_zero_std_fraction(self, self._curriculum_round_end(round_))
         return output
 
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+    def _generate_single_turn(self, *args, **kwargs):
         # An increment's first turn samples each group; later turns (TRL's tool loop) continue each row's own history.
+        # The arguments pass through as TRL gave them (TRL >= 1.14 adds `num_generations`, 1.10 `has_tool_images`).
         round_ = self._round
         if round_ is None:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
-                                                 has_tool_images)  # fmt: skip
+            return super()._generate_single_turn(*args, **kwargs)
         round_.requesting, round_.request_sizes = round_.request_sizes, None
         try:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
-                                                 has_tool_images)  # fmt: skip
+            return super()._generate_single_turn(*args, **kwargs)
         finally:
             round_.requesting = None
 
@@ -631,6 +631,13 @@ def new_prompt_stream(trainer) -> PromptStream:
     return PromptStream(dataset, shuffle=trainer.shuffle_dataset, seed=trainer.args.seed)
 
 
+def _eos_token_ids(trainer, tokenizer) -> list[int]:
+    """The tokens that end a completion: TRL >= 1.14 also ends it at every EOS the model's generation config declares
+    (`trainer.eos_token_ids`); earlier releases at the tokenizer's EOS only."""
+    eos_token_ids = getattr(trainer, "eos_token_ids", None)
+    return list(eos_token_ids) if eos_token_ids is not None else [tokenizer.eos_token_id]
+
+
 def greedy_rewards(trainer, model, rows: list[dict], batch_size: int = 64) -> list[float]:
     """
     The reward of one greedy completion for each of `rows` (dataset rows with a `prompt`), scored as TRL scores a
@@ -643,8 +650,9 @@ def greedy_rewards(trainer, model, rows: list[dict], batch_size: int = 64) -> li
     from trl.data_utils import is_conversational
 
     tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    eos_token_ids = _eos_token_ids(trainer, tokenizer)
     config = GenerationConfig(do_sample=False, max_new_tokens=trainer.max_completion_length,
-                              pad_token_id=tokenizer.pad_token_id, eos_token_id=trainer.eos_token_ids)  # fmt: skip
+                              pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_token_ids)  # fmt: skip
     was_training, rewards = model.training, []
     model.eval()
     try:
@@ -660,7 +668,7 @@ def greedy_rewards(trainer, model, rows: list[dict], batch_size: int = 64) -> li
                                      generation_config=config)[:, width:].tolist()  # fmt: skip
             completion_ids = []
             for sequence in out:
-                ends = [i for i, token in enumerate(sequence) if token in trainer.eos_token_ids]
+                ends = [i for i, token in enumerate(sequence) if token in eos_token_ids]
                 completion_ids.append(sequence[: ends[0] + 1] if ends else sequence)
             texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
             if is_conversational(batch[0]):
