@@ -1,7 +1,9 @@
 """
 Everything that knows TRL's `GRPOTrainer` internals lives here, so a TRL upgrade touches this one module.
 
-Tested against TRL 1.16. What the curriculum relies on:
+Tested against TRL 1.14, 1.15 and 1.16 (`grpo_curriculum.compat.TRL_RANGE`; docs/compatibility.md). Where their
+internals differ, the code below looks the feature up (marked "TRL < 1.15" etc.) rather than the version. What the
+curriculum relies on:
 
 - `trainer.num_generations` is read at every generation round (`_generate`, the reward grouping
   `rewards.view(-1, G)` and the vLLM request `n=G`).
@@ -9,7 +11,10 @@ Tested against TRL 1.16. What the curriculum relies on:
   generation and continuous batching) and `trainer.vllm_generation.temperature` (vLLM, both modes).
 - The training log-probabilities are computed by the fused LM head that `add_fused_lm_head` patches into the policy
   (and the reference model) at `__init__`, with the temperature bound in a closure. We record that closure cell while
-  the parent `__init__` runs and rewrite it at each switch.
+  the parent `__init__` runs and rewrite it at each switch. TRL < 1.15 has no fused LM head: its log-probabilities
+  divide by `trainer.temperature` at each computation.
+- `_generate_single_turn` takes `num_generations` from TRL 1.14 on (`has_tool_images` from 1.10): the hook passes its
+  arguments through. `trainer.eos_token_ids` exists from TRL 1.14 on (earlier: the tokenizer's EOS alone).
 - `_generate_and_score_completions(inputs)` is called once per generation round in training, with the local slice of
   the round's rows (prompt repeated G times, contiguous, processes taking consecutive slices). We build those rows
   ourselves from a prompt stream that reproduces `RepeatSampler`'s order, so the data loader's read-ahead (accelerate
@@ -55,10 +60,11 @@ class UnsupportedTRLError(RuntimeError):
 def _unsupported(what: str) -> UnsupportedTRLError:
     import trl
 
+    from ..compat import trl_requirement
+
     return UnsupportedTRLError(
         f"grpo-curriculum cannot {what} with the installed TRL {trl.__version__}: its GRPOTrainer internals changed. "
-        "Install a supported TRL version (see `pyproject.toml`, e.g. `pip install 'trl>=1.16,<1.17'`) or upgrade "
-        "grpo-curriculum."
+        f"Install a supported TRL version (`pip install '{trl_requirement()}'`) or upgrade grpo-curriculum."
     )
 
 
@@ -507,6 +513,21 @@ def curriculum_state_before_trainer_state(trainer, folder: str, save):
         save_curriculum_and_entropy()
 
 
+def load_trainer_state_first(trainer, checkpoint: str) -> None:
+    """
+    Make `trainer.state` the checkpoint's before the curriculum state is read. transformers 5 loads the trainer state
+    before the optimizer (whose loading the resume hook follows); transformers 4.57 loads it after, so at that point
+    the state is still the fresh one (step 0): it is loaded here, and transformers loads the same file again after.
+    """
+    from transformers import TrainerState
+
+    from .checkpoint import TRAINER_STATE_FILE
+
+    path = os.path.join(checkpoint, TRAINER_STATE_FILE)
+    if trainer.state.global_step == 0 and os.path.isfile(path):
+        trainer.state = TrainerState.load_from_json(path)
+
+
 def uses_entropy_state(trainer) -> bool:
     """Whether TRL's adaptive entropy controller is on: its checkpoints then need `entropy_ctrl_state.json`."""
     return bool(getattr(trainer, "use_adaptive_entropy", False))
@@ -612,6 +633,7 @@ class GRPOHooks:
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if self._curriculum_active() and checkpoint is not None:
+            load_trainer_state_first(self, checkpoint)
             self._curriculum_load(checkpoint)
 
 
