@@ -9,7 +9,15 @@ TORCH ?= torch==2.13.0
 # Test processes (pytest-xdist), one torch thread each; idle workers take queued tests from busy ones.
 WORKERS ?= 2
 
-.PHONY: test test-slow demo check-recipes bench clean
+# `make compat TRL=1.14.2 [TRANSFORMERS=4.57.6]`: another supported TRL (and transformers) in a venv of its own,
+# .venv-trl<TRL>[-tf<TRANSFORMERS>], installed by pip's resolver; then the demo and the compatibility subset
+# (tests/compat.txt). Without TRANSFORMERS, pip picks the newest transformers that TRL and the package allow.
+TRL ?=
+TRANSFORMERS ?=
+COMPAT_VENV := .venv-trl$(TRL)$(if $(TRANSFORMERS),-tf$(TRANSFORMERS))
+COMPAT_PINS := "trl==$(TRL)" $(if $(TRANSFORMERS),"transformers==$(TRANSFORMERS)")
+
+.PHONY: test test-slow demo check-recipes bench clean compat
 
 # Setup takes minutes on a fresh machine: each phase says what it does, and pip prints a line per package.
 $(VENV)/.installed: pyproject.toml
@@ -39,5 +47,21 @@ check-recipes: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) benchmarks/overhead.py
 
+$(COMPAT_VENV)/.installed: pyproject.toml
+	@test -n "$(TRL)" || { echo "usage: make compat TRL=1.14.2 [TRANSFORMERS=4.57.6] (a release of each)"; exit 2; }
+	@echo "[1/3] creating the virtual environment $(COMPAT_VENV)"
+	python3 -m venv $(COMPAT_VENV)
+	@echo "[2/3] installing $(TORCH)"
+	$(COMPAT_VENV)/bin/python -m pip install -q "$(TORCH)"
+	@echo "[3/3] installing grpo-curriculum with its test dependencies and $(COMPAT_PINS)"
+	$(COMPAT_VENV)/bin/python -m pip install -q -e ".[test]" $(COMPAT_PINS)
+	touch $@
+
+compat: $(COMPAT_VENV)/.installed
+	@$(COMPAT_VENV)/bin/python -c "import trl, transformers, torch; print('TRL', trl.__version__, '| transformers', \
+		transformers.__version__, '| torch', torch.__version__)"
+	demo=$$(mktemp -d) && $(COMPAT_VENV)/bin/grpo-curriculum demo --out $$demo/demo && rm -rf $$demo
+	$(COMPAT_VENV)/bin/python -m pytest -q -n $(WORKERS) --dist worksteal $$(grep -v '^\s*\(#\|$$\)' tests/compat.txt)
+
 clean:
-	rm -rf $(VENV) runs *.egg-info
+	rm -rf $(VENV) .venv-trl* runs *.egg-info

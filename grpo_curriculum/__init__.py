@@ -2,6 +2,10 @@
 
 __version__ = "0.1.0"
 
+from .compat import check_trl
+
+check_trl()  # an unsupported TRL fails here, with one message naming the supported range (see `compat.py`)
+
 from .core.adaptive import Adaptive
 from .core.errors import CurriculumError, Problem
 from .core.geometry import BatchGeometry

@@ -1,14 +1,17 @@
 """
 Test support: run TRL's real vLLM generation code (`VLLMGeneration`, `VLLMClient`) on CPU, without vLLM.
 
-Only the outermost boundaries are replaced; every line of TRL between the trainer and them runs as shipped (TRL 1.16):
+Only the outermost boundaries are replaced; every line of TRL between the trainer and them runs as shipped (TRL 1.14 to 1.16):
 
 Server mode ([`fake_vllm_server`]), in `trl.generation.vllm_client` and `trl.generation.vllm_generation`:
 
 - `is_vllm_available` (both modules): the `ImportError` guards of `VLLMGeneration._init_vllm` and
   `VLLMClient.__init__`. The fake answers `True` without `min_version` and `False` with one, consistently with the
   version flags TRL computed at import time without vLLM (`_HAS_STATEFUL_TRAINER_ENGINE`,
-  `_HAS_RESET_PREFIX_CACHE_SUCCESS`): TRL takes its code paths for a vLLM older than 0.26.
+  `_HAS_RESET_PREFIX_CACHE_SUCCESS`): TRL takes its code paths for a vLLM older than 0.26. TRL 1.14's
+  `_HAS_WEIGHT_UPDATE_LIFECYCLE` is set (a vLLM of at least 0.21, whose weight updates later releases always assume).
+- `socket.gethostbyname` in `vllm_client` (TRL < 1.15 resolves the server's host name in `VLLMClient.__init__`): the
+  fake server's host name resolves to the loopback address; no request leaves the process all the same.
 - `requests` (the module object `vllm_client` imported): `requests.Session()` and `requests.get` reach a
   [`FakeVLLMServer`] instead of the network, so `VLLMClient.__init__`, `check_server`, `_get`, `_post`,
   `get_server_info`, `get_world_size`, `generate`, `_generate_from_features`, `weight_update`, `update_named_params`
@@ -403,6 +406,14 @@ def install_fake_vllm_server(monkeypatch, server: FakeVLLMServer) -> FakeVLLMSer
         ConnectionError=_real_requests.ConnectionError,
     )
     monkeypatch.setattr(client_module, "requests", shim)
+    # TRL 1.14 sends `/start_weight_update` and `/finish_weight_update` only for a vLLM >= 0.21 (later releases always):
+    # the fake server is one, as for TRL 1.15 and 1.16.
+    monkeypatch.setattr(client_module, "_HAS_WEIGHT_UPDATE_LIFECYCLE", True, raising=False)
+    if hasattr(client_module, "socket"):  # TRL < 1.15 resolves the server's host name when the client is built
+        fake_host = urlparse(server.base_url).hostname
+        resolve = client_module.socket.gethostbyname
+        monkeypatch.setattr(client_module, "socket", SimpleNamespace(
+            gethostbyname=lambda host: "127.0.0.1" if host == fake_host else resolve(host)))  # fmt: skip
     monkeypatch.setattr(client_module, "NCCLWeightTransferEngine", FakeNCCLWeightTransferEngine, raising=False)
     monkeypatch.setattr(client_module, "NCCLTrainerSendWeightsArgs", FakeNCCLTrainerSendWeightsArgs, raising=False)
     monkeypatch.setattr(
@@ -411,7 +422,7 @@ def install_fake_vllm_server(monkeypatch, server: FakeVLLMServer) -> FakeVLLMSer
 
     def init_communicator(client, device=0):
         # TRL's raises NotImplementedError for a non-CUDA device and joins an NCCL rendezvous; same HTTP calls here.
-        if client.get_server_info()["weight_transfer_config"] is None:
+        if hasattr(client, "get_server_info") and client.get_server_info()["weight_transfer_config"] is None:  # 1.16
             raise RuntimeError("fake vLLM server has no weight-transfer engine")
         world_size = client.get_world_size() + 1
         init_info = {"master_address": "127.0.0.1", "master_port": client.group_port, "rank_offset": 1,

@@ -149,6 +149,8 @@ def test_a_recipe_and_its_overrides_mean_what_they_mean_in_trl_grpo(tmp_path):
     ours, theirs = training.to_dict(), trl_training.to_dict()
     assert (ours.pop("num_generations"), ours.pop("temperature")) == (2, 0.8)  # the curriculum's first stage
     assert (theirs.pop("num_generations"), theirs.pop("temperature")) == (8, 1.0)  # the recipe's top level
+    if "activation_checkpointing" not in theirs:  # transformers < 5.23: `trl grpo` drops the recipe's new name unread
+        assert (ours.pop("gradient_checkpointing"), theirs.pop("gradient_checkpointing")) == (False, True)
     assert ours == theirs and ours["run_name"] == "2024" and ours["seed"] == 7 and ours["save_strategy"] == "no"
 
 

@@ -57,3 +57,25 @@ def test_regenerate_and_check(tmp_path, monkeypatch, capsys):
 )
 def test_field_types(name, owner, types, default):
     assert trl_fields()[name] == {"owner": owner, "type": types, "default": default}
+
+
+def test_a_renamed_field_reads_as_the_installed_transformers_names_it(monkeypatch):
+    """
+    transformers 5.23 renamed `gradient_checkpointing` to `activation_checkpointing`: the shipped recipes' new name
+    reads as the old one on an older transformers (4.57 to 5.22, whose fields lack it), and as itself on a newer one.
+    """
+    from grpo_curriculum.config import recipe as recipe_module
+    from grpo_curriculum.config.recipe import load_recipe
+    from grpo_curriculum.config.trl_fields import field_name
+
+    fields = trl_fields()
+    renamed = "activation_checkpointing" in fields
+    assert field_name("activation_checkpointing", fields) == ("activation_checkpointing" if renamed
+                                                              else "gradient_checkpointing")  # fmt: skip
+    assert load_recipe("demo").training[field_name("activation_checkpointing", fields)] is False
+    older = {name: spec for name, spec in fields.items() if not name.startswith("activation_checkpointing")}
+    assert field_name("activation_checkpointing_kwargs", older) == "gradient_checkpointing_kwargs"
+    assert field_name("per_device_train_batch_size", older) == "per_device_train_batch_size"
+    monkeypatch.setattr(recipe_module, "trl_fields", lambda: older)
+    recipe = load_recipe("demo")
+    assert recipe.training["gradient_checkpointing"] is False and "activation_checkpointing" not in recipe.raw

@@ -16,6 +16,7 @@ from trl.scripts.grpo import GRPOScriptArguments
 from ..core.errors import MISSING, CurriculumError, Problem
 from ..core.geometry import BatchGeometry
 from .recipe import Recipe, starting_num_generations
+from .trl_fields import field_name, trl_fields
 
 
 @dataclass
@@ -85,14 +86,15 @@ def trl_arguments(recipe: Recipe, geometry: BatchGeometry, **settings) -> tuple[
     The `GRPOConfig` and `ModelConfig` of a validated recipe (`settings` on top), as [`~trl.TrlParser`] builds them
     for `trl grpo --config`. `num_generations` and `temperature` are the curriculum's first ones (see
     [`~config.recipe.starting_num_generations`] for a per-prompt first stage on `geometry`).
-    Activation checkpointing, on by TRL's default, is set under transformers 5's name (no FutureWarning).
+    Activation checkpointing, on by TRL's default, is set under the installed transformers' name (from 5.23:
+    `activation_checkpointing`, no FutureWarning; before: `gradient_checkpointing`).
 
     Raises:
         [`CurriculumError`]: naming the recipe and TRL's message, for a setting TRL's config classes refuse.
     """
     config = {**recipe.raw, **recipe.training, **settings}
     if "gradient_checkpointing" not in config:
-        config.setdefault("activation_checkpointing", True)
+        config.setdefault(field_name("activation_checkpointing", trl_fields()), True)
     config["num_generations"] = starting_num_generations(recipe, geometry)
     config["temperature"] = recipe.curriculum.stages[0].temperature_at(0.0)
     parser = RecipeParser()

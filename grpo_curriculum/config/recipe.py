@@ -47,7 +47,7 @@ from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_bat
 from ..core.rules import COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, Rule, check, integer, is_int, suggest, unknown_keys
 from ..core.schedule import Stage, StageSchedule, stage_problems
 from ..demo.models import MODELS
-from .trl_fields import CLASSES, trl_fields
+from .trl_fields import CLASSES, field_name, trl_fields
 from .trl_ranges import ranged_rule, related_problems
 
 __all__ = ["Recipe", "geometry_of", "import_reward", "load_curriculum", "load_recipe", "parse_recipe", "run_geometry",
@@ -215,6 +215,7 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
                               context)
     data = {**data, **{str(k).replace("-", "_"): v for k, v in (overrides or {}).items()}}
     fields = trl_fields()
+    data = {field_name(key, fields) if isinstance(key, str) else key: value for key, value in data.items()}
     parts = {part: {} for part in CLASSES.values()}
     unknown = {}
     refused = set()  # TRL keys whose value breaks its own rule: left out of the rules between fields

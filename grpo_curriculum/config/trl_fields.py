@@ -114,6 +114,18 @@ def trl_fields() -> dict[str, dict]:
     return describe_trl()["fields"]
 
 
+# transformers 5.23 renamed `TrainingArguments.gradient_checkpointing[_kwargs]` to `activation_checkpointing[_kwargs]`
+# (the old names stay, deprecated): on an older transformers (4.57 to 5.22) a recipe's new name reads as the old one.
+RENAMED_FIELDS = {"activation_checkpointing": "gradient_checkpointing",
+                  "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs"}  # fmt: skip
+
+
+def field_name(key: str, fields: dict) -> str:
+    """`key` as the installed transformers names that field (`fields`: [`trl_fields`]'s)."""
+    old = RENAMED_FIELDS.get(key)
+    return old if key not in fields and old in fields else key
+
+
 def render(snapshot: dict) -> str:
     """The snapshot as written to `trl_fields.json`: one field a line, so a TRL upgrade reads as a short diff."""
     lines = [f"{json.dumps(name)}: {json.dumps(spec, sort_keys=True)}" for name, spec in snapshot["fields"].items()]

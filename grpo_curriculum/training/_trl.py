@@ -1,7 +1,9 @@
 """
 Everything that knows TRL's `GRPOTrainer` internals lives here, so a TRL upgrade touches this one module.
 
-Tested against TRL 1.16. What the curriculum relies on:
+Tested against TRL 1.14, 1.15 and 1.16 (`grpo_curriculum.compat.TRL_RANGE`; docs/compatibility.md). Where their
+internals differ, the code below looks the feature up (marked "TRL < 1.15" etc.) rather than the version. What the
+curriculum relies on:
 
 - `trainer.num_generations` is read at every generation round (`_generate`, the reward grouping
   `rewards.view(-1, G)` and the vLLM request `n=G`).
@@ -9,7 +11,10 @@ Tested against TRL 1.16. What the curriculum relies on:
   generation and continuous batching) and `trainer.vllm_generation.temperature` (vLLM, both modes).
 - The training log-probabilities are computed by the fused LM head that `add_fused_lm_head` patches into the policy
   (and the reference model) at `__init__`, with the temperature bound in a closure. We record that closure cell while
-  the parent `__init__` runs and rewrite it at each switch.
+  the parent `__init__` runs and rewrite it at each switch. TRL < 1.15 has no fused LM head: its log-probabilities
+  divide by `trainer.temperature` at each computation.
+- `_generate_single_turn` takes `num_generations` from TRL 1.14 on (`has_tool_images` from 1.10): the hook passes its
+  arguments through. `trainer.eos_token_ids` exists from TRL 1.14 on (earlier: the tokenizer's EOS alone).
 - With `beta > 0`, `__init__` builds the reference model with `create_model_from_path(config._name_or_path)`; for a
   policy built in memory (no path) we make it a copy of the policy ([`reference_from_instance`]).
 - `_generate_and_score_completions(inputs)` is called once per generation round in training, with the local slice of
@@ -58,10 +63,11 @@ class UnsupportedTRLError(RuntimeError):
 def _unsupported(what: str) -> UnsupportedTRLError:
     import trl
 
+    from ..compat import trl_requirement
+
     return UnsupportedTRLError(
         f"grpo-curriculum cannot {what} with the installed TRL {trl.__version__}: its GRPOTrainer internals changed. "
-        "Install a supported TRL version (see `pyproject.toml`, e.g. `pip install 'trl>=1.16,<1.17'`) or upgrade "
-        "grpo-curriculum."
+        f"Install a supported TRL version (`pip install '{trl_requirement()}'`) or upgrade grpo-curriculum."
     )
 
 
@@ -73,8 +79,9 @@ def record_fused_lm_head_temperature(cells: list):
     """
     module = importlib.import_module(_GRPO_MODULE)
     original = getattr(module, "add_fused_lm_head", None)
-    if original is None:
-        raise _unsupported("find `add_fused_lm_head`")
+    if original is None:  # TRL < 1.15: the log-probabilities divide by `trainer.temperature` at every computation
+        yield cells
+        return
 
     def recording_add_fused_lm_head(model, *args, **kwargs):
         original(model, *args, **kwargs)
@@ -628,6 +635,21 @@ def curriculum_state_before_trainer_state(trainer, folder: str, save):
         save_curriculum_and_entropy()
 
 
+def load_trainer_state_first(trainer, checkpoint: str) -> None:
+    """
+    Make `trainer.state` the checkpoint's before the curriculum state is read. transformers 5 loads the trainer state
+    before the optimizer (whose loading the resume hook follows); transformers 4.57 loads it after, so at that point
+    the state is still the fresh one (step 0): it is loaded here, and transformers loads the same file again after.
+    """
+    from transformers import TrainerState
+
+    from .checkpoint import TRAINER_STATE_FILE
+
+    path = os.path.join(checkpoint, TRAINER_STATE_FILE)
+    if trainer.state.global_step == 0 and os.path.isfile(path):
+        trainer.state = TrainerState.load_from_json(path)
+
+
 def uses_entropy_state(trainer) -> bool:
     """Whether TRL's adaptive entropy controller is on: its checkpoints then need `entropy_ctrl_state.json`."""
     return bool(getattr(trainer, "use_adaptive_entropy", False))
@@ -700,16 +722,15 @@ class GRPOHooks:
         log_zero_std_fraction(self, self._curriculum_round_end(round_))
         return output
 
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+    def _generate_single_turn(self, *args, **kwargs):
         # An increment's first turn samples each group; later turns (TRL's tool loop) continue each row's own history.
+        # The arguments pass through as TRL gave them (TRL >= 1.14 adds `num_generations`, 1.10 `has_tool_images`).
         round_ = self._round
         if round_ is None:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
-                                                 has_tool_images)  # fmt: skip
+            return super()._generate_single_turn(*args, **kwargs)
         round_.requesting, round_.request_sizes = round_.request_sizes, None
         try:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
-                                                 has_tool_images)  # fmt: skip
+            return super()._generate_single_turn(*args, **kwargs)
         finally:
             round_.requesting = None
 
@@ -736,6 +757,7 @@ class GRPOHooks:
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if self._curriculum_active() and checkpoint is not None:
+            load_trainer_state_first(self, checkpoint)
             self._curriculum_load(checkpoint)
 
 
@@ -755,6 +777,13 @@ def new_prompt_stream(trainer) -> PromptStream:
     return PromptStream(dataset, shuffle=trainer.shuffle_dataset, seed=trainer.args.seed)
 
 
+def _eos_token_ids(trainer, tokenizer) -> list[int]:
+    """The tokens that end a completion: TRL >= 1.14 also ends it at every EOS the model's generation config declares
+    (`trainer.eos_token_ids`); earlier releases at the tokenizer's EOS only."""
+    eos_token_ids = getattr(trainer, "eos_token_ids", None)
+    return list(eos_token_ids) if eos_token_ids is not None else [tokenizer.eos_token_id]
+
+
 def greedy_rewards(trainer, model, rows: list[dict], batch_size: int = 64) -> list[float]:
     """
     The reward of one greedy completion for each of `rows` (dataset rows with a `prompt`), scored as TRL scores a
@@ -767,8 +796,9 @@ def greedy_rewards(trainer, model, rows: list[dict], batch_size: int = 64) -> li
     from trl.data_utils import is_conversational
 
     tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    eos_token_ids = _eos_token_ids(trainer, tokenizer)
     config = GenerationConfig(do_sample=False, max_new_tokens=trainer.max_completion_length,
-                              pad_token_id=tokenizer.pad_token_id, eos_token_id=trainer.eos_token_ids)  # fmt: skip
+                              pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_token_ids)  # fmt: skip
     was_training, rewards = model.training, []
     model.eval()
     try:
@@ -784,7 +814,7 @@ def greedy_rewards(trainer, model, rows: list[dict], batch_size: int = 64) -> li
                                      generation_config=config)[:, width:].tolist()  # fmt: skip
             completion_ids = []
             for sequence in out:
-                ends = [i for i, token in enumerate(sequence) if token in trainer.eos_token_ids]
+                ends = [i for i, token in enumerate(sequence) if token in eos_token_ids]
                 completion_ids.append(sequence[: ends[0] + 1] if ends else sequence)
             texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
             if is_conversational(batch[0]):

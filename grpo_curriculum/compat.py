@@ -1,0 +1,67 @@
+"""
+The TRL releases this version of grpo-curriculum is tested with, checked when the package is imported.
+
+`grpo_curriculum.training._trl` adapts to the differences between them by feature (it looks the method or attribute
+up); this module only states the range, read from the installed TRL's metadata without importing it (importing TRL
+takes seconds and pulls in torch; `grpo-curriculum check` imports neither). A TRL outside the range fails at once,
+with one message naming the range, rather than deep in a training round. `GRPO_CURRICULUM_ANY_TRL=1` turns that into a
+warning, to try a newer TRL at one's own risk: `_trl.py` then raises [`UnsupportedTRLError`] where an internal it
+relies on is missing.
+
+Keep `TRL_RANGE` equal to the `trl` requirement in `pyproject.toml` (a test compares them).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import warnings
+
+TRL_RANGE = ((1, 14), (1, 17))
+"""The supported TRL releases, `[lowest, highest)` as (major, minor): every 1.14, 1.15 and 1.16 release."""
+
+ANY_TRL_VARIABLE = "GRPO_CURRICULUM_ANY_TRL"
+
+
+def trl_requirement() -> str:
+    """The range as a pip requirement, e.g. `trl>=1.14,<1.17`."""
+    (low_major, low_minor), (high_major, high_minor) = TRL_RANGE
+    return f"trl>={low_major}.{low_minor},<{high_major}.{high_minor}"
+
+
+def _releases() -> str:
+    """The supported minor releases in words, e.g. `1.14, 1.15 and 1.16`."""
+    (major, low), (_, high) = TRL_RANGE
+    names = [f"{major}.{minor}" for minor in range(low, high)]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _release(version: str) -> tuple[int, int] | None:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def unsupported_trl_message(version: str) -> str | None:
+    """The one-line message for an installed TRL `version` outside [`TRL_RANGE`], or `None` when it is inside."""
+    release = _release(version)
+    if release is not None and TRL_RANGE[0] <= release < TRL_RANGE[1]:
+        return None
+    return (f"grpo-curriculum supports {trl_requirement()} (TRL {_releases()}); the installed TRL is {version}. "
+            f"Install a supported one: pip install '{trl_requirement()}' (or set {ANY_TRL_VARIABLE}=1 to try this one "
+            "at your own risk).")  # fmt: skip
+
+
+def check_trl() -> None:
+    """Raise `ImportError` with [`unsupported_trl_message`] when the installed TRL is outside the supported range."""
+    try:
+        version = importlib.metadata.version("trl")
+    except importlib.metadata.PackageNotFoundError:
+        return  # importing the trainer says that TRL is missing; `check` works without it
+    message = unsupported_trl_message(version)
+    if message is None:
+        return
+    if os.environ.get(ANY_TRL_VARIABLE) == "1":
+        warnings.warn(message, stacklevel=2)
+        return
+    raise ImportError(message)
