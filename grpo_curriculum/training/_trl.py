@@ -536,8 +536,8 @@ def rotate_only_own_checkpoints(trainer, resume_from_checkpoint):
     """
     While `Trainer.train` runs: transformers' checkpoint rotation (`save_total_limit`, and the end-of-training
     cleanup that keeps only the best checkpoint) deletes only checkpoints of this run. transformers lists every
-    `checkpoint-*` folder of `output_dir` (`trainer_utils.sort_checkpoints`, a glob that also matches e.g.
-    `checkpoint-5-keep`) and deletes the oldest, whoever wrote them; here that list is cut down to the folders this
+    `checkpoint-*` folder of `output_dir` (`trainer_utils.sort_checkpoints`; in transformers 4 the method
+    `Trainer._sorted_checkpoints`: a glob that also matches e.g. `checkpoint-5-keep`) and deletes the oldest, whoever wrote them; here that list is cut down to the folders this
     trainer wrote (recorded by `GRPOHooks._save_checkpoint`) and, when the run resumes from a checkpoint of
     `output_dir` (its own folder), its earlier `checkpoint-N` folders (exact name, holding a `trainer_state.json` that
     parses and is at step N).
@@ -549,9 +549,6 @@ def rotate_only_own_checkpoints(trainer, resume_from_checkpoint):
 
     from .checkpoint import TRAINER_STATE_FILE, CurriculumStateError, read_trainer_state
 
-    original = trainer_utils.sort_checkpoints
-    if original is not trainer_module.sort_checkpoints:  # not the transformers this was written for
-        raise _unsupported("limit checkpoint rotation to its own checkpoints (transformers' sort_checkpoints moved)")
     output_dir = os.path.realpath(trainer.args.output_dir)
     resumed = resume_from_checkpoint is True or (
         isinstance(resume_from_checkpoint, (str, os.PathLike))
@@ -573,19 +570,34 @@ def rotate_only_own_checkpoints(trainer, resume_from_checkpoint):
         except CurriculumStateError:
             return False
 
-    @functools.wraps(original)
-    def sort_own_checkpoints(*args, **kwargs):
-        found = original(*args, **kwargs)
-        folder = kwargs["output_dir"] if "output_dir" in kwargs else args[0]
-        if os.path.realpath(folder) != output_dir:  # another trainer's (or a trial's) folder: as transformers does
-            return found
-        return [path for path in found if own(path)]
+    def only_own(original, folder_of):
+        @functools.wraps(original)
+        def sort_own_checkpoints(*args, **kwargs):
+            found = original(*args, **kwargs)
+            if os.path.realpath(folder_of(args, kwargs)) != output_dir:  # another trainer's (a trial's) folder
+                return found
+            return [path for path in found if own(path)]
 
-    trainer_utils.sort_checkpoints = trainer_module.sort_checkpoints = sort_own_checkpoints
-    try:
-        yield
-    finally:
-        trainer_utils.sort_checkpoints = trainer_module.sort_checkpoints = original
+        return sort_own_checkpoints
+
+    original = getattr(trainer_utils, "sort_checkpoints", None)
+    if original is not None and original is getattr(trainer_module, "sort_checkpoints", None):  # transformers >= 5
+        trainer_utils.sort_checkpoints = trainer_module.sort_checkpoints = only_own(
+            original, lambda args, kwargs: kwargs["output_dir"] if "output_dir" in kwargs else args[0])
+        try:
+            yield
+        finally:
+            trainer_utils.sort_checkpoints = trainer_module.sort_checkpoints = original
+    elif callable(getattr(type(trainer), "_sorted_checkpoints", None)):  # transformers 4.x: a Trainer method
+        trainer._sorted_checkpoints = only_own(trainer._sorted_checkpoints,
+                                               lambda args, kwargs: kwargs.get("output_dir", args[0] if args else None)
+                                               or trainer.args.output_dir)  # fmt: skip
+        try:
+            yield
+        finally:
+            del trainer._sorted_checkpoints
+    else:
+        raise _unsupported("limit checkpoint rotation to its own checkpoints (transformers' sort_checkpoints moved)")
 
 
 def record_checkpoint(trainer, folder: str) -> None:
