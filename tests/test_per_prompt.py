@@ -70,10 +70,12 @@ def test_mixed_groups_are_contiguous_and_get_per_group_advantages(tmp_path, want
             start += g
         assert round_["advantages"] == pytest.approx(expected, abs=1e-5)
     history = train_history(trainer)
-    # TRL's grouping metric describes the real groups: the share of completions in zero-std groups, any scaling.
+    # TRL's metric as TRL computes it for the real groups: the share of rows whose reward std is 0, the group's std
+    # ("group", "none") or the round's ("batch": never 0 here); the curriculum's own share under its own name.
     for h, call in zip(history, recorder.calls, strict=True):
         zero = sum(1 for i in call["idx"] if i % 4 == 3) / len(call["idx"])
-        assert h["frac_reward_zero_std"] == pytest.approx(zero)
+        assert h["frac_reward_zero_std"] == pytest.approx(0.0 if scale_rewards == "batch" else zero)
+        assert h["curriculum/zero_std_fraction"] == pytest.approx(zero)
         assert h["curriculum/num_generations"] == pytest.approx(4.0) and h["curriculum/prompts"] == 4
         assert h["curriculum/deferred"] == 0
 

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from trl import GRPOTrainer
+from trl.trainer.utils import nanstd
 
 from grpo_curriculum import CurriculumError, Stage
 from grpo_curriculum.training.callback import CurriculumCallback
@@ -385,7 +386,11 @@ def zero_std_kinds(prompts, completions, idx, **kwargs):
 
 @pytest.mark.parametrize("per_prompt", [True, False], ids=["mixed_sizes", "one_g"])
 def test_trl_and_the_curriculum_log_one_zero_std_share(tmp_path, wanted_by_index, per_prompt):
-    """TRL's `frac_reward_zero_std` and `curriculum/zero_std_fraction`: the round's completions in zero-std groups."""
+    """
+    `curriculum/zero_std_fraction`: the round's completions in groups without a learning signal (all equal, or one
+    finite reward); TRL's `frac_reward_zero_std` stays TRL's (rows whose group std is 0: a group of one finite reward
+    has a NaN std, not 0), for groups of one G and, computed TRL's way for the real groups, of mixed sizes.
+    """
     wanted_by_index(lambda index: (8, 4, 2)[index % 3])
     stages = per_prompt_stages((2, 4, 8), defer=False) if per_prompt else [Stage(num_generations=8, temperature=1.0)]
     trainer, recorder = make_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=zero_std_kinds), max_steps=3,
@@ -394,6 +399,10 @@ def test_trl_and_the_curriculum_log_one_zero_std_share(tmp_path, wanted_by_index
     for h, call in zip(train_history(trainer), recorder.calls, strict=True):
         starts = [sum(call["sizes"][:k]) for k in range(len(call["sizes"]))]
         zero = sum(size for start, size in zip(starts, call["sizes"]) if call["idx"][start] % 3 != 2)
-        assert h["frac_reward_zero_std"] == h["curriculum/zero_std_fraction"] == zero / 16, (call["sizes"], h)
+        rewards = torch.tensor([math.nan if r is None else r for r in zero_std_kinds(None, None, call["idx"])])
+        stds = [nanstd(rewards[start : start + size]) for start, size in zip(starts, call["sizes"])]
+        trl_zero = sum(size for std, size in zip(stds, call["sizes"]) if torch.isclose(std, torch.zeros(())))
+        assert h["curriculum/zero_std_fraction"] == zero / 16, (call["sizes"], h)
+        assert h["frac_reward_zero_std"] == trl_zero / 16 < zero / 16, (call["sizes"], h)
     if per_prompt:
         assert {len(set(call["sizes"])) for call in recorder.calls} == {3}  # groups of 8, 4 and 2 in every round

@@ -283,10 +283,10 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
                                         tuple(round_.increments[-1])))  # fmt: skip
         return True
 
-    def _curriculum_round_end(self, round_: Round) -> float:
+    def _curriculum_round_end(self, round_: Round) -> None:
         """
         The round is sampled: count it and (unless it is a replay) feed every group sampled to the adaptive policy and
-        the prompt report. Returns the share of the trained completions in zero-std groups.
+        the prompt report.
         """
         trained_rewards, trained_sizes = round_.group_rewards(round_.trained_groups)
         zero_std = round_stats(trained_rewards, trained_sizes).zero_std_fraction
@@ -295,7 +295,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
                                       generated=round_.generated, increments=len(round_.increments),
                                       dropped=round_.dropped, informative_share=1 - zero_std if increments else None)
         if round_.replay:
-            return zero_std
+            return
         rewards, sizes = round_.group_rewards()
         keys = prompt_keys(self._prompt_stream, round_.prompts)
         completion_keys = None if round_.keys is None else [key for group in round_.keys for key in group]
@@ -307,7 +307,6 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             if self._report_rows is not None:
                 keys = [str(self._report_rows[int(key)]) for key in keys]
             self._prompt_report.update(keys, rewards, sizes, texts=texts)
-        return zero_std
 
     def _per_prompt_round(self) -> tuple[dict, dict, list, list[int], int]:
         """
