@@ -225,6 +225,40 @@ def test_one_stage_schedule_trains_like_plain_grpo(tmp_path, iterable):
     assert ours == plain
 
 
+def near_equal_kinds(prompts, completions, idx, **kwargs):
+    """By prompt index mod 4: 1 for every row; 1e-7 apart (TRL's std test: not zero); by row position; 0.3 for every
+    row (float32 rounds the mean: not zero either)."""
+    return [(1.0, 1.0 + 1e-7 * j, float(j % 2), 0.3)[i % 4] for j, i in enumerate(idx)]
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+def test_one_stage_curriculum_logs_trls_metrics_bit_for_bit(tmp_path, tiny_model_dir, scale_rewards):
+    """
+    Where a round is TRL's own (one stage at TRL's G and temperature), every TRL metric of every log line is the value
+    plain `GRPOTrainer` logs, bit for bit, `frac_reward_zero_std` included; the curriculum only adds `curriculum/...`
+    keys.
+    """
+    overrides = dict(num_generations=4, temperature=0.9, max_steps=4, seed=3, per_device_train_batch_size=8,
+                     scale_rewards=scale_rewards, beta=0.05)  # fmt: skip
+    lines = {}
+    for name, cls, stages in [("plain", GRPOTrainer, None),
+                              ("curriculum", CurriculumGRPOTrainer, [Stage(num_generations=4, temperature=0.9)])]:
+        trainer, _ = make_trainer(tmp_path / name, stages, recorder=RoundRecorder(reward_fn=near_equal_kinds),
+                                  cls=cls, model=tiny_model_dir, **overrides)  # fmt: skip
+        trainer.train()
+        lines[name] = train_history(trainer)
+    assert len(lines["plain"]) == len(lines["curriculum"]) == 4
+    clock = {"step_time"}  # wall-clock seconds: the one value two runs cannot share
+    for plain, ours in zip(lines["plain"], lines["curriculum"], strict=True):
+        assert clock <= set(plain) and clock <= set(ours)
+        trl_keys = {k: v for k, v in ours.items() if not k.startswith("curriculum/") and k not in clock}
+        assert trl_keys == {k: v for k, v in plain.items() if k not in clock}  # key for key, == (not approx)
+        assert any(k.startswith("curriculum/") for k in ours)
+    # Rewards 1e-7 apart, or 0.3 each: zero-std groups for the curriculum, not for TRL's `torch.isclose(std, 0)`.
+    assert any(ours["curriculum/zero_std_fraction"] != plain["frac_reward_zero_std"]
+               for plain, ours in zip(lines["plain"], lines["curriculum"], strict=True))  # fmt: skip
+
+
 def test_invalid_stage_fails_at_construction(tmp_path):
     stages = [Stage(num_generations=4, temperature=0.7, until_step=2), Stage(num_generations=5, temperature=0.9)]
     with pytest.raises(CurriculumError) as error:
