@@ -229,18 +229,99 @@ def test_dynamic_sampling_drops_all_equal_groups_and_refills(tmp_path):
     assert [h["curriculum/informative_share"] for h in history] == [1.0, 1.0]
 
 
-def test_dynamic_sampling_at_its_cap_fills_the_batch_with_dropped_groups(tmp_path):
-    stages = dynamic(g=2, max_rounds=3)
+@pytest.mark.parametrize("on_limit", ["mask", "fill"])
+def test_dynamic_sampling_at_its_cap_fills_the_batch_with_dropped_groups(tmp_path, on_limit):
+    """`max_rounds` 3, every group all equal: the batch holds the first groups, advantage 0; `mask` (the default):
+    their tokens out of the loss (TRL's loss mask `tool_mask` 0, `num_items_in_batch` 0); `fill`: in it."""
+    stages = [Stage(num_generations=2, temperature=1.0,
+                    dynamic_sampling=DynamicSampling(max_rounds=3, on_limit=on_limit))]  # fmt: skip
     trainer, recorder = make_trainer(tmp_path, stages, recorder=RoundRecorder(), max_steps=1,
                                          shuffle_dataset=False)  # fmt: skip
     rounds = record_outputs(trainer)
     trainer.train()  # the recorder's reward is the prompt index: every group all equal
     assert [len(c["idx"]) for c in recorder.calls] == [8, 8, 8]
     assert rounds[0]["round"].trained == [0, 1, 2, 3]
-    assert rounds[0]["output"]["advantages"].abs().max() == 0
+    output = rounds[0]["output"]
+    assert output["advantages"].abs().max() == 0
+    if on_limit == "mask":
+        assert rounds[0]["round"].masked == [0, 1, 2, 3]
+        assert output["tool_mask"].sum() == 0 and output["num_items_in_batch"] == 0
+    else:
+        assert rounds[0]["round"].masked is None and "tool_mask" not in output
+        assert output["num_items_in_batch"] == output["completion_mask"].sum() > 0
     history = train_history(trainer)
     assert history[0]["curriculum/dropped"] == 8 and history[0]["curriculum/generated"] == 24
     assert history[0]["frac_reward_zero_std"] == 1.0 and history[0]["curriculum/informative_share"] == 0.0
+
+
+def one_of_four_informative(prompts, completions, idx, **kwargs):
+    """Prompts with index % 4 == 1 by row position (informative); the others always 1."""
+    return [float(j) if i % 4 == 1 else 1.0 for j, i in enumerate(idx)]
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "bnpo", "cispo"])
+def test_dynamic_sampling_at_its_limit_trains_the_informative_groups_undiluted(tmp_path, loss_type):
+    """
+    `max_rounds` 2, one informative group a pass: 2 of the 4 groups a batch needs. With `on_limit="mask"` (the
+    default) the token-normalised loss is the loss of the informative groups alone (the fill-up groups' tokens out of
+    the loss and of `num_items_in_batch`); with `"fill"` their tokens dilute it.
+    """
+    losses = {}
+    for on_limit in ("mask", "fill"):
+        stages = [Stage(num_generations=2, temperature=1.0,
+                        dynamic_sampling=DynamicSampling(max_rounds=2, on_limit=on_limit))]  # fmt: skip
+        trainer, _ = make_trainer(tmp_path / on_limit, stages, recorder=RoundRecorder(one_of_four_informative),
+                                  max_steps=1, shuffle_dataset=False, loss_type=loss_type)  # fmt: skip
+        rounds = record_outputs(trainer)
+        trainer.train()
+        (r,) = rounds
+        assert r["round"].trained == [0, 1, 2, 5] and r["round"].dropped == 4  # groups 1 and 5 informative
+        output = r["output"]
+        informative = torch.tensor([g in (1, 5) for g in r["round"].trained for _ in range(2)])
+        alone = {key: value[informative] for key, value in output.items()
+                 if isinstance(value, torch.Tensor) and value.dim() and key != "tool_mask"}  # fmt: skip
+        alone["num_items_in_batch"] = alone["completion_mask"].sum()
+        trainer.model.train()
+        losses[on_limit] = (loss_gradient(trainer, output), loss_gradient(trainer, alone))
+        if on_limit == "mask":
+            assert output["num_items_in_batch"] == alone["num_items_in_batch"]
+    torch.testing.assert_close(*losses["mask"], rtol=1e-5, atol=1e-7)
+    merged, alone = losses["fill"]  # diluted by the fill-up groups' tokens: the same direction, smaller
+    assert torch.nn.functional.cosine_similarity(merged, alone, dim=0) > 0.999
+    assert merged.norm() < 0.9 * alone.norm()
+
+
+def loss_gradient(trainer, inputs):
+    """The gradient of TRL's loss on `inputs` at the trainer's current weights, flattened."""
+    trainer.model.zero_grad()
+    trainer.compute_loss(trainer.model, inputs).backward()
+    gradient = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+    trainer.model.zero_grad()
+    return gradient
+
+
+def test_dynamic_sampling_on_limit_error_stops_with_a_clear_message(tmp_path):
+    """verl's behaviour past `max_num_gen_batches`: an error naming the rounds, the groups found and the fixes."""
+    stages = [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=2, on_limit="error"))]
+    trainer, _ = make_trainer(tmp_path, stages, recorder=RoundRecorder(one_of_four_informative), max_steps=1,
+                              shuffle_dataset=False)  # fmt: skip
+    with pytest.raises(RuntimeError) as error:
+        trainer.train()
+    message = str(error.value)
+    assert "max_rounds 2" in message and "found 2 informative groups of the 4" in message
+    assert "0: no limit" in message and "on_limit: mask" in message
+
+
+def test_dynamic_sampling_without_limit_draws_until_the_batch_is_informative(tmp_path):
+    """`max_rounds` 0 (verl's `max_num_gen_batches: 0`): one informative group a pass, 4 needed: 4 passes."""
+    stages = [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=0))]
+    trainer, recorder = make_trainer(tmp_path, stages, recorder=RoundRecorder(one_of_four_informative), max_steps=1,
+                                     shuffle_dataset=False)  # fmt: skip
+    rounds = record_outputs(trainer)
+    trainer.train()
+    (r,) = rounds
+    assert len(recorder.calls) == 4 and r["round"].trained == [1, 5, 9, 13] and r["round"].masked is None
+    assert r["output"]["advantages"].abs().min() > 0.5
 
 
 def two_of_four_constant(prompts, completions, idx, **kwargs):

@@ -162,7 +162,7 @@ CASES = {
                      ("curriculum.stages[1].adaptive.num_generations", "use `pilot: 2`")],
     "dynamic_sampling_settings": [("curriculum.stages[0].dynamic_sampling", "cannot be combined with `adaptive`"),
                                   ("curriculum.stages[1].dynamic_sampling.max_round", "did you mean `max_rounds`?"),
-                                  ("curriculum.stages[1].dynamic_sampling.max_rounds", "must be a positive integer")],
+                                  ("curriculum.stages[1].dynamic_sampling.max_rounds", "must be an integer >= 0")],
     "many_problems": [("per_device_train_batch_size", "must be an integer"),
                       ("gradient_accumulation_step", "did you mean `gradient_accumulation_steps`?"),
                       ("curriculum.stages[0].num_generations", "must be an integer >= 2"),

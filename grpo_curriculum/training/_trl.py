@@ -376,7 +376,8 @@ def finish_round(trainer, records: IncrementRecords, round_) -> dict:
     merged ([`merge_increments`]).
     """
     if not round_.one_pass:
-        return merge_increments(trainer, records, round_.order(), round_.trained_sizes)
+        masked = round_.masked_rows() if round_.masked else None
+        return merge_increments(trainer, records, round_.order(), round_.trained_sizes, masked)
     output, advantages = records.outputs[0], None
     if round_.mixed:  # TRL ran it with `num_generations = 1`: the advantages of the real groups
         advantages = group_advantages(records.rewards_per_func[0], round_.sizes, trainer.reward_weights,
@@ -393,7 +394,8 @@ def finish_round(trainer, records: IncrementRecords, round_) -> dict:
     return output
 
 
-def merge_increments(trainer, records: IncrementRecords, order: list[int], group_sizes: list[int]) -> dict:
+def merge_increments(trainer, records: IncrementRecords, order: list[int], group_sizes: list[int],
+                     masked: list[bool] | None = None) -> dict:
     """
     One round output from its increments' outputs: the rows `order` (indices into the increments' rows of every
     process, concatenated in increment order) in that order, each process taking its contiguous share, as if TRL had
@@ -403,6 +405,7 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
     completions (rounded up to `pad_to_multiple_of`). When that moves a row's prompt (a model with absolute positions
     gives other log-probabilities), the policy's and reference model's log-probabilities are computed again for the
     round, as TRL computes them for one pass; the vLLM importance-sampling ratio is computed from them by TRL's formula.
+    Rows `masked` (one flag a row of `order`) are out of the loss: their `tool_mask`, TRL's loss mask, is 0.
     """
     accelerator = trainer.accelerator
     outputs = records.outputs
@@ -442,6 +445,11 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
     advantages = group_advantages(rewards_per_func, group_sizes, trainer.reward_weights, trainer.scale_rewards,
                                   trainer.multi_objective_aggregation)  # fmt: skip
     merged["advantages"] = advantages[rank * local : (rank + 1) * local].to(merged["prompt_ids"].device)
+    if masked is not None and any(masked):
+        keep = torch.tensor([not m for m in masked[rank * local : (rank + 1) * local]], dtype=torch.long,
+                            device=merged["completion_mask"].device)  # fmt: skip
+        tool_mask = merged.get("tool_mask", torch.ones_like(merged["completion_mask"]))
+        merged["tool_mask"] = tool_mask * keep.unsqueeze(1)
     loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1)
     merged["num_items_in_batch"] = accelerator.gather(loss_mask.sum()).sum()
     # Every process decides alike (the forward passes may be collective: FSDP, ZeRO-3).
