@@ -630,6 +630,9 @@ def make_gpt2_vllm_trainer(tmp_path, model, stages, reward, dataset, **overrides
 SAMPLINGS = {  # stages, reward, which prompts are long (the second increment's rows then padded narrower), batch
     "top_up": (top_up(prompts=5), KindReward, lambda i: i % 4 == 2, 16),
     "dynamic_sampling": (dynamic(g=2, max_rounds=3), lambda: two_of_four_constant, lambda i: i // 4 % 2 == 1, 8),
+    # The all-equal groups (dropped) long, the informative ones short.
+    "dynamic_sampling_drops_long": (dynamic(g=2, max_rounds=3), lambda: two_of_four_constant,
+                                    lambda i: i % 4 in (0, 3), 8),
 }
 
 
@@ -651,7 +654,8 @@ def merged_and_rebuilt(tmp_path, monkeypatch, model, sampling, **overrides):
     rows = raw_rows(passes)
     rows = [rows[i] for i in round_.order()]
     rewards = round_.group_rewards(round_.trained_groups)[0]
-    assert len({len(row["prompt"]) for row in rows}) > 1  # prompts of several lengths
+    if sampling != "dynamic_sampling_drops_long":
+        assert len({len(row["prompt"]) for row in rows}) > 1  # prompts of several lengths
     return trainer, round_, r["output"], rebuild(trainer, rows, rewards, round_.trained_sizes), passes
 
 
@@ -742,3 +746,44 @@ def test_merged_round_logs_trls_completion_metrics_over_its_trained_rows(tmp_pat
     assert logged["num_tokens"] == expected["prompt_mask"].sum() + expected["completion_mask"].sum()
     assert trainer.state.num_input_tokens_seen == logged["num_tokens"]
     assert logged["reward"] == pytest.approx(sum(round_.group_rewards(round_.trained_groups)[0]) / len(lengths))
+
+
+def none_for_every_fourth(prompts, completions, idx, **kwargs):
+    """Prompts with index % 4 == 0 unscored (None: an all-NaN group); the others by row position (informative)."""
+    return [None if i % 4 == 0 else float(j) for j, i in enumerate(idx)]
+
+
+def test_informative_share_counts_an_unscored_trained_group_as_not_informative(tmp_path):
+    """`max_rounds` 1: the round trains its 4 groups, one of them unscored (all NaN): 3 of 4 informative, not 3 of 3."""
+    stages = [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=1))]
+    trainer, _ = make_trainer(tmp_path, stages, recorder=RoundRecorder(none_for_every_fourth), max_steps=1,
+                              shuffle_dataset=False)  # fmt: skip
+    trainer.train()
+    (h,) = train_history(trainer)
+    assert h["curriculum/informative_share"] == 0.75
+
+
+def test_a_log_metric_value_of_a_merged_round_is_trls_mean_of_its_calls(tmp_path):
+    """A reward function's `log_metric` values over a top-up round's two passes (10 and 6 rows): TRL's total / count
+    of the values logged, 8, whatever the name says ("max_...": not a maximum, 10; nor a mean by rows, 8.5)."""
+    kind = KindReward()
+
+    def reward(prompts, completions, idx, log_metric, **kwargs):
+        log_metric("max_rows_scored", float(len(idx)))
+        return kind(prompts, completions, idx)
+
+    trainer, _ = make_trainer(tmp_path, top_up(prompts=5), recorder=RoundRecorder(reward_fn=reward), max_steps=1,
+                              per_device_train_batch_size=16, shuffle_dataset=False)  # fmt: skip
+    trainer.train()
+    (h,) = train_history(trainer)
+    assert h["max_rows_scored"] == 8.0
+
+
+def test_a_merged_round_is_padded_to_its_trained_rows(tmp_path, monkeypatch, fake_vllm_server, tiny_gpt2_dir):
+    """Dynamic sampling drops the long prompts' groups: the batch is padded to its trained (short) rows, as TRL pads
+    them in one pass, not to the widest row sampled; old log-probs and the ratio are those of that padding."""
+    trainer, round_, merged, expected, passes = merged_and_rebuilt(tmp_path, monkeypatch, tiny_gpt2_dir,
+                                                                   "dynamic_sampling_drops_long")  # fmt: skip
+    assert round_.dropped > 0
+    assert all(out["prompt_ids"].size(1) > merged["prompt_ids"].size(1) for out in passes)
+    assert_same_batch(merged, expected)

@@ -318,12 +318,14 @@ class CurriculumCallback(TrainerCallback):
         `num_generations` (mean G over the rounds' prompts), `prompts` (per round), `temperature` and `stage` (the
         current round's), and in per-prompt stages `deferred` (prompts deferred), `deferred_total` (in the run) and
         `prompts_at_g{G}` (prompts trained at each G: their sum over the log lines is the run's G distribution); of the
-        last round: `mean_group_std`, `zero_std_fraction` (its completions' share in zero-std groups, what TRL's
-        `frac_reward_zero_std` logs for it) and `distinct_fraction`. In a stage that samples in increments (top-up,
+        last round, over every group it generated (dynamic sampling: dropped groups included): `mean_group_std`,
+        `zero_std_fraction` (its completions' share in groups without a learning signal,
+        [`grpo_curriculum.core.signals.is_zero_std`]; TRL's `frac_reward_zero_std` is TRL's own test over the trained
+        rows) and `distinct_fraction`. In a stage that samples in increments (top-up,
         dynamic sampling): `generated` (completions sampled since the last log line, trained on or not),
         `increments` (generation passes per round), `dropped` (groups sampled but not trained on, since the last log
         line: they count as seen in the pass) and `informative_share` (the last round's share of trained completions
-        in groups whose rewards differ).
+        in informative groups: two finite rewards at least, not all equal).
         """
         if self.current is None:
             return {}

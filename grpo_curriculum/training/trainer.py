@@ -302,12 +302,14 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         The round is sampled: count it and (unless it is a replay) feed every group sampled to the adaptive policy and
         the prompt report.
         """
-        trained_rewards, trained_sizes = round_.group_rewards(round_.trained_groups)
-        zero_std = round_stats(trained_rewards, trained_sizes).zero_std_fraction
+        trained_sizes = round_.trained_sizes
+        # The share of the trained completions in informative groups (a group without two finite rewards is not).
+        informative = sum(round_.sizes[g] for g in round_.trained_groups if is_informative(round_.rewards[g]))
         increments = round_.setting.top_up is not None or round_.setting.dynamic_sampling is not None
         self._curriculum.record_round(trained_sizes, round_.deferred, replayed=round_.replay,
                                       generated=round_.generated, increments=len(round_.increments),
-                                      dropped=round_.dropped, informative_share=1 - zero_std if increments else None)
+                                      dropped=round_.dropped,
+                                      informative_share=informative / sum(trained_sizes) if increments else None)
         if round_.replay:
             return
         rewards, sizes = round_.group_rewards()
