@@ -246,3 +246,22 @@ def test_plot_of_a_directory_without_trainer_state_names_it(tmp_path, capsys):
     error = capsys.readouterr().err
     assert f"{tmp_path / 'empty'} holds no trainer_state.json (nor a checkpoint-N folder with one)" in error
     assert f"{tmp_path / 'nowhere'} does not exist" in error and "Traceback" not in error
+
+
+def test_stage_table_counts_optimizer_steps_and_generated_completions():
+    """
+    The per-stage table counts the optimizer steps each log line covers (`logging_steps` 4: 8 and 4 steps, not 2 and
+    1 lines), and its completions/s the completions generated: `curriculum/generated` where a stage samples in
+    increments (dynamic sampling's extra rounds included), else a round's completions per step.
+    """
+    from grpo_curriculum.cli.run import stage_summary
+
+    line = lambda step, stage, **extra: {"step": step, "curriculum/stage": stage, "curriculum/temperature": 1.0,  # noqa: E731
+                                         "curriculum/num_generations": 4, "reward": 0.5, "frac_reward_zero_std": 0.0,
+                                         "step_time": 0.5, **extra}  # fmt: skip
+    history = [line(4, 0), {"curriculum/switch": {}, "step": 9}, line(8, 0),
+               line(12, 1, **{"curriculum/generated": 96}), line(16, 1, **{"curriculum/generated": 0})]
+    rows = stage_summary(history, generation_batch_size=32, steps_per_round=2.0)
+    assert [row["steps"] for row in rows] == [8, 8]
+    # Stage 0: 16 completions a step (a round of 32 trains 2 steps) over 0.5 s a step; stage 1: 96 over 8 x 0.5 s.
+    assert [row["completions/s"] for row in rows] == [32.0, 24.0]

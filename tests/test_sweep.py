@@ -50,6 +50,20 @@ def _static(g):
     return Arm(f"g{g}", [{"num_generations": g, "temperature": 0.8}], g, 0.8)
 
 
+def test_completions_to_target_count_the_completions_generated():
+    """A dynamic-sampling arm generated 3 completions for each one it trained: its completions to target and samples/s
+    count the generated ones (the trained ones shown beside them)."""
+    run = _run("dapo", [0.0, 1.0])
+    run["points"] = [{**p, "completions": 3 * p["completions"], "trained": p["completions"]} for p in run["points"]]
+    run["generated"] = 3 * 10 * 16
+    rows, _ = summarise([_static(4)], {"g4": [run]})
+    (row,) = rows
+    assert (row["to_target"]["completions"], row["to_target"]["trained"]) == (480, 160)
+    assert row["samples_per_s"][0] == pytest.approx(480 / 1.0)
+    cells = table_rows(rows)[0]
+    assert (cells["completions to target"], cells["trained to target"]) == ("480", "160")
+
+
 def test_fluctuation_is_the_std_of_step_to_step_differences():
     assert fluctuation([0.0, 1.0, 1.0, 2.0]) == pytest.approx(math.sqrt(1 / 3))  # differences 1, 0, 1
     assert fluctuation([0.5, 0.5, 0.5]) == 0.0
@@ -254,9 +268,9 @@ def _check_outputs(out: Path, arms: list[str]):
 
     table = (out / "sweep.md").read_text()
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines() if line[:1] == "|"]
-    assert rows[0] == ["arm", "final", "best", "steps to target", "completions to target", "fluctuation", "samples/s",
-                       "tokens/s", "peak memory", "zero-std", "reward/hour"]  # fmt: skip
-    assert [row[0] for row in rows[2:]] == arms and all(row[8].endswith(" MiB") for row in rows[2:])
+    assert rows[0] == ["arm", "final", "best", "steps to target", "completions to target", "trained to target",
+                       "fluctuation", "samples/s", "tokens/s", "peak memory", "zero-std", "reward/hour"]  # fmt: skip
+    assert [row[0] for row in rows[2:]] == arms and all(row[9].endswith(" MiB") for row in rows[2:])
     assert "one greedy completion each" in table and "recommendation: " in table
     assert (out / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads((out / "sweep.json").read_text())

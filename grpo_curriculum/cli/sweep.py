@@ -226,8 +226,11 @@ def _evaluation(trainer, rows: list, every: int, parent: int):
 
         def record(self, step, model):
             reward = finite_mean(greedy_rewards(trainer, model, rows))
-            self.points.append({"step": step, "completions": step * per_step, "time": self.train_time,
-                                "reward": reward})  # fmt: skip
+            curriculum = trainer._curriculum
+            # Completions generated (dynamic sampling's extra rounds included) and trained on, to this step.
+            generated = curriculum.generated_total if curriculum is not None and step else step * per_step
+            self.points.append({"step": step, "completions": generated, "trained": step * per_step,
+                                "time": self.train_time, "reward": reward})  # fmt: skip
 
         def on_train_begin(self, args, state, control, model=None, **kwargs):
             self.record(0, model)
@@ -280,7 +283,10 @@ def train_run(out: str, index: int, seed: int, parent: int) -> None:
     memory, kind = _peak_memory(trainer.model)
     result = {"version": RESULT_VERSION, "arm": arm.name, "seed": seed, "steps": trainer.state.global_step,
               "completions_per_step": per_step, "train_time": evaluation.train_time,
-              "num_tokens": float(tokens[-1]) if tokens else 0.0, "peak_memory": memory, "memory_kind": kind,
+              "num_tokens": float(trainer._curriculum.generated_tokens_total if trainer._curriculum is not None
+                                  else tokens[-1] if tokens else 0.0),
+              "generated": trainer._curriculum.generated_total if trainer._curriculum is not None else None,
+              "peak_memory": memory, "memory_kind": kind,
               "held_out": held["name"], "points": evaluation.points, "train_reward": [e["reward"] for e in history],
               "zero_std": [e.get("frac_reward_zero_std") for e in history],
               "wall_time": time.perf_counter() - started}  # fmt: skip
@@ -377,7 +383,7 @@ def plot_sweep(rows: list[dict], target: float, output: str) -> str:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(1, 3, figsize=(14, 4), sharey=True)
-    for axis, (key, label) in zip(axes, [("step", "optimizer step"), ("completions", "completions trained"),
+    for axis, (key, label) in zip(axes, [("step", "optimizer step"), ("completions", "completions generated"),
                                          ("time", "training time (s)")]):  # fmt: skip
         for row in rows:
             axis.plot([p[key] for p in row["curve"]], [p["reward"] for p in row["curve"]], marker=".",
@@ -421,7 +427,8 @@ def report(out: str, settings: dict, arms: list[Arm], results: dict, target: flo
             "last evaluation and its highest",
             f"target: {target:.3f}" + (" (90% of the way from the step-0 reward to the best arm's final)"
                                        if settings["target"] is None else " (--target)"),
-            "steps, completions to target: the first evaluation at which the arm's mean curve reaches the target",
+            "steps, completions (generated: dynamic sampling's extra rounds included), trained completions to target: "
+            "the first evaluation at which the arm's mean curve reaches the target",
             "fluctuation: the std of the step-to-step differences of the training reward; samples/s, tokens/s: "
             "completions and tokens (prompt and completion) per second of training (evaluation excluded); peak "
             "memory: " + ("CUDA max allocated" if first["memory_kind"] == "cuda" else "the peak RSS of the run's "

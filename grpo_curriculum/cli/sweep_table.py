@@ -27,6 +27,7 @@ RESULT_SCHEMA = {
     "peak_memory": _SECONDS, "memory_kind": Rule("choice", choices=("cuda", "rss")), "held_out": Rule("str"),
     "points": Each({"step": _STEP, "completions": _SECONDS, "time": _SECONDS, "reward": _NUMBER}, high=MAX_STEPS),
     "train_reward": Each(Nullable(_NUMBER), high=MAX_STEPS), "zero_std": Each(Nullable(_NUMBER), high=MAX_STEPS),
+    "generated?": Nullable(_SECONDS),  # completions generated (dynamic sampling's extra rounds included)
 }  # fmt: skip
 """What a finished run's `sweep_result.json` must hold."""
 
@@ -83,8 +84,8 @@ def fluctuation(rewards) -> float:
 
 def run_metrics(run: dict) -> dict:
     """
-    A run's own numbers: final and best held-out reward, reward fluctuation, completions and tokens per training
-    second, peak memory (bytes), mean zero-std fraction and held-out reward gained per hour of training (final minus
+    A run's own numbers: final and best held-out reward, reward fluctuation, completions and tokens generated per
+    training second (dynamic sampling's extra rounds included; results without the count: the completions trained), peak memory (bytes), mean zero-std fraction and held-out reward gained per hour of training (final minus
     step 0, over the training time; evaluation excluded).
     """
     rewards = [p["reward"] for p in run["points"]]
@@ -93,16 +94,18 @@ def run_metrics(run: dict) -> dict:
     gain = rewards[-1] - rewards[0] if rewards else math.nan
     return {"final": rewards[-1] if rewards else math.nan, "best": max(_finite(rewards), default=math.nan),
             "fluctuation": fluctuation(run["train_reward"]),
-            "samples_per_s": run["steps"] * run["completions_per_step"] / seconds,
+            "samples_per_s": (run.get("generated") or run["steps"] * run["completions_per_step"]) / seconds,
             "tokens_per_s": run["num_tokens"] / seconds, "peak_memory": run["peak_memory"],
             "zero_std": finite_mean(run["zero_std"]),
             "gain_per_hour": gain / hours if hours else math.nan}  # fmt: skip
 
 
 def mean_curve(runs: list[dict]) -> list[dict]:
-    """The seeds' held-out curves averaged point by point (step, completions, training seconds and reward)."""
+    """The seeds' held-out curves averaged point by point (step, completions generated and trained, training seconds
+    and reward; a result without the trained count: its completions)."""
     length = min(len(run["points"]) for run in runs)
-    keys = ("step", "completions", "time", "reward")
+    runs = [{**run, "points": [{"trained": p["completions"], **p} for p in run["points"]]} for run in runs]
+    keys = ("step", "completions", "trained", "time", "reward")
     return [{key: finite_mean(run["points"][i][key] for run in runs) for key in keys} for i in range(length)]
 
 
@@ -255,6 +258,7 @@ def table_rows(rows: list[dict]) -> list[dict]:
             "arm": row["arm"].name, "final": _cell(row["final"], n), "best": _cell(row["best"], n),
             "steps to target": f"{reached['step']:.0f}" if reached else "not reached",
             "completions to target": f"{reached['completions']:.0f}" if reached else "not reached",
+            "trained to target": f"{reached['trained']:.0f}" if reached else "not reached",
             "fluctuation": _cell(row["fluctuation"], n), "samples/s": _cell(row["samples_per_s"], n, 1),
             "tokens/s": _cell(row["tokens_per_s"], n, 0), "peak memory": _memory(row["peak_memory"], n),
             "zero-std": _cell(row["zero_std"], n, 2), "reward/hour": _cell(row["gain_per_hour"], n, 2),
