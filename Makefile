@@ -9,7 +9,7 @@ TORCH ?= torch==2.13.0
 # Test processes (pytest-xdist), one torch thread each; idle workers take queued tests from busy ones.
 WORKERS ?= 2
 
-.PHONY: test test-slow demo check-recipes bench clean
+.PHONY: test test-slow mutations demo check-recipes bench clean
 
 # Setup takes minutes on a fresh machine: each phase says what it does, and pip prints a line per package.
 $(VENV)/.installed: pyproject.toml
@@ -28,6 +28,9 @@ test: $(VENV)/.installed
 
 test-slow: $(VENV)/.installed  # the real SmolLM2 model: fetched and converted once, then a few training steps
 	$(PY) -m pytest -q -m slow
+
+mutations: $(VENV)/.installed  # on demand, not in CI: one-line mutants of the critical paths (docs/testing.md)
+	OMP_NUM_THREADS=1 $(PY) benchmarks/mutations.py
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/grpo-curriculum demo

@@ -333,10 +333,10 @@ class IncrementRecords:
         """
         One value a round for each metric TRL appended in several passes. Those TRL computes from the rows (rewards,
         completion lengths, zero-std share, vLLM sampling) are written again from the trained rows by
-        [`merge_increments`]; a
-        `log_metric` value is the mean of every value logged in the round's passes (TRL's `total / count`, over the
-        passes' calls); any other (`tools/*`) the mean of its passes weighted by their rows when it was appended once a
-        pass, else the mean of its values: over the rows generated, as no per-row value exists.
+        [`merge_increments`]; a `log_metric` value is the mean of every value logged in the round's passes (TRL's
+        `total / count`, over the passes' calls); any other (`tools/*`) the mean of its passes weighted by their rows
+        when it was appended once a pass, else the mean of its values: over the rows generated, as no per-row value
+        exists.
         """
         user = {}
         for part in self.user_metrics:
@@ -468,7 +468,7 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
     _log_reward_metrics(trainer, rewards_per_func)
     _log_row_metrics(trainer, records, rows, torch.tensor(order, dtype=torch.long), merged)
     metrics = trainer._metrics["train"]
-    if "frac_reward_zero_std" in metrics:
+    if metrics.get("frac_reward_zero_std"):
         metrics["frac_reward_zero_std"][-1] = frac_reward_zero_std(
             rewards_per_func, group_sizes, trainer.reward_weights, trainer.scale_rewards,
             trainer.multi_objective_aggregation)  # fmt: skip
