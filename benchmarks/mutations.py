@@ -54,8 +54,8 @@ MUTATIONS = [
              ("tests/test_increments.py", "-k", "several_iterations or padded_to_its_trained"),
              "a narrower increment's prompts padded on the right (pad tokens between prompt and completion)"),
     Mutation("padded_to_every_row", "grpo_curriculum/training/_trl.py",
-             "        keep = (prompt_widths if side == \"left\" else completion_widths)[rank]",
-             "        keep = tensor.size(1)",
+             '        merged[key] = tensor[:, tensor.size(1) - keep :] if side == "left" else tensor[:, :keep]',
+             "        merged[key] = tensor",
              ("tests/test_increments.py", "-k", "padded_to_its_trained"),
              "merged rows padded to the widest row sampled, dropped rows included"),
     Mutation("row_metrics_per_increment", "grpo_curriculum/training/_trl.py",
@@ -163,7 +163,8 @@ def run(mutation: Mutation, timeout: int, show: bool = False) -> tuple[str, floa
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("names", nargs="*", help="mutations to run (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
     parser.add_argument("--timeout", type=int, default=1200, help="seconds a mutant's tests may run")

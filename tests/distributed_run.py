@@ -91,7 +91,8 @@ def record_rounds(trainer) -> list[dict]:
                        "rows": tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True),
                        "advantages": output["advantages"].tolist(),
                        "num_items_in_batch": int(output["num_items_in_batch"]),
-                       "loss_tokens": int((output["completion_mask"] * output.get("tool_mask", 1)).sum())})  # fmt: skip
+                       "loss_tokens": int((output["completion_mask"] * output.get("tool_mask", 1)).sum()),
+                       })  # fmt: skip
         return output
 
     trainer._generate_and_score_completions = spy

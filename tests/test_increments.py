@@ -302,7 +302,8 @@ def loss_gradient(trainer, inputs):
 
 def test_dynamic_sampling_on_limit_error_stops_with_a_clear_message(tmp_path):
     """verl's behaviour past `max_num_gen_batches`: an error naming the rounds, the groups found and the fixes."""
-    stages = [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=2, on_limit="error"))]
+    stages = [Stage(num_generations=2, temperature=1.0,
+                    dynamic_sampling=DynamicSampling(max_rounds=2, on_limit="error"))]  # fmt: skip
     trainer, _ = make_trainer(tmp_path, stages, recorder=RoundRecorder(one_of_four_informative), max_steps=1,
                               shuffle_dataset=False)  # fmt: skip
     with pytest.raises(RuntimeError) as error:
@@ -387,8 +388,8 @@ def test_merged_rounds_with_several_iterations_and_steps_per_generation(tmp_path
         mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
         logps = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, output["completion_ids"].size(1),
                                                            batch_size=4)[0]  # fmt: skip
-        ref = trainer._get_per_token_logps_and_entropies(trainer.ref_model, ids, mask, output["completion_ids"].size(1),
-                                                         batch_size=4)[0]  # fmt: skip
+        width = output["completion_ids"].size(1)
+        ref = trainer._get_per_token_logps_and_entropies(trainer.ref_model, ids, mask, width, batch_size=4)[0]
     keep = output["completion_mask"].bool()
     torch.testing.assert_close(logps[keep], output["old_per_token_logps"][keep], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ref[keep], output["ref_per_token_logps"][keep], atol=1e-5, rtol=1e-5)
@@ -624,10 +625,11 @@ def make_gpt2_vllm_trainer(tmp_path, model, stages, reward, dataset, **overrides
     from .fake_vllm import FakeVLLMServer
 
     recorder = RoundRecorder(reward_fn=reward)
-    args = grpo_args(tmp_path, **{"use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": FakeVLLMServer.base_url,
-                                  "max_completion_length": 8, "beta": 0.1, "shuffle_dataset": False, **overrides})
-    trainer = CurriculumGRPOTrainer(model=model, processing_class=build_tokenizer(), reward_funcs=recorder,
-                                    args=args, train_dataset=dataset, callbacks=[CurriculumCallback(stages)])  # fmt: skip
+    vllm = {"use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": FakeVLLMServer.base_url,
+            "max_completion_length": 8, "beta": 0.1, "shuffle_dataset": False}
+    args = grpo_args(tmp_path, **{**vllm, **overrides})
+    trainer = CurriculumGRPOTrainer(model=model, processing_class=build_tokenizer(), reward_funcs=recorder, args=args,
+                                    train_dataset=dataset, callbacks=[CurriculumCallback(stages)])  # fmt: skip
     recorder.trainer = trainer
     return trainer
 
@@ -759,7 +761,7 @@ def none_for_every_fourth(prompts, completions, idx, **kwargs):
 
 
 def test_informative_share_counts_an_unscored_trained_group_as_not_informative(tmp_path):
-    """`max_rounds` 1: the round trains its 4 groups, one of them unscored (all NaN): 3 of 4 informative, not 3 of 3."""
+    """`max_rounds` 1: the round trains its 4 groups, one unscored (all NaN): 3 of 4 informative, not 3 of 3."""
     stages = [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=1))]
     trainer, _ = make_trainer(tmp_path, stages, recorder=RoundRecorder(none_for_every_fourth), max_steps=1,
                               shuffle_dataset=False)  # fmt: skip

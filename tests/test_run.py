@@ -256,9 +256,10 @@ def test_stage_table_counts_optimizer_steps_and_generated_completions():
     """
     from grpo_curriculum.cli.run import stage_summary
 
-    line = lambda step, stage, **extra: {"step": step, "curriculum/stage": stage, "curriculum/temperature": 1.0,  # noqa: E731
-                                         "curriculum/num_generations": 4, "reward": 0.5, "frac_reward_zero_std": 0.0,
-                                         "step_time": 0.5, **extra}  # fmt: skip
+    def line(step, stage, **extra):
+        return {"step": step, "curriculum/stage": stage, "curriculum/temperature": 1.0,
+                "curriculum/num_generations": 4, "reward": 0.5, "frac_reward_zero_std": 0.0, "step_time": 0.5, **extra}
+
     history = [line(4, 0), {"curriculum/switch": {}, "step": 9}, line(8, 0),
                line(12, 1, **{"curriculum/generated": 96}), line(16, 1, **{"curriculum/generated": 0})]
     rows = stage_summary(history, generation_batch_size=32, steps_per_round=2.0)

@@ -85,7 +85,8 @@ def fluctuation(rewards) -> float:
 def run_metrics(run: dict) -> dict:
     """
     A run's own numbers: final and best held-out reward, reward fluctuation, completions and tokens generated per
-    training second (dynamic sampling's extra rounds included; results without the count: the completions trained), peak memory (bytes), mean zero-std fraction and held-out reward gained per hour of training (final minus
+    training second (dynamic sampling's extra rounds included; results without the count: the completions trained),
+    peak memory (bytes), mean zero-std fraction and held-out reward gained per hour of training (final minus
     step 0, over the training time; evaluation excluded).
     """
     rewards = [p["reward"] for p in run["points"]]

@@ -265,7 +265,7 @@ class IncrementRecords:
         self.logs: list[dict] = []
         self.rows: list[int] = []  # each increment's rows, every process
         self.scored = None  # the pass's `(rewards_per_func, completion_ids_list)`, from `_calculate_rewards`
-        self.lengths: list[dict] = []  # per increment, this process's rows: what `_generate` returned (see `generated`)
+        self.lengths: list[dict] = []  # per increment, this process's rows as `_generate` returned them (`generated`)
         self.user_metrics: list[dict] = []  # per increment, the `log_metric` values of this process (name: values)
         self._metric_lengths = {key: len(values) for key, values in trainer._metrics["train"].items()}
         self._kept_logs = trainer._logs
@@ -363,7 +363,8 @@ class IncrementRecords:
         part = {}
         for name in names:
             values = pending.get(name, [])
-            stats = torch.tensor([sum(values), len(values)], dtype=torch.float64, device=self.trainer.accelerator.device)
+            stats = torch.tensor([sum(values), len(values)], dtype=torch.float64,
+                                 device=self.trainer.accelerator.device)  # fmt: skip
             total, count = self.trainer.accelerator.gather(stats).view(-1, 2).sum(dim=0).tolist()
             part[name] = (total, int(count))
         self.user_metrics.append(part)
@@ -411,8 +412,8 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
     Each process's rows are padded as TRL pads one pass: to the widest of its own rows' prompts (on the left) and
     completions (rounded up to `pad_to_multiple_of`). When that moves a row's prompt (a model with absolute positions
     gives other log-probabilities), the policy's and reference model's log-probabilities are computed again for the
-    round, as TRL computes them for one pass; the vLLM importance-sampling ratio is computed from them by TRL's formula.
-    Rows `masked` (one flag a row of `order`) are out of the loss: their `tool_mask`, TRL's loss mask, is 0.
+    round, as TRL computes them for one pass; the vLLM importance-sampling ratio is computed from them by TRL's
+    formula. Rows `masked` (one flag a row of `order`) are out of the loss: their `tool_mask`, TRL's loss mask, is 0.
     """
     accelerator = trainer.accelerator
     outputs = records.outputs
@@ -442,10 +443,10 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
         for out in outputs:
             tensor = accelerator.pad_across_processes(out[key], dim=1, pad_index=value, pad_first=side == "left")
             parts.append(accelerator.gather(tensor))
-        width = max(max(part.size(1) for part in parts), (prompt_widths if side == "left" else completion_widths)[rank])
+        keep = (prompt_widths if side == "left" else completion_widths)[rank]
+        width = max(max(part.size(1) for part in parts), keep)
         parts = [_pad_width(part, width, side, value) for part in parts]
         tensor = torch.cat(parts)[mine.to(parts[0].device)]
-        keep = (prompt_widths if side == "left" else completion_widths)[rank]
         merged[key] = tensor[:, tensor.size(1) - keep :] if side == "left" else tensor[:, :keep]
     rewards_per_func = torch.cat(records.rewards_per_func)
     rewards_per_func = rewards_per_func[torch.tensor(order, device=rewards_per_func.device)]
