@@ -17,7 +17,7 @@ TRANSFORMERS ?=
 COMPAT_VENV := .venv-trl$(TRL)$(if $(TRANSFORMERS),-tf$(TRANSFORMERS))
 COMPAT_PINS := "trl==$(TRL)" $(if $(TRANSFORMERS),"transformers==$(TRANSFORMERS)")
 
-.PHONY: test test-slow demo check-recipes bench clean compat
+.PHONY: test test-slow mutations demo check-recipes bench clean compat
 
 # Setup takes minutes on a fresh machine: each phase says what it does, and pip prints a line per package.
 $(VENV)/.installed: pyproject.toml
@@ -37,6 +37,9 @@ test: $(VENV)/.installed
 
 test-slow: $(VENV)/.installed  # the real SmolLM2 model: fetched and converted once, then a few training steps
 	$(PY) -m pytest -q -m slow
+
+mutations: $(VENV)/.installed  # on demand, not in CI: one-line mutants of the critical paths (docs/testing.md)
+	OMP_NUM_THREADS=1 $(PY) benchmarks/mutations.py
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/grpo-curriculum demo

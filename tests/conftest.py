@@ -71,6 +71,37 @@ def tiny_model_dir(tmp_path_factory):
     return path
 
 
+def build_gpt2_model(seed: int = 0, hidden_size: int = 32, num_layers: int = 2):
+    """
+    A tiny GPT-2 over the demo vocabulary, dropout 0: absolute position embeddings, so (unlike the tiny Llama, whose
+    rotary positions make its log-probs the same whatever the left padding, to 2.4e-7) the log-probabilities of a
+    row change with the padding in front of its prompt. Tests of merged rounds use it to see a padding that TRL would
+    not have used.
+    """
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from grpo_curriculum.demo.tasks import VOCAB
+
+    config = GPT2Config(vocab_size=len(VOCAB), n_positions=64, n_embd=hidden_size, n_layer=num_layers, n_head=2,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, pad_token_id=VOCAB.index("<pad>"),
+                        bos_token_id=VOCAB.index("<bos>"), eos_token_id=VOCAB.index("<eos>"),
+                        tie_word_embeddings=False)  # fmt: skip
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(config)
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2_dir(tmp_path_factory):
+    """[`build_gpt2_model`] and the demo tokenizer saved to a folder (a policy or reference model by name)."""
+    from grpo_curriculum.demo.tasks import build_tokenizer
+
+    path = str(tmp_path_factory.mktemp("tiny-gpt2"))
+    build_gpt2_model(0).save_pretrained(path)
+    build_tokenizer().save_pretrained(path)
+    return path
+
+
 def grpo_args(output_dir, **overrides):
     """GRPOConfig for a few-second CPU run of the tiny model."""
     from trl import GRPOConfig

@@ -78,8 +78,8 @@ def train(output_dir: str, mode: str) -> None:
 
 
 def record_rounds(trainer) -> list[dict]:
-    """Each round's prompts, increments, sizes and trained groups, and the rows (prompt texts) and advantages this rank
-    trains on."""
+    """Each round's prompts, increments, sizes and trained groups, and the rows (prompt texts), advantages,
+    `num_items_in_batch` and loss tokens this rank trains on."""
     rounds, original = [], trainer._generate_and_score_completions
     tokenizer = build_tokenizer()
 
@@ -89,7 +89,10 @@ def record_rounds(trainer) -> list[dict]:
         rounds.append({"prompts": [int(i) for i in round_.prompts], "increments": round_.increments,
                        "sizes": round_.sizes, "trained": round_.trained,
                        "rows": tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True),
-                       "advantages": output["advantages"].tolist()})  # fmt: skip
+                       "advantages": output["advantages"].tolist(),
+                       "num_items_in_batch": int(output["num_items_in_batch"]),
+                       "loss_tokens": int((output["completion_mask"] * output.get("tool_mask", 1)).sum()),
+                       })  # fmt: skip
         return output
 
     trainer._generate_and_score_completions = spy

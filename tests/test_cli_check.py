@@ -349,10 +349,11 @@ def test_check_prints_the_top_up_and_dynamic_sampling_plans(tmp_path, capsys):
             "group holds 4, 8, 12 or 16 completions; at most 6 increments (generation calls) after the pilots\n"
             ) in out
     assert "x pilot 16 = 64 completions first, the whole generation batch 64: no increment" in out
-    assert ("stage 2: G=4 with dynamic sampling (max_rounds 4), temperature 1, until the end: valid (64 / 4 = 16 "
-            "prompts per generation round)\n  dynamic sampling: groups whose rewards are all equal are dropped and "
-            "refilled from further rounds of 16 prompts (64 completions each), at most 4 rounds (256 completions) a "
-            "training batch") in out
+    assert ("stage 2: G=4 with dynamic sampling (max_rounds 4, on_limit mask), temperature 1, until the end: valid "
+            "(64 / 4 = 16 prompts per generation round)\n  dynamic sampling: groups whose rewards are all equal are "
+            "dropped and refilled from further rounds of 16 prompts (64 completions each), at most 4 rounds (256 "
+            "completions) a training batch; a batch still short after them trains on its informative groups only "
+            "(the all-equal groups filling it up are out of the loss) (on_limit mask)") in out
     recipe.write_text(SAMPLING.replace("pilot: 4}", "pilot: 4, rule: value, success_threshold: 1.0}"))
     code, out, _ = check(capsys, recipe)
     assert code == 0 and ("the other 32 of the generation batch 64 go 4 at a time where they add the most completions "

@@ -94,6 +94,8 @@ def test_rounds_in_increments_agree_and_keep_groups_whole_across_ranks(torchrun_
         trained = a["trained"] if a["trained"] is not None else range(len(a["sizes"]))
         assert len(a["rows"]) == len(b["rows"]) == 4  # the generation batch, split evenly
         assert a["rows"] + b["rows"] == [prompts[a["prompts"][g]] for g in trained for _ in range(a["sizes"][g])]
+        # TRL's `num_items_in_batch`: the loss tokens of the whole round, every rank's (the `dapo` loss's normaliser).
+        assert a["num_items_in_batch"] == b["num_items_in_batch"] == a["loss_tokens"] + b["loss_tokens"] > 0
     top_up, dynamic = plans[0][:3], plans[0][3:]
     assert all(len(increments) > 1 and sum(sizes) == 8 for _, increments, sizes, _ in top_up)
     assert any(trained is not None for *_, trained in dynamic)  # some groups dropped, the kept ones redistributed

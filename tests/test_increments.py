@@ -14,10 +14,10 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
-from grpo_curriculum import Adaptive, DynamicSampling, Stage
+from grpo_curriculum import Adaptive, CurriculumCallback, CurriculumGRPOTrainer, DynamicSampling, Stage
 from grpo_curriculum.demo.tasks import build_tokenizer, echo_dataset
 
-from .conftest import RoundRecorder, group_runs, indexed_dataset
+from .conftest import RoundRecorder, group_runs, grpo_args, indexed_dataset
 from .fake_vllm import decode_fake_completion, fake_vllm_colocate, fake_vllm_server  # noqa: F401 - fixtures
 from .test_trainer import make_trainer, train_history
 
@@ -229,18 +229,100 @@ def test_dynamic_sampling_drops_all_equal_groups_and_refills(tmp_path):
     assert [h["curriculum/informative_share"] for h in history] == [1.0, 1.0]
 
 
-def test_dynamic_sampling_at_its_cap_fills_the_batch_with_dropped_groups(tmp_path):
-    stages = dynamic(g=2, max_rounds=3)
+@pytest.mark.parametrize("on_limit", ["mask", "fill"])
+def test_dynamic_sampling_at_its_cap_fills_the_batch_with_dropped_groups(tmp_path, on_limit):
+    """`max_rounds` 3, every group all equal: the batch holds the first groups, advantage 0; `mask` (the default):
+    their tokens out of the loss (TRL's loss mask `tool_mask` 0, `num_items_in_batch` 0); `fill`: in it."""
+    stages = [Stage(num_generations=2, temperature=1.0,
+                    dynamic_sampling=DynamicSampling(max_rounds=3, on_limit=on_limit))]  # fmt: skip
     trainer, recorder = make_trainer(tmp_path, stages, recorder=RoundRecorder(), max_steps=1,
                                          shuffle_dataset=False)  # fmt: skip
     rounds = record_outputs(trainer)
     trainer.train()  # the recorder's reward is the prompt index: every group all equal
     assert [len(c["idx"]) for c in recorder.calls] == [8, 8, 8]
     assert rounds[0]["round"].trained == [0, 1, 2, 3]
-    assert rounds[0]["output"]["advantages"].abs().max() == 0
+    output = rounds[0]["output"]
+    assert output["advantages"].abs().max() == 0
+    if on_limit == "mask":
+        assert rounds[0]["round"].masked == [0, 1, 2, 3]
+        assert output["tool_mask"].sum() == 0 and output["num_items_in_batch"] == 0
+    else:
+        assert rounds[0]["round"].masked is None and "tool_mask" not in output
+        assert output["num_items_in_batch"] == output["completion_mask"].sum() > 0
     history = train_history(trainer)
     assert history[0]["curriculum/dropped"] == 8 and history[0]["curriculum/generated"] == 24
     assert history[0]["frac_reward_zero_std"] == 1.0 and history[0]["curriculum/informative_share"] == 0.0
+
+
+def one_of_four_informative(prompts, completions, idx, **kwargs):
+    """Prompts with index % 4 == 1 by row position (informative); the others always 1."""
+    return [float(j) if i % 4 == 1 else 1.0 for j, i in enumerate(idx)]
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "bnpo", "cispo"])
+def test_dynamic_sampling_at_its_limit_trains_the_informative_groups_undiluted(tmp_path, loss_type):
+    """
+    `max_rounds` 2, one informative group a pass: 2 of the 4 groups a batch needs. With `on_limit="mask"` (the
+    default) the token-normalised loss is the loss of the informative groups alone (the fill-up groups' tokens out of
+    the loss and of `num_items_in_batch`); with `"fill"` their tokens dilute it.
+    """
+    losses = {}
+    for on_limit in ("mask", "fill"):
+        stages = [Stage(num_generations=2, temperature=1.0,
+                        dynamic_sampling=DynamicSampling(max_rounds=2, on_limit=on_limit))]  # fmt: skip
+        trainer, _ = make_trainer(tmp_path / on_limit, stages, recorder=RoundRecorder(one_of_four_informative),
+                                  max_steps=1, shuffle_dataset=False, loss_type=loss_type)  # fmt: skip
+        rounds = record_outputs(trainer)
+        trainer.train()
+        (r,) = rounds
+        assert r["round"].trained == [0, 1, 2, 5] and r["round"].dropped == 4  # groups 1 and 5 informative
+        output = r["output"]
+        informative = torch.tensor([g in (1, 5) for g in r["round"].trained for _ in range(2)])
+        alone = {key: value[informative] for key, value in output.items()
+                 if isinstance(value, torch.Tensor) and value.dim() and key != "tool_mask"}  # fmt: skip
+        alone["num_items_in_batch"] = alone["completion_mask"].sum()
+        trainer.model.train()
+        losses[on_limit] = (loss_gradient(trainer, output), loss_gradient(trainer, alone))
+        if on_limit == "mask":
+            assert output["num_items_in_batch"] == alone["num_items_in_batch"]
+    torch.testing.assert_close(*losses["mask"], rtol=1e-5, atol=1e-7)
+    merged, alone = losses["fill"]  # diluted by the fill-up groups' tokens: the same direction, smaller
+    assert torch.nn.functional.cosine_similarity(merged, alone, dim=0) > 0.999
+    assert merged.norm() < 0.9 * alone.norm()
+
+
+def loss_gradient(trainer, inputs):
+    """The gradient of TRL's loss on `inputs` at the trainer's current weights, flattened."""
+    trainer.model.zero_grad()
+    trainer.compute_loss(trainer.model, inputs).backward()
+    gradient = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+    trainer.model.zero_grad()
+    return gradient
+
+
+def test_dynamic_sampling_on_limit_error_stops_with_a_clear_message(tmp_path):
+    """verl's behaviour past `max_num_gen_batches`: an error naming the rounds, the groups found and the fixes."""
+    stages = [Stage(num_generations=2, temperature=1.0,
+                    dynamic_sampling=DynamicSampling(max_rounds=2, on_limit="error"))]  # fmt: skip
+    trainer, _ = make_trainer(tmp_path, stages, recorder=RoundRecorder(one_of_four_informative), max_steps=1,
+                              shuffle_dataset=False)  # fmt: skip
+    with pytest.raises(RuntimeError) as error:
+        trainer.train()
+    message = str(error.value)
+    assert "max_rounds 2" in message and "found 2 informative groups of the 4" in message
+    assert "0: no limit" in message and "on_limit: mask" in message
+
+
+def test_dynamic_sampling_without_limit_draws_until_the_batch_is_informative(tmp_path):
+    """`max_rounds` 0 (verl's `max_num_gen_batches: 0`): one informative group a pass, 4 needed: 4 passes."""
+    stages = [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=0))]
+    trainer, recorder = make_trainer(tmp_path, stages, recorder=RoundRecorder(one_of_four_informative), max_steps=1,
+                                     shuffle_dataset=False)  # fmt: skip
+    rounds = record_outputs(trainer)
+    trainer.train()
+    (r,) = rounds
+    assert len(recorder.calls) == 4 and r["round"].trained == [1, 5, 9, 13] and r["round"].masked is None
+    assert r["output"]["advantages"].abs().min() > 0.5
 
 
 def two_of_four_constant(prompts, completions, idx, **kwargs):
@@ -273,9 +355,10 @@ def test_every_loss_type_trains_on_merged_rounds(tmp_path, tiny_model_dir, loss_
 
 
 @pytest.mark.parametrize("sampling", ["top_up", "dynamic_sampling"])
-def test_merged_rounds_with_several_iterations_and_steps_per_generation(tmp_path, tiny_model_dir, sampling):
-    """num_iterations 2, steps_per_generation 2: the old and reference log-probs describe the rows as trained on (their
-    prompts padded to the round's widest), not as each increment padded them."""
+def test_merged_rounds_with_several_iterations_and_steps_per_generation(tmp_path, tiny_gpt2_dir, sampling):
+    """num_iterations 2, steps_per_generation 2, a model with absolute positions (GPT-2): the old and reference
+    log-probs describe the rows as trained on (their prompts padded to the round's widest), not as each increment
+    padded them."""
     stage = (top_up(prompts=5) if sampling == "top_up" else
              dynamic(g=2, max_rounds=3))  # fmt: skip
     reward = KindReward() if sampling == "top_up" else two_of_four_constant
@@ -285,7 +368,7 @@ def test_merged_rounds_with_several_iterations_and_steps_per_generation(tmp_path
     trainer, _ = make_trainer(tmp_path, stage, recorder=RoundRecorder(reward_fn=reward), max_steps=4,
                                   per_device_train_batch_size=8 if sampling == "top_up" else 4, num_iterations=2,
                                   steps_per_generation=2, beta=0.1, dataset=mixed_length_dataset(long),
-                                  model=tiny_model_dir, shuffle_dataset=False)  # fmt: skip
+                                  model=tiny_gpt2_dir, shuffle_dataset=False)  # fmt: skip
     rounds = record_outputs(trainer)
     weights = {}
 
@@ -305,9 +388,15 @@ def test_merged_rounds_with_several_iterations_and_steps_per_generation(tmp_path
         mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
         logps = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, output["completion_ids"].size(1),
                                                            batch_size=4)[0]  # fmt: skip
+        width = output["completion_ids"].size(1)
+        ref = trainer._get_per_token_logps_and_entropies(trainer.ref_model, ids, mask, width, batch_size=4)[0]
     keep = output["completion_mask"].bool()
     torch.testing.assert_close(logps[keep], output["old_per_token_logps"][keep], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ref[keep], output["ref_per_token_logps"][keep], atol=1e-5, rtol=1e-5)
     assert len(set(output["prompt_mask"].sum(1).tolist())) > 1  # prompts of several widths in one round
+    # Padded as TRL pads one pass: to the widest trained prompt (on the left) and completion, no wider.
+    assert output["prompt_mask"][:, 0].any() and output["completion_mask"][:, -1].any()
+    assert bool((output["prompt_mask"].cumsum(1) > 0).eq(output["prompt_mask"].bool()).all())  # left-padded
 
 
 @pytest.mark.parametrize("mode", ["server", "colocate"])
@@ -351,7 +440,8 @@ def test_resume_inside_a_round_replays_it(tmp_path, stages):
     """
     A checkpoint inside a round (TRL regenerates the round at the resume): the round's prompts and pilot are replayed
     from where the stream stood at its start; with rewards that depend on the prompts only, its later increments,
-    every later round and the logged counts are those of the run that never stopped.
+    every later round and the logged counts are those of the run that never stopped (but `curriculum/generated`: the
+    replayed round is generated again).
     """
     overrides = dict(save_strategy="steps", save_steps=1, shuffle_dataset=True, per_device_train_batch_size=4,
                      gradient_accumulation_steps=2, steps_per_generation=4, max_steps=8)  # fmt: skip
@@ -373,7 +463,11 @@ def test_resume_inside_a_round_replays_it(tmp_path, stages):
     keys = ("curriculum/generated", "curriculum/increments", "curriculum/dropped", "curriculum/informative_share")
     logged = lambda trainer: [tuple(h[k] for k in ("step", *keys)) for h in trainer.state.log_history  # noqa: E731
                               if "loss" in h]  # fmt: skip
-    assert logged(resumed) == logged(full)
+    # The round of steps 3-4, generated again at step 4 after the resume: its completions count as generated there
+    # (the run that never stopped logged them at step 3).
+    expected = [list(line) for line in logged(full)]
+    expected[3][1] = expected[2][1]
+    assert [list(line) for line in logged(resumed)] == expected and expected[3][1] > 0
 
 
 def record_priors(trainer) -> list:
@@ -444,3 +538,259 @@ def test_a_top_up_round_that_cannot_fill_fails_before_any_step(tmp_path):
         make_trainer(tmp_path, top_up(candidates=(2, 4), prompts=2), per_device_train_batch_size=16)
     message = str(error.value)
     assert "prompts" in message and "cannot fill" in message and "use `prompts: 4` or more" in message
+
+
+# --- merged rounds against an independent rebuild (a model whose log-probs depend on the padding) -------------------
+
+
+def record_passes(monkeypatch, trainer):
+    """Spy on every TRL generation and scoring pass of a training round (each increment's output, as TRL built it)."""
+    passes, original = [], GRPOTrainer._generate_and_score_completions
+
+    def spy(self, inputs):
+        output = original(self, inputs)
+        if self is trainer and self.model.training:
+            passes.append(output)
+        return output
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", spy)
+    return passes
+
+
+def raw_rows(passes) -> list[dict]:
+    """Each row of the passes, unpadded, in pass order: its prompt and completion tokens and vLLM's log-probs."""
+    rows = []
+    for output in passes:
+        for i in range(len(output["prompt_ids"])):
+            n = int(output["completion_mask"][i].sum())
+            rows.append({"prompt": output["prompt_ids"][i][output["prompt_mask"][i].bool()].tolist(),
+                         "completion": output["completion_ids"][i][:n].tolist(),
+                         "sampling": output["sampling_per_token_logps"][i][:n]})  # fmt: skip
+    return rows
+
+
+def rebuild(trainer, rows: list[dict], rewards: list[float], sizes: list[int]) -> dict:
+    """
+    The batch TRL would build for `rows` in one pass, written out here (not with the merge's code): prompts padded on
+    the left and completions on the right to the widest row, the policy's and the reference model's log-probs, the
+    vLLM importance-sampling ratio by TRL's formula, advantages over each group's rewards (Bessel std + 1e-4).
+    """
+    pad = trainer.processing_class.pad_token_id
+    prompt_width = max(len(r["prompt"]) for r in rows)
+    completion_width = max(len(r["completion"]) for r in rows)
+    batch = {
+        "prompt_ids": torch.tensor([[pad] * (prompt_width - len(r["prompt"])) + r["prompt"] for r in rows]),
+        "prompt_mask": torch.tensor([[0] * (prompt_width - len(r["prompt"])) + [1] * len(r["prompt"]) for r in rows]),
+        "completion_ids": torch.tensor([r["completion"] + [pad] * (completion_width - len(r["completion"]))
+                                        for r in rows]),  # fmt: skip
+        "completion_mask": torch.tensor([[1] * len(r["completion"]) + [0] * (completion_width - len(r["completion"]))
+                                         for r in rows]),  # fmt: skip
+        "sampling_per_token_logps": torch.stack([torch.cat([r["sampling"],
+                                                            torch.zeros(completion_width - len(r["sampling"]))])
+                                                 for r in rows]),  # fmt: skip
+    }
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    with torch.no_grad():
+        for key, model in (("old_per_token_logps", trainer.model), ("ref_per_token_logps", trainer.ref_model)):
+            batch[key] = trainer._get_per_token_logps_and_entropies(model, ids, mask, completion_width,
+                                                                    batch_size=len(rows))[0]  # fmt: skip
+    diff = torch.nan_to_num((batch["old_per_token_logps"] - batch["sampling_per_token_logps"])
+                            * batch["completion_mask"], nan=0.0)  # fmt: skip
+    mode, low, high = (trainer.args.vllm_importance_sampling_mode, trainer.args.vllm_importance_sampling_clip_min,
+                       trainer.args.vllm_importance_sampling_clip_max)  # fmt: skip
+    if mode.startswith("sequence"):
+        diff = diff.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode.endswith("truncate"):
+        ratio = torch.clamp(ratio, min=low, max=high)
+    else:
+        ratio = ratio.masked_fill((ratio < (-math.inf if low is None else low)) | (ratio > high), 0.0)
+    batch["importance_sampling_ratio"] = ratio
+    advantages, start = [], 0
+    for size in sizes:
+        group = rewards[start : start + size]
+        mean = sum(group) / size
+        std = math.sqrt(sum((r - mean) ** 2 for r in group) / (size - 1))
+        advantages += [(r - mean) / (std + 1e-4) for r in group]
+        start += size
+    batch["advantages"] = torch.tensor(advantages)
+    batch["num_items_in_batch"] = batch["completion_mask"].sum()
+    return batch
+
+
+def make_gpt2_vllm_trainer(tmp_path, model, stages, reward, dataset, **overrides):
+    """A curriculum trainer of the tiny GPT-2 (`model`: its folder) on the fake vLLM server (TRL's importance-sampling
+    correction on)."""
+    from .fake_vllm import FakeVLLMServer
+
+    recorder = RoundRecorder(reward_fn=reward)
+    vllm = {"use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": FakeVLLMServer.base_url,
+            "max_completion_length": 8, "beta": 0.1, "shuffle_dataset": False}
+    args = grpo_args(tmp_path, **{**vllm, **overrides})
+    trainer = CurriculumGRPOTrainer(model=model, processing_class=build_tokenizer(), reward_funcs=recorder, args=args,
+                                    train_dataset=dataset, callbacks=[CurriculumCallback(stages)])  # fmt: skip
+    recorder.trainer = trainer
+    return trainer
+
+
+SAMPLINGS = {  # stages, reward, which prompts are long (the second increment's rows then padded narrower), batch
+    "top_up": (top_up(prompts=5), KindReward, lambda i: i % 4 == 2, 16),
+    "dynamic_sampling": (dynamic(g=2, max_rounds=3), lambda: two_of_four_constant, lambda i: i // 4 % 2 == 1, 8),
+    # The all-equal groups (dropped) long, the informative ones short.
+    "dynamic_sampling_drops_long": (dynamic(g=2, max_rounds=3), lambda: two_of_four_constant,
+                                    lambda i: i % 4 in (0, 3), 8),
+}
+
+
+def merged_and_rebuilt(tmp_path, monkeypatch, model, sampling, **overrides):
+    """One merged round of the tiny GPT-2 (vLLM server, importance sampling on): the trainer at the weights the round
+    was sampled with, the round, the batch it trained on, and the batch TRL would have built for the same rows."""
+    stages, reward, long, batch = SAMPLINGS[sampling]
+    trainer = make_gpt2_vllm_trainer(tmp_path, model, stages, reward(), mixed_length_dataset(long), max_steps=1,
+                                     per_device_train_batch_size=batch, **overrides)  # fmt: skip
+    passes, rounds = record_passes(monkeypatch, trainer), record_outputs(trainer)
+    weights = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    with torch.no_grad():
+        for p, saved in zip(trainer.model.parameters(), weights, strict=True):
+            p.copy_(saved)
+    (r,) = rounds
+    round_ = r["round"]
+    assert len(passes) == len(round_.increments) > 1
+    rows = raw_rows(passes)
+    rows = [rows[i] for i in round_.order()]
+    rewards = round_.group_rewards(round_.trained_groups)[0]
+    if sampling != "dynamic_sampling_drops_long":
+        assert len({len(row["prompt"]) for row in rows}) > 1  # prompts of several lengths
+    return trainer, round_, r["output"], rebuild(trainer, rows, rewards, round_.trained_sizes), passes
+
+
+def assert_same_batch(merged, expected):
+    for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask"):
+        assert torch.equal(merged[key], expected[key]), key
+    keep = expected["completion_mask"].bool()
+    for key in ("old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps"):
+        torch.testing.assert_close(merged[key][keep], expected[key][keep], atol=1e-6, rtol=1e-6, msg=key)
+    ratio = merged["importance_sampling_ratio"]
+    torch.testing.assert_close(ratio if ratio.size(1) == 1 else ratio[keep],
+                               expected["importance_sampling_ratio"] if ratio.size(1) == 1 else
+                               expected["importance_sampling_ratio"][keep], atol=1e-6, rtol=1e-6)  # fmt: skip
+    torch.testing.assert_close(merged["advantages"], expected["advantages"], atol=1e-5, rtol=1e-5)
+    assert int(merged["num_items_in_batch"]) == int(expected["num_items_in_batch"])
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_every_loss_type_on_a_merged_round_equals_an_independent_rebuild(tmp_path, monkeypatch, fake_vllm_server,
+                                                                         tiny_gpt2_dir, loss_type):  # fmt: skip
+    """
+    A top-up round of the tiny GPT-2 whose second increment is all short prompts: the batch it trains on (ids, masks,
+    old and reference log-probs, the vLLM importance-sampling ratio, advantages, `num_items_in_batch`) and its loss
+    are those of the batch TRL would build for the same rows in one pass, written out independently.
+    """
+    overrides = {"vllm_importance_sampling_mode": "token_truncate", "loss_type": loss_type}
+    if loss_type == "luspo":
+        overrides["importance_sampling_level"] = "sequence"
+    trainer, _, merged, expected, passes = merged_and_rebuilt(tmp_path, monkeypatch, tiny_gpt2_dir, "top_up",
+                                                                   **overrides)  # fmt: skip
+    assert any(out["prompt_ids"].size(1) != merged["prompt_ids"].size(1) for out in passes)  # an increment repadded
+    assert_same_batch(merged, expected)
+    trainer.model.train()
+    with torch.no_grad():
+        loss, rebuilt_loss = trainer.compute_loss(trainer.model, merged), trainer.compute_loss(trainer.model, expected)
+    torch.testing.assert_close(loss, rebuilt_loss, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["sequence_mask", "token_mask"])
+@pytest.mark.parametrize("sampling", ["top_up", "dynamic_sampling"])
+def test_merged_round_logs_trls_sampling_metrics_over_its_trained_rows(tmp_path, monkeypatch, fake_vllm_server,
+                                                                       tiny_gpt2_dir, sampling, mode):  # fmt: skip
+    """The importance-sampling ratio is TRL's for the rows as trained on, and the `sampling/*` metrics of the log line
+    are TRL's, computed over those rows (dynamic sampling: not over the groups it dropped)."""
+    trainer, round_, merged, expected, _ = merged_and_rebuilt(tmp_path, monkeypatch, tiny_gpt2_dir, sampling,
+                                                              vllm_importance_sampling_mode=mode,
+                                                              vllm_importance_sampling_clip_max=1e6)  # fmt: skip
+    assert_same_batch(merged, expected)
+    if sampling == "dynamic_sampling":
+        assert round_.dropped > 0
+    keep = expected["completion_mask"].bool()
+    delta = (expected["old_per_token_logps"] - expected["sampling_per_token_logps"]).abs()[keep]
+    ratio = expected["importance_sampling_ratio"]
+    ratio = ratio.flatten() if mode.startswith("sequence") else ratio[keep]
+    (logged,) = train_history(trainer)
+    assert logged["sampling/sampling_logp_difference/mean"] == pytest.approx(delta.mean().item(), rel=1e-5)
+    assert logged["sampling/sampling_logp_difference/max"] == pytest.approx(delta.max().item(), rel=1e-5)
+    assert logged["sampling/importance_sampling_ratio/min"] == pytest.approx(ratio.min().item(), rel=1e-5)
+    assert logged["sampling/importance_sampling_ratio/mean"] == pytest.approx(ratio.mean().item(), rel=1e-5)
+    assert logged["sampling/importance_sampling_ratio/max"] == pytest.approx(ratio.max().item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("sampling", ["top_up", "dynamic_sampling"])
+def test_merged_round_logs_trls_completion_metrics_over_its_trained_rows(tmp_path, monkeypatch, fake_vllm_server,
+                                                                         tiny_gpt2_dir, sampling):  # fmt: skip
+    """
+    `completions/*` and `num_tokens` are TRL's, computed from the trained rows: completions of 2-word prompts end
+    after 6 tokens, those of 4-word prompts after 8. Top-up: the second increment holds short rows only (the passes'
+    `max_terminated_length` 8 and 6, whose `min` was logged: "terminated" contains "min"); dynamic sampling, cut at 7:
+    the second pass holds long rows only, all cut (no terminated completion: TRL's placeholder 0 turned the merged
+    terminated lengths into 0), and half the sampled groups are not trained (the lengths describe the trained ones).
+    """
+    trainer, round_, merged, expected, _ = merged_and_rebuilt(tmp_path, monkeypatch, tiny_gpt2_dir, sampling,
+                                                              max_completion_length=8 if sampling == "top_up" else 7)
+    assert_same_batch(merged, expected)
+    lengths = expected["completion_mask"].sum(1).float()
+    last = expected["completion_ids"][torch.arange(len(lengths)), lengths.long() - 1]
+    truncated = last != trainer.processing_class.eos_token_id
+    assert truncated.any() == (sampling == "dynamic_sampling") and not truncated.all()
+    terminated = lengths[~truncated]
+    (logged,) = train_history(trainer)
+    assert logged["completions/mean_length"] == pytest.approx(lengths.mean().item())
+    assert (logged["completions/min_length"], logged["completions/max_length"]) == (lengths.min(), lengths.max())
+    assert logged["completions/clipped_ratio"] == pytest.approx(truncated.float().mean().item())
+    assert logged["completions/mean_terminated_length"] == pytest.approx(terminated.mean().item())
+    assert logged["completions/min_terminated_length"] == terminated.min() == 6
+    assert logged["completions/max_terminated_length"] == terminated.max() == (8 if sampling == "top_up" else 6)
+    assert logged["num_tokens"] == expected["prompt_mask"].sum() + expected["completion_mask"].sum()
+    assert trainer.state.num_input_tokens_seen == logged["num_tokens"]
+    assert logged["reward"] == pytest.approx(sum(round_.group_rewards(round_.trained_groups)[0]) / len(lengths))
+
+
+def none_for_every_fourth(prompts, completions, idx, **kwargs):
+    """Prompts with index % 4 == 0 unscored (None: an all-NaN group); the others by row position (informative)."""
+    return [None if i % 4 == 0 else float(j) for j, i in enumerate(idx)]
+
+
+def test_informative_share_counts_an_unscored_trained_group_as_not_informative(tmp_path):
+    """`max_rounds` 1: the round trains its 4 groups, one unscored (all NaN): 3 of 4 informative, not 3 of 3."""
+    stages = [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=1))]
+    trainer, _ = make_trainer(tmp_path, stages, recorder=RoundRecorder(none_for_every_fourth), max_steps=1,
+                              shuffle_dataset=False)  # fmt: skip
+    trainer.train()
+    (h,) = train_history(trainer)
+    assert h["curriculum/informative_share"] == 0.75
+
+
+def test_a_log_metric_value_of_a_merged_round_is_trls_mean_of_its_calls(tmp_path):
+    """A reward function's `log_metric` values over a top-up round's two passes (10 and 6 rows): TRL's total / count
+    of the values logged, 8, whatever the name says ("max_...": not a maximum, 10; nor a mean by rows, 8.5)."""
+    kind = KindReward()
+
+    def reward(prompts, completions, idx, log_metric, **kwargs):
+        log_metric("max_rows_scored", float(len(idx)))
+        return kind(prompts, completions, idx)
+
+    trainer, _ = make_trainer(tmp_path, top_up(prompts=5), recorder=RoundRecorder(reward_fn=reward), max_steps=1,
+                              per_device_train_batch_size=16, shuffle_dataset=False)  # fmt: skip
+    trainer.train()
+    (h,) = train_history(trainer)
+    assert h["max_rows_scored"] == 8.0
+
+
+def test_a_merged_round_is_padded_to_its_trained_rows(tmp_path, monkeypatch, fake_vllm_server, tiny_gpt2_dir):
+    """Dynamic sampling drops the long prompts' groups: the batch is padded to its trained (short) rows, as TRL pads
+    them in one pass, not to the widest row sampled; old log-probs and the ratio are those of that padding."""
+    trainer, round_, merged, expected, passes = merged_and_rebuilt(tmp_path, monkeypatch, tiny_gpt2_dir,
+                                                                   "dynamic_sampling_drops_long")  # fmt: skip
+    assert round_.dropped > 0
+    assert all(out["prompt_ids"].size(1) > merged["prompt_ids"].size(1) for out in passes)
+    assert_same_batch(merged, expected)

@@ -70,10 +70,12 @@ def test_mixed_groups_are_contiguous_and_get_per_group_advantages(tmp_path, want
             start += g
         assert round_["advantages"] == pytest.approx(expected, abs=1e-5)
     history = train_history(trainer)
-    # TRL's grouping metric describes the real groups: the share of completions in zero-std groups, any scaling.
+    # TRL's metric as TRL computes it for the real groups: the share of rows whose reward std is 0, the group's std
+    # ("group", "none") or the round's ("batch": never 0 here); the curriculum's own share under its own name.
     for h, call in zip(history, recorder.calls, strict=True):
         zero = sum(1 for i in call["idx"] if i % 4 == 3) / len(call["idx"])
-        assert h["frac_reward_zero_std"] == pytest.approx(zero)
+        assert h["frac_reward_zero_std"] == pytest.approx(0.0 if scale_rewards == "batch" else zero)
+        assert h["curriculum/zero_std_fraction"] == pytest.approx(zero)
         assert h["curriculum/num_generations"] == pytest.approx(4.0) and h["curriculum/prompts"] == 4
         assert h["curriculum/deferred"] == 0
 
@@ -340,3 +342,25 @@ def test_a_small_all_settled_dataset_is_still_trained_in_turn():
         assert sum(sizes) == 16 and len(set(prompts)) == len(prompts)
         trained.update(prompts)
     assert sorted(trained) == list(range(12)) and max(trained.values()) <= 2 * min(trained.values()), trained
+
+
+@pytest.mark.parametrize("iterable", [False, True], ids=["map", "iterable"])
+def test_take_serves_the_prompts_a_per_prompt_round_left_waiting_once(iterable):
+    """
+    A per-prompt round leaves prompts waiting, then the stage switches to one of fixed G (or top-up, or dynamic
+    sampling: they all `take`): the waiting prompts come first, once, and every prompt of the pass is served once.
+    """
+    from datasets import Dataset
+
+    from grpo_curriculum.training import stream as _stream
+
+    dataset = Dataset.from_dict({"prompt": [f"p{i}" for i in range(12)], "idx": list(range(12))})
+    stream = _stream.PromptStream(dataset.to_iterable_dataset() if iterable else dataset, shuffle=False, seed=0)
+    index = (lambda rows: [row["idx"] for row in rows]) if iterable else list
+    stream.open_pass()
+    assert index(stream.commit({"read": 4, "taken": [0, 3], "left": [1, 2]})) == [0, 3]
+    assert index(stream.waiting) == [1, 2]
+    served = [index(stream.take(4)), index(stream.take(4))]
+    assert served == [[1, 2, 4, 5], [6, 7, 8, 9]] and stream.waiting == []
+    assert index(stream.take(2)) == [10, 11]  # the rest of the pass, then a new one
+    assert index(stream.take(2)) == [0, 1] and stream.epoch == 2

@@ -277,6 +277,19 @@ def test_resume_true_skips_a_half_written_newest_checkpoint(saved_run, tmp_path,
     assert [c["step"] for c in recorder.calls] == [6, 7, 8]  # resumed from checkpoint-6
 
 
+def test_resume_true_skips_a_newest_checkpoint_whose_curriculum_state_is_of_another_step(saved_run, tmp_path, caplog):
+    """checkpoint-9 holds checkpoint-8's curriculum state (a copy gone wrong): resume=True falls back to checkpoint-8,
+    naming the mismatch, instead of choosing checkpoint-9 and failing at the resume."""
+    from grpo_curriculum.training.checkpoint import newest_complete_checkpoint
+
+    output = tmp_path / "run"
+    shutil.copytree(saved_run, output)
+    shutil.copy(output / "checkpoint-8" / "curriculum_state.json", output / "checkpoint-9" / "curriculum_state.json")
+    with caplog.at_level("WARNING", logger="grpo_curriculum"):
+        assert newest_complete_checkpoint(output) == str(output / "checkpoint-8")
+    assert f"skipping {output / 'checkpoint-9'}" in caplog.text and "saved at step 8" in caplog.text
+
+
 def test_mid_round_checkpoint_resumes_on_another_valid_geometry(tmp_path):
     """Generation batch 16 -> 12 (steps_per_generation 4 -> 3): the round in progress is rebuilt for the new batch."""
     stages = [Stage(num_generations=2, temperature=0.7, until_step=4), Stage(num_generations=4, temperature=1.0)]

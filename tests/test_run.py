@@ -280,3 +280,21 @@ def test_plot_prints_the_path_it_wrote(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "names a .txt file, a format the plot cannot be written in" in err and not (tmp_path / "plot.txt").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+def test_stage_table_counts_optimizer_steps_and_generated_completions():
+    """
+    The per-stage table counts the optimizer steps each log line covers (`logging_steps` 4: 8 and 4 steps, not 2 and
+    1 lines), and its completions/s the completions generated: `curriculum/generated` where a stage samples in
+    increments (dynamic sampling's extra rounds included), else a round's completions per step.
+    """
+    from grpo_curriculum.cli.run import stage_summary
+
+    def line(step, stage, **extra):
+        return {"step": step, "curriculum/stage": stage, "curriculum/temperature": 1.0,
+                "curriculum/num_generations": 4, "reward": 0.5, "frac_reward_zero_std": 0.0, "step_time": 0.5, **extra}
+
+    history = [line(4, 0), {"curriculum/switch": {}, "step": 9}, line(8, 0),
+               line(12, 1, **{"curriculum/generated": 96}), line(16, 1, **{"curriculum/generated": 0})]
+    rows = stage_summary(history, generation_batch_size=32, steps_per_round=2.0)
+    assert [row["steps"] for row in rows] == [8, 8]
+    # Stage 0: 16 completions a step (a round of 32 trains 2 steps) over 0.5 s a step; stage 1: 96 over 8 x 0.5 s.
+    assert [row["completions/s"] for row in rows] == [32.0, 24.0]

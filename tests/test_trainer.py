@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 from trl import GRPOTrainer
+from trl.trainer.utils import nanstd
 
 from grpo_curriculum import CurriculumError, Stage
 from grpo_curriculum.training.callback import CurriculumCallback
@@ -228,6 +229,40 @@ def test_one_stage_schedule_trains_like_plain_grpo(tmp_path, iterable):
     assert ours == plain
 
 
+def near_equal_kinds(prompts, completions, idx, **kwargs):
+    """By prompt index mod 4: 1 for every row; 1e-7 apart (TRL's std test: not zero); by row position; 0.3 for every
+    row (float32 rounds the mean: not zero either)."""
+    return [(1.0, 1.0 + 1e-7 * j, float(j % 2), 0.3)[i % 4] for j, i in enumerate(idx)]
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+def test_one_stage_curriculum_logs_trls_metrics_bit_for_bit(tmp_path, tiny_model_dir, scale_rewards):
+    """
+    Where a round is TRL's own (one stage at TRL's G and temperature), every TRL metric of every log line is the value
+    plain `GRPOTrainer` logs, bit for bit, `frac_reward_zero_std` included; the curriculum only adds `curriculum/...`
+    keys.
+    """
+    overrides = dict(num_generations=4, temperature=0.9, max_steps=4, seed=3, per_device_train_batch_size=8,
+                     scale_rewards=scale_rewards, beta=0.05)  # fmt: skip
+    lines = {}
+    for name, cls, stages in [("plain", GRPOTrainer, None),
+                              ("curriculum", CurriculumGRPOTrainer, [Stage(num_generations=4, temperature=0.9)])]:
+        trainer, _ = make_trainer(tmp_path / name, stages, recorder=RoundRecorder(reward_fn=near_equal_kinds),
+                                  cls=cls, model=tiny_model_dir, **overrides)  # fmt: skip
+        trainer.train()
+        lines[name] = train_history(trainer)
+    assert len(lines["plain"]) == len(lines["curriculum"]) == 4
+    clock = {"step_time"}  # wall-clock seconds: the one value two runs cannot share
+    for plain, ours in zip(lines["plain"], lines["curriculum"], strict=True):
+        assert clock <= set(plain) and clock <= set(ours)
+        trl_keys = {k: v for k, v in ours.items() if not k.startswith("curriculum/") and k not in clock}
+        assert trl_keys == {k: v for k, v in plain.items() if k not in clock}  # key for key, == (not approx)
+        assert any(k.startswith("curriculum/") for k in ours)
+    # Rewards 1e-7 apart, or 0.3 each: zero-std groups for the curriculum, not for TRL's `torch.isclose(std, 0)`.
+    assert any(ours["curriculum/zero_std_fraction"] != plain["frac_reward_zero_std"]
+               for plain, ours in zip(lines["plain"], lines["curriculum"], strict=True))  # fmt: skip
+
+
 def test_invalid_stage_fails_at_construction(tmp_path):
     stages = [Stage(num_generations=4, temperature=0.7, until_step=2), Stage(num_generations=5, temperature=0.9)]
     with pytest.raises(CurriculumError) as error:
@@ -389,7 +424,11 @@ def zero_std_kinds(prompts, completions, idx, **kwargs):
 
 @pytest.mark.parametrize("per_prompt", [True, False], ids=["mixed_sizes", "one_g"])
 def test_trl_and_the_curriculum_log_one_zero_std_share(tmp_path, wanted_by_index, per_prompt):
-    """TRL's `frac_reward_zero_std` and `curriculum/zero_std_fraction`: the round's completions in zero-std groups."""
+    """
+    `curriculum/zero_std_fraction`: the round's completions in groups without a learning signal (all equal, or one
+    finite reward); TRL's `frac_reward_zero_std` stays TRL's (rows whose group std is 0: a group of one finite reward
+    has a NaN std, not 0), for groups of one G and, computed TRL's way for the real groups, of mixed sizes.
+    """
     wanted_by_index(lambda index: (8, 4, 2)[index % 3])
     stages = per_prompt_stages((2, 4, 8), defer=False) if per_prompt else [Stage(num_generations=8, temperature=1.0)]
     trainer, recorder = make_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=zero_std_kinds), max_steps=3,
@@ -398,6 +437,10 @@ def test_trl_and_the_curriculum_log_one_zero_std_share(tmp_path, wanted_by_index
     for h, call in zip(train_history(trainer), recorder.calls, strict=True):
         starts = [sum(call["sizes"][:k]) for k in range(len(call["sizes"]))]
         zero = sum(size for start, size in zip(starts, call["sizes"]) if call["idx"][start] % 3 != 2)
-        assert h["frac_reward_zero_std"] == h["curriculum/zero_std_fraction"] == zero / 16, (call["sizes"], h)
+        rewards = torch.tensor([math.nan if r is None else r for r in zero_std_kinds(None, None, call["idx"])])
+        stds = [nanstd(rewards[start : start + size]) for start, size in zip(starts, call["sizes"])]
+        trl_zero = sum(size for std, size in zip(stds, call["sizes"]) if torch.isclose(std, torch.zeros(())))
+        assert h["curriculum/zero_std_fraction"] == zero / 16, (call["sizes"], h)
+        assert h["frac_reward_zero_std"] == trl_zero / 16 < zero / 16, (call["sizes"], h)
     if per_prompt:
         assert {len(set(call["sizes"])) for call in recorder.calls} == {3}  # groups of 8, 4 and 2 in every round

@@ -213,7 +213,8 @@ def _stage_rows(schedule, max_steps=None) -> list[tuple[str, object]]:
         label = f"stage {i}" + (f" ({stage.name})" if stage.name else "")
         if stage.adaptive is None and stage.dynamic_sampling is not None:
             rows.append((f"{label}: G={stage.num_generations} with dynamic sampling (max_rounds "
-                         f"{stage.dynamic_sampling.max_rounds}), temperature {temperature}, {ends}",
+                         f"{stage.dynamic_sampling.max_rounds}, on_limit {stage.dynamic_sampling.on_limit}), "
+                         f"temperature {temperature}, {ends}",
                          (stage.num_generations, stage.dynamic_sampling)))
             continue
         if stage.adaptive is None:
@@ -258,9 +259,15 @@ def _top_up_plan(top_up: TopUp, batch: int) -> str:
 def _dynamic_plan(dynamic: DynamicSampling, g: int, batch: int) -> str:
     """A dynamic-sampling stage's training batch in words."""
     rounds = dynamic.max_rounds
-    return (f"dynamic sampling: groups whose rewards are all equal are dropped and refilled from further rounds of "
-            f"{plural(batch // g, 'prompt')} ({batch} completions each), at most {plural(rounds, 'round')} "
-            f"({rounds * batch} completions) a training batch; a batch still short after them trains on what it holds")
+    text = (f"dynamic sampling: groups whose rewards are all equal are dropped and refilled from further rounds of "
+            f"{plural(batch // g, 'prompt')} ({batch} completions each), ")
+    if dynamic.unlimited:
+        return text + "without limit (max_rounds 0) until a training batch holds only informative groups"
+    short = {"mask": "trains on its informative groups only (the all-equal groups filling it up are out of the loss)",
+             "error": "stops training with an error",
+             "fill": "trains on what it holds (all-equal groups filling it up count in the loss normalisation)"}
+    return text + (f"at most {plural(rounds, 'round')} ({rounds * batch} completions) a training batch; a batch still "
+                   f"short after them {short[dynamic.on_limit]} (on_limit {dynamic.on_limit})")
 
 
 def assumed_geometry(given: dict) -> str | None:

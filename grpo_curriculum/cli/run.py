@@ -250,7 +250,8 @@ def progress_callback(log_every=None):
     return callback(log_every)
 
 
-def stage_summary(log_history: list[dict], generation_batch_size: int, stages: list | None = None) -> list[dict]:
+def stage_summary(log_history: list[dict], generation_batch_size: int, stages: list | None = None,
+                  steps_per_round: float = 1.0) -> list[dict]:
     """
     Per-stage rows from a run's `log_history`.
 
@@ -261,22 +262,31 @@ def stage_summary(log_history: list[dict], generation_batch_size: int, stages: l
             Completions per generation round, for completions per second.
         stages (`list[Stage]`, *optional*):
             The curriculum's stages: their names label the rows, and a per-prompt stage's G reads "per prompt".
+        steps_per_round (`float`, *optional*, defaults to `1.0`):
+            Optimizer steps one generation round trains (`steps_per_generation x num_iterations /
+            gradient_accumulation_steps`): a step's share of a round's completions.
 
     Returns:
-        `list[dict]`: One row a stage: optimizer steps, G (each value logged; a per-prompt stage: the range of the
-        prompts' G and their mean, see [`per_prompt_g`]), the temperature range, mean reward, mean zero-std fraction
-        and completions per second (generation batch completions per logged step over TRL's `step_time`).
+        `list[dict]`: One row a stage: optimizer steps (each log line counts the steps since the one before it, so
+        `logging_steps` 5 counts 5 a line), G (each value logged; a per-prompt stage: the range of the prompts' G and
+        their mean, see [`per_prompt_g`]), the temperature range, mean reward, mean zero-std fraction and completions
+        generated per second: `curriculum/generated` where a stage samples in increments (top-up, dynamic sampling:
+        its extra rounds included), else a round's completions per step, over TRL's `step_time` (a line's mean step
+        time, times its steps).
     """
     rows: dict[int, dict] = {}
+    previous = 0
     for entry in log_history:
         if "curriculum/stage" not in entry or "reward" not in entry:
             continue
+        step = int(entry.get("step", previous + 1))
+        steps, previous = max(step - previous, 1), step
         row = rows.setdefault(
             int(entry["curriculum/stage"]),
-            {"steps": 0, "G": [], "T": [], "reward": [], "zero_std": [], "time": 0.0, "entries": []},
+            {"steps": 0, "G": [], "T": [], "reward": [], "zero_std": [], "time": 0.0, "generated": 0.0, "entries": []},
         )
         row["entries"].append(entry)
-        row["steps"] += 1
+        row["steps"] += steps
         if entry.get("curriculum/num_generations") is not None:
             row["G"].append(entry["curriculum/num_generations"])
         row["T"].append(entry["curriculum/temperature"])
@@ -284,7 +294,9 @@ def stage_summary(log_history: list[dict], generation_batch_size: int, stages: l
             row["reward"].append(entry["reward"])
         if entry.get("frac_reward_zero_std") is not None:
             row["zero_std"].append(entry["frac_reward_zero_std"])
-        row["time"] += entry.get("step_time") or 0.0
+        row["time"] += (entry.get("step_time") or 0.0) * steps
+        generated = entry.get("curriculum/generated")
+        row["generated"] += generated if generated is not None else steps * generation_batch_size / steps_per_round
     summary = []
     for index, row in sorted(rows.items()):
         stage = stages[index] if stages is not None and index < len(stages) else None
@@ -306,7 +318,7 @@ def stage_summary(log_history: list[dict], generation_batch_size: int, stages: l
                 "T": f"{low:.2f}" if low == high else f"{low:.2f}-{high:.2f}",
                 "mean reward": mean(row["reward"]),
                 "zero-std frac": mean(row["zero_std"]),
-                "completions/s": row["steps"] * generation_batch_size / row["time"] if row["time"] else float("nan"),
+                "completions/s": row["generated"] / row["time"] if row["time"] else float("nan"),
             }
         )
     return summary
@@ -637,8 +649,10 @@ def _print_end(trainer, recipe, elapsed: float, run_dir: str, resumed: bool = Fa
     print(f"\ntrained to step {steps} in {elapsed:.1f} s{per_step}")
     print(switch_summary(trainer._curriculum.switches, run_dir, trainer.state.log_history))
     print()
-    print(format_table(stage_summary(trainer.state.log_history, trainer.args.generation_batch_size,
-                                     recipe.curriculum.stages)))
+    args = trainer.args
+    steps_per_round = args.steps_per_generation * trainer.num_iterations / args.gradient_accumulation_steps
+    print(format_table(stage_summary(trainer.state.log_history, args.generation_batch_size, recipe.curriculum.stages,
+                                     steps_per_round=steps_per_round)))
 
 
 def torch_threads(recipe, environ=os.environ, cpus: int | None = None, load: float | None = None,

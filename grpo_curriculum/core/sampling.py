@@ -33,11 +33,16 @@ from .signals import _finite, _mean_std, is_zero_std
 TOP_UP_RULE_NAMES = ("flat_first", "value")
 """How a top-up round chooses the groups that grow ([`top_up_increment`])."""
 MAX_ROUNDS = 1024
-"""Most generation rounds dynamic sampling may draw for one training batch."""
+"""Most generation rounds dynamic sampling may draw for one training batch (`0`: no limit)."""
+ON_LIMIT_NAMES = ("mask", "error", "fill")
+"""What dynamic sampling does with a training batch still short of informative groups after `max_rounds` rounds."""
 
 DYNAMIC_SAMPLING_RULES = {
-    "max_rounds": integer(1, MAX_ROUNDS, why="generation rounds drawn at most to fill one training batch",
-                          fix="e.g. `max_rounds: 4` (DAPO's `max_num_gen_batches`; 1: drop nothing, as plain GRPO)"),
+    "max_rounds": integer(0, MAX_ROUNDS, why="generation rounds drawn at most to fill one training batch",
+                          fix="e.g. `max_rounds: 4` (verl/DAPO's `max_num_gen_batches`; 0: no limit; 1: drop "
+                              "nothing, as plain GRPO)"),
+    "on_limit": Rule("choice", choices=ON_LIMIT_NAMES,
+                     fix="e.g. `on_limit: mask` (the default), `error` (verl's), or `fill`"),
 }
 TOP_UP_RULES = {
     "pilot": dataclasses.replace(NUM_GENERATIONS, why="the completions every prompt of a round gets first; GRPO "
@@ -54,13 +59,25 @@ class DynamicSampling:
     """
     DAPO's dynamic sampling for a stage of fixed G: generate rounds of the stage's G, drop the groups whose rewards are
     all equal (zero advantage whatever `scale_rewards`), and keep generating until the training batch holds only
-    informative groups, or `max_rounds` rounds were generated; a batch still short then trains on what is there (see
-    the trainer). Every dropped group is counted and logged.
+    informative groups, or `max_rounds` rounds were generated. Every dropped group is counted and logged.
 
     Args:
         max_rounds (`int`, *optional*, defaults to `4`):
-            Generation rounds drawn at most for one training batch (DAPO's `max_num_gen_batches`), at least 1; each
-            round costs one generation batch of completions. With 1 nothing is drawn again: plain GRPO.
+            Generation rounds drawn at most for one training batch (verl/DAPO's `max_num_gen_batches`); each round
+            costs one generation batch of completions. `0`: no limit, as verl's `max_num_gen_batches: 0` (a dataset
+            with too few informative prompts then never ends a round); `1`: nothing is drawn again, plain GRPO.
+        on_limit (`str`, *optional*, defaults to `"mask"`):
+            A batch still short of informative groups after `max_rounds` rounds:
+            - `"mask"`: trains on its informative groups only. It is filled up to the batch with all-equal groups
+              (TRL's batch has a fixed size) whose tokens are left out of the loss (loss mask 0, as TRL masks tool
+              output): no gradient, and no weight in a token-normalised loss (`dapo`, TRL's default, `bnpo`, `cispo`,
+              `vespo`: `num_items_in_batch` counts the informative tokens only), nor in the KL, entropy or clipping
+              metrics. The sequence-mean losses (`grpo`, `sapo`, `luspo`) and `dr_grpo` still divide by the batch's
+              rows, as TRL does for its own zero-std groups.
+            - `"error"`: stops training with an error naming the round (verl's behaviour past
+              `max_num_gen_batches`).
+            - `"fill"`: trains on the all-equal fill-up groups as TRL trains its own zero-std groups (advantage 0;
+              their tokens count in the loss normalisation, which dilutes `dapo`, `bnpo` and `cispo`).
 
     Example:
     ```python
@@ -71,6 +88,7 @@ class DynamicSampling:
     """
 
     max_rounds: int = 4
+    on_limit: str = "mask"
 
     def __post_init__(self):
         raise_if_any(self.problems(key="DynamicSampling"), context="DynamicSampling")
@@ -98,10 +116,21 @@ class DynamicSampling:
         problems += check(DYNAMIC_SAMPLING_RULES, values, key)
         return (None, problems) if problems else (cls(**values), [])
 
+    @property
+    def unlimited(self) -> bool:
+        return self.max_rounds == 0
+
+    def at_limit(self, rounds: int) -> bool:
+        """Whether `rounds` generation rounds are all a training batch may draw."""
+        return not self.unlimited and rounds >= self.max_rounds
+
     def describe(self) -> str:
         """The mode in words, e.g. `"dynamic sampling, at most 4 generation rounds a training batch"`."""
+        if self.unlimited:
+            return "dynamic sampling, generation rounds without limit until a training batch is informative"
         rounds = f"{self.max_rounds} generation round" + ("s" if self.max_rounds != 1 else "")
-        return f"dynamic sampling, at most {rounds} a training batch"
+        limit = "" if self.on_limit == "mask" else f" (on_limit {self.on_limit})"
+        return f"dynamic sampling, at most {rounds} a training batch{limit}"
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,11 @@ curriculum relies on:
   per-row keys of `_ROW_TENSORS` are padded, gathered and re-sliced, `advantages` and `num_items_in_batch` recomputed.
 - `_calculate_rewards` returns the rewards per function of every process (gathered), in row order; `_logs` holds the
   completion log (deques of `generation_batch_size`) and `_metrics["train"]` one list per metric, appended per pass.
-- Each training round appends one `frac_reward_zero_std` to `trainer._metrics["train"]`; the curriculum replaces it
-  by its own zero-std share ([`grpo_curriculum.core.signals.is_zero_std`]: one definition for both logs).
+- Each generation pass appends TRL's metrics to `trainer._metrics["train"]` (`_generate`: token count, completion
+  lengths; `_generate_and_score_completions`: rewards, `frac_reward_zero_std`, vLLM sampling; `log_metric` values
+  from `_pending_metrics`, flushed after `_calculate_rewards`). A round of one pass keeps them as TRL wrote them; a
+  merged round writes one value each, computed TRL's way from the rows it trains on (`_generate`'s returned rows are
+  recorded for it). The curriculum's own signals are logged under `curriculum/...`.
 - Without a `train_dataset` (an `environment_factory` owns the data), `__init__` sets `trainer.train_dataset` to a
   placeholder of `generation_batch_size // num_generations` empty prompts.
 - `_generate_single_turn` samples a round's first turn (then, with tools, each later turn of TRL's tool loop, one
@@ -48,7 +51,7 @@ import torch
 from datasets import Dataset
 
 from ..core.comparison import comparison_keep
-from .advantages import group_advantages
+from .advantages import frac_reward_zero_std, group_advantages
 from .stream import PromptStream
 
 logger = logging.getLogger("grpo_curriculum")
@@ -240,16 +243,6 @@ def apply_comparison(trainer, output: dict, round_) -> None:
         trainer._metrics["train"]["curriculum/comparison_margin"].append(margin)
 
 
-def log_zero_std_fraction(trainer, fraction: float) -> None:
-    """
-    Log `fraction` (the curriculum's share of the round's completions in zero-std groups,
-    [`grpo_curriculum.core.signals.is_zero_std`]) as the round's `frac_reward_zero_std`, in place of TRL's (NaN, when no
-    reward was finite: TRL's stays).
-    """
-    if not math.isnan(fraction):
-        trainer._metrics["train"]["frac_reward_zero_std"][-1] = fraction
-
-
 def install_variable_group_requests(trainer) -> None:
     """
     In vLLM server mode (main process), make the first turn of a round of mixed group sizes send TRL's kind of
@@ -312,9 +305,8 @@ _ROW_TENSORS = {
     "old_per_token_logps": ("right", 0.0),
     "ref_per_token_logps": ("right", 0.0),
     "sampling_per_token_logps": ("right", 0.0),
-    "importance_sampling_ratio": ("right", 1.0),
 }
-_RECOMPUTED = ("advantages", "num_items_in_batch")
+_RECOMPUTED = ("advantages", "num_items_in_batch", "importance_sampling_ratio")
 
 
 def _completion_logs() -> dict:
@@ -340,8 +332,11 @@ class IncrementRecords:
         self.logs: list[dict] = []
         self.rows: list[int] = []  # each increment's rows, every process
         self.scored = None  # the pass's `(rewards_per_func, completion_ids_list)`, from `_calculate_rewards`
+        self.lengths: list[dict] = []  # per increment, this process's rows as `_generate` returned them (`generated`)
+        self.user_metrics: list[dict] = []  # per increment, the `log_metric` values of this process (name: values)
         self._metric_lengths = {key: len(values) for key, values in trainer._metrics["train"].items()}
         self._kept_logs = trainer._logs
+        self.tokens_seen = trainer.state.num_input_tokens_seen  # before the round
 
     @contextlib.contextmanager
     def increment(self):
@@ -353,6 +348,24 @@ class IncrementRecords:
         finally:
             self.logs.append(self.trainer._logs)
             self.trainer._logs, self.trainer._increment_records = self._kept_logs, None
+
+    def generated(self, prompt_ids, completion_ids, tool_mask) -> None:
+        """What `GRPOTrainer._generate` returned for this process's rows of the increment: each row's prompt length,
+        completion length as TRL logs it (model tokens only, with tools), completion width (every token) and whether
+        it was truncated (no EOS or pad at its end), as TRL's completion metrics read them."""
+        trainer = self.trainer
+        eos_and_pad = [*trainer.eos_token_ids, trainer._tokenizer.pad_token_id]
+        logged = [sum(mask) for mask in tool_mask] if tool_mask is not None else [len(ids) for ids in completion_ids]
+        self.lengths.append({"prompt": [len(ids) for ids in prompt_ids], "completion": logged,
+                             "width": [len(ids) for ids in completion_ids],
+                             "truncated": [ids[-1] not in eos_and_pad for ids in completion_ids]})  # fmt: skip
+
+    def generated_tokens(self) -> int:
+        """The prompt and completion tokens (as TRL's `num_tokens` counts them) of every row of every increment,
+        every process."""
+        local = sum(sum(part["prompt"]) + sum(part["completion"]) for part in self.lengths)
+        accelerator = self.trainer.accelerator
+        return int(accelerator.gather(torch.tensor([local], device=accelerator.device)).sum())
 
     def add(self, output: dict, rewards_per_func) -> None:
         self.outputs.append(output)
@@ -384,24 +397,51 @@ class IncrementRecords:
         return [value for part, rows in zip(parts, self.rows) for value in (part if part else [None] * rows)]
 
     def merge_metrics(self) -> None:
-        """One value a round for each metric TRL appended in several passes: their minimum, maximum, or mean (weighted
-        by each pass's rows when it was appended once a pass)."""
+        """
+        One value a round for each metric TRL appended in several passes. Those TRL computes from the rows (rewards,
+        completion lengths, zero-std share, vLLM sampling) are written again from the trained rows by
+        [`merge_increments`]; a `log_metric` value is the mean of every value logged in the round's passes (TRL's
+        `total / count`, over the passes' calls); any other (`tools/*`) the mean of its passes weighted by their rows
+        when it was appended once a pass, else the mean of its values: over the rows generated, as no per-row value
+        exists.
+        """
+        user = {}
+        for part in self.user_metrics:
+            for name, (total, count) in part.items():
+                user[name] = (user.get(name, (0.0, 0))[0] + total, user.get(name, (0.0, 0))[1] + count)
         for key, values in self.trainer._metrics["train"].items():
             start = self._metric_lengths.get(key, 0)
             new = values[start:]
             if len(new) < 2:
                 continue
-            last = key.rsplit("/", 1)[-1]
-            if "min" in last:
-                merged = min(new)
-            elif "max" in last:
-                merged = max(new)
+            if key in user and user[key][1]:
+                merged = user[key][0] / user[key][1]
             elif len(new) == len(self.rows):
                 merged = sum(v * rows for v, rows in zip(new, self.rows)) / sum(self.rows)
             else:
                 merged = sum(new) / len(new)
             del values[start:]
             values.append(merged)
+
+    def pending_metrics(self) -> None:
+        """Before TRL flushes a pass's `log_metric` values (`_pending_metrics`): their sum and count, every process."""
+        pending = getattr(self.trainer, "_pending_metrics", {})
+        names = sorted(set(gather_objects(self.trainer, list(pending))))
+        part = {}
+        for name in names:
+            values = pending.get(name, [])
+            stats = torch.tensor([sum(values), len(values)], dtype=torch.float64,
+                                 device=self.trainer.accelerator.device)  # fmt: skip
+            total, count = self.trainer.accelerator.gather(stats).view(-1, 2).sum(dim=0).tolist()
+            part[name] = (total, int(count))
+        self.user_metrics.append(part)
+
+
+def gather_objects(trainer, values: list) -> list:
+    """`values` of every process, concatenated in process order."""
+    from accelerate.utils import gather_object
+
+    return gather_object(values) if trainer.accelerator.num_processes > 1 else list(values)
 
 
 def finish_round(trainer, records: IncrementRecords, round_) -> dict:
@@ -411,7 +451,8 @@ def finish_round(trainer, records: IncrementRecords, round_) -> dict:
     merged ([`merge_increments`]).
     """
     if not round_.one_pass:
-        return merge_increments(trainer, records, round_.order(), round_.trained_sizes)
+        masked = round_.masked_rows() if round_.masked else None
+        return merge_increments(trainer, records, round_.order(), round_.trained_sizes, masked)
     output, advantages = records.outputs[0], None
     if round_.mixed:  # TRL ran it with `num_generations = 1`: the advantages of the real groups
         advantages = group_advantages(records.rewards_per_func[0], round_.sizes, trainer.reward_weights,
@@ -419,19 +460,27 @@ def finish_round(trainer, records: IncrementRecords, round_) -> dict:
         local = len(output["advantages"])
         start = trainer.accelerator.process_index * local
         output["advantages"] = advantages[start : start + local].to(output["advantages"].device)
+        metrics = trainer._metrics["train"]
+        if metrics.get("frac_reward_zero_std"):  # TRL's, computed for the real groups (TRL saw groups of 1)
+            metrics["frac_reward_zero_std"][-1] = frac_reward_zero_std(
+                records.rewards_per_func[0], round_.sizes, trainer.reward_weights, trainer.scale_rewards,
+                trainer.multi_objective_aggregation)  # fmt: skip
     records.write_logs(list(range(records.rows[0])), advantages)
     return output
 
 
-def merge_increments(trainer, records: IncrementRecords, order: list[int], group_sizes: list[int]) -> dict:
+def merge_increments(trainer, records: IncrementRecords, order: list[int], group_sizes: list[int],
+                     masked: list[bool] | None = None) -> dict:
     """
     One round output from its increments' outputs: the rows `order` (indices into the increments' rows of every
     process, concatenated in increment order) in that order, each process taking its contiguous share, as if TRL had
     generated them in one pass. Every group is whole and contiguous; its advantages are computed over all its rows
-    ([`group_advantages`]); `num_items_in_batch`, the completion log and the reward metrics describe the rows trained
-    on. Per-row tensors are padded to the round's widest prompt and completion (prompts on the left, as TRL pads them);
-    when that moves a row's prompt (the model's positions start at the left edge), the policy's and reference model's
-    log-probabilities are computed again for the round, as TRL computes them for one pass.
+    ([`group_advantages`]); `num_items_in_batch`, the completion log and TRL's metrics describe the rows trained on.
+    Each process's rows are padded as TRL pads one pass: to the widest of its own rows' prompts (on the left) and
+    completions (rounded up to `pad_to_multiple_of`). When that moves a row's prompt (a model with absolute positions
+    gives other log-probabilities), the policy's and reference model's log-probabilities are computed again for the
+    round, as TRL computes them for one pass; the vLLM importance-sampling ratio is computed from them by TRL's
+    formula. Rows `masked` (one flag a row of `order`) are out of the loss: their `tool_mask`, TRL's loss mask, is 0.
     """
     accelerator = trainer.accelerator
     outputs = records.outputs
@@ -443,10 +492,15 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
         raise RuntimeError(f"a round of {len(order)} rows does not split over {num_processes} processes")
     local = len(order) // num_processes
     mine = torch.tensor(order[rank * local : (rank + 1) * local], dtype=torch.long)
+    rows = _gathered_lengths(trainer, records)  # every row of every increment, every process: its lengths
     # The prompt width each row was scored at (each process padded its own rows of an increment).
     widths = torch.cat([accelerator.gather(torch.full((len(out["prompt_ids"]),), out["prompt_ids"].size(1),
                                                       device=accelerator.device)).cpu()
                         for out in outputs])  # fmt: skip
+    # Each process's widths in the merged round, as TRL pads one pass: its own rows' widest prompt and completion.
+    shares = [torch.tensor(order[r * local : (r + 1) * local], dtype=torch.long) for r in range(num_processes)]
+    prompt_widths = [_padded_width(trainer, rows["prompt"][share]) for share in shares]
+    completion_widths = [_padded_width(trainer, rows["width"][share]) for share in shares]
     merged = {}
     for key, (side, value) in _ROW_TENSORS.items():
         if outputs[0].get(key) is None:
@@ -456,22 +510,131 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
         for out in outputs:
             tensor = accelerator.pad_across_processes(out[key], dim=1, pad_index=value, pad_first=side == "left")
             parts.append(accelerator.gather(tensor))
-        width = max(part.size(1) for part in parts)
+        keep = (prompt_widths if side == "left" else completion_widths)[rank]
+        width = max(max(part.size(1) for part in parts), keep)
         parts = [_pad_width(part, width, side, value) for part in parts]
-        merged[key] = torch.cat(parts)[mine.to(parts[0].device)]
+        tensor = torch.cat(parts)[mine.to(parts[0].device)]
+        merged[key] = tensor[:, tensor.size(1) - keep :] if side == "left" else tensor[:, :keep]
     rewards_per_func = torch.cat(records.rewards_per_func)
     rewards_per_func = rewards_per_func[torch.tensor(order, device=rewards_per_func.device)]
     advantages = group_advantages(rewards_per_func, group_sizes, trainer.reward_weights, trainer.scale_rewards,
                                   trainer.multi_objective_aggregation)  # fmt: skip
     merged["advantages"] = advantages[rank * local : (rank + 1) * local].to(merged["prompt_ids"].device)
+    if masked is not None and any(masked):
+        keep = torch.tensor([not m for m in masked[rank * local : (rank + 1) * local]], dtype=torch.long,
+                            device=merged["completion_mask"].device)  # fmt: skip
+        tool_mask = merged.get("tool_mask", torch.ones_like(merged["completion_mask"]))
+        merged["tool_mask"] = tool_mask * keep.unsqueeze(1)
     loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1)
     merged["num_items_in_batch"] = accelerator.gather(loss_mask.sum()).sum()
-    if bool((widths[torch.tensor(order)] != merged["prompt_ids"].size(1)).any()):
+    # Every process decides alike (the forward passes may be collective: FSDP, ZeRO-3).
+    if any(bool((widths[share] != width).any()) for share, width in zip(shares, prompt_widths)):
         _recompute_logps(trainer, merged)
+    if outputs[0].get("importance_sampling_ratio") is not None:
+        merged["importance_sampling_ratio"] = importance_sampling_ratio(trainer, merged)
     records.merge_metrics()
     _log_reward_metrics(trainer, rewards_per_func)
+    _log_row_metrics(trainer, records, rows, torch.tensor(order, dtype=torch.long), merged)
+    metrics = trainer._metrics["train"]
+    if metrics.get("frac_reward_zero_std"):
+        metrics["frac_reward_zero_std"][-1] = frac_reward_zero_std(
+            rewards_per_func, group_sizes, trainer.reward_weights, trainer.scale_rewards,
+            trainer.multi_objective_aggregation)  # fmt: skip
     records.write_logs(order, advantages)
     return merged
+
+
+def _gathered_lengths(trainer, records: IncrementRecords) -> dict:
+    """[`IncrementRecords.generated`]'s per-row values of every increment, every process, in row order (tensors)."""
+    accelerator = trainer.accelerator
+    gathered = {}
+    for name in ("prompt", "completion", "width", "truncated"):
+        parts = [accelerator.gather(torch.tensor(part[name], dtype=torch.long, device=accelerator.device)).cpu()
+                 for part in records.lengths]  # fmt: skip
+        gathered[name] = torch.cat(parts)
+    gathered["truncated"] = gathered["truncated"].bool()
+    return gathered
+
+
+def _padded_width(trainer, lengths) -> int:
+    """The width TRL's `pad` gives rows of `lengths`: the longest, rounded up to `pad_to_multiple_of`."""
+    width = int(lengths.max()) if len(lengths) else 0
+    multiple = getattr(trainer, "pad_to_multiple_of", None)
+    return -(-width // multiple) * multiple if multiple else width
+
+
+def importance_sampling_ratio(trainer, output: dict):
+    """
+    The vLLM importance-sampling ratio of `output`'s rows, by `GRPOTrainer._generate_and_score_completions`'s formula:
+    `exp(old - sampling)` per token (`token_*` modes) or per sequence (the sum, `sequence_*`), over the loss mask (NaN
+    sampling log-probs count 0), then clamped (`*_truncate`) or set to 0 outside the bounds (`*_mask`).
+    """
+    mask = output["completion_mask"] if output.get("tool_mask") is None else \
+        output["completion_mask"] * output["tool_mask"]  # fmt: skip
+    diff = torch.nan_to_num((output["old_per_token_logps"] - output["sampling_per_token_logps"]) * mask, nan=0.0)
+    mode = trainer.vllm_importance_sampling_mode
+    if mode in ("sequence_mask", "sequence_truncate"):
+        diff = diff.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(diff)
+    low, high = trainer.vllm_importance_sampling_clip_min, trainer.vllm_importance_sampling_clip_max
+    if mode in ("sequence_truncate", "token_truncate"):
+        return torch.clamp(ratio, min=low, max=high)
+    if mode in ("sequence_mask", "token_mask"):
+        low = -math.inf if low is None else low
+        high = math.inf if high is None else high
+        return ratio.masked_fill((ratio < low) | (ratio > high), value=0.0)
+    raise _unsupported(f"compute the importance-sampling ratio of vllm_importance_sampling_mode {mode!r}")
+
+
+def _log_row_metrics(trainer, records: IncrementRecords, rows: dict, order, output: dict) -> None:
+    """
+    TRL's per-pass metrics computed from rows (`_generate`: token count, completion lengths and truncation;
+    `_generate_and_score_completions`: vLLM sampling divergence and importance-sampling ratio), written again for the
+    round's trained rows (`order`: all processes; `output`: this process's), as TRL computes them for one pass.
+    `num_tokens` (and `state.num_input_tokens_seen`) counts the trained rows' prompt and completion tokens.
+    """
+    from trl.trainer.utils import nanmax, nanmin
+
+    metrics, accelerator = trainer._metrics["train"], trainer.accelerator
+    device = accelerator.device
+
+    def put(name, value):
+        if metrics.get(name):
+            metrics[name][-1] = value
+
+    lengths, truncated = rows["completion"][order].float(), rows["truncated"][order]
+    trainer.state.num_input_tokens_seen = records.tokens_seen + int(rows["prompt"][order].sum() + lengths.sum())
+    metrics["num_tokens"] = [trainer.state.num_input_tokens_seen]
+    put("completions/mean_length", lengths.mean().item())
+    put("completions/min_length", lengths.min().item())
+    put("completions/max_length", lengths.max().item())
+    put("completions/clipped_ratio", truncated.float().mean().item())
+    terminated = lengths[~truncated]
+    if len(terminated) == 0:  # TRL's placeholder when no completion terminated
+        terminated = torch.zeros(1)
+    put("completions/mean_terminated_length", terminated.mean().item())
+    put("completions/min_terminated_length", terminated.min().item())
+    put("completions/max_terminated_length", terminated.max().item())
+    ratio = output.get("importance_sampling_ratio")
+    if ratio is None or output.get("sampling_per_token_logps") is None:
+        return
+    mask = output["completion_mask"].bool() if output.get("tool_mask") is None else \
+        (output["completion_mask"] * output["tool_mask"]).bool()  # fmt: skip
+    delta = torch.abs(output["old_per_token_logps"] - output["sampling_per_token_logps"])
+    delta = delta[mask & ~torch.isnan(delta)]
+    zero = torch.tensor(0.0, device=device)
+    put("sampling/sampling_logp_difference/mean",
+        accelerator.gather(torch.mean(delta) if delta.numel() else zero).mean().item())
+    put("sampling/sampling_logp_difference/max",
+        accelerator.gather(torch.max(delta) if delta.numel() else zero).max().item())
+    sequence_level = trainer.vllm_importance_sampling_mode in ("sequence_mask", "sequence_truncate")
+    flat = ratio.flatten() if sequence_level else ratio[mask]
+    put("sampling/importance_sampling_ratio/min", nanmin(accelerator.gather(torch.min(flat) if flat.numel() else
+                                                                            zero)).item())  # fmt: skip
+    put("sampling/importance_sampling_ratio/mean",
+        accelerator.gather(torch.mean(flat) if flat.numel() else zero).nanmean().item())
+    put("sampling/importance_sampling_ratio/max", nanmax(accelerator.gather(torch.max(flat) if flat.numel() else
+                                                                            zero)).item())  # fmt: skip
 
 
 def _pad_width(tensor, width: int, side: str, value):
@@ -698,8 +861,8 @@ class GRPOHooks:
       increment, and the size of each group it samples.
     - `_curriculum_increment_scored(round, rewards, completion_ids) -> bool`: the increment's rewards, from every
       process, in row order; plans the next increment and returns whether there is one.
-    - `_curriculum_round_end(round) -> float`: the round is sampled; returns the zero-std share of the completions it
-      trains on, logged as TRL's `frac_reward_zero_std`.
+    - `_curriculum_round_end(round)`: the round is sampled (TRL's metrics are TRL's: `frac_reward_zero_std` as TRL
+      logs it for the round's own pass, or computed TRL's way for the rows a merged or mixed round trains on).
     - `_curriculum_save(checkpoint_dir)` / `_curriculum_load(checkpoint_dir)`: a checkpoint is written / resumed.
     - `_curriculum_evaluation()`: a context manager around each evaluation step.
     """
@@ -731,8 +894,17 @@ class GRPOHooks:
             set_num_generations(self, num_generations)
         output = finish_round(self, records, round_)
         apply_comparison(self, output, round_)
-        log_zero_std_fraction(self, self._curriculum_round_end(round_))
+        round_.generated_tokens = records.generated_tokens()
+        self._curriculum_round_end(round_)
         return output
+
+    def _generate(self, prompts):
+        result = super()._generate(prompts)
+        records = self._increment_records
+        if records is not None and is_training(self):
+            prompt_ids, completion_ids, tool_mask = result[:3]
+            records.generated(prompt_ids, completion_ids, tool_mask)
+        return result
 
     def _generate_single_turn(self, *args, **kwargs):
         # An increment's first turn samples each group; later turns (TRL's tool loop) continue each row's own history.
@@ -757,6 +929,7 @@ class GRPOHooks:
         records = getattr(self, "_increment_records", None)
         if records is not None and is_training(self):
             records.scored = (rewards_per_func, completion_ids_list)
+            records.pending_metrics()
         return rewards_per_func
 
     def _save_checkpoint(self, model, trial):

@@ -47,6 +47,24 @@ def group_advantages(rewards_per_func, group_sizes: list[int], reward_weights, s
     Returns:
         `torch.Tensor`: The advantage of each row.
     """
+    return _advantages_and_std(rewards_per_func, group_sizes, reward_weights, scale_rewards,
+                               multi_objective_aggregation)[0]  # fmt: skip
+
+
+def frac_reward_zero_std(rewards_per_func, group_sizes: list[int], reward_weights, scale_rewards: str = "group",
+                         multi_objective_aggregation: str = "sum_then_normalize") -> float:
+    """
+    TRL's `frac_reward_zero_std` of a round with each group of its own size: the share of rows whose reward std (the
+    std [`group_advantages`] scales by: the group's for `scale_rewards` "group" and "none", the round's for "batch" and
+    for `normalize_then_sum`) is `torch.isclose` to 0, as `GRPOTrainer._generate_and_score_completions` logs it.
+    """
+    std = _advantages_and_std(rewards_per_func, group_sizes, reward_weights, scale_rewards,
+                              multi_objective_aggregation)[1]  # fmt: skip
+    return torch.isclose(std, torch.zeros_like(std)).float().mean().item()
+
+
+def _advantages_and_std(rewards_per_func, group_sizes, reward_weights, scale_rewards, multi_objective_aggregation):
+    """Each row's advantage and the reward std TRL computes for it (for scaling, and to log the zero-std share)."""
     device = rewards_per_func.device
     num_groups = len(group_sizes)
     group = torch.repeat_interleave(torch.arange(num_groups, device=device), torch.tensor(group_sizes, device=device))
@@ -74,7 +92,7 @@ def group_advantages(rewards_per_func, group_sizes: list[int], reward_weights, s
         advantages = (rewards - torch.nanmean(rewards)) / (std + 1e-4)
     else:
         raise ValueError(f"Invalid multi_objective_aggregation: {multi_objective_aggregation}.")
-    return torch.nan_to_num(advantages, nan=0.0)
+    return torch.nan_to_num(advantages, nan=0.0), std
 
 
 def _batch_std(rewards):

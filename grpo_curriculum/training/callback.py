@@ -217,6 +217,8 @@ class CurriculumCallback(TrainerCallback):
         self.last_stats = None  # signals of the last round (grpo_curriculum.core.signals.RoundStats)
         self.deferred_total = 0  # prompts deferred by per-prompt stages in this run
         self.informative_share = None  # the last round's share of trained completions in informative groups
+        self.generated_total = 0  # completions generated in training rounds since the trainer started (replays too)
+        self.generated_tokens_total = 0  # their prompt and completion tokens
         self._since_log, self._last_round = _RoundCounts(), _RoundCounts()
 
     def _stage_start_reason(self, index: int, global_step: int) -> str:
@@ -248,14 +250,18 @@ class CurriculumCallback(TrainerCallback):
         return self.current is not None and self.current.num_generations is None
 
     def record_round(self, group_sizes, deferred: int = 0, replayed: bool = False, generated: int | None = None,
-                     increments: int = 1, dropped: int = 0, informative_share: float | None = None) -> None:
+                     increments: int = 1, dropped: int = 0, informative_share: float | None = None,
+                     generated_tokens: int = 0) -> None:
         """
         The trainer reports the round it sampled: the G of each prompt trained on, how many prompts were deferred, and
         for a round sampled in increments the completions generated (default: those trained on), the increments, the
         groups dropped (sampled, not trained on) and the share of the trained completions in informative groups. A
         round replayed after a resume (its first build was counted before the checkpoint) only sets what later log
-        lines repeat.
+        lines repeat, and counts the completions it generated again (`curriculum/generated`, [`generated_total`]).
         """
+        produced = sum(group_sizes) if generated is None else generated
+        self.generated_total += produced
+        self.generated_tokens_total += int(generated_tokens)
         self._last_round = _RoundCounts()
         self._last_round.add(group_sizes, 0, keep_sizes=False, generated=generated, increments=increments,
                              dropped=dropped)  # fmt: skip
@@ -264,6 +270,8 @@ class CurriculumCallback(TrainerCallback):
             self._since_log.add(group_sizes, deferred, keep_sizes=self.per_prompt, generated=generated,
                                 increments=increments, dropped=dropped)  # fmt: skip
             self.deferred_total += deferred
+        else:  # generated again: a cost of this run's
+            self._since_log.generated += produced
 
     def round_sizes_since_log(self) -> list[int]:
         """Each prompt's G in the per-prompt rounds since the last log line (for a histogram)."""
@@ -323,16 +331,20 @@ class CurriculumCallback(TrainerCallback):
         `num_generations` (mean G over the rounds' prompts), `prompts` (per round), `temperature` and `stage` (the
         current round's), and in per-prompt stages `deferred` (prompts deferred), `deferred_total` (in the run) and
         `prompts_at_g{G}` (prompts trained at each G: their sum over the log lines is the run's G distribution); of the
-        last round: `mean_group_std`, `zero_std_fraction` (its completions' share in zero-std groups, what TRL's
-        `frac_reward_zero_std` logs for it) and `distinct_fraction`. In a stage that samples in increments (top-up,
-        dynamic sampling): `generated` (completions sampled since the last log line, trained on or not),
+        last round, over every group it generated (dynamic sampling: dropped groups included): `mean_group_std`,
+        `zero_std_fraction` (its completions' share in groups without a learning signal,
+        [`grpo_curriculum.core.signals.is_zero_std`]; TRL's `frac_reward_zero_std` is TRL's own test over the trained
+        rows) and `distinct_fraction`. In a stage that samples in increments (top-up,
+        dynamic sampling): `generated` (completions sampled since the last log line, trained on or not, a round
+        regenerated after a resume included),
         `increments` (generation passes per round), `dropped` (groups sampled but not trained on, since the last log
         line: they count as seen in the pass) and `informative_share` (the last round's share of trained completions
-        in groups whose rewards differ).
+        in informative groups: two finite rewards at least, not all equal).
         """
         if self.current is None:
             return {}
         since = self._since_log if self._since_log.rounds else self._last_round  # a round can outlast a log line
+        generated = self._since_log.generated
         self._since_log = _RoundCounts()
         metrics = {
             "curriculum/num_generations": since.mean_g if since.rounds else self.current.num_generations,
@@ -347,7 +359,7 @@ class CurriculumCallback(TrainerCallback):
             metrics[f"curriculum/prompts_at_g{g}"] = since.sizes.count(g)
         if self.informative_share is not None:
             fresh = since is not self._last_round
-            metrics["curriculum/generated"] = since.generated if fresh else 0
+            metrics["curriculum/generated"] = generated
             metrics["curriculum/increments"] = since.increments / since.rounds if since.rounds else None
             metrics["curriculum/dropped"] = since.dropped if fresh else 0
             metrics["curriculum/informative_share"] = self.informative_share

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..core.errors import MISSING, Problem, plural, shorten, shorten_text
 from ..core.rules import COUNT, MAX_COUNT, MAX_STEPS, POSITIVE, Rule, fraction, integer
-from ..core.sampling import MAX_ROUNDS, TOP_UP_RULE_NAMES
+from ..core.sampling import MAX_ROUNDS, ON_LIMIT_NAMES, TOP_UP_RULE_NAMES
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -288,7 +288,8 @@ _SHARE = fraction(False, False)
 _SETTING = {"stage": STEP, "num_generations": Nullable(_G), "temperature": POSITIVE,
             "top_up?": Nullable({"pilot": _G, "largest": _G, "prompts": Nullable(COUNT),
                                  "rule?": Rule("choice", choices=TOP_UP_RULE_NAMES)}),
-            "dynamic_sampling?": Nullable({"max_rounds": integer(1, MAX_ROUNDS)})}  # fmt: skip
+            "dynamic_sampling?": Nullable({"max_rounds": integer(0, MAX_ROUNDS),
+                                           "on_limit?": Rule("choice", choices=ON_LIMIT_NAMES)})}  # fmt: skip
 _POLICY_BASE = {"version": integer(1, 1), "num_generations": _G, "temperature": POSITIVE, "round": STEP,
                 "last_g_change": Nullable(STEP), "last_t_change": Nullable(STEP), "zero_std_ema": Nullable(_SHARE),
                 "distinct_ema": Nullable(_SHARE), "reward_ema": Nullable(_NUMBER), "best_reward": Nullable(_NUMBER),

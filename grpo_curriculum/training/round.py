@@ -65,8 +65,10 @@ class Round:
     rewards: list[list[float]] = field(default_factory=list)  # each group's rewards (every process), sampling order
     keys: list[list] | None = None  # each group's completion keys, when the curriculum needs them
     trained: list[int] | None = None  # the groups trained on, in group order (dynamic sampling); `None`: all
+    masked: list[int] | None = None  # trained groups whose tokens are out of the loss (dynamic sampling's fill-up)
     request_sizes: list[int] | None = None  # the group sizes of the next increment's first turn, if they are mixed
     requesting: list[int] | None = None  # while that first turn is sampled: its group sizes (vLLM server requests)
+    generated_tokens: int = 0  # once sampled: the prompt and completion tokens of every row generated (every process)
 
     def __post_init__(self):
         self.sizes = list(self.sizes)
@@ -152,6 +154,11 @@ class Round:
             starts.append(group_starts)
         return [starts[k][g] + i for g in self.trained_groups for k, added in enumerate(self.increments)
                 for i in range(added[g])]  # fmt: skip
+
+    def masked_rows(self) -> list[bool]:
+        """For each row trained on ([`order`]), whether its tokens are out of the loss."""
+        masked = set(self.masked or ())
+        return [g in masked for g in self.trained_groups for _ in range(self.sizes[g])]
 
     def group_rewards(self, groups: list[int] | None = None) -> tuple[list[float], list[int]]:
         """The flat rewards of `groups` (default: every group) in group order, and each group's size."""

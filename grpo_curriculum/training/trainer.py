@@ -108,14 +108,15 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
       then increments from [`grpo_curriculum.core.sampling.top_up_increment`] (the groups whose rewards are all equal
       first; with `rule="value"`, the most completions expected in informative groups given each prompt's history)
       until the round holds `generation_batch_size` completions;
-    - dynamic sampling (`Stage(dynamic_sampling=DynamicSampling(max_rounds))`, DAPO): rounds of new prompts at the
-      stage's G until `generation_batch_size / G` groups are informative (two finite rewards at least, not all equal)
-      or `max_rounds` rounds were sampled; the batch then holds the first informative groups, filled up with all-equal
-      groups when short (advantage 0: no policy gradient, but their tokens count in the loss normalisation as TRL
-      counts them for its own zero-std groups: in each sequence mean for `grpo`, `sapo` and `luspo`, in the token
-      counts of `bnpo`, `dapo`, `cispo` and `vespo` (`num_items_in_batch`), in the batch size of `dr_grpo`; the KL
-      and entropy terms apply to them). Groups sampled and not trained on are counted (`curriculum/dropped`): their
-      prompts were seen in the pass and are not drawn again in it.
+    - dynamic sampling (`Stage(dynamic_sampling=DynamicSampling(max_rounds, on_limit))`, DAPO): rounds of new
+      prompts at the stage's G until `generation_batch_size / G` groups are informative (two finite rewards at least,
+      not all equal) or `max_rounds` rounds were sampled (`0`: no limit); the batch holds the first informative
+      groups. A batch still short after `max_rounds` rounds is filled up with all-equal groups whose tokens are out
+      of the loss (`on_limit="mask"`, the default: the loss and `num_items_in_batch` of the informative groups
+      alone for the token-normalised losses `dapo`, `bnpo`, `cispo` and `vespo`), stops training with an error
+      (`"error"`, verl's behaviour), or is filled up with all-equal groups trained as TRL trains its zero-std groups
+      (`"fill"`: advantage 0, their tokens in the loss normalisation). Groups sampled and not trained on are counted
+      (`curriculum/dropped`): their prompts were seen in the pass and are not drawn again in it.
 
     `num_generations` and `temperature` in `args` are overridden by the first stage; evaluation keeps G fixed at
     `num_generations_eval or num_generations` from `args` and samples and scores at the temperature of the stage in
@@ -269,14 +270,27 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
                                    "geometry check passed.")  # fmt: skip
             round_.add_increment(added)
         elif setting.dynamic_sampling is not None:
-            needed = batch // setting.num_generations
+            dynamic, needed = setting.dynamic_sampling, batch // setting.num_generations
             informative = [g for g, group in enumerate(round_.rewards) if is_informative(group)]
-            if len(informative) < needed and len(round_.increments) < setting.dynamic_sampling.max_rounds:
+            if len(informative) < needed and not dynamic.at_limit(len(round_.increments)):
                 round_.add_groups(self._prompt_stream.take(needed), setting.num_generations)
             else:
+                short = needed - min(len(informative), needed)
+                if short and dynamic.on_limit == "error":
+                    raise RuntimeError(
+                        f"grpo-curriculum: dynamic sampling (stage {setting.stage}) drew max_rounds "
+                        f"{dynamic.max_rounds} generation rounds ({round_.generated} completions) and found "
+                        f"{len(informative)} informative groups of the {needed} a training batch needs (all-equal "
+                        "rewards in the others). Fix: raise `dynamic_sampling.max_rounds` (0: no limit), set "
+                        "`on_limit: mask` to train on the informative groups only, or use easier prompts or a "
+                        "higher temperature."
+                    )  # fmt: skip
                 if len(round_.sizes) > needed:  # the informative groups first, then zero-std ones, in sampling order
                     rest = [g for g in range(len(round_.sizes)) if g not in set(informative)]
                     round_.trained = sorted((informative + rest)[:needed])
+                if short and dynamic.on_limit == "mask":  # the fill-up groups: no weight in the loss
+                    trained = set(informative[:needed])
+                    round_.masked = [g for g in round_.trained_groups if g not in trained]
                 return False
         else:
             return False
@@ -284,19 +298,21 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
                                         tuple(round_.increments[-1])))  # fmt: skip
         return True
 
-    def _curriculum_round_end(self, round_: Round) -> float:
+    def _curriculum_round_end(self, round_: Round) -> None:
         """
         The round is sampled: count it and (unless it is a replay) feed every group sampled to the adaptive policy and
-        the prompt report. Returns the share of the trained completions in zero-std groups.
+        the prompt report.
         """
-        trained_rewards, trained_sizes = round_.group_rewards(round_.trained_groups)
-        zero_std = round_stats(trained_rewards, trained_sizes).zero_std_fraction
+        trained_sizes = round_.trained_sizes
+        # The share of the trained completions in informative groups (a group without two finite rewards is not).
+        informative = sum(round_.sizes[g] for g in round_.trained_groups if is_informative(round_.rewards[g]))
         increments = round_.setting.top_up is not None or round_.setting.dynamic_sampling is not None
         self._curriculum.record_round(trained_sizes, round_.deferred, replayed=round_.replay,
                                       generated=round_.generated, increments=len(round_.increments),
-                                      dropped=round_.dropped, informative_share=1 - zero_std if increments else None)
+                                      dropped=round_.dropped, generated_tokens=round_.generated_tokens,
+                                      informative_share=informative / sum(trained_sizes) if increments else None)
         if round_.replay:
-            return zero_std
+            return
         rewards, sizes = round_.group_rewards()
         keys = prompt_keys(self._prompt_stream, round_.prompts)
         completion_keys = None if round_.keys is None else [key for group in round_.keys for key in group]
@@ -308,7 +324,6 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             if self._report_rows is not None:
                 keys = [str(self._report_rows[int(key)]) for key in keys]
             self._prompt_report.update(keys, rewards, sizes, texts=texts)
-        return zero_std
 
     def _per_prompt_round(self) -> tuple[dict, dict, list, list[int], int]:
         """
