@@ -153,8 +153,8 @@ def run_job(job: tuple) -> list[str]:
         probe = run["probe"]
         print(f"  {time.strftime('%H:%M:%S')} {task} seed {seed:>3} {arm:>20}: exact {run['eval'][0]['exact']:.3f} "
               f"-> {run['eval'][-1]['exact']:.3f}, {run['generated']} completions in {run['steps']} steps, "
-              f"informative {probe['informative'] / max(1, probe['completions']):.2f}, train {run['train_time']:.0f} s, "
-              f"run {run['run_time']:.0f} s", flush=True)  # fmt: skip
+              f"informative {probe['informative'] / max(1, probe['completions']):.2f}, "
+              f"train {run['train_time']:.0f} s, run {run['run_time']:.0f} s", flush=True)  # fmt: skip
     return done
 
 
@@ -331,7 +331,8 @@ def markdown(summaries: dict, meta: dict) -> str:
              f"temperature {study.EVAL_TEMPERATURE:g}. AUC: mean exact reward over the budget of completions "
              "generated. Paired per seed against the reference (the static G with the best mean AUC on the tuning "
              "seeds); CI: bootstrap 90% over seeds. Verdict: sign of the AUC difference where its CI excludes 0, "
-             "`undecided` when the two halves of the reported seeds disagree. ± is the std over seeds.", ""]  # fmt: skip
+             "`undecided` when the two halves of the reported seeds disagree. ± is the std over seeds.",
+             ""]  # fmt: skip
     for task, s in summaries.items():
         lines += [f"## `{task}`: {TASKS[task][0]}", "",
                   f"Chosen on the tuning seeds (mean AUC): reference `{s['reference']}`; "
@@ -350,7 +351,8 @@ def markdown(summaries: dict, meta: dict) -> str:
                 f"| `{arm}` | {verdict_word(row, arm == s['reference'])} | {row['auc_diff_median']:+.4f} "
                 f"[{ci[0]:+.4f}, {ci[1]:+.4f}] | {row['half_signs'][0]:+d} / {row['half_signs'][1]:+d} | "
                 f"{fmt_r(row['ratio90_median'])} [{fmt_r(rci[0])}, {fmt_r(rci[1])}] | "
-                f"{statistics.fmean(row['start']):.3f} -> {fmt_ms(mean_std(row['final']))} | {min(row['final']):.3f} | "
+                f"{statistics.fmean(row['start']):.3f} -> {fmt_ms(mean_std(row['final']))} | "
+                f"{min(row['final']):.3f} | "
                 f"{row['rise_seed_stds']:.1f} | {len(row['stalled'])} / {len(row['below_start'])} | "
                 f"{fmt_ms(mean_std(row['informative']), 2)} ({row['informative_vs_reference']:.2f}x) | "
                 f"{fmt_ms(mean_std(row['mean_G']), 1)} | {fmt_ms(mean_std(row['train_time']), 1)} |")  # fmt: skip
