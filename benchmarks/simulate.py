@@ -6,10 +6,11 @@ study (`benchmarks/study2.py`), which alone gives the verdict.
 
 The model of learning. Prompts belong to levels `1..L`; prompt `i` of level `l` succeeds with probability
 `p_i = sigmoid(s_l + d_i)`: a level skill `s_l` and a fixed prompt offset `d_i ~ N(0, OFFSET_STD)`. A training step
-on a batch of groups moves the skill of each trained group's level by `rate * n_g / N` for each informative group
-(rewards not all equal; `n_g` its completions, `N` the rows the step trains on: GRPO averages over rows, and a group
-whose rewards are all equal carries no advantage), half of that to the next level (transfer: the frontier moves),
-plus Gaussian noise `NOISE * rate` a step. The x axis is completions *generated*; the y axis the exact expected reward
+moves the skills by `RATE` in all, shared among the levels by their completions in informative groups (rewards not
+all equal; a group whose rewards are all equal carries no advantage, and Adam normalises the gradient's scale, so
+zero-std groups dilute nothing: the real study's G 2 learns about as fast per completion as G 8), `TRANSFER` of each
+level's share also to the next level (the frontier moves), plus Gaussian noise that shrinks with the informative
+completions of the step (`NOISE * RATE / sqrt(informative / 16)` a level). The x axis is completions *generated*; the y axis the exact expected reward
 (mean `p` over the prompts), its area over the budget the primary metric, as in the real study.
 
 Tasks (`TASKS`): `prefix_levels` (4 levels in equal shares, starting skills like the real task after its warm start)
@@ -38,8 +39,8 @@ CANDIDATES = (2, 4, 8, 16)
 BATCH = 128
 PROMPTS = 256
 OFFSET_STD = 1.0
-RATE = 0.6
-NOISE = 0.3
+RATE = 0.15
+NOISE = 0.5
 TRANSFER = 0.5
 DECAY, SMOOTHING = 0.5, 0.3  # the `Adaptive` defaults of `decay` and `smoothing`
 MAX_ROUNDS = 4  # dynamic sampling's
@@ -74,16 +75,21 @@ class World:
         return [float(v) for v in self.rng.random(n) < self.p([slot])[0]]
 
     def train(self, groups: list[tuple[int, list[float]]]) -> None:
-        """One optimiser step on `groups` (slot, rewards)."""
-        rows = sum(len(r) for _, r in groups)
+        """
+        One optimiser step on `groups` (slot, rewards). Adam-like: a step of size `RATE` whenever some group is
+        informative, shared among the levels by their informative completions (zero-std groups dilute nothing: Adam
+        normalises the gradient's scale), with direction noise `NOISE * RATE / sqrt(informative completions / 16)`.
+        """
+        counts = np.zeros(len(self.skills))
         for slot, rewards in groups:
             if max(rewards) != min(rewards):
-                level = self.levels[slot]
-                step = RATE * len(rewards) / rows
-                self.skills[level] += step
-                if level + 1 < len(self.skills):
-                    self.skills[level + 1] += TRANSFER * step
-        self.skills += self.rng.normal(0.0, NOISE * RATE, len(self.skills))
+                counts[self.levels[slot]] += len(rewards)
+        total = counts.sum()
+        if not total:
+            return
+        step = RATE * counts / total
+        step[1:] += TRANSFER * step[:-1]
+        self.skills += step + self.rng.normal(0.0, NOISE * RATE / math.sqrt(total / 16), len(self.skills))
 
     def stream(self):
         """Prompt slots pass after pass (epoch, slot)."""

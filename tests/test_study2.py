@@ -136,10 +136,13 @@ def test_the_simulated_learner_moves_the_frontier():
     try:
         world = simulate.World("prefix_levels", 0)
         hard = int(next(i for i in range(simulate.PROMPTS) if world.levels[i] == 1))
-        # one informative group of level 2, one all-equal: 4 rows, 2 of them informative
+        # one informative group of level 2, one all-equal
         world.train([(hard, [1.0, 0.0]), (hard, [1.0, 1.0])])
-        assert world.skills[1] - start[1] == pytest.approx(simulate.RATE * 2 / 4)
-        assert world.skills[2] - start[2] == pytest.approx(simulate.TRANSFER * simulate.RATE * 2 / 4)
+        # the whole step to level 2, TRANSFER of it to level 3
+        assert world.skills[1] - start[1] == pytest.approx(simulate.RATE)
+        assert world.skills[2] - start[2] == pytest.approx(simulate.TRANSFER * simulate.RATE)
         assert world.skills[0] == start[0] and world.skills[3] == start[3]
+        world.train([(hard, [1.0, 1.0])])  # nothing informative: no step
+        assert world.skills[1] - start[1] == pytest.approx(simulate.RATE)
     finally:
         simulate.NOISE = saved
