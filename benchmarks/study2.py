@@ -238,6 +238,10 @@ def arm_row(by: dict, arm: str, reference: str, seeds: list[int]) -> dict:
         row["steps"].append(run["steps"])
         row["generated"].append(run["generated"])
     row["bins"] = bins
+    total = sum(b[1] for b in bins) or 1
+    rare = [sum(b[i] for b in bins[:2]) for i in range(3)]  # exact success <= 0.2 when trained
+    row["rare_share"], row["rare_G"] = rare[1] / total, rare[1] / rare[0] if rare[0] else math.nan
+    row["auc"] = [area_under(*study.curve(by[(arm, s)]), by[(arm, s)]["budget"]) for s in seeds]
     gain, gain_std = mean_std(row["gain"])
     row["rise_seed_stds"] = gain / gain_std if gain_std else math.inf
     row["auc_diff_median"], row["auc_diff_ci"] = median(row["auc_diff"]), bootstrap_interval(row["auc_diff"])
@@ -293,6 +297,11 @@ def verdict_json(summaries: dict, command: str, tuning: list[int], extra: dict) 
                          "final_mean": statistics.fmean(row["final"]), "worst_final": min(row["final"]),
                          "stalled_seeds": row["stalled"], "below_start_seeds": row["below_start"],
                          "informative_share": statistics.fmean(row["informative"]),
+                         "informative_vs_reference": row["informative_vs_reference"],
+                         "auc_mean": statistics.fmean(row["auc"]), "auc_seed_std": mean_std(row["auc"])[1],
+                         "final_seed_std": mean_std(row["final"])[1],
+                         "completions_share_success_le_0.2": row["rare_share"],
+                         "mean_G_success_le_0.2": finite(row["rare_G"]),
                          "train_time_s_mean": statistics.fmean(row["train_time"])}  # fmt: skip
         tasks[task] = {"generation_batch": GENERATION_BATCH, "reported_seeds": s["seeds"], "tuning_seeds": tuning,
                        "reference": s["reference"], "chosen_variants": s["chosen"],
@@ -343,19 +352,20 @@ def markdown(summaries: dict, meta: dict) -> str:
                          f"{fmt_ms(mean_std(t['final']))}, informative {statistics.fmean(t['informative']):.2f}")
         lines += ["", f"Reported seeds {s['seeds']} (halves {s['halves'][0]} / {s['halves'][1]}):", "",
                   "| arm | verdict | AUC - ref: median [90% CI] | halves (sign) | to 90% of ref's gain: median "
-                  "[90% CI] | start -> final | worst final | rise (seed-stds) | stalled / below start | "
-                  "informative share (x ref) | mean G | train s a run |", "|" + "---|" * 12]  # fmt: skip
+                  "[90% CI] | AUC | start -> final | worst final | rise (seed-stds) | stalled / below start | "
+                  "informative share (x ref) | completions on success <= 0.2 (G there) | mean G | train s a run |",
+                  "|" + "---|" * 14]  # fmt: skip
         for arm, row in s["rows"].items():
             ci, rci = row["auc_diff_ci"], row["ratio90_ci"]
             lines.append(
                 f"| `{arm}` | {verdict_word(row, arm == s['reference'])} | {row['auc_diff_median']:+.4f} "
                 f"[{ci[0]:+.4f}, {ci[1]:+.4f}] | {row['half_signs'][0]:+d} / {row['half_signs'][1]:+d} | "
                 f"{fmt_r(row['ratio90_median'])} [{fmt_r(rci[0])}, {fmt_r(rci[1])}] | "
-                f"{statistics.fmean(row['start']):.3f} -> {fmt_ms(mean_std(row['final']))} | "
+                f"{fmt_ms(mean_std(row['auc']), 4)} | {statistics.fmean(row['start']):.3f} -> {fmt_ms(mean_std(row['final']))} | "
                 f"{min(row['final']):.3f} | "
                 f"{row['rise_seed_stds']:.1f} | {len(row['stalled'])} / {len(row['below_start'])} | "
                 f"{fmt_ms(mean_std(row['informative']), 2)} ({row['informative_vs_reference']:.2f}x) | "
-                f"{fmt_ms(mean_std(row['mean_G']), 1)} | {fmt_ms(mean_std(row['train_time']), 1)} |")  # fmt: skip
+                f"{row['rare_share']:.0%} ({row['rare_G']:.1f}) | {fmt_ms(mean_std(row['mean_G']), 1)} | {fmt_ms(mean_std(row['train_time']), 1)} |")  # fmt: skip
         best = s["best"] if s["best_agree"] else "undecided"
         lines += ["", f"Best arm (largest median AUC difference): `{best}` (halves: {s['best_halves'][0]} / "
                   f"{s['best_halves'][1]}). Every arm rises >= {study.RISE_SEED_STDS:g} seed-stds: "
