@@ -19,7 +19,8 @@ and `prefix_tail` (levels 1 : 1 : 3 : 5).
     python benchmarks/simulate.py                  # every arm, 12 seeds a task, a table per task
     python benchmarks/simulate.py --seeds 40 --rounds 60
 
-Arms: `static_g{2,4,8,16}`, `per_prompt` (and `per_prompt_variance`, `per_prompt_uniform`: the `weight` knob),
+Arms: `static_g{2,4,8,16}`, `per_prompt` (and `per_prompt_variance`, `per_prompt_uniform`: the `weight` knob;
+`per_prompt_nodefer`: `defer=False`),
 `top_up`, `top_up_value`, `dynamic_g{4,8}` (`max_rounds` 4): the same names as the real study's.
 """
 
@@ -48,7 +49,8 @@ TASKS = {  # name: (level weights, starting level skills (logits))
     "prefix_levels": ((1, 1, 1, 1), (3.0, 0.0, -1.5, -3.0)),
     "prefix_tail": ((1, 1, 3, 5), (3.0, 0.0, -1.5, -3.0)),
 }
-ARMS = [*(f"static_g{g}" for g in CANDIDATES), "per_prompt", "per_prompt_variance", "per_prompt_uniform", "top_up",
+ARMS = [*(f"static_g{g}" for g in CANDIDATES), "per_prompt", "per_prompt_variance", "per_prompt_uniform",
+        "per_prompt_nodefer", "top_up",
         "top_up_value", "dynamic_g4", "dynamic_g8"]  # fmt: skip
 BINS = (0.0, 0.05, 0.2, 0.5, 0.8, 0.95, 1.0)
 
@@ -125,7 +127,8 @@ def simulate(task: str, arm: str, seed: int, rounds: int, points: int = 16) -> d
     stats = PromptStats(PROMPTS, CANDIDATES, DECAY, SMOOTHING)
     weight = {"per_prompt_variance": "variance", "per_prompt_uniform": "uniform"}.get(arm, "knapsack")
     allocator = PerPromptAllocator(CANDIDATES, BATCH, round(BATCH / math.prod(CANDIDATES) ** (1 / len(CANDIDATES))),
-                                   stats, weight=weight, lookahead=2, seed=seed)  # fmt: skip
+                                   stats, weight=weight, lookahead=2, defer=arm != "per_prompt_nodefer",
+                                   seed=seed)  # fmt: skip
     waiting: list[int] = []
     pending: list[tuple[int, int]] = []  # (epoch, slot) read but not yet used
 

@@ -85,7 +85,7 @@ TASKS = {
 }  # fmt: skip
 MODES = {  # mode: its variants (arm names), the first one the library's default
     "static": [f"static_g{g}" for g in CANDIDATES],
-    "per_prompt": ["per_prompt", "per_prompt_variance"],
+    "per_prompt": ["per_prompt", "per_prompt_variance", "per_prompt_nodefer"],
     "top_up": ["top_up", "top_up_value"],
     "dynamic": ["dynamic_g4", "dynamic_g8"],
 }
@@ -105,9 +105,10 @@ def arm_stages(arm: str):
     if arm.startswith("static_g"):
         return [Stage(num_generations=int(arm.removeprefix("static_g")), temperature=t)]
     if arm.startswith("per_prompt"):
-        weight = {"per_prompt": "knapsack", "per_prompt_variance": "variance"}[arm]
+        weight = "variance" if arm == "per_prompt_variance" else "knapsack"
         return [Stage(temperature=t, name=arm,
-                      adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt", weight=weight))]  # fmt: skip
+                      adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt", weight=weight,
+                                        defer=arm != "per_prompt_nodefer"))]  # fmt: skip
     if arm.startswith("top_up"):
         rule = "value" if arm == "top_up_value" else "flat_first"
         return [Stage(temperature=t, name=arm,
