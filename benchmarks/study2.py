@@ -275,12 +275,22 @@ def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int
     def best(rs: dict) -> str:
         return max(rs, key=lambda a: 0.0 if a == reference else rs[a]["auc_diff_median"])
 
-    best_halves = [best(hr) for hr in half_rows]
+    preregistered = arms[: 1 + sum(m != "static" and m in chosen for m in MODES)]  # the reference, the chosen variants
+    best_halves = [best({a: hr[a] for a in preregistered}) for hr in half_rows]
+    best_all_halves = [best(hr) for hr in half_rows]
+    # Post hoc: against the static arm with the best mean AUC on the reported seeds themselves (favours static G;
+    # a robustness check of the reference chosen on the tuning seeds, not the verdict)
+    statics = [a for a in arms if a.startswith("static_g")]
+    post = max(statics, key=lambda a: statistics.fmean(rows[a]["auc"]))
+    post_rows = {a: arm_row(by, a, post, seeds) for a in arms if not a.startswith("static_g")}
     ref_informative = statistics.fmean(rows[reference]["informative"])
     for row in rows.values():
         row["informative_vs_reference"] = statistics.fmean(row["informative"]) / ref_informative
     return {"reference": reference, "chosen": chosen, "seeds": seeds, "halves": halves, "rows": rows,
-            "best": best(rows), "best_halves": best_halves, "best_agree": best_halves[0] == best_halves[1],
+            "best": best({a: rows[a] for a in preregistered}), "best_halves": best_halves,
+            "best_agree": best_halves[0] == best_halves[1], "preregistered": preregistered,
+            "best_all": best(rows), "best_all_halves": best_all_halves, "post_hoc_reference": post,
+            "post_rows": post_rows,
             "tuning": tuning_table(runs, task, tuning),
             "learns": all(r["rise_seed_stds"] >= study.RISE_SEED_STDS for r in rows.values())}  # fmt: skip
 
@@ -290,7 +300,9 @@ def verdict_json(summaries: dict, command: str, tuning: list[int], extra: dict) 
     for task, s in summaries.items():
         arms = {}
         for arm, row in s["rows"].items():
-            arms[arm] = {"mode": mode_of(arm), "rise_seed_stds": finite(row["rise_seed_stds"]),
+            post = s["post_rows"].get(arm)
+            arms[arm] = {"mode": mode_of(arm), "role": "reference" if arm == s["reference"] else "chosen variant"
+                         if arm in s["preregistered"] else "extra", "rise_seed_stds": finite(row["rise_seed_stds"]),
                          "auc_diff_median": row["auc_diff_median"], "auc_diff_ci": list(row["auc_diff_ci"]),
                          "ratio90_median": finite(row["ratio90_median"]),
                          "ratio90_ci": [finite(v) for v in row["ratio90_ci"]], "halves_agree": row["halves_agree"],
@@ -303,10 +315,17 @@ def verdict_json(summaries: dict, command: str, tuning: list[int], extra: dict) 
                          "final_seed_std": mean_std(row["final"])[1],
                          "completions_share_success_le_0.2": row["rare_share"],
                          "mean_G_success_le_0.2": finite(row["rare_G"]),
+                         **({f"post_hoc_vs_{s['post_hoc_reference']}": {
+                             "auc_diff_median": post["auc_diff_median"], "auc_diff_ci": list(post["auc_diff_ci"]),
+                             "ratio90_median": finite(post["ratio90_median"]),
+                             "ratio90_ci": [finite(v) for v in post["ratio90_ci"]]}} if post else {}),
                          "train_time_s_mean": statistics.fmean(row["train_time"])}  # fmt: skip
         tasks[task] = {"generation_batch": GENERATION_BATCH, "reported_seeds": s["seeds"], "tuning_seeds": tuning,
                        "reference": s["reference"], "chosen_variants": s["chosen"],
                        "best_arm": s["best"] if s["best_agree"] else "undecided", "best_arm_halves": s["best_halves"],
+                       "best_arm_with_extras": s["best_all"] if s["best_all_halves"][0] == s["best_all_halves"][1]
+                       else "undecided", "best_arm_with_extras_halves": s["best_all_halves"],
+                       "post_hoc_reference": s["post_hoc_reference"],
                        "arms": arms}  # fmt: skip
     return {"command": command, **extra, "tasks": tasks}
 
@@ -362,14 +381,26 @@ def markdown(summaries: dict, meta: dict) -> str:
                 f"| `{arm}` | {verdict_word(row, arm == s['reference'])} | {row['auc_diff_median']:+.4f} "
                 f"[{ci[0]:+.4f}, {ci[1]:+.4f}] | {row['half_signs'][0]:+d} / {row['half_signs'][1]:+d} | "
                 f"{fmt_r(row['ratio90_median'])} [{fmt_r(rci[0])}, {fmt_r(rci[1])}] | "
-                f"{fmt_ms(mean_std(row['auc']), 4)} | {statistics.fmean(row['start']):.3f} -> {fmt_ms(mean_std(row['final']))} | "
+                f"{fmt_ms(mean_std(row['auc']), 4)} | "
+                f"{statistics.fmean(row['start']):.3f} -> {fmt_ms(mean_std(row['final']))} | "
                 f"{min(row['final']):.3f} | "
                 f"{row['rise_seed_stds']:.1f} | {len(row['stalled'])} / {len(row['below_start'])} | "
                 f"{fmt_ms(mean_std(row['informative']), 2)} ({row['informative_vs_reference']:.2f}x) | "
-                f"{row['rare_share']:.0%} ({row['rare_G']:.1f}) | {fmt_ms(mean_std(row['mean_G']), 1)} | {fmt_ms(mean_std(row['train_time']), 1)} |")  # fmt: skip
+                f"{row['rare_share']:.0%} ({row['rare_G']:.1f}) | {fmt_ms(mean_std(row['mean_G']), 1)} | "
+                f"{fmt_ms(mean_std(row['train_time']), 1)} |")  # fmt: skip
         best = s["best"] if s["best_agree"] else "undecided"
-        lines += ["", f"Best arm (largest median AUC difference): `{best}` (halves: {s['best_halves'][0]} / "
-                  f"{s['best_halves'][1]}). Every arm rises >= {study.RISE_SEED_STDS:g} seed-stds: "
+        a, b = s["best_all_halves"]
+        lines += ["", "Best arm among the reference and the chosen variants (largest median AUC difference): "
+                  f"`{best}` (halves: {s['best_halves'][0]} / {s['best_halves'][1]}); with the extra arms: "
+                  f"`{s['best_all'] if a == b else 'undecided'}` (halves: {a} / {b}).", "",
+                  f"Post hoc, against `{s['post_hoc_reference']}`, the static arm with the best mean AUC on the "
+                  "reported seeds themselves (favours static G; a check of the tuning-seed reference, not the "
+                  "verdict): " + "; ".join(
+                      f"`{arm}` AUC {r['auc_diff_median']:+.4f} "
+                      f"[{r['auc_diff_ci'][0]:+.4f}, {r['auc_diff_ci'][1]:+.4f}], to 90% of its gain "
+                      f"{fmt_r(r['ratio90_median'])} [{fmt_r(r['ratio90_ci'][0])}, "
+                      f"{fmt_r(r['ratio90_ci'][1])}]" for arm, r in s["post_rows"].items()) + ".", "",
+                  f"Every arm rises >= {study.RISE_SEED_STDS:g} seed-stds: "
                   f"{'yes' if s['learns'] else 'NO'}.", "",
                   "Where the completions went (reported seeds; exact success of the trained prompt at the training "
                   "temperature: share of the arm's completions, mean G, informative share):", ""]  # fmt: skip
