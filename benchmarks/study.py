@@ -264,16 +264,17 @@ def cgrpo_groups(trainer):
 # --- one run ---------------------------------------------------------------------------------------------------------
 
 
-def warm_model(task: str, seed: int) -> dict:
+def warm_model(task: str, seed: int, spec: tuple | None = None) -> dict:
     """
     The warm-started model, tokenizer and the prompt sets of one (task, seed): the same for every arm. The warm start
     ([`grpo_curriculum.demo.tasks.warm_start`], `WARM_CHUNK` steps at a time) stops once the exact success of level
     `WARM_GATE[0]` at the training temperature reaches `WARM_GATE[1]` (on prompts of its own), so every seed starts
-    from a comparable frontier; a fixed step count leaves some seeds where RL cannot start.
+    from a comparable frontier; a fixed step count leaves some seeds where RL cannot start. `spec`: the task's
+    `TASKS`-style tuple when it is not in `TASKS` (`benchmarks/study2.py`'s tasks).
     """
     from grpo_curriculum.demo.tasks import build_model, build_tokenizer, warm_start
 
-    _, weights, warm_weights, max_steps = TASKS[task]
+    _, weights, warm_weights, max_steps = TASKS[task] if spec is None else spec
     level, gate = WARM_GATE
     tokenizer = build_tokenizer()
     model = build_model(seed=seed)
@@ -359,21 +360,29 @@ def cgrpo_available() -> bool:
     return importlib.util.find_spec("trl_cgrpo") is not None
 
 
-def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict) -> dict:
-    """Train one arm from the warm start to `steps x GENERATION_BATCH` generated completions; its record."""
+def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict, *,
+            generation_batch: int = GENERATION_BATCH, learning_rate: float = LEARNING_RATE, stages=None,
+            max_grad_norm: float | None = None) -> dict:  # fmt: skip
+    """
+    Train one arm from the warm start to `steps x generation_batch` generated completions; its record. `stages`: the
+    arm's stages when not [`arm_stages`]'s (`benchmarks/study2.py`'s tuned rules); `max_grad_norm`: the gradient
+    clipping norm (`None`: the `GRPOConfig` default).
+    """
     import copy
 
     from transformers import PrinterCallback
 
     start = time.perf_counter()
-    budget = steps * GENERATION_BATCH
+    budget = steps * generation_batch
     model, tokenizer = copy.deepcopy(warm["model"]), warm["tokenizer"]
     counter = GenerationCounter(model)
     reward = ExactAnswer(tokenizer)
     recorder = budget_callback(evaluator(warm, reward), counter, budget, points)
-    common = dict(temperature=TEMPERATURE, max_completion_length=MAX_COMPLETION_LENGTH, learning_rate=LEARNING_RATE,
+    common = dict(temperature=TEMPERATURE, max_completion_length=MAX_COMPLETION_LENGTH, learning_rate=learning_rate,
                   lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
                   bf16=False, seed=seed, disable_tqdm=True)  # fmt: skip
+    if max_grad_norm is not None:
+        common["max_grad_norm"] = max_grad_norm
     with tempfile.TemporaryDirectory() as output_dir:
         if arm == "cgrpo":
             from trl_cgrpo import CGRPOConfig, CGRPOTrainer
@@ -391,15 +400,18 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict)
             from grpo_curriculum.training.callback import CurriculumCallback
             from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
-            stages = arm_stages(arm)
-            args = GRPOConfig(output_dir=output_dir, per_device_train_batch_size=GENERATION_BATCH, max_steps=steps,
+            stages = arm_stages(arm) if stages is None else stages
+            args = GRPOConfig(output_dir=output_dir, per_device_train_batch_size=generation_batch, max_steps=steps,
                               num_generations=stages[0].num_generations, **common)  # fmt: skip
             trainer = CurriculumGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
                                             train_dataset=warm["train"],
                                             callbacks=[CurriculumCallback(stages), recorder])  # fmt: skip
             groups = curriculum_groups(trainer)
         trainer.remove_callback(PrinterCallback)
-        probe = Probe(model, reward, None if arm in INCREMENT_ARMS else groups)
+        increments = arm in INCREMENT_ARMS or (arm != "cgrpo" and any(
+            st.dynamic_sampling is not None or (st.adaptive is not None and st.adaptive.policy == "top_up")
+            for st in stages))  # rounds sampled in increments: the probe groups rows by prompt  # fmt: skip
+        probe = Probe(model, reward, None if increments else groups, round_size=generation_batch)
         reward.observer = probe
         trainer.train()
     history = trainer.state.log_history

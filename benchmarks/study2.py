@@ -1,0 +1,502 @@
+"""
+The second study (issue 25): an instrument with power. Generation batch `GENERATION_BATCH` (128: 16-64 prompts a
+round, so the per-prompt knapsack and top-up have choices), candidates (2, 4, 8, 16), two tasks of different
+difficulty profiles, `REPORTED` reported seeds a task and `TUNING` separate tuning seeds on which the reference static
+G and every rule's knobs are chosen, paired statistics, and its own reproducibility check (two halves of the reported
+seeds).
+
+It reuses `benchmarks/study.py` (tasks, warm start, exact evaluation, the probe, one arm's run) and
+`benchmarks/study_stats.py` (paired ratios, bootstrap, AUC); what is new here is the geometry, the tuning phase, the
+halves check and `verdict.json`.
+
+Tasks (`TASKS`; both the `prefix_levels` prompts of `study.py`, `"echo k : w1 w2 w3 w4 ="`, answer the first k words
+then `<eos>`, exact reward; warm start until level 2's exact success at the training temperature reaches 0.4):
+
+- `prefix_levels`: levels k = 1-4 in equal shares: a moving frontier (level k+1 becomes solvable after level k);
+- `prefix_tail`: levels drawn 1 : 1 : 3 : 5, so 80% of the prompts are levels 3-4, hard but solvable after the warm
+  start (a long tail of hard prompts, the regime where Knapsack RL and GRESO report their gains).
+
+Phases. `tune`: on the tuning seeds, every arm of `ARMS` (each static G and each rule variant). The reference of a task
+is the static arm with the largest mean AUC on its tuning seeds; for each adaptive mode (`per_prompt`, `top_up`,
+`dynamic`) the variant with the largest mean AUC on them. `report`: on the reported seeds, the reference and the chosen
+variant of each mode (plus `EXTRA_REPORTED`, the other static arms, for the mechanism and the static choice).
+
+Metrics (paired per reported seed against the reference): AUC difference (mean exact reward over the budget of
+completions *generated*), median and bootstrap 90% CI; completions to 90% of the reference's gain over the warm start,
+over the reference's own (median, CI; `never` counts as the largest, null in JSON when the median is `never`).
+Secondary: rise in seed-stds (mean gain over the std of the gains), worst seed's final, seeds that stall (gain below a
+quarter of the reference's median gain on that task) and seeds ending below their start, training wall time, the
+informative share, where the completions went (share, mean G and informative share by exact-success bin of the trained
+prompt at the training temperature).
+
+Halves: the reported seeds in order, first half and second half. In each half, the verdict of an arm is the sign of its
+median AUC difference when the half's CI excludes 0, else 0; the best arm is the one with the largest median AUC
+difference (the reference counts 0). An arm's `halves_agree` is true when both halves give the same verdict; the
+whole-set verdict of an arm whose halves disagree is printed "undecided", and so is the best arm when the halves name
+different ones.
+
+    python benchmarks/study2.py --jobs 2 --out /work/study-out    # tune, then report; resumable
+    python benchmarks/study2.py --report-only --out /work/study-out  # the report from the finished runs
+
+Every run's record is written to `OUT/runs/TASK__SEED__ARM.json` as it finishes; a rerun skips those that exist (the
+warm start of a (task, seed) is recomputed: it is deterministic). The report goes to `OUT/study2.md`,
+`OUT/study2.json` (every run), `OUT/verdict.json` and one plot a task; `--results` copies the three reports to
+`benchmarks/results/`.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+import argparse
+import json
+import math
+import multiprocessing
+import shutil
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import study  # benchmarks/study.py
+from common import RESULTS, fmt_ms, mean_std  # benchmarks/common.py
+from study_stats import area_under, bootstrap_interval, first_reaching, median, paired_ratio
+
+GENERATION_BATCH = 128
+CANDIDATES = study.CANDIDATES  # (2, 4, 8, 16)
+LEARNING_RATE = 1e-3  # chosen on tuning seeds 100, 101 (docs/study.md): every static arm and rule rose at it
+STEPS = 48  # budget: STEPS x GENERATION_BATCH generated completions a run
+POINTS = 16  # evaluations after step 0
+REPORTED = 12
+TUNING = 3
+TUNING_SEED_BASE = study.TUNING_SEED_BASE  # tuning seeds 100, 101, 102
+STALL_SHARE = 0.25  # a seed stalls when its gain is below this share of the reference's median gain on the task
+TASKS = {
+    "prefix_levels": study.TASKS["prefix_levels"],
+    "prefix_tail": ("repeat the first k = 1-4 of 4 words exactly, then <eos>; levels 1:1:3:5 (80% are levels 3-4, "
+                    "hard after the warm start)", (1, 1, 3, 5), (8, 8, 1, 1), 300),
+}  # fmt: skip
+MODES = {  # mode: its variants (arm names), the first one the library's default
+    "static": [f"static_g{g}" for g in CANDIDATES],
+    "per_prompt": ["per_prompt", "per_prompt_variance", "per_prompt_nodefer"],
+    "top_up": ["top_up", "top_up_value"],
+    "dynamic": ["dynamic_g4", "dynamic_g8"],
+}
+ARMS = [arm for arms in MODES.values() for arm in arms]
+EXTRA_REPORTED: list[str] = []  # more arms to run on the reported seeds (`--extra`)
+
+
+def mode_of(arm: str) -> str:
+    return next(mode for mode, arms in MODES.items() if arm in arms)
+
+
+def arm_stages(arm: str):
+    """The stages of an arm of this study (the rule variants of `MODES`)."""
+    from grpo_curriculum import Adaptive, DynamicSampling, Stage
+
+    t = study.TEMPERATURE
+    if arm.startswith("static_g"):
+        return [Stage(num_generations=int(arm.removeprefix("static_g")), temperature=t)]
+    if arm.startswith("per_prompt"):
+        weight = "variance" if arm == "per_prompt_variance" else "knapsack"
+        return [Stage(temperature=t, name=arm,
+                      adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt", weight=weight,
+                                        defer=arm != "per_prompt_nodefer"))]  # fmt: skip
+    if arm.startswith("top_up"):
+        rule = "value" if arm == "top_up_value" else "flat_first"
+        return [Stage(temperature=t, name=arm,
+                      adaptive=Adaptive(num_generations=CANDIDATES, policy="top_up", rule=rule))]  # fmt: skip
+    if arm.startswith("dynamic_g"):
+        return [Stage(num_generations=int(arm.removeprefix("dynamic_g")), temperature=t, name=arm,
+                      dynamic_sampling=DynamicSampling(max_rounds=study.DYNAMIC_ROUNDS))]  # fmt: skip
+    raise ValueError(f"unknown arm {arm!r}; use one of {ARMS}")
+
+
+# --- runs ------------------------------------------------------------------------------------------------------------
+
+
+def run_path(out: Path, task: str, seed: int, arm: str) -> Path:
+    return out / "runs" / f"{task}__{seed}__{arm}.json"
+
+
+def run_job(job: tuple) -> list[str]:
+    """One (task, seed): the warm start, then each arm not yet on disk, each record written as it finishes."""
+    import torch
+    from transformers import logging as hf_logging
+
+    from grpo_curriculum.training.checkpoint import atomic_write
+
+    torch.set_num_threads(1)
+    hf_logging.set_verbosity_error()
+    warnings.filterwarnings("ignore")
+    out, task, seed, arms, steps, points = job
+    arms = [a for a in arms if not run_path(out, task, seed, a).exists()]
+    if not arms:
+        return []
+    t0 = time.perf_counter()
+    warm = study.warm_model(task, seed, spec=TASKS[task])
+    warm_time = time.perf_counter() - t0
+    done = []
+    for arm in arms:
+        run = study.run_arm(task, arm, seed, steps, points, warm, generation_batch=GENERATION_BATCH,
+                            learning_rate=LEARNING_RATE, stages=arm_stages(arm))  # fmt: skip
+        run["warm_time"], run["warm_steps"] = warm_time, warm["warm_steps"]
+        path = run_path(out, task, seed, arm)
+        atomic_write(path, lambda f, run=run: json.dump(run, f, separators=(",", ":")))
+        done.append(str(path))
+        probe = run["probe"]
+        print(f"  {time.strftime('%H:%M:%S')} {task} seed {seed:>3} {arm:>20}: exact {run['eval'][0]['exact']:.3f} "
+              f"-> {run['eval'][-1]['exact']:.3f}, {run['generated']} completions in {run['steps']} steps, "
+              f"informative {probe['informative'] / max(1, probe['completions']):.2f}, "
+              f"train {run['train_time']:.0f} s, run {run['run_time']:.0f} s", flush=True)  # fmt: skip
+    return done
+
+
+def load_runs(out: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))]
+
+
+def run_jobs(jobs: list[tuple], processes: int) -> None:
+    jobs = [j for j in jobs if any(not run_path(j[0], j[1], j[2], a).exists() for a in j[3])]
+    if not jobs:
+        return
+    with multiprocessing.get_context("spawn").Pool(processes, maxtasksperchild=1) as pool:
+        for _ in pool.imap_unordered(run_job, jobs):
+            pass
+
+
+# --- analysis --------------------------------------------------------------------------------------------------------
+
+
+def auc(run: dict) -> float:
+    xs, ys = study.curve(run)
+    return area_under(xs, ys, run["budget"])
+
+
+def choose(runs: list[dict], task: str, tuning: list[int]) -> dict[str, str]:
+    """Per mode, the variant with the largest mean AUC on the tuning seeds (`static`: the reference)."""
+    chosen = {}
+    for mode, arms in MODES.items():
+        scores = {}
+        for arm in arms:
+            values = [auc(r) for r in runs if r["task"] == task and r["arm"] == arm and r["seed"] in tuning]
+            if len(values) == len(tuning):
+                scores[arm] = statistics.fmean(values)
+        if scores:
+            chosen[mode] = max(scores, key=scores.get)
+    return chosen
+
+
+def tuning_table(runs: list[dict], task: str, tuning: list[int]) -> dict[str, dict]:
+    out = {}
+    for arm in ARMS:
+        rs = [r for r in runs if r["task"] == task and r["arm"] == arm and r["seed"] in tuning]
+        if rs:
+            out[arm] = {"auc": [auc(r) for r in rs], "final": [r["eval"][-1]["exact"] for r in rs],
+                        "start": [r["eval"][0]["exact"] for r in rs],
+                        "informative": [r["probe"]["informative"] / max(1, r["probe"]["completions"]) for r in rs]}
+    return out
+
+
+def verdict_sign(values: list[float]) -> int:
+    """+1 / -1 when the bootstrap 90% CI of the median excludes 0 above / below, else 0."""
+    lo, hi = bootstrap_interval(values)
+    return 1 if lo > 0 else -1 if hi < 0 else 0
+
+
+def finite(value: float) -> float | None:
+    return None if value is None or not math.isfinite(value) else value
+
+
+def arm_row(by: dict, arm: str, reference: str, seeds: list[int]) -> dict:
+    row = {k: [] for k in ("auc_diff", "ratio90", "start", "final", "gain", "informative", "train_time", "steps",
+                           "generated", "mean_G")}  # fmt: skip
+    bins = [[0, 0, 0] for _ in study.SUCCESS_BINS[1:]]
+    for seed in seeds:
+        run, ref = by[(arm, seed)], by[(reference, seed)]
+        (xs, ys), (rx, ry) = study.curve(run), study.curve(ref)
+        target = ry[0] + 0.9 * (ry[-1] - ry[0])
+        row["ratio90"].append(paired_ratio(first_reaching(xs, ys, target), first_reaching(rx, ry, target)))
+        row["auc_diff"].append(area_under(xs, ys, run["budget"]) - area_under(rx, ry, ref["budget"]))
+        row["start"].append(ys[0])
+        row["final"].append(ys[-1])
+        row["gain"].append(ys[-1] - ys[0])
+        probe = run["probe"]
+        row["informative"].append(probe["informative"] / probe["completions"] if probe["completions"] else math.nan)
+        groups = sum(b[0] for b in probe["bins"])
+        row["mean_G"].append(probe["completions"] / groups if groups else math.nan)
+        for total, b in zip(bins, probe["bins"], strict=True):
+            for i in range(3):
+                total[i] += b[i]
+        row["train_time"].append(run["train_time"])
+        row["steps"].append(run["steps"])
+        row["generated"].append(run["generated"])
+    row["bins"] = bins
+    total = sum(b[1] for b in bins) or 1
+    rare = [sum(b[i] for b in bins[:2]) for i in range(3)]  # exact success <= 0.2 when trained
+    row["rare_share"], row["rare_G"] = rare[1] / total, rare[1] / rare[0] if rare[0] else math.nan
+    row["auc"] = [area_under(*study.curve(by[(arm, s)]), by[(arm, s)]["budget"]) for s in seeds]
+    gain, gain_std = mean_std(row["gain"])
+    row["rise_seed_stds"] = gain / gain_std if gain_std else math.inf
+    row["auc_diff_median"], row["auc_diff_ci"] = median(row["auc_diff"]), bootstrap_interval(row["auc_diff"])
+    row["ratio90_median"], row["ratio90_ci"] = median(row["ratio90"]), bootstrap_interval(row["ratio90"])
+    row["sign"] = verdict_sign(row["auc_diff"]) if arm != reference else 0
+    return row
+
+
+def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int]) -> dict:
+    chosen = choose(runs, task, tuning)
+    reference = chosen["static"]
+    by = {(r["arm"], r["seed"]): r for r in runs if r["task"] == task}
+    arms = [reference] + [chosen[m] for m in MODES if m != "static" and m in chosen]
+    arms += [a for a in EXTRA_REPORTED if a not in arms]
+    arms = [a for a in arms if all((a, s) in by for s in reported)]
+    seeds = [s for s in reported if all((a, s) in by for a in arms)]
+    rows = {arm: arm_row(by, arm, reference, seeds) for arm in arms}
+    ref_gain = median(rows[reference]["gain"])
+    for row in rows.values():
+        row["stalled"] = [s for s, g in zip(seeds, row["gain"], strict=True) if g < STALL_SHARE * ref_gain]
+        row["below_start"] = [s for s, g in zip(seeds, row["gain"], strict=True) if g < 0]
+    half = len(seeds) // 2
+    halves = [seeds[:half], seeds[half:]]
+    half_rows = [{arm: arm_row(by, arm, reference, h) for arm in arms} for h in halves]
+    for arm, row in rows.items():
+        signs = [hr[arm]["sign"] for hr in half_rows]
+        row["half_signs"] = signs
+        row["halves_agree"] = signs[0] == signs[1]
+
+    def best(rs: dict) -> str:
+        return max(rs, key=lambda a: 0.0 if a == reference else rs[a]["auc_diff_median"])
+
+    preregistered = arms[: 1 + sum(m != "static" and m in chosen for m in MODES)]  # the reference, the chosen variants
+    best_halves = [best({a: hr[a] for a in preregistered}) for hr in half_rows]
+    best_all_halves = [best(hr) for hr in half_rows]
+    # Post hoc: against the static arm with the best mean AUC on the reported seeds themselves (favours static G;
+    # a robustness check of the reference chosen on the tuning seeds, not the verdict)
+    statics = [a for a in arms if a.startswith("static_g")]
+    post = max(statics, key=lambda a: statistics.fmean(rows[a]["auc"]))
+    post_rows = {a: arm_row(by, a, post, seeds) for a in arms if not a.startswith("static_g")}
+    ref_informative = statistics.fmean(rows[reference]["informative"])
+    for row in rows.values():
+        row["informative_vs_reference"] = statistics.fmean(row["informative"]) / ref_informative
+    return {"reference": reference, "chosen": chosen, "seeds": seeds, "halves": halves, "rows": rows,
+            "best": best({a: rows[a] for a in preregistered}), "best_halves": best_halves,
+            "best_agree": best_halves[0] == best_halves[1], "preregistered": preregistered,
+            "best_all": best(rows), "best_all_halves": best_all_halves, "post_hoc_reference": post,
+            "post_rows": post_rows,
+            "tuning": tuning_table(runs, task, tuning),
+            "learns": all(r["rise_seed_stds"] >= study.RISE_SEED_STDS for r in rows.values())}  # fmt: skip
+
+
+def verdict_json(summaries: dict, command: str, tuning: list[int], extra: dict) -> dict:
+    tasks = {}
+    for task, s in summaries.items():
+        arms = {}
+        for arm, row in s["rows"].items():
+            post = s["post_rows"].get(arm)
+            arms[arm] = {"mode": mode_of(arm), "role": "reference" if arm == s["reference"] else "chosen variant"
+                         if arm in s["preregistered"] else "extra", "rise_seed_stds": finite(row["rise_seed_stds"]),
+                         "auc_diff_median": row["auc_diff_median"], "auc_diff_ci": list(row["auc_diff_ci"]),
+                         "ratio90_median": finite(row["ratio90_median"]),
+                         "ratio90_ci": [finite(v) for v in row["ratio90_ci"]], "halves_agree": row["halves_agree"],
+                         "verdict": verdict_word(row, arm == s["reference"]),
+                         "final_mean": statistics.fmean(row["final"]), "worst_final": min(row["final"]),
+                         "stalled_seeds": row["stalled"], "below_start_seeds": row["below_start"],
+                         "informative_share": statistics.fmean(row["informative"]),
+                         "informative_vs_reference": row["informative_vs_reference"],
+                         "auc_mean": statistics.fmean(row["auc"]), "auc_seed_std": mean_std(row["auc"])[1],
+                         "final_seed_std": mean_std(row["final"])[1],
+                         "completions_share_success_le_0.2": row["rare_share"],
+                         "mean_G_success_le_0.2": finite(row["rare_G"]),
+                         **({f"post_hoc_vs_{s['post_hoc_reference']}": {
+                             "auc_diff_median": post["auc_diff_median"], "auc_diff_ci": list(post["auc_diff_ci"]),
+                             "ratio90_median": finite(post["ratio90_median"]),
+                             "ratio90_ci": [finite(v) for v in post["ratio90_ci"]]}} if post else {}),
+                         "train_time_s_mean": statistics.fmean(row["train_time"])}  # fmt: skip
+        tasks[task] = {"generation_batch": GENERATION_BATCH, "reported_seeds": s["seeds"], "tuning_seeds": tuning,
+                       "reference": s["reference"], "chosen_variants": s["chosen"],
+                       "best_arm": s["best"] if s["best_agree"] else "undecided", "best_arm_halves": s["best_halves"],
+                       "best_arm_with_extras": s["best_all"] if s["best_all_halves"][0] == s["best_all_halves"][1]
+                       else "undecided", "best_arm_with_extras_halves": s["best_all_halves"],
+                       "post_hoc_reference": s["post_hoc_reference"],
+                       "arms": arms}  # fmt: skip
+    return {"command": command, **extra, "tasks": tasks}
+
+
+def verdict_word(row: dict, is_reference: bool) -> str:
+    if is_reference:
+        return "reference"
+    if not row["halves_agree"]:
+        return "undecided"
+    return {1: "better", -1: "worse", 0: "no difference shown"}[row["sign"]]
+
+
+def fmt_r(v: float) -> str:
+    return "never" if math.isinf(v) else "n/a" if math.isnan(v) else f"{v:.2f}"
+
+
+def fmt_bins(bins: list[list[int]]) -> str:
+    total = sum(b[1] for b in bins) or 1
+    edges = zip(study.SUCCESS_BINS, study.SUCCESS_BINS[1:])
+    return "; ".join(f"{lo:g}-{hi:g}: {b[1] / total:.0%} G {b[1] / b[0]:.1f} inf. {b[2] / b[1]:.0%}"
+                     for (lo, hi), b in zip(edges, bins, strict=True) if b[0])  # fmt: skip
+
+
+def markdown(summaries: dict, meta: dict) -> str:
+    lines = [f"# Study 2 (issue 25): generation batch {GENERATION_BATCH}, candidates {list(CANDIDATES)}", "",
+             f"Generated by `{meta['command']}`. Budget {meta['budget']} generated completions a run ({STEPS} steps "
+             f"of {GENERATION_BATCH}), {POINTS} evaluations after step 0, learning rate {LEARNING_RATE:g}, "
+             f"temperature {study.TEMPERATURE:g}; tuning seeds {meta['tuning']}, reported seeds {meta['reported']}. "
+             f"Runs on disk: {meta['runs']}; summed run time {meta['run_time_s'] / 60:.1f} min (training, evaluation "
+             "and warm starts, one torch thread a process).", "",
+             "Exact reward: mean over 256 held-out prompts of the teacher-forced probability of the exact answer at "
+             f"temperature {study.EVAL_TEMPERATURE:g}. AUC: mean exact reward over the budget of completions "
+             "generated. Paired per seed against the reference (the static G with the best mean AUC on the tuning "
+             "seeds); CI: bootstrap 90% over seeds. Verdict: sign of the AUC difference where its CI excludes 0, "
+             "`undecided` when the two halves of the reported seeds disagree. ± is the std over seeds.",
+             ""]  # fmt: skip
+    for task, s in summaries.items():
+        lines += [f"## `{task}`: {TASKS[task][0]}", "",
+                  f"Chosen on the tuning seeds (mean AUC): reference `{s['reference']}`; "
+                  + ", ".join(f"{m} `{a}`" for m, a in s["chosen"].items() if m != "static") + ".", "",
+                  "Tuning seeds, every arm (mean AUC, start -> final, informative share):", ""]  # fmt: skip
+        for arm, t in s["tuning"].items():
+            lines.append(f"- `{arm}`: AUC {fmt_ms(mean_std(t['auc']))}, {statistics.fmean(t['start']):.3f} -> "
+                         f"{fmt_ms(mean_std(t['final']))}, informative {statistics.fmean(t['informative']):.2f}")
+        lines += ["", f"Reported seeds {s['seeds']} (halves {s['halves'][0]} / {s['halves'][1]}):", "",
+                  "| arm | verdict | AUC - ref: median [90% CI] | halves (sign) | to 90% of ref's gain: median "
+                  "[90% CI] | AUC | start -> final | worst final | rise (seed-stds) | stalled / below start | "
+                  "informative share (x ref) | completions on success <= 0.2 (G there) | mean G | train s a run |",
+                  "|" + "---|" * 14]  # fmt: skip
+        for arm, row in s["rows"].items():
+            ci, rci = row["auc_diff_ci"], row["ratio90_ci"]
+            lines.append(
+                f"| `{arm}` | {verdict_word(row, arm == s['reference'])} | {row['auc_diff_median']:+.4f} "
+                f"[{ci[0]:+.4f}, {ci[1]:+.4f}] | {row['half_signs'][0]:+d} / {row['half_signs'][1]:+d} | "
+                f"{fmt_r(row['ratio90_median'])} [{fmt_r(rci[0])}, {fmt_r(rci[1])}] | "
+                f"{fmt_ms(mean_std(row['auc']), 4)} | "
+                f"{statistics.fmean(row['start']):.3f} -> {fmt_ms(mean_std(row['final']))} | "
+                f"{min(row['final']):.3f} | "
+                f"{row['rise_seed_stds']:.1f} | {len(row['stalled'])} / {len(row['below_start'])} | "
+                f"{fmt_ms(mean_std(row['informative']), 2)} ({row['informative_vs_reference']:.2f}x) | "
+                f"{row['rare_share']:.0%} ({row['rare_G']:.1f}) | {fmt_ms(mean_std(row['mean_G']), 1)} | "
+                f"{fmt_ms(mean_std(row['train_time']), 1)} |")  # fmt: skip
+        best = s["best"] if s["best_agree"] else "undecided"
+        a, b = s["best_all_halves"]
+        lines += ["", "Best arm among the reference and the chosen variants (largest median AUC difference): "
+                  f"`{best}` (halves: {s['best_halves'][0]} / {s['best_halves'][1]}); with the extra arms: "
+                  f"`{s['best_all'] if a == b else 'undecided'}` (halves: {a} / {b}).", "",
+                  f"Post hoc, against `{s['post_hoc_reference']}`, the static arm with the best mean AUC on the "
+                  "reported seeds themselves (favours static G; a check of the tuning-seed reference, not the "
+                  "verdict): " + "; ".join(
+                      f"`{arm}` AUC {r['auc_diff_median']:+.4f} "
+                      f"[{r['auc_diff_ci'][0]:+.4f}, {r['auc_diff_ci'][1]:+.4f}], to 90% of its gain "
+                      f"{fmt_r(r['ratio90_median'])} [{fmt_r(r['ratio90_ci'][0])}, "
+                      f"{fmt_r(r['ratio90_ci'][1])}]" for arm, r in s["post_rows"].items()) + ".", "",
+                  f"Every arm rises >= {study.RISE_SEED_STDS:g} seed-stds: "
+                  f"{'yes' if s['learns'] else 'NO'}.", "",
+                  "Where the completions went (reported seeds; exact success of the trained prompt at the training "
+                  "temperature: share of the arm's completions, mean G, informative share):", ""]  # fmt: skip
+        lines += [f"- `{arm}`: {fmt_bins(row['bins'])}" for arm, row in s["rows"].items()]
+        lines += ["", f"![{task}](study2_{task}.png)", ""]
+    return "\n".join(lines)
+
+
+def plot(runs: list[dict], task: str, arms: list[str], seeds: list[int], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(8, 5))
+    for arm in arms:
+        rs = [r for r in runs if r["task"] == task and r["arm"] == arm and r["seed"] in seeds]
+        if not rs:
+            continue
+        grid = [rs[0]["budget"] * i / 50 for i in range(51)]
+        ys = [[study.first_value(*study.curve(r), x) for x in grid] for r in rs]
+        axis.plot(grid, [statistics.fmean(c) for c in zip(*ys)], "-" if arm.startswith("static") else "-.", label=arm)
+    axis.set_xlabel("completions generated")
+    axis.set_ylabel(f"exact held-out reward (T {study.EVAL_TEMPERATURE:g})")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    axis.set_title(f"{task}: mean over reported seeds {seeds[0]}-{seeds[-1]}", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def report(out: Path, tasks: list[str], tuning: list[int], reported: list[int], command: str,
+           results: bool) -> str:  # fmt: skip
+    from grpo_curriculum.training.checkpoint import atomic_write
+
+    runs = load_runs(out)
+    summaries = {}
+    for task in tasks:
+        if all(any(r["task"] == task and r["seed"] == s for r in runs) for s in reported):
+            summaries[task] = summarise(runs, task, tuning, reported)
+            plot(runs, task, list(summaries[task]["rows"]), summaries[task]["seeds"], out / f"study2_{task}.png")
+    meta = {"command": command, "budget": STEPS * GENERATION_BATCH, "tuning": tuning, "reported": reported,
+            "runs": len(runs), "run_time_s": math.fsum(r["run_time"] for r in runs)
+            + math.fsum({(r["task"], r["seed"]): r["warm_time"] for r in runs}.values())}  # fmt: skip
+    text = markdown(summaries, meta)
+    verdict = verdict_json(summaries, command, tuning, {"budget": meta["budget"], "steps": STEPS, "points": POINTS,
+                                                        "learning_rate": LEARNING_RATE,
+                                                        "candidates": list(CANDIDATES)})  # fmt: skip
+    atomic_write(out / "study2.md", lambda f: f.write(text))
+    atomic_write(out / "verdict.json", lambda f: json.dump(verdict, f, indent=1))
+    atomic_write(out / "study2.json", lambda f: json.dump({"command": command, "runs": runs}, f,
+                                                          separators=(",", ":")))  # fmt: skip
+    if results:
+        for name in ["study2.md", "verdict.json", "study2.json", *(f"study2_{t}.png" for t in summaries)]:
+            shutil.copyfile(out / name, RESULTS / name)
+    return text
+
+
+def main(argv=None) -> int:
+    global STEPS, POINTS  # noqa: PLW0603  (the report's budget line)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="/work/study-out", help="output folder (runs/ and the reports)")
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--reported", type=int, default=REPORTED, help="reported seeds 0, 1, ...")
+    parser.add_argument("--tuning", type=int, default=TUNING, help=f"tuning seeds {TUNING_SEED_BASE}, ...")
+    parser.add_argument("--extra", nargs="*", default=[], choices=ARMS, help="more arms on the reported seeds")
+    parser.add_argument("--steps", type=int, default=48, help=f"budget in steps of {GENERATION_BATCH} completions")
+    parser.add_argument("--points", type=int, default=16, help="evaluations after step 0")
+    parser.add_argument("--jobs", type=int, default=2, help="processes in parallel (one torch thread each)")
+    parser.add_argument("--report-only", action="store_true", help="no training: the report from the runs on disk")
+    parser.add_argument("--results", action="store_true", help="copy the reports to benchmarks/results/")
+    options = parser.parse_args(argv)
+    STEPS, POINTS = options.steps, options.points
+    out = Path(options.out)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    EXTRA_REPORTED[:] = options.extra
+    tuning = [TUNING_SEED_BASE + i for i in range(options.tuning)]
+    reported = list(range(options.reported))
+    command = "python benchmarks/study2.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    if not options.report_only:
+        start = time.perf_counter()
+        run_jobs([(out, task, seed, ARMS, STEPS, POINTS) for task in options.tasks for seed in tuning], options.jobs)
+        runs = load_runs(out)
+        arms = {}
+        for task in options.tasks:
+            chosen = choose(runs, task, tuning)
+            print(f"{task}: chosen on tuning seeds {tuning}: {chosen}", flush=True)
+            arms[task] = list(dict.fromkeys([*chosen.values(), *options.extra]))
+        # seed-major: the tasks advance together, so a run cut short still has every task at the same seeds
+        run_jobs([(out, task, seed, arms[task], STEPS, POINTS) for seed in reported for task in options.tasks],
+                 options.jobs)  # fmt: skip
+        print(f"wall time {(time.perf_counter() - start) / 60:.1f} min", flush=True)
+    print(report(out, options.tasks, tuning, reported, command.strip(), options.results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

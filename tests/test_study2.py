@@ -1,0 +1,148 @@
+"""The issue-25 study's analysis (benchmarks/study2.py: the tuning-seed choice, the halves check, verdict.json,
+resuming) and the round simulation (benchmarks/simulate.py), on stand-in runs: no training."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from tests.test_study import _stand_in_run  # noqa: E402
+
+TUNING, REPORTED = [100, 101, 102], list(range(8))
+
+
+def _runs(per_prompt_curve, top_up_curve=None):
+    """Stand-in runs: on the tuning seeds static_g4 has the larger AUC, on the reported seeds static_g2 does."""
+    runs = []
+    for seed in TUNING:
+        runs.append(_stand_in_run("static_g2", seed, [0.5, 0.6, 0.7, 0.8], 20))
+        runs.append(_stand_in_run("static_g4", seed, [0.5, 0.7, 0.8, 0.85], 40))
+        runs.append(_stand_in_run("per_prompt", seed, [0.5, 0.8, 0.85, 0.9], 50))
+        runs.append(_stand_in_run("per_prompt_variance", seed, [0.5, 0.6, 0.7, 0.8], 50))
+    for seed in REPORTED:
+        runs.append(_stand_in_run("static_g2", seed, [0.5, 0.8, 0.85, 0.9], 20))
+        runs.append(_stand_in_run("static_g4", seed, [0.5, 0.6 + 0.01 * seed, 0.7, 0.8], 40))
+        runs.append(_stand_in_run("per_prompt", seed, per_prompt_curve(seed), 60))
+        if top_up_curve is not None:
+            runs.append(_stand_in_run("top_up", seed, top_up_curve(seed), 30))
+    for seed in TUNING:
+        runs.append(_stand_in_run("top_up", seed, [0.5, 0.6, 0.7, 0.8], 30))
+    return runs
+
+
+def test_the_reference_and_the_rule_variant_are_chosen_on_the_tuning_seeds_only():
+    import study2
+
+    runs = _runs(lambda seed: [0.5, 0.7, 0.8, 0.85])
+    chosen = study2.choose(runs, "prefix_levels", TUNING)
+    assert chosen["static"] == "static_g4"  # static_g2 is better on the reported seeds: not looked at
+    assert chosen["per_prompt"] == "per_prompt" and chosen["top_up"] == "top_up"
+    assert "dynamic" not in chosen  # no variant of it ran on every tuning seed
+
+
+def test_a_verdict_that_flips_between_the_halves_is_undecided():
+    import study2
+
+    # per_prompt ahead of the reference on the first half of the seeds, behind it on the second
+    flips = lambda seed: [0.5, 0.8, 0.85, 0.9] if seed < 4 else [0.5, 0.55, 0.6, 0.7]  # noqa: E731
+    steady = lambda seed: [0.5, 0.75 + 0.01 * seed, 0.8, 0.85]  # noqa: E731  (ahead on every seed)
+    summary = study2.summarise(_runs(flips, steady), "prefix_levels", TUNING, REPORTED)
+    assert summary["reference"] == "static_g4" and summary["halves"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    pp, tu = summary["rows"]["per_prompt"], summary["rows"]["top_up"]
+    assert pp["half_signs"] == [1, -1] and not pp["halves_agree"]
+    assert study2.verdict_word(pp, False) == "undecided"
+    assert tu["half_signs"] == [1, 1] and tu["halves_agree"] and study2.verdict_word(tu, False) == "better"
+    assert tu["auc_diff_ci"][0] > 0
+    assert summary["best_halves"] == ["per_prompt", "top_up"] and not summary["best_agree"]
+
+
+def test_the_report_writes_verdict_json_in_the_issue_schema(tmp_path, monkeypatch):
+    import study2
+
+    never = lambda seed: [0.5, 0.5, 0.5, 0.5]  # noqa: E731  (never reaches 90% of the reference's gain)
+    runs = _runs(never, lambda seed: [0.5, 0.75, 0.8, 0.85])
+    (tmp_path / "runs").mkdir()
+    for run in runs:
+        study2.run_path(tmp_path, run["task"], run["seed"], run["arm"]).write_text(json.dumps(run))
+    monkeypatch.setattr(study2, "plot", lambda *args: None)
+    text = study2.report(tmp_path, ["prefix_levels"], TUNING, REPORTED, "python benchmarks/study2.py --x", False)
+    verdict = json.loads((tmp_path / "verdict.json").read_text())
+    assert verdict["command"] == "python benchmarks/study2.py --x"
+    task = verdict["tasks"]["prefix_levels"]
+    assert task["generation_batch"] == study2.GENERATION_BATCH
+    assert (task["reported_seeds"], task["tuning_seeds"], task["reference"]) == (REPORTED, TUNING, "static_g4")
+    keys = {"rise_seed_stds", "auc_diff_median", "auc_diff_ci", "ratio90_median", "ratio90_ci", "halves_agree"}
+    assert set(task["arms"]) == {"static_g4", "per_prompt", "top_up"}
+    assert all(keys <= set(arm) for arm in task["arms"].values())
+    assert task["arms"]["per_prompt"]["ratio90_median"] is None  # never, as null
+    assert task["arms"]["per_prompt"]["verdict"] == "worse" and task["arms"]["top_up"]["verdict"] == "better"
+    assert task["arms"]["static_g4"]["ratio90_median"] == 1.0
+    assert "| `per_prompt` | worse |" in text
+
+
+def test_a_rerun_skips_the_runs_already_on_disk(tmp_path, monkeypatch):
+    import study2
+
+    job = (tmp_path, "prefix_levels", 0, ["static_g2", "per_prompt"], 48, 16)
+    (tmp_path / "runs").mkdir()
+    study2.run_path(tmp_path, "prefix_levels", 0, "static_g2").write_text("{}")
+
+    class Started(Exception):
+        pass
+
+    def pool(*args, **kwargs):
+        raise Started
+
+    monkeypatch.setattr(study2.multiprocessing, "get_context", lambda method: type("C", (), {"Pool": pool}))
+    with pytest.raises(Started):  # per_prompt is missing: the job runs
+        study2.run_jobs([job], 1)
+    study2.run_path(tmp_path, "prefix_levels", 0, "per_prompt").write_text("{}")
+    study2.run_jobs([job], 1)  # every run on disk: no process started
+    assert study2.run_job(job) == []  # nor any training in a worker
+
+
+# --- the simulation --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arm", ["static_g4", "per_prompt", "top_up", "top_up_value", "dynamic_g4"])
+def test_the_simulation_drives_the_real_rules_to_the_budget(arm):
+    import simulate
+
+    run = simulate.simulate("prefix_tail", arm, seed=3, rounds=4)
+    assert run["generated"] >= run["budget"] == 4 * simulate.BATCH
+    if not arm.startswith("dynamic"):  # every round holds exactly the generation batch
+        assert run["generated"] == run["budget"]
+        assert [x for x, _ in run["curve"]] == [simulate.BATCH * i for i in range(5)]
+    groups, completions, informative = (sum(b[i] for b in run["bins"]) for i in range(3))
+    assert completions == run["generated"] and informative == run["informative"] <= completions
+    if arm == "static_g4":
+        assert groups * 4 == completions
+    if arm.startswith("top_up"):  # groups of 2..16 completions, 32 prompts a round
+        assert groups == 4 * 32
+    assert simulate.simulate("prefix_tail", arm, seed=3, rounds=4) == run  # deterministic by seed
+    assert simulate.simulate("prefix_tail", arm, seed=4, rounds=4) != run
+
+
+def test_the_simulated_learner_moves_the_frontier():
+    import simulate
+
+    start = simulate.World("prefix_levels", 0).skills.copy()
+    simulate.NOISE, saved = 0.0, simulate.NOISE
+    try:
+        world = simulate.World("prefix_levels", 0)
+        hard = int(next(i for i in range(simulate.PROMPTS) if world.levels[i] == 1))
+        # one informative group of level 2, one all-equal
+        world.train([(hard, [1.0, 0.0]), (hard, [1.0, 1.0])])
+        # the whole step to level 2, TRANSFER of it to level 3
+        assert world.skills[1] - start[1] == pytest.approx(simulate.RATE)
+        assert world.skills[2] - start[2] == pytest.approx(simulate.TRANSFER * simulate.RATE)
+        assert world.skills[0] == start[0] and world.skills[3] == start[3]
+        world.train([(hard, [1.0, 1.0])])  # nothing informative: no step
+        assert world.skills[1] - start[1] == pytest.approx(simulate.RATE)
+    finally:
+        simulate.NOISE = saved
