@@ -88,6 +88,8 @@ MODES = {  # mode: its variants (arm names), the first one the library's default
     "per_prompt": ["per_prompt", "per_prompt_variance", "per_prompt_nodefer"],
     "top_up": ["top_up", "top_up_value"],
     "dynamic": ["dynamic_g4", "dynamic_g8"],
+    # coarse to fine comparisons (issue 29) at the G of the reference static arm the tuning seeds chose (16)
+    "comparison": ["comparison_extremes_g16", "comparison_margin_g16"],
 }
 ARMS = [arm for arms in MODES.values() for arm in arms]
 EXTRA_REPORTED: list[str] = []  # more arms to run on the reported seeds (`--extra`)
@@ -116,6 +118,13 @@ def arm_stages(arm: str):
     if arm.startswith("dynamic_g"):
         return [Stage(num_generations=int(arm.removeprefix("dynamic_g")), temperature=t, name=arm,
                       dynamic_sampling=DynamicSampling(max_rounds=study.DYNAMIC_ROUNDS))]  # fmt: skip
+    if arm == "comparison_extremes_g16":  # only the best and worst of each group for the first half, then all
+        return [Stage(num_generations=16, temperature=t, name="extremes", until_fraction=0.5,
+                      comparison={"mode": "extremes"}),
+                Stage(num_generations=16, temperature=t, name="all")]  # fmt: skip
+    if arm == "comparison_margin_g16":  # completions >= 1 group std from the mean, the margin falling to 0
+        return [Stage(num_generations=16, temperature=t, name=arm,
+                      comparison={"mode": "margin", "margin": 1.0, "margin_end": 0.0})]  # fmt: skip
     raise ValueError(f"unknown arm {arm!r}; use one of {ARMS}")
 
 
