@@ -722,25 +722,30 @@ def summary_levels(raw: dict, task: str) -> dict:
 
 
 def plot(raw: dict, task: str, path: Path) -> None:
+    curves = {arm: reported_runs(raw, task, arm) for arm in raw["options"]["arms"]}
+    plot_curves(curves, STATIC_ARMS, f"{task}: mean over seeds {raw['options']['seeds']}", path)
+
+
+def plot_curves(runs_by_arm: dict[str, list[dict]], static_arms, title: str, path: Path) -> None:
+    """Each arm's mean exact-reward curve against completions generated (static arms solid, the others dash-dot)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(8, 5))
-    for arm in raw["options"]["arms"]:
-        runs = reported_runs(raw, task, arm)
+    for arm, runs in runs_by_arm.items():
         if not runs:
             continue
         budget = runs[0]["budget"]
         grid = [budget * i / 50 for i in range(51)]
         ys = [[first_value(*curve(r), x) for x in grid] for r in runs]
-        axis.plot(grid, [statistics.fmean(col) for col in zip(*ys)], "-" if arm in STATIC_ARMS else "-.", label=arm)
+        axis.plot(grid, [statistics.fmean(col) for col in zip(*ys)], "-" if arm in static_arms else "-.", label=arm)
     axis.set_xlabel("completions generated")
     axis.set_ylabel(f"exact held-out reward (T {EVAL_TEMPERATURE:g})")
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)
-    axis.set_title(f"{task}: mean over seeds {raw['options']['seeds']}", fontsize=10)
+    axis.set_title(title, fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)

@@ -419,27 +419,8 @@ def markdown(summaries: dict, meta: dict) -> str:
 
 
 def plot(runs: list[dict], task: str, arms: list[str], seeds: list[int], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(8, 5))
-    for arm in arms:
-        rs = [r for r in runs if r["task"] == task and r["arm"] == arm and r["seed"] in seeds]
-        if not rs:
-            continue
-        grid = [rs[0]["budget"] * i / 50 for i in range(51)]
-        ys = [[study.first_value(*study.curve(r), x) for x in grid] for r in rs]
-        axis.plot(grid, [statistics.fmean(c) for c in zip(*ys)], "-" if arm.startswith("static") else "-.", label=arm)
-    axis.set_xlabel("completions generated")
-    axis.set_ylabel(f"exact held-out reward (T {study.EVAL_TEMPERATURE:g})")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
-    axis.set_title(f"{task}: mean over reported seeds {seeds[0]}-{seeds[-1]}", fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    curves = {arm: [r for r in runs if r["task"] == task and r["arm"] == arm and r["seed"] in seeds] for arm in arms}
+    study.plot_curves(curves, MODES["static"], f"{task}: mean over reported seeds {seeds[0]}-{seeds[-1]}", path)
 
 
 def report(out: Path, tasks: list[str], tuning: list[int], reported: list[int], command: str,

@@ -63,10 +63,17 @@ def torchrun_scenarios(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tiny model and its tokenizer saved to a folder (so it can be passed by name, e.g. as a reference model)."""
-    from grpo_curriculum.demo.tasks import build_model, build_tokenizer
+    from grpo_curriculum.demo.tasks import build_model
 
-    path = str(tmp_path_factory.mktemp("tiny-model"))
-    build_model(0).save_pretrained(path)
+    return _saved(tmp_path_factory, "tiny-model", build_model(0))
+
+
+def _saved(tmp_path_factory, name: str, model) -> str:
+    """`model` and the demo tokenizer saved to a new folder `name`; its path."""
+    from grpo_curriculum.demo.tasks import build_tokenizer
+
+    path = str(tmp_path_factory.mktemp(name))
+    model.save_pretrained(path)
     build_tokenizer().save_pretrained(path)
     return path
 
@@ -94,12 +101,7 @@ def build_gpt2_model(seed: int = 0, hidden_size: int = 32, num_layers: int = 2):
 @pytest.fixture(scope="session")
 def tiny_gpt2_dir(tmp_path_factory):
     """[`build_gpt2_model`] and the demo tokenizer saved to a folder (a policy or reference model by name)."""
-    from grpo_curriculum.demo.tasks import build_tokenizer
-
-    path = str(tmp_path_factory.mktemp("tiny-gpt2"))
-    build_gpt2_model(0).save_pretrained(path)
-    build_tokenizer().save_pretrained(path)
-    return path
+    return _saved(tmp_path_factory, "tiny-gpt2", build_gpt2_model(0))
 
 
 def grpo_args(output_dir, **overrides):

@@ -17,6 +17,8 @@ import pytest
 from grpo_curriculum.cli.main import main
 from grpo_curriculum.core.errors import CurriculumError
 
+from .test_sweep import recipe  # noqa: F401  (the demo recipe on 64 prompts, a fixture)
+
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = str(ROOT / "recipes" / "demo.yaml")
 FAST = ["--warm_start_steps", "0", "--save_strategy", "steps", "--save_steps", "2"]
@@ -140,20 +142,10 @@ def test_stale_staging_folders_are_matched_by_name_not_as_a_glob_pattern_and_nee
 # --- 3. the lock -------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def quick_recipe(tmp_path):
-    import yaml
-
-    data = yaml.safe_load((ROOT / "recipes" / "demo.yaml").read_text())
-    path = tmp_path / "quick.yaml"
-    path.write_text(yaml.safe_dump({**data, "dataset_num_prompts": 64}))
-    return str(path)
-
-
-def test_a_second_sweep_demo_or_train_into_a_sweeps_folder_exits_2_naming_it(tmp_path, capsys, quick_recipe):
+def test_a_second_sweep_demo_or_train_into_a_sweeps_folder_exits_2_naming_it(tmp_path, capsys, recipe):
     """The second sweep removed the first one's run in progress and both trained into it (a raw FileExistsError)."""
     out = tmp_path / "sweep"
-    command = [sys.executable, "-m", "grpo_curriculum.cli", "sweep", quick_recipe, "--num-generations", "2", "4",
+    command = [sys.executable, "-m", "grpo_curriculum.cli", "sweep", recipe, "--num-generations", "2", "4",
                "--max-steps", "4", "--held-out", "8", "--eval-every", "2", "--out", str(out)]  # fmt: skip
     first = subprocess.Popen(command, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     running = out / "arms" / "g2" / "seed-0"

@@ -21,7 +21,7 @@ from ..core.rules import UNCERTAIN_PROMPTS_DEFAULT, Rule
 from ..core.sampling import DYNAMIC_SAMPLING_RULES, DynamicSampling
 from ..core.schedule import STAGE_RULES, Stage
 from .recipe import RECIPE_RULES, _trl_rule
-from .trl_fields import trl_fields
+from .trl_fields import trl_fields, write_generated
 
 
 def _cell(text) -> str:
@@ -105,14 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0].startswith("-"):
         print("usage: python -m grpo_curriculum.config.reference PATH [--check]", file=sys.stderr)
         return 2
-    path, text = Path(argv[0]), render()
-    if argv[1:] == ["--check"]:
-        same = path.is_file() and path.read_text(encoding="utf-8") == text
-        print(f"{path}: {'up to date' if same else 'differs: run python -m ' + __name__ + ' ' + str(path)}")
-        return 0 if same else 1
-    path.write_text(text, encoding="utf-8")
-    print(f"wrote {path}")
-    return 0
+    return write_generated(Path(argv[0]), render(), argv[1:] == ["--check"],
+                           f"differs: run python -m {__name__} {argv[0]}")
 
 
 if __name__ == "__main__":

@@ -133,17 +133,24 @@ def render(snapshot: dict) -> str:
     return head + '"fields": {\n' + ",\n".join(lines) + "\n}}\n"
 
 
+def write_generated(path: Path, text: str, check: bool, stale: str, wrote: str = "") -> int:
+    """Write a generated file, or with `check` print whether `path` holds `text` and exit 1 when it does not (`stale`:
+    what the message tells the user to run)."""
+    if check:
+        same = path.is_file() and path.read_text(encoding="utf-8") == text
+        print(f"{path}: {'up to date' if same else stale}")
+        return 0 if same else 1
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path}{wrote}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Write `trl_fields.json` from the installed TRL, or with `--check` exit 1 when the shipped one differs."""
     argv = sys.argv[1:] if argv is None else argv
-    text = render(describe_trl())
-    if argv == ["--check"]:
-        same = SNAPSHOT.read_text(encoding="utf-8") == text
-        print(f"{SNAPSHOT}: {'up to date' if same else 'differs from the installed TRL: run python -m ' + __name__}")
-        return 0 if same else 1
-    SNAPSHOT.write_text(text, encoding="utf-8")
-    print(f"wrote {SNAPSHOT} (TRL {_version('trl')}, transformers {_version('transformers')})")
-    return 0
+    return write_generated(SNAPSHOT, render(describe_trl()), argv == ["--check"],
+                           f"differs from the installed TRL: run python -m {__name__}",
+                           f" (TRL {_version('trl')}, transformers {_version('transformers')})")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from .errors import MISSING, Problem, raise_if_any
-from .rules import Rule, check, unknown_keys
+from .rules import Rule, check, settings_from_mapping
 from .signals import ZERO_STD_TOLERANCE, _finite, _mean_std
 
 COMPARISON_MODES = ("all", "extremes", "margin")
@@ -79,15 +79,9 @@ class Comparison:
     @classmethod
     def from_mapping(cls, values, key: str = "comparison") -> tuple[Comparison | None, list[Problem]]:
         """Build from the YAML / dict form, e.g. `{mode: extremes}` (an instance is returned as is)."""
-        if isinstance(values, cls):
-            return values, []
-        if not isinstance(values, Mapping):
-            return None, [Problem(key, values, "must be a mapping of comparison settings",
-                                  "e.g. `comparison: {mode: extremes}` or `{mode: margin, margin: 1.0}`")]
-        names = [f.name for f in fields(cls)]
-        problems = unknown_keys(values, names, key, "a comparison setting", f"use only {names}")
-        problems += comparison_problems(values, key)
-        return (None, problems) if problems else (cls(**values), [])
+        return settings_from_mapping(cls, values, key, "a comparison setting",
+                                     "`comparison: {mode: extremes}` or `{mode: margin, margin: 1.0}`",
+                                     comparison_problems)
 
     def margin_at(self, progress: float) -> float | None:
         """The margin at `progress` in [0, 1] through the stage (`None` unless `mode="margin"`)."""

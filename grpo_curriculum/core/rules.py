@@ -258,3 +258,20 @@ STEPS = integer(1, MAX_STEPS)
 NUM_GENERATIONS = integer(2, MAX_COUNT, why="GRPO needs at least 2 completions per prompt to compute advantages",
                           fix="use 2, 4, 8, ... (a divisor of the generation batch)")
 """A group size G."""
+
+
+def settings_from_mapping(cls, values, key: str, what: str, example: str, problems_of):
+    """
+    `(cls(**values), [])` for a settings dataclass given in YAML / dict form (an instance of `cls` is returned as is),
+    or `(None, problems)`: not a mapping, an unknown key (with a "did you mean"), or what `problems_of(values, key)`
+    finds. `what` names one setting ("a comparison setting"), `example` a valid mapping for the fix.
+    """
+    from dataclasses import fields
+
+    if isinstance(values, cls):
+        return values, []
+    if not isinstance(values, Mapping):
+        return None, [Problem(key, values, f"must be a mapping of {what.removeprefix('a ')}s", f"e.g. {example}")]
+    names = [f.name for f in fields(cls)]
+    problems = unknown_keys(values, names, key, what, f"use only {names}") + problems_of(values, key)
+    return (None, problems) if problems else (cls(**values), [])

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from .errors import Problem, list_text, raise_if_any
-from .rules import COUNT, MAX_COUNT, NUM_GENERATIONS, Rule, check, integer, unknown_keys
+from .rules import COUNT, MAX_COUNT, NUM_GENERATIONS, Rule, check, integer, settings_from_mapping
 from .signals import _finite, _mean_std, is_zero_std
 
 TOP_UP_RULE_NAMES = ("flat_first", "value")
@@ -106,15 +106,9 @@ class DynamicSampling:
         Returns:
             `tuple[DynamicSampling | None, list[Problem]]`: The settings and no problems, or `None` and every problem.
         """
-        if isinstance(values, cls):
-            return values, []
-        if not isinstance(values, Mapping):
-            return None, [Problem(key, values, "must be a mapping of dynamic-sampling settings",
-                                  "e.g. `dynamic_sampling: {max_rounds: 4}`")]
-        names = [f.name for f in fields(cls)]
-        problems = unknown_keys(values, names, key, "a dynamic-sampling setting", f"use only {names}")
-        problems += check(DYNAMIC_SAMPLING_RULES, values, key)
-        return (None, problems) if problems else (cls(**values), [])
+        return settings_from_mapping(cls, values, key, "a dynamic-sampling setting",
+                                     "`dynamic_sampling: {max_rounds: 4}`",
+                                     lambda given, at: check(DYNAMIC_SAMPLING_RULES, given, at))
 
     @property
     def unlimited(self) -> bool:
