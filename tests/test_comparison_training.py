@@ -122,3 +122,37 @@ def test_a_round_regenerated_after_a_mid_round_resume_keeps_its_margin(tmp_path)
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))  # inside the round of steps 3-4
     # logged at step 4: the regenerated round of steps 3-4 (at its start's margin), then the next rounds
     assert margins(resumed, after=3) == pytest.approx([0.75, 0.5, 0.25])
+
+
+@pytest.mark.parametrize("kind", ["per_prompt", "top_up"])
+def test_comparisons_follow_each_real_group_in_rounds_of_mixed_sizes(tmp_path, kind, wanted_by_index):
+    """Per-prompt rounds (groups of 2, 4 and 8) and top-up rounds (merged increments): the kept rows are each real
+    group's best and worst, the others get 0, and the kept ones keep the advantage of their whole group."""
+    from grpo_curriculum import Adaptive
+    from grpo_curriculum.training.advantages import group_advantages
+
+    if kind == "per_prompt":
+        wanted_by_index(lambda index: (2, 4, 8)[index % 3])
+        adaptive = Adaptive(num_generations=(2, 4, 8), policy="per_prompt", defer=False)
+    else:
+        adaptive = Adaptive(num_generations=(2, 4, 8), policy="top_up")
+    stages = [Stage(temperature=1.0, adaptive=adaptive, comparison={"mode": "extremes"})]
+    trainer, _ = make_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=graded_reward), max_steps=4,
+                              per_device_train_batch_size=16)  # fmt: skip
+    checked, original = [], trainer._generate_and_score_completions
+
+    def spy(inputs):
+        output = original(inputs)
+        round_ = trainer._round
+        rewards, sizes = round_.group_rewards(round_.trained_groups)
+        keep = torch.tensor(comparison_keep(rewards, sizes, "extremes"), dtype=torch.float32)
+        whole = group_advantages(torch.tensor(rewards).unsqueeze(1), sizes, torch.ones(1), "group")
+        torch.testing.assert_close(output["advantages"].float(), whole * keep, atol=1e-5, rtol=1e-5)
+        checked.append((sorted(set(sizes)), int(keep.sum()), len(keep)))
+        return output
+
+    trainer._generate_and_score_completions = spy
+    trainer.train()
+    assert len(checked) == 4
+    assert any(len(sizes) > 1 for sizes, _, _ in checked)  # groups of several sizes were compared
+    assert any(kept < rows for _, kept, rows in checked)  # and middles dropped
