@@ -360,13 +360,6 @@ class IncrementRecords:
                              "width": [len(ids) for ids in completion_ids],
                              "truncated": [ids[-1] not in eos_and_pad for ids in completion_ids]})  # fmt: skip
 
-    def generated_tokens(self) -> int:
-        """The prompt and completion tokens (as TRL's `num_tokens` counts them) of every row of every increment,
-        every process."""
-        local = sum(sum(part["prompt"]) + sum(part["completion"]) for part in self.lengths)
-        accelerator = self.trainer.accelerator
-        return int(accelerator.gather(torch.tensor([local], device=accelerator.device)).sum())
-
     def add(self, output: dict, rewards_per_func) -> None:
         self.outputs.append(output)
         self.rewards_per_func.append(rewards_per_func)
@@ -894,7 +887,6 @@ class GRPOHooks:
             set_num_generations(self, num_generations)
         output = finish_round(self, records, round_)
         apply_comparison(self, output, round_)
-        round_.generated_tokens = records.generated_tokens()
         self._curriculum_round_end(round_)
         return output
 

@@ -217,8 +217,6 @@ class CurriculumCallback(TrainerCallback):
         self.last_stats = None  # signals of the last round (grpo_curriculum.core.signals.RoundStats)
         self.deferred_total = 0  # prompts deferred by per-prompt stages in this run
         self.informative_share = None  # the last round's share of trained completions in informative groups
-        self.generated_total = 0  # completions generated in training rounds since the trainer started (replays too)
-        self.generated_tokens_total = 0  # their prompt and completion tokens
         self._since_log, self._last_round = _RoundCounts(), _RoundCounts()
 
     def _stage_start_reason(self, index: int, global_step: int) -> str:
@@ -250,18 +248,15 @@ class CurriculumCallback(TrainerCallback):
         return self.current is not None and self.current.num_generations is None
 
     def record_round(self, group_sizes, deferred: int = 0, replayed: bool = False, generated: int | None = None,
-                     increments: int = 1, dropped: int = 0, informative_share: float | None = None,
-                     generated_tokens: int = 0) -> None:
+                     increments: int = 1, dropped: int = 0, informative_share: float | None = None) -> None:
         """
         The trainer reports the round it sampled: the G of each prompt trained on, how many prompts were deferred, and
         for a round sampled in increments the completions generated (default: those trained on), the increments, the
         groups dropped (sampled, not trained on) and the share of the trained completions in informative groups. A
         round replayed after a resume (its first build was counted before the checkpoint) only sets what later log
-        lines repeat, and counts the completions it generated again (`curriculum/generated`, [`generated_total`]).
+        lines repeat, and counts the completions it generated again (`curriculum/generated`).
         """
         produced = sum(group_sizes) if generated is None else generated
-        self.generated_total += produced
-        self.generated_tokens_total += int(generated_tokens)
         self._last_round = _RoundCounts()
         self._last_round.add(group_sizes, 0, keep_sizes=False, generated=generated, increments=increments,
                              dropped=dropped)  # fmt: skip

@@ -68,7 +68,6 @@ class Round:
     masked: list[int] | None = None  # trained groups whose tokens are out of the loss (dynamic sampling's fill-up)
     request_sizes: list[int] | None = None  # the group sizes of the next increment's first turn, if they are mixed
     requesting: list[int] | None = None  # while that first turn is sampled: its group sizes (vLLM server requests)
-    generated_tokens: int = 0  # once sampled: the prompt and completion tokens of every row generated (every process)
 
     def __post_init__(self):
         self.sizes = list(self.sizes)

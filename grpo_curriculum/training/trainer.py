@@ -309,7 +309,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         increments = round_.setting.top_up is not None or round_.setting.dynamic_sampling is not None
         self._curriculum.record_round(trained_sizes, round_.deferred, replayed=round_.replay,
                                       generated=round_.generated, increments=len(round_.increments),
-                                      dropped=round_.dropped, generated_tokens=round_.generated_tokens,
+                                      dropped=round_.dropped,
                                       informative_share=informative / sum(trained_sizes) if increments else None)
         if round_.replay:
             return
