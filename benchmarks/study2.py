@@ -75,8 +75,8 @@ LEARNING_RATE = 1e-3  # chosen on tuning seeds 100, 101 (docs/study.md): every s
 STEPS = 48  # budget: STEPS x GENERATION_BATCH generated completions a run
 POINTS = 16  # evaluations after step 0
 REPORTED = 12
-TUNING = 3
-TUNING_SEED_BASE = study.TUNING_SEED_BASE  # tuning seeds 100, 101, 102
+TUNING = 6
+TUNING_SEED_BASE = study.TUNING_SEED_BASE  # tuning seeds 100, ..., 105
 STALL_SHARE = 0.25  # a seed stalls when its gain is below this share of the reference's median gain on the task
 TASKS = {
     "prefix_levels": study.TASKS["prefix_levels"],
@@ -85,9 +85,9 @@ TASKS = {
 }  # fmt: skip
 MODES = {  # mode: its variants (arm names), the first one the library's default
     "static": [f"static_g{g}" for g in CANDIDATES],
-    "per_prompt": ["per_prompt", "per_prompt_variance", "per_prompt_nodefer"],
-    "top_up": ["top_up", "top_up_value"],
-    "dynamic": ["dynamic_g4", "dynamic_g8"],
+    "per_prompt": ["per_prompt", "per_prompt_variance", "per_prompt_nodefer", "per_prompt_stream"],
+    "top_up": ["top_up", "top_up_p16"],
+    "dynamic": ["dynamic_g4", "dynamic_g8", "dynamic_g16"],
     # coarse to fine comparisons (issue 29) at the G of the reference static arm the tuning seeds chose (16)
     "comparison": ["comparison_extremes_g16", "comparison_margin_g16"],
 }
@@ -108,13 +108,16 @@ def arm_stages(arm: str):
         return [Stage(num_generations=int(arm.removeprefix("static_g")), temperature=t)]
     if arm.startswith("per_prompt"):
         weight = "variance" if arm == "per_prompt_variance" else "knapsack"
+        # `per_prompt_stream`: Knapsack RL's geometry, the round's prompts in stream order (`lookahead` 0: no prompt
+        # waits) and none deferred: only their G is chosen, so the prompt mix is a static G's
+        knobs = {"lookahead": 0, "defer": False} if arm == "per_prompt_stream" else {"defer": arm != "per_prompt_nodefer"}
         return [Stage(temperature=t, name=arm,
                       adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt", weight=weight,
-                                        defer=arm != "per_prompt_nodefer"))]  # fmt: skip
-    if arm.startswith("top_up"):
-        rule = "value" if arm == "top_up_value" else "flat_first"
+                                        **knobs))]  # fmt: skip
+    if arm.startswith("top_up"):  # `top_up_p16`: 16 prompts a round (mean G 8) instead of the default's 32 (mean G 4)
+        prompts = 16 if arm == "top_up_p16" else None
         return [Stage(temperature=t, name=arm,
-                      adaptive=Adaptive(num_generations=CANDIDATES, policy="top_up", rule=rule))]  # fmt: skip
+                      adaptive=Adaptive(num_generations=CANDIDATES, policy="top_up", prompts=prompts))]
     if arm.startswith("dynamic_g"):
         return [Stage(num_generations=int(arm.removeprefix("dynamic_g")), temperature=t, name=arm,
                       dynamic_sampling=DynamicSampling(max_rounds=study.DYNAMIC_ROUNDS))]  # fmt: skip
