@@ -153,8 +153,9 @@ class ExactAnswer:
 
     __name__ = "exact_answer"
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, flip: float = 0.0, seed: int = 0):
         self.tokenizer, self.observer, self._ids = tokenizer, None, {}
+        self.flip, self._rng = flip, random.Random(seed)  # a noisy reward: each one flipped with probability `flip`
 
     def answer_ids(self, target: str) -> list[int]:
         if target not in self._ids:
@@ -163,6 +164,8 @@ class ExactAnswer:
 
     def __call__(self, prompts, completions, completion_ids, target, **kwargs) -> list[float]:
         rewards = [float(list(ids) == self.answer_ids(t)) for ids, t in zip(completion_ids, target, strict=True)]
+        if self.flip:
+            rewards = [1.0 - r if self._rng.random() < self.flip else r for r in rewards]
         if self.observer is not None:
             self.observer(prompts, target, rewards)
         return rewards
@@ -362,11 +365,12 @@ def cgrpo_available() -> bool:
 
 def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict, *,
             generation_batch: int = GENERATION_BATCH, learning_rate: float = LEARNING_RATE, stages=None,
-            max_grad_norm: float | None = None) -> dict:  # fmt: skip
+            max_grad_norm: float | None = None, reward_flip: float = 0.0) -> dict:  # fmt: skip
     """
     Train one arm from the warm start to `steps x generation_batch` generated completions; its record. `stages`: the
     arm's stages when not [`arm_stages`]'s (`benchmarks/study2.py`'s tuned rules); `max_grad_norm`: the gradient
-    clipping norm (`None`: the `GRPOConfig` default).
+    clipping norm (`None`: the `GRPOConfig` default); `reward_flip`: each training reward is flipped with this
+    probability (a noisy reward; the evaluation stays exact).
     """
     import copy
 
@@ -376,7 +380,7 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict,
     budget = steps * generation_batch
     model, tokenizer = copy.deepcopy(warm["model"]), warm["tokenizer"]
     counter = GenerationCounter(model)
-    reward = ExactAnswer(tokenizer)
+    reward = ExactAnswer(tokenizer, flip=reward_flip, seed=seed)
     recorder = budget_callback(evaluator(warm, reward), counter, budget, points)
     common = dict(temperature=TEMPERATURE, max_completion_length=MAX_COMPLETION_LENGTH, learning_rate=learning_rate,
                   lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,

@@ -1,9 +1,9 @@
 """
 The second study (issue 25): an instrument with power. Generation batch `GENERATION_BATCH` (128: 16-64 prompts a
-round, so the per-prompt knapsack and top-up have choices), candidates (2, 4, 8, 16), two tasks of different
-difficulty profiles, `REPORTED` reported seeds a task and `TUNING` separate tuning seeds on which the reference static
-G and every rule's knobs are chosen, paired statistics, and its own reproducibility check (two halves of the reported
-seeds).
+round, so the per-prompt knapsack and top-up have choices), candidates (2, 4, 8, 16), three tasks of different
+difficulty profiles (one with a noisy reward), `REPORTED` reported seeds a task and `TUNING` separate tuning seeds on
+which the reference static G and every rule's knobs are chosen, paired statistics, and its own reproducibility check
+(two halves of the reported seeds).
 
 It reuses `benchmarks/study.py` (tasks, warm start, exact evaluation, the probe, one arm's run) and
 `benchmarks/study_stats.py` (paired ratios, bootstrap, AUC); what is new here is the geometry, the tuning phase, the
@@ -15,6 +15,9 @@ then `<eos>`, exact reward; warm start until level 2's exact success at the trai
 - `prefix_levels`: levels k = 1-4 in equal shares: a moving frontier (level k+1 becomes solvable after level k);
 - `prefix_tail`: levels drawn 1 : 1 : 3 : 5, so 80% of the prompts are levels 3-4, hard but solvable after the warm
   start (a long tail of hard prompts, the regime where Knapsack RL and GRESO report their gains).
+- `prefix_noisy`: `prefix_levels` (the same prompts and warm start a seed) with every training reward flipped with
+  probability 0.1 (`REWARD_FLIP`): a noisy reward, so an all-equal group is rarer and a mixed one can be noise; the
+  exact evaluation stays noise-free.
 
 Phases. `tune`: on the tuning seeds, every arm of `ARMS` (each static G and each rule variant). The reference of a task
 is the static arm with the largest mean AUC on its tuning seeds; for each adaptive mode (`per_prompt`, `top_up`,
@@ -82,7 +85,10 @@ TASKS = {
     "prefix_levels": study.TASKS["prefix_levels"],
     "prefix_tail": ("repeat the first k = 1-4 of 4 words exactly, then <eos>; levels 1:1:3:5 (80% are levels 3-4, "
                     "hard after the warm start)", (1, 1, 3, 5), (8, 8, 1, 1), 300),
+    "prefix_noisy": ("prefix_levels with every training reward flipped with probability 0.1 (the exact evaluation "
+                     "is noise-free)", (1, 1, 1, 1), (8, 8, 1, 1), 300),
 }  # fmt: skip
+REWARD_FLIP = {"prefix_noisy": 0.1}  # a task's training rewards are flipped with this probability
 MODES = {  # mode: its variants (arm names), the first one the library's default
     "static": [f"static_g{g}" for g in CANDIDATES],
     "per_prompt": ["per_prompt", "per_prompt_variance", "per_prompt_nodefer", "per_prompt_stream"],
@@ -110,7 +116,8 @@ def arm_stages(arm: str):
         weight = "variance" if arm == "per_prompt_variance" else "knapsack"
         # `per_prompt_stream`: Knapsack RL's geometry, the round's prompts in stream order (`lookahead` 0: no prompt
         # waits) and none deferred: only their G is chosen, so the prompt mix is a static G's
-        knobs = {"lookahead": 0, "defer": False} if arm == "per_prompt_stream" else {"defer": arm != "per_prompt_nodefer"}
+        knobs = ({"lookahead": 0, "defer": False} if arm == "per_prompt_stream"
+                 else {"lookahead": 2, "defer": arm != "per_prompt_nodefer"})  # explicit: the study outlives defaults
         return [Stage(temperature=t, name=arm,
                       adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt", weight=weight,
                                         **knobs))]  # fmt: skip
@@ -158,7 +165,8 @@ def run_job(job: tuple) -> list[str]:
     done = []
     for arm in arms:
         run = study.run_arm(task, arm, seed, steps, points, warm, generation_batch=GENERATION_BATCH,
-                            learning_rate=LEARNING_RATE, stages=arm_stages(arm))  # fmt: skip
+                            learning_rate=LEARNING_RATE, stages=arm_stages(arm),
+                            reward_flip=REWARD_FLIP.get(task, 0.0))  # fmt: skip
         run["warm_time"], run["warm_steps"] = warm_time, warm["warm_steps"]
         path = run_path(out, task, seed, arm)
         atomic_write(path, lambda f, run=run: json.dump(run, f, separators=(",", ":")))

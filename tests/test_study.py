@@ -156,6 +156,27 @@ def test_the_probe_counts_a_round_sampled_in_increments_by_its_whole_groups(warm
     assert sum(bin_[0] for bin_ in probe.bins) == 3 and sum(bin_[1] for bin_ in probe.bins) == 12
 
 
+def test_the_noisy_reward_flips_each_training_reward_with_its_probability_and_the_same_seed_flips_the_same(
+        warm_model):  # fmt: skip
+    """`prefix_noisy` (benchmarks/study2.py): flip 0 is the exact reward, 1 its complement, 0.1 about a tenth."""
+    import study
+
+    _, tokenizer = warm_model
+    exact = study.ExactAnswer(tokenizer)
+    ids = exact.answer_ids("cat red")
+    rows = [ids if i % 3 else ids[:-1] for i in range(3000)]
+    call = {"prompts": ["p"] * len(rows), "completions": [""] * len(rows), "completion_ids": rows,
+            "target": ["cat red"] * len(rows)}  # fmt: skip
+    truth = exact(**call)
+    assert truth == [float(i % 3 != 0) for i in range(len(rows))]
+    assert study.ExactAnswer(tokenizer, flip=1.0)(**call) == [1.0 - r for r in truth]
+    noisy = study.ExactAnswer(tokenizer, flip=0.1, seed=5)(**call)
+    flipped = sum(a != b for a, b in zip(noisy, truth, strict=True)) / len(rows)
+    assert 0.08 < flipped < 0.12
+    assert study.ExactAnswer(tokenizer, flip=0.1, seed=5)(**call) == noisy
+    assert study.ExactAnswer(tokenizer, flip=0.1, seed=6)(**call) != noisy
+
+
 def _stand_in_run(arm, seed, ys, informative, generated=512, logged=None):
     """A run record as `run_arm` returns it, with the exact-reward curve `ys` at even completion counts."""
     xs = [generated * i / (len(ys) - 1) for i in range(len(ys))]
