@@ -214,6 +214,31 @@ def choose(runs: list[dict], task: str, tuning: list[int]) -> dict[str, str]:
     return chosen
 
 
+def defaults(runs: list[dict], tasks: list[str], tuning: list[int]) -> dict[str, str]:
+    """
+    Per adaptive mode, the one default the library ships: the variant with the largest AUC difference to each task's
+    reference (its tuning seeds' mean AUC minus the reference's), averaged over the tasks. Tuning seeds only; a
+    variant missing a tuning seed of some task is not a candidate.
+    """
+    per_task = {}
+    for task in tasks:
+        chosen = choose(runs, task, tuning)
+        if "static" not in chosen:
+            continue
+        means = {arm: statistics.fmean(v["auc"]) for arm, v in tuning_table(runs, task, tuning).items()
+                 if len(v["auc"]) == len(tuning)}  # fmt: skip
+        per_task[task] = {arm: m - means[chosen["static"]] for arm, m in means.items()}
+    out = {}
+    for mode, arms in MODES.items():
+        if mode == "static":
+            continue
+        scores = {a: statistics.fmean(d[a] for d in per_task.values()) for a in arms
+                  if per_task and all(a in d for d in per_task.values())}  # fmt: skip
+        if scores:
+            out[mode] = max(scores, key=scores.get)
+    return out
+
+
 def tuning_table(runs: list[dict], task: str, tuning: list[int]) -> dict[str, dict]:
     out = {}
     for arm in ARMS:
@@ -271,11 +296,20 @@ def arm_row(by: dict, arm: str, reference: str, seeds: list[int]) -> dict:
     return row
 
 
-def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int]) -> dict:
+def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int],
+              default: dict[str, str] | None = None) -> dict:  # fmt: skip
+    """
+    One task's report. `default`: per mode, the library's default variant ([`defaults`], chosen over every task);
+    `None`: this task's own choice. The verdict's arms ("preregistered") are the reference and the defaults; the
+    variants this task's tuning seeds chose, and the `EXTRA_REPORTED` arms, are reported beside them.
+    """
     chosen = choose(runs, task, tuning)
     reference = chosen["static"]
+    default = {m: a for m, a in chosen.items() if m != "static"} if default is None else default
     by = {(r["arm"], r["seed"]): r for r in runs if r["task"] == task}
-    arms = [reference] + [chosen[m] for m in MODES if m != "static" and m in chosen]
+    arms = [reference] + [default[m] for m in MODES if m in default]
+    preregistered = list(arms)
+    arms += [chosen[m] for m in MODES if m != "static" and m in chosen and chosen[m] not in arms]
     arms += [a for a in EXTRA_REPORTED if a not in arms]
     arms = [a for a in arms if all((a, s) in by for s in reported)]
     seeds = [s for s in reported if all((a, s) in by for a in arms)]
@@ -295,7 +329,7 @@ def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int
     def best(rs: dict) -> str:
         return max(rs, key=lambda a: 0.0 if a == reference else rs[a]["auc_diff_median"])
 
-    preregistered = arms[: 1 + sum(m != "static" and m in chosen for m in MODES)]  # the reference, the chosen variants
+    preregistered = [a for a in preregistered if a in arms]  # the reference and the defaults (that ran everywhere)
     best_halves = [best({a: hr[a] for a in preregistered}) for hr in half_rows]
     best_all_halves = [best(hr) for hr in half_rows]
     # Post hoc: against the static arm with the best mean AUC on the reported seeds themselves (favours static G;
@@ -306,7 +340,7 @@ def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int
     ref_informative = statistics.fmean(rows[reference]["informative"])
     for row in rows.values():
         row["informative_vs_reference"] = statistics.fmean(row["informative"]) / ref_informative
-    return {"reference": reference, "chosen": chosen, "seeds": seeds, "halves": halves, "rows": rows,
+    return {"reference": reference, "chosen": chosen, "defaults": default, "seeds": seeds, "halves": halves, "rows": rows,
             "best": best({a: rows[a] for a in preregistered}), "best_halves": best_halves,
             "best_agree": best_halves[0] == best_halves[1], "preregistered": preregistered,
             "best_all": best(rows), "best_all_halves": best_all_halves, "post_hoc_reference": post,
@@ -315,14 +349,98 @@ def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int
             "learns": all(r["rise_seed_stds"] >= study.RISE_SEED_STDS for r in rows.values())}  # fmt: skip
 
 
+RATIO90_TARGET = 0.7  # the issue's: the best adaptive mode reaches 90% of the reference's gain in <= 0.7x
+
+
+def rule_checks(s: dict) -> dict:
+    """
+    Issue 25's rules on one task (reported seeds): per-prompt's default must not starve rare-success prompts (its
+    share of completions on prompts of exact success <= 0.2 when trained at least the reference static G's);
+    top-up's default must raise the informative share over the static G of its own mean G (the same budget), paired
+    per seed, the 90% CI of the median difference above 0.
+    """
+    rows, out = s["rows"], {}
+    per_prompt, top_up = s["defaults"].get("per_prompt"), s["defaults"].get("top_up")
+    if per_prompt in rows:
+        row, ref = rows[per_prompt], rows[s["reference"]]
+        out["per_prompt_rare"] = {"arm": per_prompt, "share": row["rare_share"], "reference_share": ref["rare_share"],
+                                  "mean_G_there": finite(row["rare_G"]),
+                                  "mean_G": statistics.fmean(row["mean_G"]),
+                                  "pass": row["rare_share"] >= ref["rare_share"]}  # fmt: skip
+    if top_up in rows:
+        row = rows[top_up]
+        size = statistics.fmean(row["mean_G"])
+        static = f"static_g{min(CANDIDATES, key=lambda c: abs(c - size))}"
+        if static in rows:
+            diffs = [a - b for a, b in zip(row["informative"], rows[static]["informative"], strict=True)]
+            ci = bootstrap_interval(diffs)
+            out["top_up_informative"] = {"arm": top_up, "static": static, "share": statistics.fmean(row["informative"]),
+                                         "static_share": statistics.fmean(rows[static]["informative"]),
+                                         "diff_median": median(diffs), "diff_ci": list(ci), "pass": ci[0] > 0}  # fmt: skip
+    return out
+
+
+def targets(summaries: dict) -> dict:
+    """
+    The issue's targets, measured. Instrument: every arm rises >= `RISE_SEED_STDS` seed-stds, and the verdicts of the
+    reference and the defaults agree between the halves. Product: on at least one task a default adaptive mode's AUC
+    difference has its 90% CI above 0 (halves agreeing) and its median completions to 90% of the reference's gain <=
+    `RATIO90_TARGET`; on no task is a default mode's CI entirely below 0.
+    """
+    tasks = {}
+    for task, s in summaries.items():
+        rows = s["rows"]
+        modes = [a for a in s["preregistered"] if a != s["reference"]]
+        tasks[task] = {
+            "every_arm_rises": s["learns"],
+            "halves_disagree": [a for a in s["preregistered"] if not rows[a]["halves_agree"]],
+            "wins": [a for a in modes if rows[a]["auc_diff_ci"][0] > 0 and rows[a]["halves_agree"]
+                     and rows[a]["ratio90_median"] <= RATIO90_TARGET],
+            "auc_above_0": [a for a in modes if rows[a]["auc_diff_ci"][0] > 0 and rows[a]["halves_agree"]],
+            "losses": [a for a in modes if rows[a]["auc_diff_ci"][1] < 0],
+            **rule_checks(s)}  # fmt: skip
+    return {"instrument_met": all(t["every_arm_rises"] and not t["halves_disagree"] for t in tasks.values()),
+            "product_met": any(t["wins"] for t in tasks.values()) and not any(t["losses"] for t in tasks.values()),
+            "tasks": tasks}  # fmt: skip
+
+
+def targets_lines(t: dict, summaries: dict) -> list[str]:
+    lines = ["## Targets (issue 25)", "",
+             f"- Instrument (every arm rises >= {study.RISE_SEED_STDS:g} seed-stds; the reference's and the defaults' "
+             f"verdicts agree between the halves): **{'met' if t['instrument_met'] else 'missed'}**.",
+             f"- Product (on some task a default mode's AUC CI above 0 and its median completions to 90% of the "
+             f"reference's gain <= {RATIO90_TARGET:g}x; on no task a default mode's CI below 0): "
+             f"**{'met' if t['product_met'] else 'missed'}**.", ""]  # fmt: skip
+    for task, tt in t["tasks"].items():
+        rows = summaries[task]["rows"]
+        parts = [f"rises: {'yes' if tt['every_arm_rises'] else 'NO'}",
+                 "halves disagree: " + (", ".join(f"`{a}`" for a in tt["halves_disagree"]) or "none"),
+                 "AUC CI above 0: " + (", ".join(
+                     f"`{a}` (to 90%: {fmt_r(rows[a]['ratio90_median'])}x)" for a in tt["auc_above_0"]) or "none"),
+                 "CI below 0: " + (", ".join(f"`{a}`" for a in tt["losses"]) or "none")]  # fmt: skip
+        if "per_prompt_rare" in tt:
+            r = tt["per_prompt_rare"]
+            parts.append(f"`{r['arm']}` completions on success <= 0.2: {r['share']:.1%} vs the reference's "
+                         f"{r['reference_share']:.1%} ({'not starved' if r['pass'] else 'STARVED'}; G there "
+                         f"{fmt_r(r['mean_G_there'] or math.nan)} vs its mean {r['mean_G']:.1f})")  # fmt: skip
+        if "top_up_informative" in tt:
+            r = tt["top_up_informative"]
+            parts.append(f"`{r['arm']}` informative share {r['share']:.2f} vs `{r['static']}` {r['static_share']:.2f}"
+                         f" (same budget), paired median {r['diff_median']:+.3f} [{r['diff_ci'][0]:+.3f}, "
+                         f"{r['diff_ci'][1]:+.3f}]: {'raised' if r['pass'] else 'NOT raised'}")  # fmt: skip
+        lines.append(f"- `{task}`: " + "; ".join(parts) + ".")
+    return lines + [""]
+
+
 def verdict_json(summaries: dict, command: str, tuning: list[int], extra: dict) -> dict:
     tasks = {}
     for task, s in summaries.items():
         arms = {}
         for arm, row in s["rows"].items():
             post = s["post_rows"].get(arm)
-            arms[arm] = {"mode": mode_of(arm), "role": "reference" if arm == s["reference"] else "chosen variant"
-                         if arm in s["preregistered"] else "extra", "rise_seed_stds": finite(row["rise_seed_stds"]),
+            role = ("reference" if arm == s["reference"] else "default" if arm in s["preregistered"]
+                    else "tuned on this task" if arm in s["chosen"].values() else "extra")  # fmt: skip
+            arms[arm] = {"mode": mode_of(arm), "role": role, "rise_seed_stds": finite(row["rise_seed_stds"]),
                          "auc_diff_median": row["auc_diff_median"], "auc_diff_ci": list(row["auc_diff_ci"]),
                          "ratio90_median": finite(row["ratio90_median"]),
                          "ratio90_ci": [finite(v) for v in row["ratio90_ci"]], "halves_agree": row["halves_agree"],
@@ -341,13 +459,14 @@ def verdict_json(summaries: dict, command: str, tuning: list[int], extra: dict) 
                              "ratio90_ci": [finite(v) for v in post["ratio90_ci"]]}} if post else {}),
                          "train_time_s_mean": statistics.fmean(row["train_time"])}  # fmt: skip
         tasks[task] = {"generation_batch": GENERATION_BATCH, "reported_seeds": s["seeds"], "tuning_seeds": tuning,
-                       "reference": s["reference"], "chosen_variants": s["chosen"],
+                       "reference": s["reference"], "chosen_variants": s["chosen"], "defaults": s["defaults"],
+                       "final_seed_std_smallest": min(s["rows"], key=lambda a: mean_std(s["rows"][a]["final"])[1]),
                        "best_arm": s["best"] if s["best_agree"] else "undecided", "best_arm_halves": s["best_halves"],
                        "best_arm_with_extras": s["best_all"] if s["best_all_halves"][0] == s["best_all_halves"][1]
                        else "undecided", "best_arm_with_extras_halves": s["best_all_halves"],
                        "post_hoc_reference": s["post_hoc_reference"],
                        "arms": arms}  # fmt: skip
-    return {"command": command, **extra, "tasks": tasks}
+    return {"command": command, **extra, "targets": targets(summaries), "tasks": tasks}
 
 
 def verdict_word(row: dict, is_reference: bool) -> str:
@@ -382,9 +501,16 @@ def markdown(summaries: dict, meta: dict) -> str:
              "seeds); CI: bootstrap 90% over seeds. Verdict: sign of the AUC difference where its CI excludes 0, "
              "`undecided` when the two halves of the reported seeds disagree. ± is the std over seeds.",
              ""]  # fmt: skip
+    if summaries:
+        default = next(iter(summaries.values()))["defaults"]
+        lines += [f"Defaults (one a mode, chosen on the tuning seeds of every task: the largest AUC difference to the "
+                  "task's reference, averaged over the tasks): " + ", ".join(f"{m} `{a}`" for m, a in default.items())
+                  + ". The verdict is about these; the variants a task's own tuning seeds chose are reported beside "
+                  "them.", ""]  # fmt: skip
+        lines += targets_lines(targets(summaries), summaries)
     for task, s in summaries.items():
         lines += [f"## `{task}`: {TASKS[task][0]}", "",
-                  f"Chosen on the tuning seeds (mean AUC): reference `{s['reference']}`; "
+                  f"Chosen on this task's tuning seeds (mean AUC): reference `{s['reference']}`; "
                   + ", ".join(f"{m} `{a}`" for m, a in s["chosen"].items() if m != "static") + ".", "",
                   "Tuning seeds, every arm (mean AUC, start -> final, informative share):", ""]  # fmt: skip
         for arm, t in s["tuning"].items():
@@ -410,7 +536,8 @@ def markdown(summaries: dict, meta: dict) -> str:
                 f"{fmt_ms(mean_std(row['train_time']), 1)} |")  # fmt: skip
         best = s["best"] if s["best_agree"] else "undecided"
         a, b = s["best_all_halves"]
-        lines += ["", "Best arm among the reference and the chosen variants (largest median AUC difference): "
+        spread = min(s["rows"], key=lambda a: mean_std(s["rows"][a]["final"])[1])
+        lines += ["", "Best arm among the reference and the defaults (largest median AUC difference): "
                   f"`{best}` (halves: {s['best_halves'][0]} / {s['best_halves'][1]}); with the extra arms: "
                   f"`{s['best_all'] if a == b else 'undecided'}` (halves: {a} / {b}).", "",
                   f"Post hoc, against `{s['post_hoc_reference']}`, the static arm with the best mean AUC on the "
@@ -420,6 +547,9 @@ def markdown(summaries: dict, meta: dict) -> str:
                       f"[{r['auc_diff_ci'][0]:+.4f}, {r['auc_diff_ci'][1]:+.4f}], to 90% of its gain "
                       f"{fmt_r(r['ratio90_median'])} [{fmt_r(r['ratio90_ci'][0])}, "
                       f"{fmt_r(r['ratio90_ci'][1])}]" for arm, r in s["post_rows"].items()) + ".", "",
+                  f"Smallest seed spread of the final exact reward: `{spread}` "
+                  f"(± {mean_std(s['rows'][spread]['final'])[1]:.3f}; the reference's "
+                  f"± {mean_std(s['rows'][s['reference']]['final'])[1]:.3f}).", "",
                   f"Every arm rises >= {study.RISE_SEED_STDS:g} seed-stds: "
                   f"{'yes' if s['learns'] else 'NO'}.", "",
                   "Where the completions went (reported seeds; exact success of the trained prompt at the training "
@@ -440,10 +570,11 @@ def report(out: Path, tasks: list[str], tuning: list[int], reported: list[int], 
 
     runs = load_runs(out)
     summaries = {}
-    for task in tasks:
-        if all(any(r["task"] == task and r["seed"] == s for r in runs) for s in reported):
-            summaries[task] = summarise(runs, task, tuning, reported)
-            plot(runs, task, list(summaries[task]["rows"]), summaries[task]["seeds"], out / f"study2_{task}.png")
+    done = [t for t in tasks if all(any(r["task"] == t and r["seed"] == s for r in runs) for s in reported)]
+    default = defaults(runs, done, tuning)
+    for task in done:
+        summaries[task] = summarise(runs, task, tuning, reported, default)
+        plot(runs, task, list(summaries[task]["rows"]), summaries[task]["seeds"], out / f"study2_{task}.png")
     meta = {"command": command, "budget": STEPS * GENERATION_BATCH, "tuning": tuning, "reported": reported,
             "runs": len(runs), "run_time_s": math.fsum(r["run_time"] for r in runs)
             + math.fsum({(r["task"], r["seed"]): r["warm_time"] for r in runs}.values())}  # fmt: skip
@@ -486,11 +617,12 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         run_jobs([(out, task, seed, ARMS, STEPS, POINTS) for task in options.tasks for seed in tuning], options.jobs)
         runs = load_runs(out)
-        arms = {}
+        arms, default = {}, defaults(runs, options.tasks, tuning)
+        print(f"defaults chosen on tuning seeds {tuning} over {options.tasks}: {default}", flush=True)
         for task in options.tasks:
             chosen = choose(runs, task, tuning)
             print(f"{task}: chosen on tuning seeds {tuning}: {chosen}", flush=True)
-            arms[task] = list(dict.fromkeys([*chosen.values(), *options.extra]))
+            arms[task] = list(dict.fromkeys([*chosen.values(), *default.values(), *options.extra]))
         # seed-major: the tasks advance together, so a run cut short still has every task at the same seeds
         run_jobs([(out, task, seed, arms[task], STEPS, POINTS) for seed in reported for task in options.tasks],
                  options.jobs)  # fmt: skip

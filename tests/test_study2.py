@@ -85,6 +85,54 @@ def test_the_report_writes_verdict_json_in_the_issue_schema(tmp_path, monkeypatc
     assert "| `per_prompt` | worse |" in text
 
 
+def test_one_default_a_mode_is_chosen_over_every_task_on_the_tuning_seeds():
+    """Each task's tuning seeds may prefer another variant; the library's default is the best on average."""
+    import copy
+
+    import study2
+
+    levels = _runs(lambda seed: [0.5, 0.7, 0.8, 0.85])  # per_prompt far ahead of per_prompt_variance on tuning seeds
+    tail = copy.deepcopy(levels)
+    for run in tail:
+        run["task"] = "prefix_tail"
+        if run["seed"] in TUNING and run["arm"] == "per_prompt":  # just behind per_prompt_variance on this task
+            for point, y in zip(run["eval"], [0.5, 0.6, 0.7, 0.75], strict=True):
+                point["exact"] = y
+    runs = levels + tail
+    assert study2.choose(runs, "prefix_tail", TUNING)["per_prompt"] == "per_prompt_variance"
+    assert study2.choose(runs, "prefix_levels", TUNING)["per_prompt"] == "per_prompt"
+    assert study2.defaults(runs, ["prefix_levels", "prefix_tail"], TUNING) == {"per_prompt": "per_prompt",
+                                                                               "top_up": "top_up"}  # fmt: skip
+    summary = study2.summarise(runs, "prefix_tail", TUNING, REPORTED, study2.defaults(runs, ["prefix_levels",
+                                                                                                "prefix_tail"], TUNING))
+    assert summary["preregistered"] == ["static_g4", "per_prompt"]  # the defaults (top_up has no reported runs)
+
+
+def test_the_targets_and_the_rules_are_measured_on_the_defaults():
+    import study2
+
+    fast = lambda seed: [0.5, 0.84 + 0.001 * seed, 0.85, 0.86]  # noqa: E731  (90% of the reference's gain at ~0.3x)
+    runs = _runs(fast, lambda seed: [0.5, 0.45, 0.45, 0.5 - 0.001 * seed])  # top_up below the reference everywhere
+    for run in runs:  # per_prompt: half its completions on prompts of success 0.5-0.8, the static arms' all <= 0.05
+        if run["arm"] == "per_prompt":
+            run["probe"]["bins"] = [[10, 50, 20], [0, 0, 0], [0, 0, 0], [10, 50, 40], [0, 0, 0], [0, 0, 0]]
+    default = study2.defaults(runs, ["prefix_levels"], TUNING)
+    summary = study2.summarise(runs, "prefix_levels", TUNING, REPORTED, default)
+    measured = study2.targets({"prefix_levels": summary})
+    task = measured["tasks"]["prefix_levels"]
+    per_prompt = summary["rows"]["per_prompt"]
+    assert per_prompt["auc_diff_ci"][0] > 0 and per_prompt["ratio90_median"] <= study2.RATIO90_TARGET
+    assert task["wins"] == ["per_prompt"] and task["losses"] == ["top_up"]
+    assert not measured["product_met"]  # a default mode's CI is below 0 on a task
+    assert task["per_prompt_rare"]["share"] == 0.5 and task["per_prompt_rare"]["reference_share"] == 1.0
+    assert not task["per_prompt_rare"]["pass"]
+    informative = task["top_up_informative"]
+    assert informative["static"] == "static_g4"  # top-up's mean G 4: the same budget as static G 4
+    assert informative["diff_median"] == pytest.approx(-0.1) and not informative["pass"]
+    text = "\n".join(study2.targets_lines(measured, {"prefix_levels": summary}))
+    assert "**missed**" in text and "STARVED" in text and "NOT raised" in text
+
+
 def test_a_rerun_skips_the_runs_already_on_disk(tmp_path, monkeypatch):
     import study2
 
