@@ -93,7 +93,7 @@ MODES = {  # mode: its variants (arm names), the first one the library's default
     "static": [f"static_g{g}" for g in CANDIDATES],
     "per_prompt": ["per_prompt", "per_prompt_variance", "per_prompt_nodefer", "per_prompt_stream"],
     "top_up": ["top_up", "top_up_p16"],
-    "dynamic": ["dynamic_g4", "dynamic_g8", "dynamic_g16"],
+    "dynamic": ["dynamic_g4", "dynamic_g8", "dynamic_g16", "dynamic_g4_r2", "dynamic_g8_r2"],
     # coarse to fine comparisons (issue 29) at the G of the reference static arm the tuning seeds chose (16)
     "comparison": ["comparison_extremes_g16", "comparison_margin_g16"],
 }
@@ -125,9 +125,11 @@ def arm_stages(arm: str):
         prompts = 16 if arm == "top_up_p16" else None
         return [Stage(temperature=t, name=arm,
                       adaptive=Adaptive(num_generations=CANDIDATES, policy="top_up", prompts=prompts))]
-    if arm.startswith("dynamic_g"):
-        return [Stage(num_generations=int(arm.removeprefix("dynamic_g")), temperature=t, name=arm,
-                      dynamic_sampling=DynamicSampling(max_rounds=study.DYNAMIC_ROUNDS))]  # fmt: skip
+    if arm.startswith("dynamic_g"):  # `_r2`: at most 2 generation rounds a batch instead of 4
+        size, _, rounds = arm.removeprefix("dynamic_g").partition("_r")
+        return [Stage(num_generations=int(size), temperature=t, name=arm,
+                      dynamic_sampling=DynamicSampling(max_rounds=int(rounds or study.DYNAMIC_ROUNDS),
+                                                       on_limit="mask"))]  # fmt: skip
     if arm == "comparison_extremes_g16":  # only the best and worst of each group for the first half, then all
         return [Stage(num_generations=16, temperature=t, name="extremes", until_fraction=0.5,
                       comparison={"mode": "extremes"}),
