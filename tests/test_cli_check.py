@@ -435,3 +435,15 @@ def test_check_imports_no_reward_function_and_the_readme_says_train_does(tmp_pat
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert ("`train`, `demo` and `sweep` import the modules `reward_funcs` names and run their code, as TRL's `trl "
             "grpo` does (`check` imports none)") in readme
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """`grpo-curriculum check recipe | head -1`: the pipe closes before the report is written; exit 141 (SIGPIPE's),
+    quietly (it was a `BrokenPipeError` traceback)."""
+    recipe = Path(__file__).resolve().parent.parent / "recipes" / "qwen2.5-0.5b-gsm8k.yaml"
+    process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum.cli", "check", str(recipe)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    process.stdout.close()  # before the command has printed anything
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141, stderr
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr

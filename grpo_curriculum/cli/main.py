@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 
 from ..core.errors import CurriculumError, GeometryError, list_text, plural, shorten
@@ -465,5 +467,9 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exit:  # argparse printed the usage error (2) or the help (0)
         return exit.code if isinstance(exit.code, int) else 2
-    return COMMANDS[args.command](args)
+    try:
+        return COMMANDS[args.command](args)
+    except BrokenPipeError:  # `grpo-curriculum check ... | head`: the reader left; exit as SIGPIPE would, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
+        return 128 + getattr(signal, "SIGPIPE", 13)
 
