@@ -213,3 +213,40 @@ def test_a_seed_on_the_command_line_is_read_as_an_integer(tmp_path, capsys):
     assert "argument --seed: invalid int value: '1e26'" in err and "Traceback" not in err and not never.exists()
     assert main(["train", "demo", "--seed", str(2**32), "--output_dir", str(never)]) == 2
     assert "seed = 4294967296: must be an integer in [0, 4294967295]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"fp16": True, "bf16": True}, "fp16 = True: cannot be combined with `bf16: true`"),
+    ({"fp16_full_eval": True, "bf16_full_eval": True}, "fp16_full_eval = True: cannot be combined with"),
+    ({"load_best_model_at_end": True, "save_strategy": "steps", "eval_strategy": "no"},
+     "load_best_model_at_end = True: needs `save_strategy` (steps) and `eval_strategy` (no) to match"),
+    ({"load_best_model_at_end": True, "save_strategy": "steps", "eval_strategy": "steps", "save_steps": 15,
+      "eval_steps": 10}, "load_best_model_at_end = True: needs `save_steps` (15) to be a multiple of `eval_steps` (10)"),
+    ({"load_best_model_at_end": True, "save_strategy": "steps", "eval_strategy": "steps", "save_steps": 10,
+      "eval_steps": 0.3}, "load_best_model_at_end = True: needs `save_steps` (10) to be a multiple"),
+])  # fmt: skip
+def test_combinations_transformers_refuses_are_one_message_from_check_and_train(tmp_path, values, message):
+    """Each combination is refused by `GRPOConfig` itself; `check` and `train` name it before anything loads."""
+    from trl import GRPOConfig
+
+    with pytest.raises(ValueError):
+        GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, **values)
+    path = _recipe(tmp_path / "r.yaml", values)
+    for argv in (["check", path], ["train", path, "--output_dir", str(tmp_path / "never")]):
+        code, err = _run(argv)
+        assert code == 2 and f"  - {message}" in err and len(_problems(err)) == 1, err
+    assert not (tmp_path / "never").exists()
+
+
+def test_combinations_transformers_accepts_pass_check(tmp_path):
+    for values in ({"fp16": False, "bf16": True}, {"load_best_model_at_end": True, "save_strategy": "best",
+                                                   "eval_strategy": "no", "metric_for_best_model": "reward"},
+                   {"load_best_model_at_end": True, "save_strategy": "steps", "eval_strategy": "steps",
+                    "save_steps": 20, "eval_steps": 10},
+                   {"load_best_model_at_end": True, "save_strategy": "steps", "eval_strategy": "steps",
+                    "save_steps": 10, "eval_steps": 0.5}):  # fmt: skip
+        from trl import GRPOConfig
+
+        GRPOConfig(output_dir=str(tmp_path / "trl"), use_cpu=True, **values)  # TRL accepts it
+        code, err = _run(["check", _recipe(tmp_path / "r.yaml", values)])
+        assert code == 0, (values, err)

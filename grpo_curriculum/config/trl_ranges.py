@@ -204,6 +204,24 @@ def related_problems(training: Mapping, defaults: Mapping) -> list[Problem]:
     if is_number(low) and is_number(high) and low >= high:
         problems.append(Problem("vllm_importance_sampling_clip_min", low, f"must be less than "
                                 f"vllm_importance_sampling_clip_max ({high})", "lower it, or raise the maximum"))
+    for one, other in (("fp16", "bf16"), ("fp16_full_eval", "bf16_full_eval")):  # transformers: at most one of them
+        if value(one) is True and value(other) is True:
+            problems.append(Problem(one, True, f"cannot be combined with `{other}: true` (one mixed precision at a "
+                                    "time)", f"keep one: `{one}: false` or `{other}: false`"))
+    save, evaluate = value("save_strategy"), value("eval_strategy")
+    if value("load_best_model_at_end") is True and save != "best":
+        if evaluate != save:
+            problems.append(Problem("load_best_model_at_end", True, f"needs `save_strategy` ({save}) and "
+                                    f"`eval_strategy` ({evaluate}) to match, or `save_strategy: best`",
+                                    f"set `eval_strategy: {save}`, or `load_best_model_at_end: false`"))
+        elif evaluate == "steps" and is_number(value("save_steps")) and is_number(value("eval_steps")):
+            every, checked = value("save_steps"), value("eval_steps")
+            fractions = every < 1 and checked < 1  # both fractions of the run: compared in millionths, as transformers
+            if checked > 0 and every % checked and not (
+                    fractions and round(every * 1_000_000) % max(round(checked * 1_000_000), 1) == 0):
+                problems.append(Problem("load_best_model_at_end", True, f"needs `save_steps` ({every:g}) to be a "
+                                        f"multiple of `eval_steps` ({checked:g})",
+                                        f"e.g. `save_steps: {checked:g}`"))
     low, high = value("entropy_coef_min"), value("entropy_coef_max")
     if is_number(low) and is_number(high) and low > high:
         problems.append(Problem("entropy_coef_min", low, f"must be at most entropy_coef_max ({high})",
