@@ -113,9 +113,9 @@ def test_the_targets_and_the_rules_are_measured_on_the_defaults():
 
     fast = lambda seed: [0.5, 0.84 + 0.001 * seed, 0.85, 0.86]  # noqa: E731  (90% of the reference's gain at ~0.3x)
     runs = _runs(fast, lambda seed: [0.5, 0.45, 0.45, 0.5 - 0.001 * seed])  # top_up below the reference everywhere
-    for run in runs:  # per_prompt: half its completions on prompts of success 0.5-0.8, the static arms' all <= 0.05
+    for run in runs:  # per_prompt: G 5 on prompts of success <= 0.05, G 10 on those of 0.5-0.8 (mean G 2 x 100 / 30)
         if run["arm"] == "per_prompt":
-            run["probe"]["bins"] = [[10, 50, 20], [0, 0, 0], [0, 0, 0], [10, 50, 40], [0, 0, 0], [0, 0, 0]]
+            run["probe"]["bins"] = [[10, 50, 20], [0, 0, 0], [0, 0, 0], [5, 50, 40], [0, 0, 0], [0, 0, 0]]
     default = study2.defaults(runs, ["prefix_levels"], TUNING)
     summary = study2.summarise(runs, "prefix_levels", TUNING, REPORTED, default)
     measured = study2.targets({"prefix_levels": summary})
@@ -124,11 +124,20 @@ def test_the_targets_and_the_rules_are_measured_on_the_defaults():
     assert per_prompt["auc_diff_ci"][0] > 0 and per_prompt["ratio90_median"] <= study2.RATIO90_TARGET
     assert task["wins"] == ["per_prompt"] and task["losses"] == ["top_up"]
     assert not measured["product_met"]  # a default mode's CI is below 0 on a task
-    assert task["per_prompt_rare"]["share"] == 0.5 and task["per_prompt_rare"]["reference_share"] == 1.0
-    assert not task["per_prompt_rare"]["pass"]
+    rare = task["per_prompt_rare"]
+    assert (rare["share"], rare["reference_share"], rare["mean_G_there"]) == (0.5, 1.0, 5.0)
+    assert rare["mean_G"] == pytest.approx(100 / 15) and not rare["pass"]  # G 5 there, below its mean G
     informative = task["top_up_informative"]
     assert informative["static"] == "static_g4"  # top-up's mean G 4: the same budget as static G 4
     assert informative["diff_median"] == pytest.approx(-0.1) and not informative["pass"]
+    for run in runs:  # the same G everywhere: not starved, unless a prompt was deferred
+        if run["arm"] == "per_prompt":
+            run["probe"]["bins"] = [[10, 50, 20], [0, 0, 0], [0, 0, 0], [10, 50, 40], [0, 0, 0], [0, 0, 0]]
+    fair = study2.summarise(runs, "prefix_levels", TUNING, REPORTED, default)
+    assert study2.rule_checks(fair)["per_prompt_rare"]["pass"]
+    runs[-1 - next(i for i, r in enumerate(reversed(runs)) if r["arm"] == "per_prompt")]["deferred"] = 3
+    assert not study2.rule_checks(study2.summarise(runs, "prefix_levels", TUNING, REPORTED, default))[
+        "per_prompt_rare"]["pass"]  # fmt: skip
     text = "\n".join(study2.targets_lines(measured, {"prefix_levels": summary}))
     assert "**missed**" in text and "STARVED" in text and "NOT raised" in text
 
