@@ -21,7 +21,7 @@ and `prefix_tail` (levels 1 : 1 : 3 : 5).
 
 Arms: `static_g{2,4,8,16}`, `per_prompt` (and `per_prompt_variance`, `per_prompt_uniform`: the `weight` knob;
 `per_prompt_nodefer`: `defer=False`),
-`top_up`, `top_up_value`, `dynamic_g{4,8}` (`max_rounds` 4): the same names as the real study's.
+`top_up`, `dynamic_g{4,8}` (`max_rounds` 4): the same names as the real study's.
 """
 
 from __future__ import annotations
@@ -50,8 +50,7 @@ TASKS = {  # name: (level weights, starting level skills (logits))
     "prefix_tail": ((1, 1, 3, 5), (3.0, 0.0, -1.5, -3.0)),
 }
 ARMS = [*(f"static_g{g}" for g in CANDIDATES), "per_prompt", "per_prompt_variance", "per_prompt_uniform",
-        "per_prompt_nodefer", "top_up",
-        "top_up_value", "dynamic_g4", "dynamic_g8"]  # fmt: skip
+        "per_prompt_nodefer", "top_up", "dynamic_g4", "dynamic_g8"]  # fmt: skip
 BINS = (0.0, 0.05, 0.2, 0.5, 0.8, 0.95, 1.0)
 
 
@@ -192,16 +191,13 @@ def simulate(task: str, arm: str, seed: int, rounds: int, points: int = 16) -> d
             allocator.adapt(easy, hard)
             observe(groups)
             world.train(groups)
-        elif arm.startswith("top_up"):
-            rule = "value" if arm == "top_up_value" else "flat_first"
-            plan = TopUp(pilot=CANDIDATES[0], largest=CANDIDATES[-1], rule=rule)
+        elif arm == "top_up":
+            plan = TopUp(pilot=CANDIDATES[0], largest=CANDIDATES[-1])
             slots = next_slots(plan.prompts_for(BATCH))
             rewards = [world.sample(s, plan.pilot) for s in slots]
-            priors = list(zip(*stats.posterior(slots), strict=True)) if rule == "value" else None
             left = BATCH - sum(len(r) for r in rewards)
             while left > 0:
-                added = top_up_increment(rewards, [len(r) for r in rewards], plan.pilot, plan.largest, left, rule=rule,
-                                         priors=priors)  # fmt: skip
+                added = top_up_increment(rewards, [len(r) for r in rewards], plan.pilot, plan.largest, left)
                 if not any(added):
                     break
                 for i, a in enumerate(added):
@@ -212,7 +208,6 @@ def simulate(task: str, arm: str, seed: int, rounds: int, points: int = 16) -> d
             for s, r in groups:
                 tally.generated += len(r)
                 tally.group(world.p([s])[0], r)
-            observe(groups)
             world.train(groups)
         else:
             raise ValueError(f"unknown arm {arm!r}; use one of {ARMS}")

@@ -26,8 +26,6 @@ schedule, the same budget of generated completions):
 - `top_up`: each round sampled in increments (`Adaptive(policy="top_up", num_generations=(2, 4, 8, 16))`): a pilot of 2
   for `GENERATION_BATCH / 4` prompts, the other half of the batch 2 at a time to the groups whose rewards are still all
   equal, then to the lowest-variance ones, up to 16 (`grpo_curriculum.core.sampling`); the same completions a round;
-- `top_up_value`: the same with `rule="value"`: the increments go to the groups where they add the most completions
-  expected in informative groups, under each prompt's Beta posterior (its history and the round's rewards);
 - `dynamic`: DAPO's dynamic sampling at G `DYNAMIC_G` (`DynamicSampling(max_rounds=DYNAMIC_ROUNDS)`): groups whose
   rewards are all equal are dropped and more rounds generated, so a step costs up to `DYNAMIC_ROUNDS` rounds;
 - `cgrpo`: the published peer `trl-cgrpo` 0.2.0 (`CGRPOTrainer`: per-prompt budgets along [2, 4, 8, 16] stopped by
@@ -106,7 +104,7 @@ RISE_SEED_STDS = 3.0  # a task counts as learnable when every arm's mean gain is
 DYNAMIC_G = 4  # G of the `dynamic` arm (DAPO's dynamic sampling)
 DYNAMIC_ROUNDS = 4  # its max_rounds
 STATIC_ARMS = [f"static_g{g}" for g in CANDIDATES]
-INCREMENT_ARMS = ["top_up", "top_up_value", "dynamic"]  # arms whose reward calls are increments, not whole rounds
+INCREMENT_ARMS = ["top_up", "dynamic"]  # arms whose reward calls are increments, not whole rounds
 ARMS = [*STATIC_ARMS, "success_rate", "per_prompt", *INCREMENT_ARMS, "cgrpo"]
 WARM_CHUNK = 10
 WARM_GATE = (2, 0.4)  # the warm start stops when level 2's exact success at the training temperature reaches 0.4
@@ -445,10 +443,8 @@ def arm_stages(arm: str):
                       adaptive=Adaptive(num_generations=CANDIDATES, policy=arm))]  # fmt: skip
     if arm == "per_prompt":
         return [Stage(temperature=TEMPERATURE, name=arm, adaptive=Adaptive(num_generations=CANDIDATES, policy=arm))]
-    if arm in ("top_up", "top_up_value"):
-        rule = "value" if arm == "top_up_value" else "flat_first"
-        return [Stage(temperature=TEMPERATURE, name=arm,
-                      adaptive=Adaptive(num_generations=CANDIDATES, policy="top_up", rule=rule))]  # fmt: skip
+    if arm == "top_up":
+        return [Stage(temperature=TEMPERATURE, name=arm, adaptive=Adaptive(num_generations=CANDIDATES, policy=arm))]
     if arm == "dynamic":
         return [Stage(num_generations=DYNAMIC_G, temperature=TEMPERATURE, name=arm,
                       dynamic_sampling=DynamicSampling(max_rounds=DYNAMIC_ROUNDS))]  # fmt: skip
@@ -558,14 +554,12 @@ def sampling_verdicts(summary: dict) -> dict[str, dict]:
     The sampling issue's targets, per arm, each `True`/`False` or a number reported either way: `top_up` against the
     best static arm (informative share, median paired ratio and its interval); `dynamic`: the share of its steps whose
     training batch held only informative groups, and its completions to the best static arm's final reward over
-    those of `top_up` (paired per seed). `top_up_value` is held to `top_up`'s targets, and compared with it paired.
+    those of `top_up` (paired per seed).
     """
     rows, out = summary["rows"], {}
-    for arm in ("top_up", "top_up_value"):
-        if arm not in rows:
-            continue
-        row = rows[arm]
-        out[arm] = {
+    if "top_up" in rows:
+        row = rows["top_up"]
+        out["top_up"] = {
             f"informative share >= {TOP_UP_TARGETS['informative']}x best static ({row['informative_vs_best']:.2f}x)":
                 row["informative_vs_best"] >= TOP_UP_TARGETS["informative"],
             f"completions to the best static's final reward <= {TOP_UP_TARGETS['ratio']}x (median "
@@ -576,11 +570,6 @@ def sampling_verdicts(summary: dict) -> dict[str, dict]:
             f"to 90% of the best static's gain: median {fmt_ratio(row['ratio_90_median'])}, 90% CI "
             f"{fmt_interval(row['ratio_90_interval'])}": None,
         }  # fmt: skip
-    if "top_up" in rows and "top_up_value" in rows:
-        ratios = [paired_ratio(a, b) for a, b in zip(rows["top_up_value"]["reach_100"], rows["top_up"]["reach_100"],
-                                                      strict=True)]  # fmt: skip
-        out["top_up_value"][f"over top_up's (paired, to the best static's final reward): median "
-                            f"{fmt_ratio(median(ratios))}, 90% CI {fmt_interval(bootstrap_interval(ratios))}"] = None
     if "dynamic" in rows:
         row = rows["dynamic"]
         steps = [v for v in row["informative_steps"] if not math.isnan(v)]

@@ -354,15 +354,9 @@ def test_check_prints_the_top_up_and_dynamic_sampling_plans(tmp_path, capsys):
             "dropped and refilled from further rounds of 16 prompts (64 completions each), at most 4 rounds (256 "
             "completions) a training batch; a batch still short after them trains on its informative groups only "
             "(the all-equal groups filling it up are out of the loss) (on_limit mask)") in out
-    recipe.write_text(SAMPLING.replace("pilot: 4}", "pilot: 4, rule: value, success_threshold: 1.0}"))
-    code, out, _ = check(capsys, recipe)
-    assert code == 0 and ("the other 32 of the generation batch 64 go 4 at a time where they add the most completions "
-                          "expected in informative groups (rule value: from each prompt's history and the round's "
-                          "rewards; prompts that always fail or always succeed come last); a group holds 4, 8, 12 or "
-                          "16 completions; at most 3 increments (generation calls) after the pilots\n") in out
     recipe.write_text(SAMPLING.replace("pilot: 4}", "pilot: 4, decay: 0.9}"))
     code, _, err = check(capsys, recipe)
-    assert code == 2 and "adaptive.decay = 0.9: only applies to a top-up stage with `rule: value`" in err
+    assert code == 2 and "adaptive.decay = 0.9: only applies with `policy: per_prompt`" in err
     recipe.write_text(SAMPLING)
     code, out, _ = check(capsys, recipe, *flags(3, 4, 1))  # a generation batch of 12 on 3 processes
     assert code == 1 and "result: INVALID, 2 of 3 checks fail on 3 processes" in out
@@ -371,6 +365,29 @@ def test_check_prints_the_top_up_and_dynamic_sampling_plans(tmp_path, capsys):
     assert "  fix: use `pilot: 12` (if it divides every candidate)\n" not in out  # 12 does not divide 16
     assert "stage 1: top-up from pilot 16 to 16, temperature 1, until 0.7 of the run: INVALID: adaptive.pilot = 16" \
         in out
+
+
+def test_a_removed_top_up_rule_is_refused_with_every_other_problem_before_any_step(tmp_path, capsys):
+    """`rule` left top-up with the `value` rule: a recipe still setting it (either value) exits 2, each stage's `rule`
+    one problem with the recipe's other problems, and `train` writes nothing."""
+    recipe = tmp_path / "sampling.yaml"
+    recipe.write_text(SAMPLING.replace("pilot: 4}", "pilot: 4, rule: value}")
+                      .replace("[16]}", "[16], rule: flat_first}") + "learning_rate: -1\n")  # fmt: skip
+    one_rule = ("removed: top-up has one rule (the groups whose rewards are all equal grow first, then the "
+                "lowest-variance ones)")  # fmt: skip
+    problems = [
+        "  - learning_rate = -1: must be a finite number >= 0",
+        f"  - curriculum.stages[0].adaptive.rule = 'value': {one_rule}; `value` won on no task of the study "
+        "(docs/study.md)\n    fix: drop `rule`\n",
+        f"  - curriculum.stages[1].adaptive.rule = 'flat_first': {one_rule}, and `flat_first` is that rule\n"
+        "    fix: drop `rule`: `flat_first` is what top-up does\n",
+    ]  # fmt: skip
+    code, out, err = check(capsys, recipe)
+    assert code == 2 and out == "" and f"3 problems (recipe {recipe}):" in err and all(p in err for p in problems)
+    never = tmp_path / "never"
+    assert main(["train", str(recipe), "--output_dir", str(never)]) == 2
+    err = capsys.readouterr().err
+    assert all(p in err for p in problems) and "Traceback" not in err and not never.exists()
 
 
 TOP_UP_RECIPE = """model_name_or_path: builtin:tiny

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 
 import pytest
 
 from grpo_curriculum import Adaptive, DynamicSampling, Setting, Stage, StageSchedule
-from grpo_curriculum.core.errors import CurriculumError
+from grpo_curriculum.core.errors import CurriculumError, Problem
 from grpo_curriculum.core.sampling import TopUp, top_up_increment
 
 NAN = math.nan
@@ -44,43 +46,6 @@ def test_top_up_increment(name):
     assert all(size + a <= largest for size, a in zip(sizes, added))
 
 
-HOPELESS, SETTLED, UNIFORM = (1, 41), (41, 1), (1, 1)  # Beta priors: 0/40 and 40/40 before (decay aside), none
-VALUE_INCREMENTS = {  # name: (rewards per group, priors, largest, budget_left, expected); pilot 2, threshold 0.5
-    "a hopeless prompt (0/40 before) gets nothing while an informative group grows":
-        ([[0, 0], [0, 1]], [HOPELESS, UNIFORM], 8, 2, [0, 2]),
-    "a settled prompt (40/40 before) gets nothing either":
-        ([[1, 1], [1, 0], [0, 0]], [SETTLED, UNIFORM, HOPELESS], 8, 4, [0, 2, 0]),
-    "informative groups take the budget, up to the largest, before all-equal ones":
-        ([[0, 1], [0, 0], [1, 0]], None, 8, 6, [2, 0, 2]),
-    "no history (uniform prior): an informative group before an all-equal one": ([[0, 0], [1, 0]], None, 8, 2, [0, 2]),
-    "an all-equal group likely to flip (prior 5/10) before an informative one":
-        ([[0, 1], [0, 0]], [UNIFORM, (5, 5)], 8, 2, [0, 2]),
-    "non-binary rewards: 0.3 < 0.5 counts as failures, so the prompt that succeeds before flips":
-        ([[0.3, 0.3], [0.3, 0.3]], [HOPELESS, SETTLED], 8, 2, [0, 2]),
-    "a group without a finite reward flips either way (1/3 under a uniform prior): after one of 0/2 (2/5)":
-        ([[NAN, None], [0, 0]], None, 8, 2, [0, 2]),
-    "a hopeless group still takes what nothing else can": ([[0, 0], [0, 1, 0, 1]], [HOPELESS, UNIFORM], 4, 4, [2, 0]),
-    "no budget left": ([[0, 0], [0, 1]], None, 8, 0, [0, 0]),
-}
-
-
-@pytest.mark.parametrize("name", sorted(VALUE_INCREMENTS))
-def test_value_top_up_increment(name):
-    rewards, priors, largest, budget_left, expected = VALUE_INCREMENTS[name]
-    sizes = [len(r) for r in rewards]
-    added = top_up_increment(rewards, sizes, 2, largest, budget_left, rule="value", priors=priors)
-    assert added == expected
-    assert sum(added) <= budget_left and all(size + a <= largest for size, a in zip(sizes, added))
-
-
-def test_value_rule_reads_successes_at_the_threshold():
-    """The same all-0.3 groups: below a threshold of 0.5 failures (the prompt that succeeded before may flip), at or
-    above 0.2 successes (the prompt that failed before may)."""
-    rewards, priors = [[0.3, 0.3], [0.3, 0.3]], [HOPELESS, SETTLED]
-    assert top_up_increment(rewards, [2, 2], 2, 8, 2, rule="value", priors=priors, success_threshold=0.5) == [0, 2]
-    assert top_up_increment(rewards, [2, 2], 2, 8, 2, rule="value", priors=priors, success_threshold=0.2) == [2, 0]
-
-
 def test_top_up_increment_is_order_independent_within_a_tier():
     """The order of groups only breaks ties: permuting groups permutes the answer (ties aside)."""
     rewards = [[0, 1, 1, 1], [0, 0, 1, 1], [0, 1], [1, 1, 1, 0]]  # std 0.433, 0.5, 0.5, 0.433
@@ -105,10 +70,9 @@ def test_a_round_filled_by_increments_stays_within_the_bounds():
     assert sizes[2] == 2  # the coin was informative from its pilot: it never grows while others are all-equal
 
 
-@pytest.mark.parametrize("rule", ["flat_first", "value"])
-def test_every_valid_top_up_round_fills_exactly_within_its_increments(rule):
-    """Random success rates, histories and geometries: a round the geometry accepts always ends holding exactly its
-    budget, within its increments (the `value` rule: within `largest / pilot - 1`)."""
+def test_every_valid_top_up_round_fills_exactly_within_its_increments():
+    """Random success rates and geometries: a round the geometry accepts always ends holding exactly its budget,
+    within its increments."""
     import random
 
     from grpo_curriculum import BatchGeometry
@@ -124,16 +88,14 @@ def test_every_valid_top_up_round_fills_exactly_within_its_increments(rule):
         budget, checked = geometry.generation_batch_size, checked + 1
         p = [rng.choice([0.0, 1.0, rng.random()]) for _ in range(top_up.prompts_for(budget))]
         rewards = [[float(rng.random() < q) for _ in range(pilot)] for q in p]
-        priors = [(rng.uniform(0.2, 50), rng.uniform(0.2, 50)) for _ in p]
         left, increments = budget - pilot * len(p), 0
         while left:
-            added = top_up_increment(rewards, [len(r) for r in rewards], pilot, top_up.largest, left, rule=rule,
-                                     priors=priors)  # fmt: skip
+            added = top_up_increment(rewards, [len(r) for r in rewards], pilot, top_up.largest, left)
             assert any(added), (top_up, geometry)
             rewards = [r + [float(rng.random() < q) for _ in range(a)] for r, q, a in zip(rewards, p, added)]
             left, increments = left - sum(added), increments + 1
         assert sum(map(len, rewards)) == budget and max(map(len, rewards)) <= top_up.largest
-        assert increments <= (top_up.largest // pilot - 1 if rule == "value" else top_up.max_increments)
+        assert increments <= top_up.max_increments
     assert checked > 100
 
 
@@ -142,10 +104,6 @@ def test_top_up_increment_rejects_inconsistent_input():
         top_up_increment([[0, 1], [1, 1]], [2], 2, 8, 4)
     with pytest.raises(ValueError, match="group 0 holds 2 rewards, but its size is 4"):
         top_up_increment([[0, 1]], [4], 2, 8, 4)
-    with pytest.raises(ValueError, match="1 priors, but 2 groups"):
-        top_up_increment([[0, 1], [1, 1]], [2, 2], 2, 8, 4, rule="value", priors=[(1, 1)])
-    with pytest.raises(ValueError, match="rule must be one of"):
-        top_up_increment([[0, 1]], [2], 2, 8, 4, rule="values")
 
 
 # --- TopUp ---------------------------------------------------------------------------------------------------------
@@ -176,7 +134,6 @@ def test_top_up_sizes_and_bounds():
     assert top_up.sizes == (4, 8, 12, 16)
     assert top_up.max_increments == 6
     assert TopUp(pilot=4, largest=4).max_increments == 0
-    assert TopUp(pilot=4, largest=16, rule="value").max_increments == 3
 
 
 @pytest.mark.parametrize(("kwargs", "key", "text"), [
@@ -184,7 +141,6 @@ def test_top_up_sizes_and_bounds():
     ({"pilot": 4, "largest": 10}, "TopUp.largest", "must be a multiple of the pilot (4)"),
     ({"pilot": 4, "largest": 8, "prompts": 0}, "TopUp.prompts", "must be a positive integer"),
     ({"pilot": True, "largest": 8}, "TopUp.pilot", "must be an integer >= 2"),
-    ({"pilot": 4, "largest": 8, "rule": "values"}, "TopUp.rule", "must be one of ['flat_first', 'value']"),
 ])
 def test_top_up_validation(kwargs, key, text):
     error = pytest.raises(CurriculumError, TopUp, **kwargs).value
@@ -243,8 +199,6 @@ def test_dynamic_sampling_stage_and_its_settings():
 
 def test_setting_rebuilds_its_parts_from_mappings():
     """A checkpoint stores `asdict(setting)`; `Setting(**saved)` gives the same setting back."""
-    import dataclasses
-
     for setting in (Setting(1, None, 0.7, top_up=TopUp(4, 16, 8)), Setting(0, 4, 1.0, None, DynamicSampling(2)),
                     Setting(0, 8, 1.0)):
         assert Setting(**dataclasses.asdict(setting)) == setting
@@ -275,14 +229,10 @@ def test_setting_rebuilds_its_parts_from_mappings():
      "only applies with `policy: top_up`"),
     ({"num_generations": 8, "adaptive": {"policy": "top_up", "num_generations": [4, 8]}}, "Stage.num_generations",
      "does not apply to a top-up stage: every group starts at the pilot (4) and grows up to 8"),
-    ({"adaptive": {"policy": "top_up", "num_generations": [4, 8], "rule": "values"}}, "Stage.adaptive.rule",
-     "must be one of ['flat_first', 'value'] (how a top-up round chooses the groups that grow)"),
-    ({"adaptive": {"policy": "per_prompt", "num_generations": [4, 8], "rule": "value"}}, "Stage.adaptive.rule",
-     "only applies with `policy: top_up`"),
     ({"adaptive": {"policy": "top_up", "num_generations": [4, 8], "decay": 0.9}}, "Stage.adaptive.decay",
-     "only applies to a top-up stage with `rule: value`"),
+     "only applies with `policy: per_prompt`"),
     ({"adaptive": {"policy": "top_up", "num_generations": [4, 8], "success_threshold": 1.0}},
-     "Stage.adaptive.success_threshold", "only applies to a top-up stage with `rule: value`"),
+     "Stage.adaptive.success_threshold", "only applies with `policy: success_rate` or `policy: per_prompt`"),
 ])
 def test_stage_refuses(kwargs, key, text):
     kwargs.setdefault("temperature", 1.0)
@@ -303,44 +253,134 @@ def test_top_up_has_no_history_policy():
         make_policy(Adaptive(policy="top_up", num_generations=(4, 8)), 4, 1.0)
 
 
-def test_a_checkpoint_names_a_changed_top_up_rule():
-    """The stages a checkpoint was saved with name a `value` rule (a flat_first stage's signature is unchanged, so
-    older checkpoints still fit); resuming with the other rule is refused, naming it."""
+# --- the removed top-up rule ----------------------------------------------------------------------------------------
+
+ONE_RULE = ("removed: top-up has one rule (the groups whose rewards are all equal grow first, then the lowest-variance "
+            "ones)")  # fmt: skip
+REMOVED_RULE = {  # value: (rule, fix)
+    "value": (f"{ONE_RULE}; `value` won on no task of the study (docs/study.md)", "drop `rule`"),
+    "flat_first": (f"{ONE_RULE}, and `flat_first` is that rule", "drop `rule`: `flat_first` is what top-up does"),
+    "values": (ONE_RULE, "drop `rule`"),
+}
+
+
+@pytest.mark.parametrize("value", sorted(REMOVED_RULE))
+def test_a_top_up_rule_is_one_problem_with_every_other(value):
+    """`rule` left `Adaptive` with the `value` rule: setting it (YAML or constructor) is one problem naming why and
+    the fix, reported with the block's other problems (not an unknown key with a did-you-mean, nor a TypeError)."""
+    rule, fix = REMOVED_RULE[value]
+    block = {"policy": "top_up", "num_generations": [4, 8], "rule": value}
+    adaptive, problems = Adaptive.from_mapping(block, key="stages[0].adaptive")
+    assert adaptive is None and problems == [Problem("stages[0].adaptive.rule", value, rule, fix)]
+    _, problems = Adaptive.from_mapping({**block, "pilot": 3, "window": 4})  # two more problems: all three at once
+    assert [p.key for p in problems] == ["adaptive.rule", "adaptive.pilot", "adaptive.window"]
+    error = pytest.raises(CurriculumError, Adaptive, num_generations=(4, 8), policy="top_up", rule=value).value
+    assert error.problems == [Problem("Adaptive.rule", value, rule, fix)]
+    assert f"Adaptive.rule = {value!r}: {rule}\n    fix: {fix}" in str(error)
+    error = pytest.raises(CurriculumError, Adaptive, num_generations=(4, 6), policy="top_up", rule=value).value
+    assert [p.key for p in error.problems] == ["Adaptive.rule", "Adaptive.num_generations"]
+    error = pytest.raises(CurriculumError, Stage, temperature=1.0, adaptive=block).value
+    assert [(p.key, p.rule) for p in error.problems] == [("Stage.adaptive.rule", rule)]
+    assert "rule" not in {f.name for f in dataclasses.fields(Adaptive)} | {f.name for f in dataclasses.fields(TopUp)}
+
+
+def test_a_top_up_rule_in_any_policy_is_the_same_problem():
+    _, problems = Adaptive.from_mapping({"policy": "per_prompt", "num_generations": [4, 8], "rule": "value"})
+    assert [(p.key, p.fix) for p in problems] == [("adaptive.rule", "drop `rule`")]
+
+
+def _state_of_the_old_code(callback: dict, round_priors=None) -> dict:
+    """A curriculum state as grpo-curriculum wrote it before the top-up rule `value` was removed (version 5)."""
+    from grpo_curriculum.core.slots import PromptSlots
+    from grpo_curriculum.training.report import PromptReport
+
+    return {"global_step": 2, "micro_step": 2, "geometry": {"generation_batch_size": 8, "num_processes": 1},
+            "callback": callback, "stream": {"epoch": 0, "position": 8}, "round_start_stream": None,
+            "round_plan": None, "round_priors": round_priors,
+            "prompt_report": PromptReport(PromptSlots(16, indexed=True), size=4).state_dict()}  # fmt: skip
+
+
+OLD_TOP_UP = {"pilot": 2, "largest": 4, "prompts": None, "rule": "flat_first"}  # `asdict(TopUp(2, 4))` of the old code
+OLD_FLAT_FIRST = {  # static G 4 for a step, then top-up: the callback state the old code wrote (taken from it)
+    "stages": [{"num_generations": 4}, {"policy": "top_up", "num_generations": [2, 4]}],
+    "current": {"stage": 1, "num_generations": None, "temperature": 1.0, "top_up": OLD_TOP_UP,
+                "dynamic_sampling": None},
+    "rounds": 2,
+    "switches": [{"step": 2, "round": 2, "reason": "stage 1 starts",
+                  "from": {"stage": 0, "num_generations": 4, "temperature": 0.8, "top_up": None,
+                           "dynamic_sampling": None},
+                  "to": {"stage": 1, "num_generations": None, "temperature": 1.0, "top_up": OLD_TOP_UP,
+                         "dynamic_sampling": None}}],
+    "policy_stage": None, "policy": None, "deferred_total": 0,
+}  # fmt: skip
+
+
+def _two_stages():
     from grpo_curriculum import CurriculumCallback
 
-    def callback(rule):
-        adaptive = Adaptive(policy="top_up", num_generations=(2, 4), rule=rule)
-        return CurriculumCallback([Stage(temperature=1.0, adaptive=adaptive)])
-
-    assert callback("flat_first").stage_signature() == [{"policy": "top_up", "num_generations": [2, 4]}]
-    with pytest.raises(ValueError, match=r"stage 0: \{.*'rule': 'value'\} saved, \{'policy': 'top_up', 'num_gen"):
-        callback("flat_first").load_state_dict(callback("value").state_dict())
+    callback = CurriculumCallback([Stage(num_generations=4, temperature=0.8, until_step=1),
+                                   Stage(temperature=1.0, adaptive=Adaptive(policy="top_up", num_generations=(2, 4)))])
+    callback.resolve(10)
+    return callback
 
 
-def test_value_top_up_keeps_each_prompts_history():
-    """`rule: value` keeps the per-prompt statistics of the per-prompt policy; its priors follow each prompt's rounds
-    and survive `state_dict` / `load_state_dict`."""
-    from grpo_curriculum.core.adaptive import TopUpPolicy, make_policy
-    from grpo_curriculum.core.signals import round_stats
-    from grpo_curriculum.core.slots import PromptSlots
+def test_an_older_flat_first_top_up_checkpoint_reads_as_one_written_now(tmp_path):
+    """A state written before the rule was removed names `rule: flat_first` in each top-up setting (and a null
+    `round_priors`): it is read as the state written now, and the run continues where it stopped."""
+    import copy
 
-    adaptive = Adaptive.from_mapping({"policy": "top_up", "num_generations": [4, 8], "pilot": 2, "rule": "value",
-                                      "decay": 0.9, "success_threshold": 0.7})[0]  # fmt: skip
-    assert adaptive.top_up == TopUp(2, 8, rule="value")
-    policy = make_policy(adaptive, 2, 1.0)
-    assert isinstance(policy, TopUpPolicy)
-    policy.bind(slots=PromptSlots(4, indexed=True), budget=16, seed=0)
-    assert policy.priors(["0", "1"]) == [pytest.approx((1.0, 1.0))] * 2  # no history: uniform
-    for _ in range(3):  # prompt 0 always fails (0.6 < 0.7), prompt 1 always succeeds
-        policy.observe(round_stats([0.6] * 4 + [0.9, 1.0, 0.8, 0.7], [4, 4], prompt_keys=["0", "1"],
-                                   success_threshold=0.7))  # fmt: skip
-    (a0, b0), (a1, b1) = policy.priors(["0", "1"])
-    assert a0 / (a0 + b0) < 0.1 < 0.9 < a1 / (a1 + b1) and b0 - a0 > 5
-    fresh = make_policy(adaptive, 2, 1.0)
-    fresh.bind(slots=PromptSlots(4, indexed=True), budget=16, seed=0)
-    fresh.load_state_dict(policy.state_dict())
-    assert fresh.priors(["0", "1", "2"]) == policy.priors(["0", "1", "2"])
-    assert "num_generations" not in fresh.metrics()
+    from grpo_curriculum.training.checkpoint import read_state, write_state
+
+    write_state(str(tmp_path), _state_of_the_old_code(copy.deepcopy(OLD_FLAT_FIRST)))
+    state = read_state(str(tmp_path), global_step=2)
+    assert "round_priors" not in state
+    callback = _two_stages()
+    callback.load_state_dict(state["callback"])
+    assert callback.current == Setting(1, None, 1.0, top_up=TopUp(2, 4))
+    now = _two_stages()
+    now.setting_for_round(0), now.setting_for_round(1)
+    assert state["callback"] == json.loads(json.dumps(now.state_dict()))  # as written now, switch records included
+    assert callback.setting_for_round(2) == now.setting_for_round(2)
+
+
+@pytest.mark.parametrize("where", ["stage", "policy", "round_priors"])
+def test_a_checkpoint_of_a_value_top_up_stage_is_refused_naming_the_file_and_the_fix(tmp_path, where):
+    """A run with `rule: value` kept each prompt's history in its checkpoints; this version has no such rule and
+    cannot continue it: one error naming the file, the rule and what to do, before any of it is applied."""
+    import copy
+
+    import numpy as np
+
+    from grpo_curriculum.training.checkpoint import CurriculumStateError, check_checkpoint, read_state, write_state
+
+    callback = copy.deepcopy(OLD_FLAT_FIRST)
+    value_top_up = {**OLD_TOP_UP, "rule": "value"}
+    callback["current"]["top_up"] = callback["switches"][0]["to"]["top_up"] = value_top_up
+    priors = None
+    if where == "stage":  # the whole state of the old code, as written by a value stage
+        callback["stages"][1]["rule"] = "value"
+        stats = {"successes": np.zeros(16, np.float32), "failures": np.zeros(16, np.float32),
+                 "zero_streak": np.zeros(16, np.int8), "moments": np.array([0.5, 1 / 3, 0.0])}  # fmt: skip
+        callback["policy_stage"], callback["policy"] = 1, {
+            "policy": "top_up", "version": 1, "num_generations": 2, "temperature": 1.0, "round": 1,
+            "last_g_change": None, "last_t_change": None, "zero_std_ema": 0.5, "distinct_ema": None, "reward_ema": 0.5,
+            "best_reward": 0.5, "stale": 0, "clamped_from": None, "g_direction": 0, "g_reversals": 0,
+            "t_direction": 0, "t_reversals": 0, "decision": None, "stats": stats}  # fmt: skip
+        priors, expected = [[1.0, 1.0]] * 4, "stage 1"
+    elif where == "policy":  # (parts of it: each is enough)
+        callback["policy_stage"], callback["policy"], expected = 1, {"policy": "top_up"}, "callback.policy"
+    else:
+        priors, expected = [[1.0, 1.0]] * 4, "round_priors"
+    write_state(str(tmp_path), _state_of_the_old_code(callback, priors))
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 2, "log_history": []}))
+    path = tmp_path / "curriculum_state.json"
+    for read in (lambda: read_state(str(tmp_path), global_step=2), lambda: check_checkpoint(tmp_path)):
+        message = str(pytest.raises(CurriculumStateError, read).value)
+        assert message.startswith(f"{path} holds the per-prompt history of a top-up stage with `rule: value` "
+                                  f"({expected}); that rule was removed from grpo-curriculum (it won on no task of "
+                                  "the study, docs/study.md), so this version cannot continue it")
+        assert message.endswith("Fix: resume with the grpo-curriculum version that wrote it, or start a new run from "
+                                "the model weights in it (without `rule` in the recipe).")
 
 
 # --- geometry ------------------------------------------------------------------------------------------------------
@@ -356,8 +396,6 @@ GEOMETRIES = {  # name: (top-up, processes, per-device batch, steps per generati
     "prompts need not split over processes": (TopUp(4, 16, prompts=3), 2, 8, 2, None, None),
     "pilot not a multiple of the processes": (TopUp(2, 16), 4, 4, 1, "a.pilot", "must be a multiple of the 4 "
                                               "processes: every increment adds a pilot to some of the groups"),
-    "the value rule: the same geometry": (TopUp(2, 16, rule="value"), 4, 4, 1, "a.pilot", "must be a multiple of the 4 "
-                                          "processes: every increment adds a pilot to some of the groups"),
 }
 
 

@@ -127,8 +127,7 @@ def test_the_sampling_arms_fit_the_study_round():
 
     (top_up,) = study.arm_stages("top_up")
     assert top_up.top_up == TopUp(pilot=2, largest=16) and top_up.top_up.prompts_for(study.GENERATION_BATCH) == 4
-    (value,) = study.arm_stages("top_up_value")
-    assert value.top_up == TopUp(pilot=2, largest=16, rule="value") and "top_up_value" in study.INCREMENT_ARMS
+    assert "top_up" in study.INCREMENT_ARMS and "top_up_value" not in study.ARMS  # the removed rule's arm
     (dynamic,) = study.arm_stages("dynamic")
     assert (dynamic.num_generations, dynamic.dynamic_sampling) == (study.DYNAMIC_G, DynamicSampling(4))
     geometry = BatchGeometry(1, study.GENERATION_BATCH, 1)  # as run_arm builds it
@@ -204,8 +203,7 @@ def test_the_report_states_the_sampling_targets_met_or_missed(tmp_path):
         runs.append(_stand_in_run("top_up", seed, [0.5, 0.8, 0.85, 0.9], 60, logged=logged))  # 0.8 after 1/3
         logged = {"generated": 512, "increments": 1.5, "dropped": 30, "informative_steps": 1.0}
         runs.append(_stand_in_run("dynamic", seed, [0.5, 0.6, 0.8, 0.9], 50, logged=logged))  # 0.8 after 2/3
-        runs.append(_stand_in_run("top_up_value", seed, [0.5, 0.6, 0.8, 0.9], 10, logged=logged))
-    arms = ["static_g2", "static_g4", "top_up", "top_up_value", "dynamic"]
+    arms = ["static_g2", "static_g4", "top_up", "dynamic"]
     summary = study.summarise_task(runs, arms, [100], [0, 1, 2, 3])
     assert summary["best_static"] == "static_g2"
     verdicts = study.sampling_verdicts(summary)
@@ -215,9 +213,7 @@ def test_the_report_states_the_sampling_targets_met_or_missed(tmp_path):
     assert lines[0] == "steps whose batch held only informative groups: 100%"
     assert "over the best static's: median 0.67, 90% CI [0.67, 0.67]" in lines[1]
     assert "over top_up's (paired, to the best static's final reward): median 2.00" in lines[3]
-    assert list(verdicts["top_up_value"].values()) == [False, True, True, None, None]  # the second at 2/3: 0.67
-    over_top_up = list(verdicts["top_up_value"])[4]
-    assert "over top_up's (paired, to the best static's final reward): median 2.00" in over_top_up
+    assert set(verdicts) == {"top_up", "dynamic"}
     raw = {"mode": "pilot, custom", "command": "python benchmarks/study.py --arms ...", "wall_time_s": 60.0,
            "options": {"name": "custom", "tasks": ["prefix_levels"], "arms": arms, "seeds": [0, 1, 2, 3],
                        "tuning": [100], "steps": 32, "points": 3, "jobs": 1}, "runs": runs}  # fmt: skip

@@ -166,7 +166,7 @@ def test_a_rerun_skips_the_runs_already_on_disk(tmp_path, monkeypatch):
 # --- the simulation --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arm", ["static_g4", "per_prompt", "top_up", "top_up_value", "dynamic_g4"])
+@pytest.mark.parametrize("arm", ["static_g4", "per_prompt", "top_up", "dynamic_g4"])
 def test_the_simulation_drives_the_real_rules_to_the_budget(arm):
     import simulate
 

@@ -249,13 +249,9 @@ def _top_up_plan(top_up: TopUp, batch: int) -> str:
     text = f"a round: {plural(prompts, 'prompt')} ({how}) x pilot {top_up.pilot} = {pilots} completions first"
     if not left:
         return text + f", the whole generation batch {batch}: no increment"
-    where = "to the groups whose rewards are all equal, then to the lowest-variance ones"
-    if top_up.rule == "value":
-        where = ("where they add the most completions expected in informative groups (rule value: from each prompt's "
-                 "history and the round's rewards; prompts that always fail or always succeed come last)")
-    increments = plural(top_up.max_increments, "increment")
-    return (text + f"; the other {left} of the generation batch {batch} go {top_up.pilot} at a time {where}; a group "
-            f"holds {sizes} completions; at most {increments} (generation calls) after the pilots")
+    return (text + f"; the other {left} of the generation batch {batch} go {top_up.pilot} at a time to the groups "
+            f"whose rewards are all equal, then to the lowest-variance ones; a group holds {sizes} completions; at "
+            f"most {plural(top_up.max_increments, 'increment')} (generation calls) after the pilots")
 
 
 def _dynamic_plan(dynamic: DynamicSampling, g: int, batch: int) -> str:

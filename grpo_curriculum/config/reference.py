@@ -14,7 +14,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from ..core.adaptive import _KNOBS, _ONLY, Adaptive, _CANDIDATES, _condition, _POLICY
+from ..core.adaptive import _KNOBS, _ONLY, REMOVED, Adaptive, _CANDIDATES, _condition, _POLICY
 from ..core.comparison import COMPARISON_RULES, Comparison
 from ..core.curriculum import CURRICULUM_RULES
 from ..core.rules import UNCERTAIN_PROMPTS_DEFAULT, Rule
@@ -64,6 +64,7 @@ def render() -> str:
                  ("policy", _rule(_POLICY), _default(adaptive["policy"]), "")]
     knob_rows += [(name, _rule(rule), _default(adaptive[name]), _condition(_ONLY[name]) if name in _ONLY else "")
                   for name, rule in _KNOBS.items()]
+    removed = "; ".join(f"`{name}`: {why[None][0].removeprefix('removed: ')}" for name, why in REMOVED.items())
     own = [(name, _rule(rule), "—", "") for name, rule in RECIPE_RULES.items()]
     own += [("reward_funcs", "a non-empty list of import paths `module:function` (imported and run, as TRL's "
              "scripts do)", "required", "")]
@@ -85,6 +86,7 @@ def render() -> str:
              "`curriculum: {stages: [...]}`: an end is `until_step` or `until_fraction`, never both; only the last "
              "stage may omit it.", "", *_table(stage_rows), "",
              "## An adaptive stage", "", "`adaptive: {...}` inside a stage.", "", *_table(knob_rows), "",
+             f"Removed keys (a recipe that sets one gets one problem saying why, and the fix). {removed}.", "",
              "## Dynamic sampling", "", "`dynamic_sampling: {...}` inside a stage of fixed G.", "",
              *_table([(n, _rule(r), _default(_defaults(DynamicSampling)[n]), "")
                       for n, r in DYNAMIC_SAMPLING_RULES.items()]), "",

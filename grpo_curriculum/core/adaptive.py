@@ -22,8 +22,7 @@ Four policies:
 - `per_prompt`: no round-wide G: each prompt of a round gets its own G under the round's fixed budget, and prompts
   predicted to give zero-variance groups are deferred ([`grpo_curriculum.core.allocation`]).
 - `top_up`: a round is sampled in increments, and the groups whose first rewards are all equal get more completions
-  within the round ([`grpo_curriculum.core.sampling`]); the stage's temperature applies. No history, but with
-  `rule="value"` ([`TopUpPolicy`]): each prompt's history then weighs where the increments go.
+  within the round ([`grpo_curriculum.core.sampling`]); the stage's temperature applies. It keeps no history.
 
 Both optionally adapt the temperature within bounds (as POLARIS tunes it to keep rollouts diverse): raise it when the
 completions of a group collapse to identical ones, lower it when completions are diverse but rewards stop improving.
@@ -39,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from .errors import MISSING, Problem, raise_if_any
+from .errors import MISSING, CurriculumError, Problem, raise_if_any
 from .rules import (
     MAX_COUNT,
     MAX_STEPS,
@@ -53,7 +52,6 @@ from .rules import (
     is_number,
     unknown_keys,
 )
-from .sampling import TOP_UP_RULE_NAMES
 from .signals import RoundStats
 from .slots import PromptSlots
 
@@ -69,11 +67,10 @@ _ONLY = {  # knobs that only mean something with some policies, or with temperat
     "raise_above": ("hysteresis",),
     **dict.fromkeys(("margin", "window"), ("success_rate",)),
     "target": ("success_rate",),
-    "success_threshold": ("success_rate", "per_prompt", "top_up"),
-    "decay": ("per_prompt", "top_up"),
-    **dict.fromkeys(("defer", "mean_generations", "lookahead", "weight", "skip_target"), ("per_prompt",)),
+    "success_threshold": ("success_rate", "per_prompt"),
+    **dict.fromkeys(("defer", "decay", "mean_generations", "lookahead", "weight", "skip_target"), ("per_prompt",)),
     **dict.fromkeys(("lower_below", "patience", "cooldown", "smoothing"), HISTORY_POLICIES),
-    **dict.fromkeys(("pilot", "prompts", "rule"), ("top_up",)),
+    **dict.fromkeys(("pilot", "prompts"), ("top_up",)),
     **dict.fromkeys(("temperature_step", "collapse_below", "diverse_above"), "temperature: [low, high]"),
 }
 MAX_CANDIDATES = 64
@@ -95,10 +92,29 @@ _KNOBS = {  # the rule of every knob
                                  fix="e.g. `pilot: 4`, or omit it (the smallest candidate)"),
     "prompts": integer(1, MAX_COUNT, why="prompts a top-up round holds",
                        fix="e.g. `prompts: 8`, or omit it (chosen from the generation batch)"),  # each: or None
-    "rule": Rule("choice", choices=TOP_UP_RULE_NAMES, why="how a top-up round chooses the groups that grow"),
 }
-_VALUE_ONLY = ("success_threshold", "decay")  # top-up knobs of the per-prompt history, kept by `rule: value` only
 _OPTIONAL = ("mean_generations", "pilot", "prompts")  # knobs whose default `None` means "chosen from the geometry"
+_ONE_TOP_UP_RULE = ("removed: top-up has one rule (the groups whose rewards are all equal grow first, then the "
+                    "lowest-variance ones)")
+REMOVED = {  # knob -> value -> (rule, fix); `None`: any other value
+    "rule": {"value": (f"{_ONE_TOP_UP_RULE}; `value` won on no task of the study (docs/study.md)", "drop `rule`"),
+             "flat_first": (f"{_ONE_TOP_UP_RULE}, and `flat_first` is that rule",
+                            "drop `rule`: `flat_first` is what top-up does"),
+             None: (_ONE_TOP_UP_RULE, "drop `rule`")},
+}
+"""Knobs `Adaptive` had and no longer has: a recipe or an `Adaptive(...)` that still sets one gets one problem naming
+why it is gone and what to do, with every other problem of the block."""
+
+
+def _removed_problems(values: Mapping, key: str) -> list[Problem]:
+    """A problem for each knob of [`REMOVED`] that `values` sets."""
+    problems = []
+    for name, by_value in REMOVED.items():
+        if name in values:
+            value = values[name]
+            rule, fix = by_value.get(value, by_value[None]) if isinstance(value, str) else by_value[None]
+            problems.append(Problem(f"{key}.{name}", value, rule, fix))
+    return problems
 
 
 def _applies(condition, values: Mapping) -> bool:
@@ -163,10 +179,6 @@ def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
             needs = _condition(_ONLY[name])
             problems.append(Problem(f"{key}.{name}", values[name], f"only applies with {needs}",
                                     f"drop `{name}`, or set {needs}"))
-        elif name in _VALUE_ONLY and values.get("policy") == "top_up" and values.get("rule") != "value":
-            problems.append(Problem(f"{key}.{name}", values[name], "only applies to a top-up stage with `rule: value` "
-                                    "(the other rule keeps no per-prompt history)",
-                                    f"drop `{name}`, or set `rule: value`"))
     return problems
 
 
@@ -232,8 +244,7 @@ class Adaptive:
             `target + margin`.
         window (`int`, *optional*, defaults to `8`): Success rate: rounds whose prompts the estimate averages over.
         success_threshold (`float`, *optional*, defaults to `0.5`):
-            Success rate, per prompt and top-up with `rule="value"`: a reward `>=` this is a success (pass it to
-            [`round_stats`]).
+            Success rate and per prompt: a reward `>=` this is a success (pass it to [`round_stats`]).
         temperature_step (`float`, *optional*, defaults to `0.1`): Temperature change per decision.
         collapse_below (`float`, *optional*, defaults to `0.5`):
             Raise the temperature while the smoothed distinct-completion fraction is below this.
@@ -243,8 +254,8 @@ class Adaptive:
             Per prompt: defer prompts whose last visits gave zero-std groups (skipped for the rest of the pass over
             the dataset, counted, reconsidered at the next pass) with GRESO's adaptive skip probabilities.
         decay (`float`, *optional*, defaults to `0.5`):
-            Per prompt and top-up with `rule="value"`: weight of a prompt's earlier visits when a new one is counted,
-            in [0, 1) (the policy changes, so old outcomes fade).
+            Per prompt: weight of a prompt's earlier visits when a new one is counted, in [0, 1) (the policy changes,
+            so old outcomes fade).
         mean_generations (`int`, *optional*):
             Per prompt: a round holds `generation batch / mean_generations` prompts, which share its budget (the
             nearest count the candidates can fill). `None`: the candidates' geometric mean (5.7 for `(2, 4, 8, 16)`:
@@ -264,12 +275,6 @@ class Adaptive:
         prompts (`int`, *optional*):
             Top-up: prompts a round holds. `None`: the most whose pilots use at most half the generation batch, but
             enough to fill it at the largest candidate ([`grpo_curriculum.core.sampling.TopUp.prompts_for`]).
-        rule (`str`, *optional*, defaults to `"flat_first"`):
-            Top-up: which groups grow ([`grpo_curriculum.core.sampling.top_up_increment`]). `"flat_first"`: the groups
-            whose rewards are all equal, then the lowest-variance ones. `"value"`: the groups where the increment adds
-            the most completions expected in informative groups, under a Beta posterior of each prompt's success rate
-            that combines its history (kept across rounds, as the per-prompt policy keeps it: `decay`, the population
-            prior, checkpointed) with the round's rewards so far; a prompt that failed every time gets little.
     """
 
     num_generations: tuple[int, ...]
@@ -295,7 +300,17 @@ class Adaptive:
     skip_target: float = 0.25
     pilot: int | None = None
     prompts: int | None = None
-    rule: str = "flat_first"
+
+    def __new__(cls, *args, **kwargs):
+        # A removed knob (`rule`): one problem naming it, with every other problem of the arguments (not a TypeError)
+        removed = _removed_problems(kwargs, "Adaptive")
+        if removed:
+            try:
+                cls(*args, **{k: v for k, v in kwargs.items() if k not in REMOVED})
+            except CurriculumError as error:
+                removed += error.problems
+            raise CurriculumError(removed, context="Adaptive")
+        return super().__new__(cls)
 
     def __post_init__(self):
         if isinstance(self.num_generations, list):
@@ -323,12 +338,15 @@ class Adaptive:
 
         Returns:
             `tuple[Adaptive | None, list[Problem]]`: The settings and no problems, or `None` and every problem at once
-            (unknown keys with a did-you-mean, bad values, knobs of another policy or without temperature bounds).
+            (unknown keys with a did-you-mean, a removed knob of [`REMOVED`], bad values, knobs of another policy or
+            without temperature bounds).
         """
         if not isinstance(values, Mapping):
             return None, [Problem(key, values, "must be a mapping", "e.g. `{num_generations: [4, 8, 16]}`")]
         names = [f.name for f in fields(cls)]
-        problems = unknown_keys(values, names, key, "an adaptive setting", f"use one of {names}")
+        problems = _removed_problems(values, key)
+        problems += unknown_keys({k: v for k, v in values.items() if k not in REMOVED}, names, key,
+                                 "an adaptive setting", f"use one of {names}")
         known = {name: values[name] for name in names if name in values}
         merged = {f.name: f.default for f in fields(cls) if f.default is not dataclasses.MISSING} | known
         problems += _adaptive_problems(merged, key, given=list(known))
@@ -347,7 +365,7 @@ class Adaptive:
         from .sampling import TopUp
 
         pilot = self.num_generations[0] if self.pilot is None else self.pilot
-        return TopUp(pilot=pilot, largest=self.num_generations[-1], prompts=self.prompts, rule=self.rule)
+        return TopUp(pilot=pilot, largest=self.num_generations[-1], prompts=self.prompts)
 
     def clamp(self, temperature: float) -> float:
         """`temperature` within the bounds (unchanged when the temperature is not adapted)."""
@@ -757,7 +775,11 @@ class PerPromptPolicy(Policy):
         return self.slots.slot_of(key)
 
     def _observe(self, stats: RoundStats) -> None:
-        successes = _observe_prompts(self.allocator.stats, self.slots, stats, self.name)
+        if stats.prompt_keys is None:
+            raise ValueError("the per-prompt policy needs the round's prompt keys")
+        successes = [0.0 if n == 0 else round(s * n) for s, n in zip(stats.group_success, stats.group_counts)]
+        self.allocator.stats.observe([self.slot_of(k) for k in stats.prompt_keys], successes, stats.group_counts,
+                                     stats.group_zero_std)  # fmt: skip
         groups = [(s, n) for s, n, zero in zip(successes, stats.group_counts, stats.group_zero_std) if n and zero]
         total = sum(1 for n in stats.group_counts if n)
         if total:
@@ -779,77 +801,12 @@ class PerPromptPolicy(Policy):
         self.allocator.explore = {kind: float(state["explore"][kind]) for kind in ("easy", "hard")}
 
 
-def _observe_prompts(prompt_stats, slots: PromptSlots, stats: RoundStats, policy: str) -> list[float]:
-    """Add a round's groups to per-prompt statistics ([`grpo_curriculum.core.allocation.PromptStats`]); returns each
-    group's successes."""
-    if stats.prompt_keys is None:
-        raise ValueError(f"the {policy} policy needs the round's prompt keys")
-    successes = [0.0 if n == 0 else round(s * n) for s, n in zip(stats.group_success, stats.group_counts)]
-    prompt_stats.observe([slots.slot_of(k) for k in stats.prompt_keys], successes, stats.group_counts,
-                         stats.group_zero_std)  # fmt: skip
-    return successes
-
-
-class TopUpPolicy(Policy):
-    """
-    The per-prompt history of a top-up stage with `rule="value"`: the same statistics as the per-prompt policy keeps
-    ([`grpo_curriculum.core.allocation.PromptStats`]: discounted successes and failures by `decay`, the population's
-    prior), updated with every round's groups. It decides nothing between rounds: within a round, the trainer takes
-    each prompt's Beta prior from [`TopUpPolicy.priors`] for [`grpo_curriculum.core.sampling.top_up_increment`].
-
-    Call [`TopUpPolicy.bind`] with the prompts' slots (the trainer does).
-    """
-
-    name = "top_up"
-
-    def __init__(self, adaptive: Adaptive, num_generations: int, temperature: float):
-        if not isinstance(adaptive, Adaptive) or adaptive.top_up is None or adaptive.rule != "value":
-            raise ValueError("a top-up policy keeps per-prompt history only for `Adaptive(policy='top_up', "
-                             "rule='value')`")
-        super().__init__(adaptive, adaptive.num_generations[0], temperature)  # (the pilot need not be a candidate)
-        self.stats, self.slots = None, None
-
-    def bind(self, slots: PromptSlots, **context) -> None:
-        """
-        Args:
-            slots ([`PromptSlots`]): Where each prompt's statistics live.
-        """
-        from .allocation import PromptStats
-
-        a = self.adaptive
-        self.stats = PromptStats(slots.num_slots, a.num_generations, decay=a.decay, smoothing=a.smoothing)
-        self.slots = slots
-
-    def priors(self, keys) -> list[tuple[float, float]]:
-        """Per prompt key, the Beta `(a, b)` of its success rate from the rounds before (the population prior plus its
-        discounted counts)."""
-        a, b = self.stats.posterior([self.slots.slot_of(k) for k in keys])
-        return list(zip(a.tolist(), b.tolist()))
-
-    def _observe(self, stats: RoundStats) -> None:
-        _observe_prompts(self.stats, self.slots, stats, self.name)
-
-    def metrics(self) -> dict[str, float]:
-        values = super().metrics()
-        values.pop("num_generations")
-        return values
-
-    def state_dict(self) -> dict:
-        return {**super().state_dict(), "stats": self.stats.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        self.stats.load_state_dict(state["stats"])
-
-
 def make_policy(adaptive: Adaptive, num_generations: int, temperature: float) -> Policy:
     """
     The policy named by `adaptive.policy`, starting at G `num_generations` (one of the candidates) and `temperature`
     (clamped to the bounds; the first decision then says so).
     """
-    policies = {"hysteresis": HysteresisPolicy, "success_rate": SuccessRatePolicy, "per_prompt": PerPromptPolicy,
-                "top_up": TopUpPolicy}
-    if adaptive.policy == "top_up" and adaptive.rule != "value":
-        raise ValueError(f"a top-up stage with rule {adaptive.rule!r} decides within each round and keeps no policy "
-                         "state")
+    policies = {"hysteresis": HysteresisPolicy, "success_rate": SuccessRatePolicy, "per_prompt": PerPromptPolicy}
+    if adaptive.policy not in policies:
+        raise ValueError(f"policy {adaptive.policy!r} decides within each round and keeps no policy state")
     return policies[adaptive.policy](adaptive, num_generations, temperature)

@@ -55,33 +55,6 @@ MAX_DEFERRED_WINDOWS = 4
 FLAT_MOMENTS = (0.5, 1 / 3, 0.0)  # E[x], E[x^2], E[1/n] of Beta(1, 1) seen without noise: the prior before any data
 
 
-def beta_moment(a, b, i, j) -> np.ndarray:
-    """
-    `E[p^i (1-p)^j]` under `Beta(a, b)`, exactly: `B(a+i, b+j) / B(a, b) = prod_{k<i} (a+k)/(a+b+k) x prod_{k<j}
-    (b+k)/(a+b+i+k)`.
-
-    Args:
-        a, b (array-like): Beta parameters (positive), broadcast together with `i` and `j`.
-        i, j (array-like of `int`): Non-negative integer exponents.
-
-    Example:
-    ```python
-    >>> beta_moment(1.0, 1.0, 3, 0).item()  # E[p^3] under the uniform distribution: 1/4
-    0.25
-    ```
-    """
-    a, b, i, j = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64),
-                                     np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64))  # fmt: skip
-
-    def product(top, bottom, n):  # prod_{k<n} (top+k)/(bottom+k), by cumulative products up to the largest n
-        k = np.arange(max(int(n.max(initial=0)), 1))
-        running = np.cumprod((top[..., None] + k) / (bottom[..., None] + k), axis=-1)
-        picked = np.take_along_axis(running, np.maximum(n - 1, 0)[..., None], axis=-1)[..., 0]
-        return np.where(n > 0, picked, 1.0)
-
-    return product(a, a + b, i) * product(b, a + b + i, j)
-
-
 def expected_value(a, b, candidates: Sequence[int], weight: str = "knapsack") -> np.ndarray:
     """
     Per prompt (posterior `Beta(a, b)`) and candidate G, `E[(1 - p^G - (1-p)^G) w(p)]` with `w` from [`WEIGHTS`]:

@@ -6,32 +6,26 @@ Two modes of a stage, each composable with the stage's temperature (and its `tem
 - **Top-up** (a fixed budget a round; `Adaptive(policy="top_up", num_generations=(4, 8, 16))`): a round of exactly the
   generation batch is sampled in increments. Every prompt of the round first gets a pilot group of `pilot` completions;
   the rest of the budget then goes, `pilot` completions at a time, to the groups whose rewards are still all equal,
-  and once none are, to the lowest-variance ones, up to the largest candidate ([`top_up_increment`], `rule=
-  "flat_first"`); or (`rule="value"`) to the groups where they add the most completions expected to land in
-  informative groups, under a Beta posterior of each prompt's success rate ([`top_up_increment`]). A group's
+  and once none are, to the lowest-variance ones, up to the largest candidate ([`top_up_increment`]). A group's
   advantage uses every completion it holds. See [`TopUp`] for the prompts a round holds.
 - **Dynamic sampling** (DAPO; a fixed signal for a variable cost; `Stage(..., dynamic_sampling=DynamicSampling())`):
   rounds at the stage's G are generated, groups whose rewards are all equal are dropped, and generation goes on until
   the training batch holds only informative groups or `max_rounds` rounds were generated ([`DynamicSampling`]).
 
-Pure logic: the standard library only (the `value` rule: numpy, through [`grpo_curriculum.core.allocation`]). The
-trainer gathers the rewards of every process before it calls
+Pure logic: the standard library only. The trainer gathers the rewards of every process before it calls
 [`top_up_increment`], so every process takes the same decision.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from .errors import Problem, list_text, raise_if_any
 from .rules import COUNT, MAX_COUNT, NUM_GENERATIONS, Rule, check, integer, settings_from_mapping
 from .signals import _finite, _mean_std, is_zero_std
 
-TOP_UP_RULE_NAMES = ("flat_first", "value")
-"""How a top-up round chooses the groups that grow ([`top_up_increment`])."""
 MAX_ROUNDS = 1024
 """Most generation rounds dynamic sampling may draw for one training batch (`0`: no limit)."""
 ON_LIMIT_NAMES = ("mask", "error", "fill")
@@ -50,7 +44,6 @@ TOP_UP_RULES = {
     "largest": dataclasses.replace(NUM_GENERATIONS, why="the largest group a top-up may grow"),
     "prompts": dataclasses.replace(COUNT, why="prompts a top-up round holds",
                                    fix="e.g. `prompts: 8`, or omit it (the default rule, see `TopUp.prompts_for`)"),
-    "rule": Rule("choice", choices=TOP_UP_RULE_NAMES, fix="e.g. `rule: value`, or omit it (`flat_first`)"),
 }
 
 
@@ -145,21 +138,16 @@ class TopUp:
             The largest group, a multiple of `pilot`.
         prompts (`int`, *optional*):
             Prompts a round holds; `None`: the default rule of [`TopUp.prompts_for`].
-        rule (`str`, *optional*, defaults to `"flat_first"`):
-            Which groups grow, a name of [`TOP_UP_RULE_NAMES`]: `"flat_first"` (the groups whose rewards are all
-            equal, then the lowest-variance ones) or `"value"` (the most expected completions in informative groups,
-            from each prompt's history and the round's rewards); see [`top_up_increment`].
     """
 
     pilot: int
     largest: int
     prompts: int | None = None
-    rule: str = "flat_first"
 
     def __post_init__(self):
         raise_if_any(self.problems(key="TopUp"), context="TopUp")
         for f in fields(self):  # plain Python integers
-            if f.name != "rule" and getattr(self, f.name) is not None:
+            if getattr(self, f.name) is not None:
                 object.__setattr__(self, f.name, int(getattr(self, f.name)))
 
     def problems(self, key: str = "top_up") -> list[Problem]:
@@ -180,13 +168,12 @@ class TopUp:
     @property
     def max_increments(self) -> int:
         """
-        Increments (generation calls after the pilots) a round takes at most. `flat_first`: `2 * (largest / pilot -
-        1)`. While some group's rewards are all equal, every such group grows each increment, so that phase ends
-        within `largest / pilot - 1` increments; the lowest-variance phase that follows grows every group it can each
-        increment, and ends as soon: a group never returns to all-equal rewards. `value`: `largest / pilot - 1`, as
-        each increment grows every group its plan of the whole rest of the budget serves.
+        Increments (generation calls after the pilots) a round takes at most: `2 * (largest / pilot - 1)`. While some
+        group's rewards are all equal, every such group grows each increment, so that phase ends within
+        `largest / pilot - 1` increments; the lowest-variance phase that follows grows every group it can each
+        increment, and ends as soon: a group never returns to all-equal rewards.
         """
-        return (1 if self.rule == "value" else 2) * (self.largest // self.pilot - 1)
+        return 2 * (self.largest // self.pilot - 1)
 
     def describe(self) -> str:
         """The plan in words, e.g. `"pilot 4 a prompt, then 4 more at a time up to 16 (groups of 4, 8, 12 or 16)"`."""
@@ -195,7 +182,7 @@ class TopUp:
         if self.largest > self.pilot:
             text += f", then {self.pilot} more at a time up to {self.largest} (groups of {sizes})"
         text += f", {self.prompts} prompts a round" if self.prompts is not None else ""
-        return text + (", increments by value" if self.rule == "value" else "")
+        return text
 
     def prompts_for(self, budget: int) -> int:
         """
@@ -214,32 +201,16 @@ class TopUp:
 
 
 def top_up_increment(groups_rewards: Sequence[Sequence[float]], sizes: Sequence[int], pilot: int, largest: int,
-                     budget_left: int, rule: str = "flat_first", priors: Sequence[tuple[float, float]] | None = None,
-                     success_threshold: float = 0.5) -> list[int]:
+                     budget_left: int) -> list[int]:
     """
     The completions each group of a top-up round gets in the next increment, each 0 or `pilot`, from the rewards of
     the completions it holds so far.
 
-    A group can grow while `size + pilot <= largest`. Groups are served in order while `budget_left` holds another
-    `pilot` (the total is at most `budget_left`); ties go to the lower group index. Missing rewards (`None`, NaN,
-    infinities) are left out of every statistic. The order:
-
-    - `rule="flat_first"`: if any group that can grow has rewards that are all equal
-      ([`~grpo_curriculum.core.signals.is_zero_std`]), or no finite reward at all, only those groups grow: they hold
-      no learning signal yet. Otherwise the groups that can grow do, lowest reward variance first.
-    - `rule="value"`: the rest of the budget is planned, `pilot` completions at a time, to add the most completions
-      expected to land in informative groups (rewards not all equal: the completions with a nonzero advantage, what
-      the round's fixed budget buys), and this increment grows the groups the plan gives anything; the next
-      increment plans again from the new rewards (at most `largest / pilot - 1` increments). The plan is greedy, one
-      `pilot` at a time to the group whose expected informative completions grow most (ties: the group planned fewer
-      pilots so far, then the lower index). A group whose rewards differ
-      stays informative: `j` more pilots add `j * pilot`. A group of `size` whose rewards are all equal (or missing)
-      holds `(size + j * pilot) q_j` in expectation after `j` more pilots, `q_j` the probability that they make it
-      informative: `1 - E[(1-p)^k]` after failures only, `1 - E[p^k]` after successes only, `1 - E[p^k] -
-      E[(1-p)^k]` without a finite reward (`k = j * pilot`), under the Beta posterior of the prompt's success rate
-      `p`: its `prior` (the prompt's history) updated with the group's successes (rewards `>= success_threshold`)
-      and failures so far. A prompt whose history says it is hopeless (or settled) gets what nothing else can take;
-      with a uniform prior an all-equal group's next pilot adds less than `pilot`: informative groups grow first.
+    A group can grow while `size + pilot <= largest`. If any group that can grow has rewards that are all equal
+    ([`~grpo_curriculum.core.signals.is_zero_std`]), or no finite reward at all, only those groups grow: they hold no
+    learning signal yet. Otherwise the groups that can grow do, lowest reward variance first. In both cases ties go to
+    the lower group index, and groups are served in that order while `budget_left` holds another `pilot`: the total is
+    at most `budget_left`. Missing rewards (`None`, NaN, infinities) are left out of every statistic.
 
     Args:
         groups_rewards (`Sequence[Sequence[float]]`):
@@ -252,14 +223,6 @@ def top_up_increment(groups_rewards: Sequence[Sequence[float]], sizes: Sequence[
             The largest size a group may reach.
         budget_left (`int`):
             Completions the round may still add.
-        rule (`str`, *optional*, defaults to `"flat_first"`):
-            `"flat_first"` or `"value"` ([`TOP_UP_RULE_NAMES`]).
-        priors (`Sequence[tuple[float, float]]`, *optional*):
-            `value` rule: each group's Beta prior `(a, b)` of its prompt's success rate, before this round's rewards
-            (see [`grpo_curriculum.core.allocation.PromptStats.posterior`]); `None`: `Beta(1, 1)` for every group.
-        success_threshold (`float`, *optional*, defaults to `0.5`):
-            `value` rule: a reward `>=` this is a success (rewards in between count for the posterior by this
-            threshold; a group whose rewards differ counts as informative whatever they are).
 
     Returns:
         `list[int]`: One entry a group, each 0 or `pilot`; all zeros when nothing can be added.
@@ -270,8 +233,6 @@ def top_up_increment(groups_rewards: Sequence[Sequence[float]], sizes: Sequence[
     [2, 0, 0]
     >>> top_up_increment([[1, 0, 0, 0], [0, 1]], [4, 2], pilot=2, largest=8, budget_left=4)
     [2, 2]
-    >>> top_up_increment([[0, 0], [0, 1], [0, 0]], [2, 2, 2], 2, 8, 4, rule="value", priors=[(1, 41), (1, 1), (1, 1)])
-    [0, 2, 0]
     ```
     """
     if len(groups_rewards) != len(sizes):
@@ -281,54 +242,11 @@ def top_up_increment(groups_rewards: Sequence[Sequence[float]], sizes: Sequence[
             raise ValueError(f"group {i} holds {len(rewards)} rewards, but its size is {size}")
     if not 1 <= pilot <= MAX_COUNT or budget_left < 0:
         raise ValueError(f"pilot must be a positive count and budget_left >= 0, got {pilot} and {budget_left}")
-    if rule not in TOP_UP_RULE_NAMES:
-        raise ValueError(f"rule must be one of {TOP_UP_RULE_NAMES}, got {rule!r}")
-    if priors is not None and len(priors) != len(sizes):
-        raise ValueError(f"{len(priors)} priors, but {len(sizes)} groups")
     growable = [i for i, size in enumerate(sizes) if size + pilot <= largest]
     finite = {i: [v for v in map(_finite, groups_rewards[i]) if v is not None] for i in growable}
-    if rule == "value":
-        plan = _value_plan(finite, sizes, pilot, largest, budget_left // pilot, priors, success_threshold)
-        order = [i for i in growable if plan[i]]
-    else:
-        flat = [i for i in growable if not finite[i] or is_zero_std(finite[i])]
-        order = flat or sorted(growable, key=lambda i: (_mean_std(finite[i])[2], i))
+    flat = [i for i in growable if not finite[i] or is_zero_std(finite[i])]
+    order = flat or sorted(growable, key=lambda i: (_mean_std(finite[i])[2], i))
     added = [0] * len(sizes)
     for i in order[: budget_left // pilot]:
         added[i] = pilot
     return added
-
-
-def _value_plan(finite: Mapping[int, list[float]], sizes: Sequence[int], pilot: int, largest: int, units: int,
-                priors: Sequence[tuple[float, float]] | None, success_threshold: float) -> dict[int, int]:
-    """The `value` rule's plan of the rest of the round ([`top_up_increment`]): the pilots each group that can grow
-    (the keys of `finite`) gets, `units` at most in all, greedily by the completions each adds in informative groups
-    in expectation; ties go to the group planned fewer pilots (fewer increments), then to the lower index."""
-    from .allocation import beta_moment
-
-    def held(i: int, j: int) -> float:  # the completions of group i in an informative group after j more pilots
-        rewards = finite[i]
-        if rewards and not is_zero_std(rewards):
-            return float(j * pilot)
-        if j == 0:
-            return 0.0
-        successes = sum(v >= success_threshold for v in rewards)
-        a, b = priors[i] if priors is not None else (1.0, 1.0)
-        a, b, k = float(a) + successes, float(b) + len(rewards) - successes, j * pilot
-        all_successes, all_failures = beta_moment(a, b, k, 0).item(), beta_moment(a, b, 0, k).item()
-        flips = 1.0 - all_successes - all_failures if not rewards else 1.0 - (all_successes if successes else
-                                                                               all_failures)  # fmt: skip
-        return (sizes[i] + k) * max(flips, 0.0)
-
-    plan = dict.fromkeys(finite, 0)
-    room = {i: (largest - sizes[i]) // pilot for i in finite}
-    gains = [(held(i, 0) - held(i, 1), 0, i) for i in finite if room[i]]  # negated (a min-heap), pilots planned
-    heapq.heapify(gains)
-    for _ in range(units):
-        if not gains:
-            break
-        _, _, i = heapq.heappop(gains)
-        plan[i] += 1
-        if plan[i] < room[i]:
-            heapq.heappush(gains, (held(i, plan[i]) - held(i, plan[i] + 1), plan[i], i))
-    return plan

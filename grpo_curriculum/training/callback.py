@@ -170,10 +170,6 @@ class CurriculumCallback(TrainerCallback):
             g = None if stage.adaptive.per_prompt else decision.num_generations
             setting = Setting(setting.stage, g, decision.temperature)
             decided = decision.reason
-        elif stage.top_up is not None and stage.top_up.rule == "value":  # per-prompt history, no decision
-            if self.policy_stage != setting.stage:
-                self.policy = self._make_policy(setting.stage)
-                self.policy_stage = setting.stage
         else:
             self.policy, self.policy_stage = None, None
         previous = self.current
@@ -237,9 +233,9 @@ class CurriculumCallback(TrainerCallback):
         policy = make_policy(stage.adaptive, stage.num_generations, stage.temperature)
         if self.round_context is not None:
             policy.bind(**self.round_context)
-        elif stage.adaptive.per_prompt or stage.top_up is not None:
-            raise RuntimeError(f"a {stage.adaptive.policy} stage needs CurriculumGRPOTrainer (it sets the round's "
-                               "budget and the prompts' slots)")
+        elif stage.adaptive.per_prompt:
+            raise RuntimeError("a per-prompt stage needs CurriculumGRPOTrainer (it sets the round's budget and the "
+                               "prompts' slots)")
         return policy
 
     @property
@@ -374,8 +370,7 @@ class CurriculumCallback(TrainerCallback):
     def stage_signature(self) -> list[dict]:
         """What a checkpoint's state depends on in each stage: a fixed G, or an adaptive policy and its candidates."""
         return [{"num_generations": stage.num_generations} if stage.adaptive is None else
-                {"policy": stage.adaptive.policy, "num_generations": list(stage.adaptive.num_generations),
-                 **({"rule": stage.adaptive.rule} if stage.adaptive.rule != "flat_first" else {})}
+                {"policy": stage.adaptive.policy, "num_generations": list(stage.adaptive.num_generations)}
                 for stage in self.schedule.stages]  # fmt: skip
 
     def state_dict(self) -> dict:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..core.errors import MISSING, Problem, plural, shorten, shorten_text
 from ..core.rules import COUNT, MAX_COUNT, MAX_STEPS, POSITIVE, Rule, fraction, integer
-from ..core.sampling import MAX_ROUNDS, ON_LIMIT_NAMES, TOP_UP_RULE_NAMES
+from ..core.sampling import MAX_ROUNDS, ON_LIMIT_NAMES
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -42,6 +42,9 @@ ENTROPY_STATE_FILE = "entropy_ctrl_state.json"  # TRL's adaptive entropy control
 VERSION = 5  # 5: `callback.current` may hold a round's `top_up` and `dynamic_sampling` (absent before: `None`)
 READS = (2, 3, 4, 5)  # version 2 stored the prompt report's sums of squared deviations (`m2`, float32), not `std`
 PER_PROMPT_SINCE = 4  # the value-maximising per-prompt rule: earlier per-prompt states (another rule) are refused
+# States of versions 4-5 written before the top-up rule `value` was removed (the format is otherwise the same) may
+# hold a top-up setting's `rule` and `round_priors`: `rule: flat_first` (what top-up does) and a null `round_priors`
+# are dropped when read; a state of a `value` stage is refused ([`_top_up_value_stage`]).
 REQUIRED = ("version", "global_step", "micro_step", "callback", "stream", "round_start_stream", "round_plan",
             "geometry", "prompt_report")  # fmt: skip
 MAX_FILE_BYTES = 1 << 30
@@ -287,7 +290,7 @@ _G = integer(2, MAX_COUNT, why="GRPO needs at least 2 completions per prompt")
 _SHARE = fraction(False, False)
 _SETTING = {"stage": STEP, "num_generations": Nullable(_G), "temperature": POSITIVE,
             "top_up?": Nullable({"pilot": _G, "largest": _G, "prompts": Nullable(COUNT),
-                                 "rule?": Rule("choice", choices=TOP_UP_RULE_NAMES)}),
+                                 "rule?": Rule("choice", choices=("flat_first",))}),
             "dynamic_sampling?": Nullable({"max_rounds": integer(0, MAX_ROUNDS),
                                            "on_limit?": Rule("choice", choices=ON_LIMIT_NAMES)})}  # fmt: skip
 _POLICY_BASE = {"version": integer(1, 1), "num_generations": _G, "temperature": POSITIVE, "round": STEP,
@@ -305,7 +308,6 @@ _POLICY = ByField("policy", {
                                  "trials": Array("number", 0)}},
     "per_prompt": {**_POLICY_BASE, "stats": _PROMPT_STATS,
                    "explore": {"easy": Rule("number", low=0.05, high=0.95), "hard": Rule("number", low=0.05, high=0.95)}},
-    "top_up": {**_POLICY_BASE, "stats": _PROMPT_STATS},
 })  # fmt: skip
 _STREAM = {"epoch": STEP, "position": STEP, "waiting?": Each(STEP)}
 STATE_SCHEMA = {
@@ -320,7 +322,6 @@ STATE_SCHEMA = {
     "round_start_stream": Nullable(_STREAM),
     "round_plan": Nullable({"taken": Each(STEP), "sizes": Each(_G), "left": Each(STEP), "read": STEP,
                             "deferred": STEP}),
-    "round_priors?": Nullable(Each((POSITIVE, POSITIVE))),
     "prompt_report": {"slots": Array("int", 0, MAX_STEPS), "count": Array("int", 0, 2**32 - 1),
                       "seen": Array("int", 1, 2**32 - 1), "mean": Array("number"), "std?": Array("number", 0),
                       "m2?": Array("number", 0), "texts": Each((STEP, Rule("any")), high=MAX_STEPS)},
@@ -417,10 +418,36 @@ def _invariants(state: dict) -> list[Problem]:
             problems += _same_lengths("callback.policy.counts", counts, ("slots", "successes", "trials"))
             if not problems and (counts["successes"] > counts["trials"]).any():
                 problems.append(Problem("callback.policy.counts.successes", MISSING, "must be at most trials"))
-        if (policy or {}).get("policy") in ("per_prompt", "top_up"):
+        if (policy or {}).get("policy") == "per_prompt":
             names = ("successes", "failures", "zero_streak")
             problems += _same_lengths("callback.policy.stats", policy["stats"], names)
     return problems
+
+
+def _top_up_value_stage(state: dict) -> str | None:
+    """Where a state (not validated yet) holds the removed top-up rule `value`: `"stage 0"`, `"callback.policy"`,
+    `"round_priors"`; `None` when it does not."""
+    callback = state.get("callback") if isinstance(state.get("callback"), dict) else {}
+    stages = callback.get("stages") if isinstance(callback.get("stages"), list) else []
+    found = [f"stage {i}" for i, stage in enumerate(stages)
+             if isinstance(stage, dict) and stage.get("rule") == "value"]  # fmt: skip
+    if found:
+        return ", ".join(found)
+    policy = callback.get("policy")
+    if isinstance(policy, dict) and policy.get("policy") == "top_up":
+        return "callback.policy"
+    return "round_priors" if state.get("round_priors") is not None else None
+
+
+def _drop_top_up_rule(state: dict) -> None:
+    """Drop the `rule: flat_first` that states written before the top-up rule `value` was removed hold in each top-up
+    setting (`flat_first` is what top-up does), so that they read as a state written now."""
+    callback = state["callback"]
+    settings = [callback["current"]] + [switch[end] for switch in callback["switches"] for end in ("from", "to")]
+    for setting in settings:
+        if setting is not None and isinstance(setting.get("top_up"), dict):
+            setting["top_up"].pop("rule", None)
+    state.pop("round_priors", None)
 
 
 def _increasing(values: list) -> bool:
@@ -490,6 +517,15 @@ def read_state(folder: str, global_step: int | None = None) -> dict:
             "Fix: resume with the grpo-curriculum version that wrote it, or start a new run from the model weights "
             "in it."
         )
+    value_stage = _top_up_value_stage(state)
+    if value_stage is not None:
+        raise CurriculumStateError(
+            f"{path} holds the per-prompt history of a top-up stage with `rule: value` ({value_stage}); that rule "
+            "was removed from grpo-curriculum (it won on no task of the study, docs/study.md), so this version cannot "
+            "continue it: top-up now always grows the groups whose rewards are all equal first, then the "
+            "lowest-variance ones. Fix: resume with the grpo-curriculum version that wrote it, or start a new run "
+            "from the model weights in it (without `rule` in the recipe)."
+        )
     missing = [key for key in REQUIRED if key not in state]
     if missing:
         raise CurriculumStateError(f"{path} lacks {', '.join(missing)}: the file is damaged. Fix: {_FIX}.")
@@ -501,6 +537,7 @@ def read_state(folder: str, global_step: int | None = None) -> dict:
         problems = [Problem(path, MISSING, "nests values too deeply")]
     if problems:
         raise state_error(path, problems)
+    _drop_top_up_rule(state)
     if global_step is not None and state["global_step"] != global_step:
         raise CurriculumStateError(
             f"{path} was saved at step {state['global_step']}, but the checkpoint's trainer state is at step "

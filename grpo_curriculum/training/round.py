@@ -48,9 +48,6 @@ class Round:
             before the checkpoint; this one is not).
         deferred (`int`):
             Prompts a per-prompt round deferred.
-        priors (`list`, *optional*):
-            A top-up round with `rule="value"`: each prompt's Beta prior `[a, b]` from the rounds before it (kept to
-            replay the round's increments after a resume).
     """
 
     setting: Setting
@@ -60,7 +57,6 @@ class Round:
     plan: dict | None = None
     replay: bool = False
     deferred: int = 0
-    priors: list | None = None
     increments: list[list[int]] = field(default_factory=list)  # per increment: the completions added to each group
     rewards: list[list[float]] = field(default_factory=list)  # each group's rewards (every process), sampling order
     keys: list[list] | None = None  # each group's completion keys, when the curriculum needs them

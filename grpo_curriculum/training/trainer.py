@@ -106,8 +106,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
     contiguous and its advantages computed over all its completions:
     - a top-up stage (`Adaptive(policy="top_up")`): a pilot of `pilot` completions for each of the round's prompts,
       then increments from [`grpo_curriculum.core.sampling.top_up_increment`] (the groups whose rewards are all equal
-      first; with `rule="value"`, the most completions expected in informative groups given each prompt's history)
-      until the round holds `generation_batch_size` completions;
+      first) until the round holds `generation_batch_size` completions;
     - dynamic sampling (`Stage(dynamic_sampling=DynamicSampling(max_rounds, on_limit))`, DAPO): rounds of new
       prompts at the stage's G until `generation_batch_size / G` groups are informative (two finite rewards at least,
       not all equal) or `max_rounds` rounds were sampled (`0`: no limit); the batch holds the first informative
@@ -219,14 +218,8 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             prompts = stream.take(count)
             sizes = [g] * count
         keys = prompt_keys(stream, prompts)
-        priors = None
-        if setting.top_up is not None and setting.top_up.rule == "value":  # the prompts' history before the round
-            if replay is not None and replay["priors"] is not None:
-                priors = [tuple(prior) for prior in replay["priors"]]
-            else:
-                priors = self._curriculum.policy.priors(keys)
         round_ = Round(setting, prompts, sizes, start_stream=start, plan=plan, replay=replay is not None,
-                       deferred=deferred, priors=priors)  # fmt: skip
+                       deferred=deferred)  # fmt: skip
         _trl.all_processes_agree(self, (self._curriculum.rounds, setting.stage, setting.num_generations,
                                         setting.temperature, tuple(sizes), tuple(keys)))  # fmt: skip
         self._round = round_
@@ -261,9 +254,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             if budget == 0:
                 return False
             top_up = setting.top_up
-            added = top_up_increment(round_.rewards, round_.sizes, top_up.pilot, top_up.largest, budget,
-                                     rule=top_up.rule, priors=round_.priors,
-                                     success_threshold=self._curriculum.success_threshold)  # fmt: skip
+            added = top_up_increment(round_.rewards, round_.sizes, top_up.pilot, top_up.largest, budget)
             if not any(added):
                 raise RuntimeError(f"grpo-curriculum: a top-up round holds {sum(round_.sizes)} completions and can "
                                    f"add none: it cannot reach generation_batch_size {batch}. This is a bug if the "
@@ -378,7 +369,6 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             "stream": self._prompt_stream.state(),
             "round_start_stream": None if self._round is None else self._round.start_stream,
             "round_plan": None if self._round is None else self._round.plan,
-            "round_priors": None if self._round is None else self._round.priors,
             "prompt_report": self._prompt_report.state_dict(),
         })  # fmt: skip
         self.write_prompt_report(folder)
@@ -403,8 +393,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         if in_round and state["geometry"] == self._geometry():
             # TRL regenerates the round the checkpoint was taken in: the same setting and prompts (and a per-prompt
             # round's group sizes; a top-up round's pilot, its later increments planned from the new rewards).
-            self._round_to_replay = {"start_stream": state["round_start_stream"], "plan": state["round_plan"],
-                                     "priors": state.get("round_priors")}  # fmt: skip
+            self._round_to_replay = {"start_stream": state["round_start_stream"], "plan": state["round_plan"]}
         elif in_round:
             # Another geometry: the round's rows no longer fit. Its prompts start a new round, built for this one.
             logger.info("resumed inside a round on another geometry (%s, was %s): the round is rebuilt for it",
