@@ -352,6 +352,7 @@ def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int
             "learns": all(r["rise_seed_stds"] >= study.RISE_SEED_STDS for r in rows.values())}  # fmt: skip
 
 
+ADAPTIVE_MODES = ("per_prompt", "top_up", "dynamic")  # the product targets' modes (comparisons are a curriculum)
 RATIO90_TARGET = 0.7  # the issue's: the best adaptive mode reaches 90% of the reference's gain in <= 0.7x
 
 
@@ -388,14 +389,15 @@ def rule_checks(s: dict) -> dict:
 def targets(summaries: dict) -> dict:
     """
     The issue's targets, measured. Instrument: every arm rises >= `RISE_SEED_STDS` seed-stds, and the verdicts of the
-    reference and the defaults agree between the halves. Product: on at least one task a default adaptive mode's AUC
+    reference and the defaults agree between the halves. Product (`ADAPTIVE_MODES`): on at least one task a default
+    adaptive mode's AUC
     difference has its 90% CI above 0 (halves agreeing) and its median completions to 90% of the reference's gain <=
     `RATIO90_TARGET`; on no task is a default mode's CI entirely below 0.
     """
     tasks = {}
     for task, s in summaries.items():
         rows = s["rows"]
-        modes = [a for a in s["preregistered"] if a != s["reference"]]
+        modes = [a for a in s["preregistered"] if mode_of(a) in ADAPTIVE_MODES]
         tasks[task] = {
             "every_arm_rises": s["learns"],
             "halves_disagree": [a for a in s["preregistered"] if not rows[a]["halves_agree"]],
@@ -413,8 +415,8 @@ def targets_lines(t: dict, summaries: dict) -> list[str]:
     lines = ["## Targets (issue 25)", "",
              f"- Instrument (every arm rises >= {study.RISE_SEED_STDS:g} seed-stds; the reference's and the defaults' "
              f"verdicts agree between the halves): **{'met' if t['instrument_met'] else 'missed'}**.",
-             f"- Product (on some task a default mode's AUC CI above 0 and its median completions to 90% of the "
-             f"reference's gain <= {RATIO90_TARGET:g}x; on no task a default mode's CI below 0): "
+             f"- Product (on some task a default adaptive mode's AUC CI above 0 and its median completions to 90% of the "
+             f"reference's gain <= {RATIO90_TARGET:g}x; on no task a default adaptive mode's CI below 0): "
              f"**{'met' if t['product_met'] else 'missed'}**.", ""]  # fmt: skip
     for task, tt in t["tasks"].items():
         rows = summaries[task]["rows"]
