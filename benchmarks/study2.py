@@ -343,7 +343,8 @@ def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int
     ref_informative = statistics.fmean(rows[reference]["informative"])
     for row in rows.values():
         row["informative_vs_reference"] = statistics.fmean(row["informative"]) / ref_informative
-    return {"reference": reference, "chosen": chosen, "defaults": default, "seeds": seeds, "halves": halves, "rows": rows,
+    return {"reference": reference, "chosen": chosen, "defaults": default, "seeds": seeds, "halves": halves,
+            "rows": rows,
             "best": best({a: rows[a] for a in preregistered}), "best_halves": best_halves,
             "best_agree": best_halves[0] == best_halves[1], "preregistered": preregistered,
             "best_all": best(rows), "best_all_halves": best_all_halves, "post_hoc_reference": post,
@@ -380,9 +381,10 @@ def rule_checks(s: dict) -> dict:
         if static in rows:
             diffs = [a - b for a, b in zip(row["informative"], rows[static]["informative"], strict=True)]
             ci = bootstrap_interval(diffs)
-            out["top_up_informative"] = {"arm": top_up, "static": static, "share": statistics.fmean(row["informative"]),
-                                         "static_share": statistics.fmean(rows[static]["informative"]),
-                                         "diff_median": median(diffs), "diff_ci": list(ci), "pass": ci[0] > 0}  # fmt: skip
+            out["top_up_informative"] = {
+                "arm": top_up, "static": static, "share": statistics.fmean(row["informative"]),
+                "static_share": statistics.fmean(rows[static]["informative"]), "diff_median": median(diffs),
+                "diff_ci": list(ci), "pass": ci[0] > 0}  # fmt: skip
     return out
 
 
@@ -415,8 +417,8 @@ def targets_lines(t: dict, summaries: dict) -> list[str]:
     lines = ["## Targets (issue 25)", "",
              f"- Instrument (every arm rises >= {study.RISE_SEED_STDS:g} seed-stds; the reference's and the defaults' "
              f"verdicts agree between the halves): **{'met' if t['instrument_met'] else 'missed'}**.",
-             f"- Product (on some task a default adaptive mode's AUC CI above 0 and its median completions to 90% of the "
-             f"reference's gain <= {RATIO90_TARGET:g}x; on no task a default adaptive mode's CI below 0): "
+             f"- Product (on some task a default adaptive mode's AUC CI above 0 and its median completions to 90% of "
+             f"the reference's gain <= {RATIO90_TARGET:g}x; on no task a default adaptive mode's CI below 0): "
              f"**{'met' if t['product_met'] else 'missed'}**.", ""]  # fmt: skip
     for task, tt in t["tasks"].items():
         rows = summaries[task]["rows"]

@@ -103,8 +103,8 @@ def test_one_default_a_mode_is_chosen_over_every_task_on_the_tuning_seeds():
     assert study2.choose(runs, "prefix_levels", TUNING)["per_prompt"] == "per_prompt"
     assert study2.defaults(runs, ["prefix_levels", "prefix_tail"], TUNING) == {"per_prompt": "per_prompt",
                                                                                "top_up": "top_up"}  # fmt: skip
-    summary = study2.summarise(runs, "prefix_tail", TUNING, REPORTED, study2.defaults(runs, ["prefix_levels",
-                                                                                                "prefix_tail"], TUNING))
+    default = study2.defaults(runs, ["prefix_levels", "prefix_tail"], TUNING)
+    summary = study2.summarise(runs, "prefix_tail", TUNING, REPORTED, default)
     assert summary["preregistered"] == ["static_g4", "per_prompt"]  # the defaults (top_up has no reported runs)
 
 

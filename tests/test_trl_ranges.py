@@ -221,7 +221,7 @@ def test_a_seed_on_the_command_line_is_read_as_an_integer(tmp_path, capsys):
     ({"load_best_model_at_end": True, "save_strategy": "steps", "eval_strategy": "no"},
      "load_best_model_at_end = True: needs `save_strategy` (steps) and `eval_strategy` (no) to match"),
     ({"load_best_model_at_end": True, "save_strategy": "steps", "eval_strategy": "steps", "save_steps": 15,
-      "eval_steps": 10}, "load_best_model_at_end = True: needs `save_steps` (15) to be a multiple of `eval_steps` (10)"),
+      "eval_steps": 10}, "load_best_model_at_end = True: needs `save_steps` (15) to be a multiple of `eval_steps`"),
     ({"load_best_model_at_end": True, "save_strategy": "steps", "eval_strategy": "steps", "save_steps": 10,
       "eval_steps": 0.3}, "load_best_model_at_end = True: needs `save_steps` (10) to be a multiple"),
 ])  # fmt: skip
