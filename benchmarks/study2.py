@@ -442,6 +442,22 @@ def targets_lines(t: dict, summaries: dict) -> list[str]:
     return lines + [""]
 
 
+def verdict_table(summaries: dict) -> list[str]:
+    """The short table (the README's): per task, each default mode against the reference, and post hoc."""
+    lines = ["| task | reference | mode | verdict | AUC - ref: median [90% CI] | to 90% of ref's gain | halves agree | "
+             "AUC - best static on the reported seeds (post hoc) |", "|" + "---|" * 8]  # fmt: skip
+    for task, s in summaries.items():
+        for arm in s["preregistered"][1:]:
+            row, post = s["rows"][arm], s["post_rows"].get(arm)
+            ci = row["auc_diff_ci"]
+            hoc = (f"{post['auc_diff_median']:+.3f} [{post['auc_diff_ci'][0]:+.3f}, {post['auc_diff_ci'][1]:+.3f}] "
+                   f"(`{s['post_hoc_reference']}`)" if post else "")  # fmt: skip
+            lines.append(f"| {task} | `{s['reference']}` | {mode_of(arm)} `{arm}` | "
+                         f"{verdict_word(row, False)} | {row['auc_diff_median']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}] | "
+                         f"{fmt_r(row['ratio90_median'])}x | {'yes' if row['halves_agree'] else '**no**'} | {hoc} |")
+    return lines + [""]
+
+
 def verdict_json(summaries: dict, command: str, tuning: list[int], extra: dict) -> dict:
     tasks = {}
     for task, s in summaries.items():
@@ -518,6 +534,7 @@ def markdown(summaries: dict, meta: dict) -> str:
                   + ". The verdict is about these; the variants a task's own tuning seeds chose are reported beside "
                   "them.", ""]  # fmt: skip
         lines += targets_lines(targets(summaries), summaries)
+        lines += verdict_table(summaries)
     for task, s in summaries.items():
         lines += [f"## `{task}`: {TASKS[task][0]}", "",
                   f"Chosen on this task's tuning seeds (mean AUC): reference `{s['reference']}`; "
