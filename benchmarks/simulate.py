@@ -19,9 +19,9 @@ and `prefix_tail` (levels 1 : 1 : 3 : 5).
     python benchmarks/simulate.py                  # every arm, 12 seeds a task, a table per task
     python benchmarks/simulate.py --seeds 40 --rounds 60
 
-Arms: `static_g{2,4,8,16}`, `per_prompt` (and `per_prompt_variance`, `per_prompt_uniform`: the `weight` knob;
-`per_prompt_nodefer`: `defer=False`),
-`top_up`, `dynamic_g{4,8}` (`max_rounds` 4): the same names as the real study's.
+Arms: `static_g{2,4,8,16}`, `per_prompt` (`lookahead=2, defer=True`, set explicitly: the library's defaults before
+issue 25) and `per_prompt_variance`, `per_prompt_uniform` (the `weight` knob), `per_prompt_nodefer` (`defer=False`),
+`top_up`, `dynamic_g{4,8}` (`max_rounds` 4, its own constant): the same names as the real study's.
 """
 
 from __future__ import annotations

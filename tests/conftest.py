@@ -174,8 +174,10 @@ def wanted_by_index(monkeypatch):
     """
     In per-prompt stages, make each prompt want the G given by its dataset index: `wanted_by_index(lambda i: G)`.
     The round takes the prompts of its window in stream order, each the largest candidate up to the G it wants that
-    keeps the rest of the budget fillable. The allocation rule itself is tested with tables (tests/test_allocation.py);
-    integration tests use this to know the group sizes a round must realise.
+    keeps the rest of the budget fillable (so the window must hold enough prompts: with `lookahead` 0, the default,
+    it holds the round's `M`; a test whose wanted sizes need more sets `lookahead`). The allocation rule itself is
+    tested with tables (tests/test_allocation.py); integration tests use this to know the group sizes a round must
+    realise.
     """
     from grpo_curriculum.core.allocation import PerPromptAllocator
     from grpo_curriculum.core.geometry import sums

@@ -38,7 +38,7 @@ def stages_for(mode: str):
         return [Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4), policy="top_up"), until_step=3),
                 Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=3))]
     if mode == "per_prompt":
-        return per_prompt_stages((2, 4, 8))
+        return per_prompt_stages((2, 4, 8), lookahead=2, defer=True)  # prompts compared and deferred
     if mode == "adaptive":
         adaptive = Adaptive(num_generations=(2, 4, 8), policy="success_rate", cooldown=1, window=2, target=0.6)
         return [Stage(num_generations=2, temperature=1.0, adaptive=adaptive)]

@@ -143,10 +143,11 @@ def test_one_candidate_without_deferral_trains_like_plain_grpo(tmp_path):
 
 
 def always_defer_settled(monkeypatch):
-    """Defer every prompt whose last group had zero std (GRESO's draw made certain)."""
+    """With `defer` on, defer every prompt whose last group had zero std (GRESO's draw made certain)."""
     from grpo_curriculum.core.allocation import PerPromptAllocator
 
-    monkeypatch.setattr(PerPromptAllocator, "deferred", lambda self, slot, epoch: self.stats.zero_streak[slot] != 0)
+    monkeypatch.setattr(PerPromptAllocator, "deferred",
+                        lambda self, slot, epoch: self.defer and self.stats.zero_streak[slot] != 0)
 
 
 def test_deferral_skips_settled_prompts_for_a_pass_and_logs_it(tmp_path, monkeypatch):
@@ -156,7 +157,7 @@ def test_deferral_skips_settled_prompts_for_a_pass_and_logs_it(tmp_path, monkeyp
     recorder = RoundRecorder(reward_fn=lambda prompts, completions, idx, **kw: [
         float(i % 2) if i < 6 else float(j % 2) for j, i in enumerate(idx)])  # fmt: skip
     # 12 prompts, G 2, 4 prompts a round: pass 1 is rounds 0-2. Prompts 0-5 have constant rewards (zero std).
-    trainer, recorder = make_trainer(tmp_path, per_prompt(candidates=(2,)), recorder=recorder,
+    trainer, recorder = make_trainer(tmp_path, per_prompt(candidates=(2,), defer=True), recorder=recorder,
                                      dataset=indexed_dataset(12), max_steps=6, shuffle_dataset=False)  # fmt: skip
     trainer.train()
     seen = [sorted(set(c["idx"])) for c in recorder.calls]
@@ -188,7 +189,7 @@ def test_bad_per_prompt_settings_fail_before_any_step(tmp_path):
         with pytest.raises(CurriculumError, match=match):
             Adaptive((2, 4), policy="per_prompt", **knobs)
     with pytest.raises(CurriculumError, match="only applies with `policy: per_prompt`"):
-        Adaptive((2, 4), policy="success_rate", defer=False)
+        Adaptive((2, 4), policy="success_rate", defer=True)  # `defer` set away from its default (false)
     with pytest.raises(CurriculumError, match="only applies with `policy: per_prompt`"):
         Adaptive((2, 4), policy="hysteresis", weight="variance")
 
@@ -217,7 +218,7 @@ def test_iterable_dataset(tmp_path, monkeypatch):
     recorder = RoundRecorder(reward_fn=lambda prompts, completions, idx, **kw: [
         float(i % 2) if i < 8 else float(j % 2) for j, i in enumerate(idx)])  # fmt: skip
     always_defer_settled(monkeypatch)
-    trainer, recorder = make_trainer(tmp_path, per_prompt((2, 4)), recorder=recorder,
+    trainer, recorder = make_trainer(tmp_path, per_prompt((2, 4), defer=True, lookahead=2), recorder=recorder,
                                      dataset=indexed_dataset(16).to_iterable_dataset(), max_steps=11,
                                      shuffle_dataset=False, num_generations=4)  # fmt: skip
     trainer.train()
@@ -242,8 +243,9 @@ ITERABLE_GEOMETRY = dict(per_device_train_batch_size=4, gradient_accumulation_st
 
 
 def make_iterable_run(output_dir):
-    return make_trainer(output_dir, per_prompt((2, 4, 8)), recorder=RoundRecorder(settled_or_mixed),
-                        dataset=indexed_dataset(12).to_iterable_dataset(), **ITERABLE_GEOMETRY)  # fmt: skip
+    return make_trainer(output_dir, per_prompt((2, 4, 8), defer=True, lookahead=2),
+                        recorder=RoundRecorder(settled_or_mixed), dataset=indexed_dataset(12).to_iterable_dataset(),
+                        **ITERABLE_GEOMETRY)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -291,7 +293,7 @@ def test_all_settled_rounds_progress_in_bounded_time_and_memory(size, iterable, 
 
     dataset = Dataset.from_dict({"prompt": [f"p{i}" for i in range(size)], "idx": list(range(size))})
     stream = _stream.PromptStream(dataset.to_iterable_dataset() if iterable else dataset, shuffle=False, seed=0)
-    policy = make_policy(Adaptive((2, 4, 8, 16), policy="per_prompt"), 2, 1.0)
+    policy = make_policy(Adaptive((2, 4, 8, 16), policy="per_prompt", defer=True, lookahead=2), 2, 1.0)
     policy.bind(budget=16, slots=_stream.prompt_slots(stream), seed=0)
     policy.allocator.stats.zero_streak[:] = 1
     monkeypatch.setattr(type(policy.allocator), "deferred", lambda self, slot, epoch: True)
@@ -330,7 +332,7 @@ def test_a_small_all_settled_dataset_is_still_trained_in_turn():
     from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
     stream = _stream.PromptStream(Dataset.from_dict({"prompt": [f"p{i}" for i in range(12)]}), shuffle=False, seed=0)
-    policy = make_policy(Adaptive((2, 4, 8, 16), policy="per_prompt"), 2, 1.0)
+    policy = make_policy(Adaptive((2, 4, 8, 16), policy="per_prompt", defer=True, lookahead=2), 2, 1.0)
     policy.bind(budget=16, slots=_stream.prompt_slots(stream), seed=0)
     policy.allocator.stats.zero_streak[:] = 1
     policy.allocator.explore = {"easy": 0.05, "hard": 0.05}

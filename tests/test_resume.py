@@ -30,6 +30,7 @@ STAGES = [
     Stage(num_generations=4, temperature=1.1, until_step=7),
     Stage(num_generations=8, temperature=1.3),
 ]
+DEFERRING = dict(lookahead=2, defer=True)  # per-prompt rounds that compare and defer prompts (opt-in since issue 25)
 
 
 def rounds(recorder):
@@ -78,7 +79,7 @@ def settled_or_mixed(prompts, completions, idx, **kwargs):
 )
 def test_per_prompt_resume_replays_the_same_rounds(tmp_path, geometry, resume_step):
     """Prompts, each prompt's G and the deferrals after a resume are those of the run that never stopped."""
-    stages = per_prompt_stages((2, 4, 8))
+    stages = per_prompt_stages((2, 4, 8), **DEFERRING)
     overrides = dict(save_strategy="steps", save_steps=1, shuffle_dataset=True,
                      per_device_train_batch_size=geometry.pop("per_device_train_batch_size", 8), **geometry)  # fmt: skip
     make = lambda name: make_trainer(tmp_path / name, stages, recorder=RoundRecorder(settled_or_mixed),  # noqa: E731
@@ -409,7 +410,7 @@ def test_a_fifo_is_skipped_instead_of_hanging_the_resume(saved_run, tmp_path, ca
 def per_prompt_run(tmp_path_factory):
     """A per-prompt run with checkpoints at steps 2 and 4 (a round plan and the policy's statistics in each)."""
     folder = tmp_path_factory.mktemp("per-prompt")
-    trainer, _ = make_trainer(folder, per_prompt_stages((2, 4, 8)),
+    trainer, _ = make_trainer(folder, per_prompt_stages((2, 4, 8), **DEFERRING),
                               recorder=RoundRecorder(settled_or_mixed), dataset=indexed_dataset(12), max_steps=4,
                               save_strategy="steps", save_steps=2)  # fmt: skip
     trainer.train()
@@ -438,11 +439,43 @@ def test_out_of_range_per_prompt_state_fails_clearly(per_prompt_run, tmp_path, e
     shutil.copytree(per_prompt_run / "checkpoint-4", checkpoint)
     assert json.loads((checkpoint / "curriculum_state.json").read_text())["round_plan"]["sizes"] == [4, 4]
     edit(checkpoint / "curriculum_state.json")
-    trainer, recorder = make_trainer(tmp_path / "resumed", per_prompt_stages((2, 4, 8)),
+    trainer, recorder = make_trainer(tmp_path / "resumed", per_prompt_stages((2, 4, 8), **DEFERRING),
                                      dataset=indexed_dataset(12), max_steps=4)  # fmt: skip
     with pytest.raises(CurriculumStateError, match=message):
         trainer.train(resume_from_checkpoint=str(checkpoint))
     assert recorder.calls == []
+
+
+def test_a_checkpoint_of_the_earlier_defaults_resumes_only_with_them(per_prompt_run, tmp_path):
+    """
+    A checkpoint written before the study's defaults (version 5, no `callback.defaults`) ran a per-prompt stage that
+    left `lookahead` and `defer` out with lookahead 2 and deferral on. Resumed with a recipe that leaves them at
+    today's defaults (0, false) the rule would switch mid-run: the resume stops before any step, naming the knobs and
+    the recipe lines that continue the run as it ran; with those lines it resumes.
+    """
+    checkpoint = tmp_path / "checkpoint-2"
+    shutil.copytree(per_prompt_run / "checkpoint-2", checkpoint)
+    path = checkpoint / "curriculum_state.json"
+    state = json.loads(path.read_text())
+    assert state["version"] == 6 and state["callback"]["defaults"] == {"lookahead": 0, "defer": False, "max_rounds": 2}
+    del state["callback"]["defaults"]
+    path.write_text(json.dumps({**state, "version": 5}))
+    trainer, recorder = make_trainer(tmp_path / "today", per_prompt_stages((2, 4, 8)), dataset=indexed_dataset(12),
+                                     max_steps=4)  # fmt: skip
+    with pytest.raises(CurriculumStateError) as error:
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    text = str(error.value)
+    assert text.startswith(f"{path} does not fit this run: the checkpoint was written by a grpo-curriculum version "
+                           "with other defaults (lookahead 2, defer true, max_rounds 4)")
+    assert "stage 0 has lookahead 0 (today's default; the checkpoint's: 2), defer false" in text
+    assert "Fix: to continue the run as it was written, set these knobs in the recipe to what it ran with " \
+           "(stage 0's `adaptive`: `lookahead: 2, defer: true`" in text
+    assert recorder.calls == []
+    trainer, recorder = make_trainer(tmp_path / "as-written", per_prompt_stages((2, 4, 8), **DEFERRING),
+                                     recorder=RoundRecorder(settled_or_mixed), dataset=indexed_dataset(12),
+                                     max_steps=4)  # fmt: skip
+    trainer.train(resume_from_checkpoint=str(checkpoint))
+    assert [c["step"] for c in recorder.calls] == [2, 3]
 
 
 def test_resume_true_skips_a_checkpoint_with_truncated_arrays(saved_run, tmp_path, caplog):

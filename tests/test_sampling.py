@@ -151,7 +151,7 @@ def test_top_up_validation(kwargs, key, text):
 
 
 def test_dynamic_sampling_defaults_and_validation():
-    assert (DynamicSampling().max_rounds, DynamicSampling().on_limit) == (4, "mask")
+    assert (DynamicSampling().max_rounds, DynamicSampling().on_limit) == (2, "mask")  # the study's default (issue 25)
     assert DynamicSampling(0).unlimited and not DynamicSampling(0).at_limit(10**6)  # verl's `max_num_gen_batches: 0`
     assert DynamicSampling(3).at_limit(3) and not DynamicSampling(3).at_limit(2)
     for bad in (-1, 2.5, True, "4", None, 1025):
@@ -339,7 +339,9 @@ def test_an_older_flat_first_top_up_checkpoint_reads_as_one_written_now(tmp_path
     assert callback.current == Setting(1, None, 1.0, top_up=TopUp(2, 4))
     now = _two_stages()
     now.setting_for_round(0), now.setting_for_round(1)
-    assert state["callback"] == json.loads(json.dumps(now.state_dict()))  # as written now, switch records included
+    written = json.loads(json.dumps(now.state_dict()))
+    assert written.pop("defaults") == {"lookahead": 0, "defer": False, "max_rounds": 2}  # recorded since version 6
+    assert state["callback"] == written  # as written now, switch records included
     assert callback.setting_for_round(2) == now.setting_for_round(2)
 
 

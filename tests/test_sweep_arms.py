@@ -35,9 +35,9 @@ def test_adaptive_arms_take_the_recipes_candidates_or_the_static_arms():
     assert arms["per_prompt"].stages == [{"temperature": 0.8, "adaptive": {"policy": "per_prompt",
                                                                            "num_generations": [2, 4, 8]}}]
     assert arms["top_up"].label == "top-up [2, 4, 8]" and arms["per_prompt"].label == "per-prompt G from [2, 4, 8]"
-    dynamic = {"num_generations": 2, "temperature": 0.8, "dynamic_sampling": {"max_rounds": 4}}
+    dynamic = {"num_generations": 2, "temperature": 0.8, "dynamic_sampling": {"max_rounds": 2}}  # the default
     assert arms["dynamic"].stages == [dynamic]
-    assert arms["dynamic"].label == "dynamic sampling at G 2 (max_rounds 4)" and arms["g4"].label == "G 4 T 0.8"
+    assert arms["dynamic"].label == "dynamic sampling at G 2 (max_rounds 2)" and arms["g4"].label == "G 4 T 0.8"
     # a recipe with a per-prompt stage: that stage (its options kept, its end dropped), for the whole run
     per_prompt = load_recipe("per-prompt-demo")
     arm = named_arms(per_prompt, ["g4", "per_prompt"])[1]

@@ -44,8 +44,10 @@ def test_wandb_offline_run_holds_the_per_prompt_g_histogram(tmp_path, monkeypatc
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
     wanted_by_index(lambda index: (2, 4)[index % 2])
-    trainer, _ = make_trainer(tmp_path / "out", per_prompt_stages((2, 4), defer=False), report_to=["wandb"],
-                              max_steps=3, per_device_train_batch_size=12, num_generations=4)  # fmt: skip
+    # sizes 2, 4, 2, 4 fill the batch of 12: the window needs 4 prompts (the round's 3 plus `lookahead`)
+    trainer, _ = make_trainer(tmp_path / "out", per_prompt_stages((2, 4), defer=False, lookahead=2),
+                              report_to=["wandb"], max_steps=3, per_device_train_batch_size=12,
+                              num_generations=4)  # fmt: skip
     trainer.train()
     run_dir = wandb.run.dir.rsplit("/files", 1)[0]
     wandb.finish()

@@ -11,7 +11,7 @@ An adaptive arm is one stage for the whole run. Where the recipe has a stage of 
 options, temperature and candidates; its end removed); otherwise it is built from the candidates: the recipe's first
 adaptive stage's `num_generations` list, else the static arms' G values of this sweep (two or more), else every valid
 G of the batch geometry. `dynamic` takes the recipe's dynamic-sampling stage, else its first stage's G, with
-`max_rounds` 4. Pure logic: no torch.
+[`DynamicSampling`]'s default `max_rounds` (2, the study's choice), written out. Pure logic: no torch.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from ..core.errors import Problem, raise_if_any
+from ..core.sampling import DynamicSampling
 from .sweep_table import Arm
 
 ADAPTIVE_ARMS = ("per_prompt", "top_up", "dynamic")
@@ -26,7 +27,7 @@ ARM_NAMES = "gN (static G N), per_prompt, top_up, dynamic (or dynamic-gN, at G N
 _STATIC = re.compile(r"g([0-9]{1,9})")
 _DYNAMIC = re.compile(r"dynamic(?:-g([0-9]{1,9}))?")
 _ENDS = ("until_step", "until_fraction", "name")
-DEFAULT_MAX_ROUNDS = 4
+DEFAULT_MAX_ROUNDS = DynamicSampling().max_rounds  # written into a built `dynamic` arm (its label names it)
 
 
 def _stages(recipe) -> list[dict]:

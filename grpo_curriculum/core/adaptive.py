@@ -19,8 +19,9 @@ Four policies:
 - `hysteresis`: raise G when the smoothed share of zero-std groups stays high, lower it when it stays low.
 - `success_rate`: model each prompt's success rate p and pick the smallest G whose groups are expected to be
   informative (probability `1 - p^G - (1-p)^G`, as in Knapsack RL), like GRESO's prediction of zero-variance prompts.
-- `per_prompt`: no round-wide G: each prompt of a round gets its own G under the round's fixed budget, and prompts
-  predicted to give zero-variance groups are deferred ([`grpo_curriculum.core.allocation`]).
+- `per_prompt`: no round-wide G: each prompt of a round gets its own G under the round's fixed budget (by default the
+  next prompts of the stream, in order); with `defer=True`, prompts predicted to give zero-variance groups are
+  deferred ([`grpo_curriculum.core.allocation`]).
 - `top_up`: a round is sampled in increments, and the groups whose first rewards are all equal get more completions
   within the round ([`grpo_curriculum.core.sampling`]); the stage's temperature applies. It keeps no history.
 
@@ -250,9 +251,10 @@ class Adaptive:
             Raise the temperature while the smoothed distinct-completion fraction is below this.
         diverse_above (`float`, *optional*, defaults to `0.9`):
             Smoothed distinct-completion fraction from which completions count as diverse.
-        defer (`bool`, *optional*, defaults to `True`):
+        defer (`bool`, *optional*, defaults to `False`):
             Per prompt: defer prompts whose last visits gave zero-std groups (skipped for the rest of the pass over
-            the dataset, counted, reconsidered at the next pass) with GRESO's adaptive skip probabilities.
+            the dataset, counted, reconsidered at the next pass) with GRESO's adaptive skip probabilities. Opt-in:
+            the study chose no deferral (docs/per-prompt.md).
         decay (`float`, *optional*, defaults to `0.5`):
             Per prompt: weight of a prompt's earlier visits when a new one is counted, in [0, 1) (the policy changes,
             so old outcomes fade).
@@ -260,9 +262,10 @@ class Adaptive:
             Per prompt: a round holds `generation batch / mean_generations` prompts, which share its budget (the
             nearest count the candidates can fill). `None`: the candidates' geometric mean (5.7 for `(2, 4, 8, 16)`:
             a generation batch of 64 holds 11 prompts).
-        lookahead (`int`, *optional*, defaults to `2`):
+        lookahead (`int`, *optional*, defaults to `0`):
             Per prompt: upcoming prompts the round compares beyond the ones it takes; those not taken are taken by the
-            next round. Below the round's prompt count, or the round has no choice.
+            next round. `0`: each round takes the next prompts of the stream in order and chooses only their G (no
+            prompt waits; Knapsack RL's geometry). Below the round's prompt count, or the round has no choice.
         weight (`str`, *optional*, defaults to `"knapsack"`):
             Per prompt: the information weight of a group, `"knapsack"` (`p (1-p)^2`, Knapsack RL), `"variance"`
             (`p (1-p)`) or `"uniform"` (1: expected informative groups).
@@ -292,10 +295,10 @@ class Adaptive:
     temperature_step: float = 0.1
     collapse_below: float = 0.5
     diverse_above: float = 0.9
-    defer: bool = True
+    defer: bool = False
     decay: float = 0.5
     mean_generations: int | None = None
-    lookahead: int = 2
+    lookahead: int = 0
     weight: str = "knapsack"
     skip_target: float = 0.25
     pilot: int | None = None

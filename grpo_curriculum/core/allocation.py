@@ -9,14 +9,17 @@ The rule, per round (budget `B` = the generation batch, candidates `c_1 < ... < 
 prompts a round, as in Knapsack RL's `M` prompts sharing `M x n` rollouts):
 
 1. **Window.** The round looks at a window of `M + lookahead` upcoming prompts of the current pass, in stream order:
-   first the prompts the previous round left waiting, then new ones.
-2. **Deferral (GRESO).** A new prompt whose last `z` visits all gave zero-std groups (all successes: *easy*; all
-   failures: *hard*) is deferred, skipped for the rest of the pass and counted, with probability `1 - max(e^z,
-   0.01)`, `e` the exploration probability of its kind. `e_easy` and `e_hard` start at 0.5 and move by 0.01 after
-   each round, down while the round's share of all-success (all-failure) groups is above `skip_target / 2`, up
-   otherwise, within [0.05, 0.95]: the share of zero-std groups is driven towards `skip_target`. The draw is a hash of
-   (seed, prompt, pass). A round defers at most `4 x` its window of prompts; later ones enter the window undrawn, so
-   a round costs O(window) even when every prompt is settled, and the pass moves on.
+   first the prompts the previous round left waiting, then new ones. With `lookahead` 0 (the default of
+   [`~core.adaptive.Adaptive`], the study's choice) the window is the round's `M` prompts: they are taken in stream
+   order and only their G is chosen (Knapsack RL's geometry); no prompt waits.
+2. **Deferral (GRESO; opt-in, `defer=True`).** A new prompt whose last `z` visits all gave zero-std groups (all
+   successes: *easy*; all failures: *hard*) is deferred, skipped for the rest of the pass and counted, with
+   probability `1 - max(e^z, 0.01)`, `e` the exploration probability of its kind. `e_easy` and `e_hard` start at 0.5
+   and move by 0.01 after each round, down while the round's share of all-success (all-failure) groups is above
+   `skip_target / 2`, up otherwise, within [0.05, 0.95]: the share of zero-std groups is driven towards
+   `skip_target`. The draw is a hash of (seed, prompt, pass). A round defers at most `4 x` its window of prompts;
+   later ones enter the window undrawn, so a round costs O(window) even when every prompt is settled, and the pass
+   moves on.
 3. **Value.** A prompt's value at G is `v(G) = E[(1 - p^G - (1-p)^G) w(p)]`: the probability that its group is
    informative (rewards not all equal) times the information weight `w` (`weight="knapsack"`: Knapsack RL's
    `p (1-p)^2`; `"variance"`: `p (1-p)`; `"uniform"`: 1, the expected number of informative groups), in expectation
@@ -243,7 +246,7 @@ class PerPromptAllocator:
     """
 
     def __init__(self, candidates: Sequence[int], budget: int, prompts: int, stats: PromptStats,
-                 weight: str = "knapsack", lookahead: int = 0, defer: bool = True, skip_target: float = 0.25,
+                 weight: str = "knapsack", lookahead: int = 0, defer: bool = False, skip_target: float = 0.25,
                  seed: int = 0):  # fmt: skip
         self.candidates = tuple(int(c) for c in candidates)
         self.budget = int(budget)

@@ -33,8 +33,8 @@ ON_LIMIT_NAMES = ("mask", "error", "fill")
 
 DYNAMIC_SAMPLING_RULES = {
     "max_rounds": integer(0, MAX_ROUNDS, why="generation rounds drawn at most to fill one training batch",
-                          fix="e.g. `max_rounds: 4` (verl/DAPO's `max_num_gen_batches`; 0: no limit; 1: drop "
-                              "nothing, as plain GRPO)"),
+                          fix="e.g. `max_rounds: 2` (the default; verl/DAPO's `max_num_gen_batches`; 0: no limit; "
+                              "1: drop nothing, as plain GRPO)"),
     "on_limit": Rule("choice", choices=ON_LIMIT_NAMES,
                      fix="e.g. `on_limit: mask` (the default), `error` (verl's), or `fill`"),
 }
@@ -55,10 +55,11 @@ class DynamicSampling:
     informative groups, or `max_rounds` rounds were generated. Every dropped group is counted and logged.
 
     Args:
-        max_rounds (`int`, *optional*, defaults to `4`):
+        max_rounds (`int`, *optional*, defaults to `2`):
             Generation rounds drawn at most for one training batch (verl/DAPO's `max_num_gen_batches`); each round
             costs one generation batch of completions. `0`: no limit, as verl's `max_num_gen_batches: 0` (a dataset
-            with too few informative prompts then never ends a round); `1`: nothing is drawn again, plain GRPO.
+            with too few informative prompts then never ends a round); `1`: nothing is drawn again, plain GRPO. The
+            default 2 is the study's choice (docs/dynamic_sampling.md; 4 before).
         on_limit (`str`, *optional*, defaults to `"mask"`):
             A batch still short of informative groups after `max_rounds` rounds:
             - `"mask"`: trains on its informative groups only. It is filled up to the batch with all-equal groups
@@ -75,12 +76,12 @@ class DynamicSampling:
     Example:
     ```python
     >>> from grpo_curriculum import DynamicSampling, Stage
-    >>> Stage(num_generations=4, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=4)).dynamic_sampling
-    DynamicSampling(max_rounds=4)
+    >>> Stage(num_generations=4, temperature=1.0, dynamic_sampling=DynamicSampling()).dynamic_sampling
+    DynamicSampling(max_rounds=2, on_limit='mask')
     ```
     """
 
-    max_rounds: int = 4
+    max_rounds: int = 2
     on_limit: str = "mask"
 
     def __post_init__(self):
@@ -94,13 +95,13 @@ class DynamicSampling:
     @classmethod
     def from_mapping(cls, values, key: str = "dynamic_sampling") -> tuple[DynamicSampling | None, list[Problem]]:
         """
-        Build from the YAML / dict form, e.g. `{max_rounds: 4}` (an instance is returned as is).
+        Build from the YAML / dict form, e.g. `{max_rounds: 2}` (an instance is returned as is).
 
         Returns:
             `tuple[DynamicSampling | None, list[Problem]]`: The settings and no problems, or `None` and every problem.
         """
         return settings_from_mapping(cls, values, key, "a dynamic-sampling setting",
-                                     "`dynamic_sampling: {max_rounds: 4}`",
+                                     "`dynamic_sampling: {max_rounds: 2}`",
                                      lambda given, at: check(DYNAMIC_SAMPLING_RULES, given, at))
 
     @property

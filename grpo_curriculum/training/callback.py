@@ -15,7 +15,7 @@ from ..core.errors import raise_if_any
 from ..core.rules import UNCERTAIN_PROMPTS, UNCERTAIN_PROMPTS_DEFAULT
 from ..core.schedule import ResolvedSchedule, Setting, Stage, StageSchedule
 from . import tracking
-from .checkpoint import atomic_write
+from .checkpoint import LEGACY_DEFAULTS, atomic_write, knob_defaults
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -90,6 +90,79 @@ def describe_switch(switch: dict) -> str:
     else:
         change = f"G {g_before} -> {g_after}, temperature {t_before} -> {t_after}"
     return f"switch {where}: {change} ({switch['reason']})"
+
+
+class DefaultsChanged(ValueError):
+    """A checkpoint was written with other knob defaults, and the schedule leaves such a knob at today's: resuming
+    would change the rule mid-run. `fix` says what to set."""
+
+    def __init__(self, message: str, fix: str):
+        super().__init__(message)
+        self.fix = fix
+
+
+def _text(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _stage_knobs(stage: Stage) -> tuple[str, dict] | None:
+    """The knobs of [`knob_defaults`] a stage uses, with where a recipe sets them: `("adaptive", {...})` for a
+    per-prompt stage, `("dynamic_sampling", {...})` for dynamic sampling, else `None`."""
+    if stage.adaptive is not None and stage.adaptive.per_prompt:
+        return "adaptive", {"lookahead": stage.adaptive.lookahead, "defer": stage.adaptive.defer}
+    if stage.dynamic_sampling is not None:
+        return "dynamic_sampling", {"max_rounds": stage.dynamic_sampling.max_rounds}
+    return None
+
+
+def _ran_with(state: dict, index: int) -> dict:
+    """The dynamic-sampling knobs the state shows stage `index` ran with (its current setting or a switch's)."""
+    settings = [state.get("current")] + [s[end] for s in state.get("switches", []) for end in ("from", "to")]
+    for setting in settings:
+        if setting is not None and setting.get("stage") == index and setting.get("dynamic_sampling") is not None:
+            return {"max_rounds": setting["dynamic_sampling"].get("max_rounds")}
+    return {}
+
+
+def defaults_changed(stages: list[Stage], state: dict) -> DefaultsChanged | None:
+    """
+    Whether a curriculum state written with other knob defaults ([`knob_defaults`]; a state without them:
+    [`LEGACY_DEFAULTS`]) would change a stage's rule when resumed with `stages`: a knob whose value is today's default
+    but not the default the state was written with may have been left at the default by the recipe, and so ran with
+    the old one. A knob set to any other value was set by the recipe (the same rule then and now), and a dynamic
+    sampling stage the state shows running with the value (its current setting or a switch) ran with it.
+
+    Returns:
+        [`DefaultsChanged`] naming each such knob and the recipe lines that continue the run as it ran, or `None`.
+    """
+    now, saved = knob_defaults(), {**knob_defaults(), **state.get("defaults", LEGACY_DEFAULTS)}
+    changed, sets = [], []
+    for index, stage in enumerate(stages):
+        found = _stage_knobs(stage)
+        if found is None:
+            continue
+        block, knobs = found
+        ran = _ran_with(state, index)
+        moved = {name: value for name, value in knobs.items()
+                 if value == now[name] != saved[name] and ran.get(name, saved[name]) != value}  # fmt: skip
+        if moved:
+            changed.append(f"stage {index} has " + ", ".join(
+                f"{name} {_text(value)} (today's default; the checkpoint's: {_text(saved[name])}"
+                + (f", and it ran this stage with {_text(ran[name])})" if name in ran else ")")
+                for name, value in moved.items()))  # fmt: skip
+            sets.append(f"stage {index}'s `{block}`: `" + ", ".join(
+                f"{name}: {_text(ran.get(name, saved[name]))}" for name in moved) + "`")  # fmt: skip
+    if not changed:
+        return None
+    message = ("the checkpoint was written by a grpo-curriculum version with other defaults ("
+               + ", ".join(f"{name} {_text(saved[name])}" for name in now if saved[name] != now[name])
+               + "): where the recipe leaves a knob at its default, the run would change rules mid-run: "
+               + "; ".join(changed))  # fmt: skip
+    fix = ("to continue the run as it was written, set these knobs in the recipe to what it ran with ("
+           + "; ".join(sets) + "; in Python the same keyword arguments of `Adaptive` / `DynamicSampling`); if the "
+           "recipe set today's values itself when it wrote the checkpoint, resume with the grpo-curriculum version "
+           "that wrote it, or start a new run from the model weights in it")
+    return DefaultsChanged(message, fix)
 
 
 class CurriculumCallback(TrainerCallback):
@@ -383,6 +456,7 @@ class CurriculumCallback(TrainerCallback):
             "policy_stage": self.policy_stage,
             "policy": self.policy.state_dict() if self.policy is not None else None,
             "deferred_total": self.deferred_total,
+            "defaults": knob_defaults(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -391,13 +465,17 @@ class CurriculumCallback(TrainerCallback):
 
         Raises:
             `ValueError`: when the schedule's stages no longer match the ones the state was saved with (their number,
-            a fixed G, an adaptive policy or its candidates), naming what changed.
+            a fixed G, an adaptive policy or its candidates), naming what changed; [`DefaultsChanged`] when the state
+            was written with other knob defaults that a stage may rely on ([`defaults_changed`]).
         """
         saved, now = state["stages"], self.stage_signature()
         if saved != now:
             changes = [f"{len(saved)} stages saved, {len(now)} now"] if len(saved) != len(now) else []
             changes += [f"stage {i}: {a} saved, {b} now" for i, (a, b) in enumerate(zip(saved, now)) if a != b]
             raise ValueError("the curriculum's stages changed since the checkpoint (" + "; ".join(changes) + ")")
+        changed = defaults_changed(self.schedule.stages, state)
+        if changed is not None:
+            raise changed
         self.current = Setting(**state["current"]) if state["current"] is not None else None
         self.rounds = state["rounds"]
         self.switches = list(state["switches"])

@@ -39,14 +39,18 @@ STATE_FILE = "curriculum_state.json"
 ARRAYS_FILE = "curriculum_arrays.npz"  # per-prompt statistics, next to the state
 TRAINER_STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME
 ENTROPY_STATE_FILE = "entropy_ctrl_state.json"  # TRL's adaptive entropy controller (`use_adaptive_entropy`)
-VERSION = 5  # 5: `callback.current` may hold a round's `top_up` and `dynamic_sampling` (absent before: `None`)
-READS = (2, 3, 4, 5)  # version 2 stored the prompt report's sums of squared deviations (`m2`, float32), not `std`
+VERSION = 6  # 6: `callback.defaults` (the knob defaults it was written with); 5: `callback.current` may hold a round's
+# `top_up` and `dynamic_sampling` (absent before: `None`)
+READS = (2, 3, 4, 5, 6)  # version 2 stored the prompt report's sums of squared deviations (`m2`, float32), not `std`
 PER_PROMPT_SINCE = 4  # the value-maximising per-prompt rule: earlier per-prompt states (another rule) are refused
 # States of versions 4-5 written before the top-up rule `value` was removed (the format is otherwise the same) may
 # hold a top-up setting's `rule` and `round_priors`: `rule: flat_first` (what top-up does) and a null `round_priors`
 # are dropped when read; a state of a `value` stage is refused ([`_top_up_value_stage`]).
 REQUIRED = ("version", "global_step", "micro_step", "callback", "stream", "round_start_stream", "round_plan",
             "geometry", "prompt_report")  # fmt: skip
+LEGACY_DEFAULTS = {"lookahead": 2, "defer": True, "max_rounds": 4}
+"""The defaults of the knobs in [`knob_defaults`] that a state without `callback.defaults` (version 5 and before) was
+written with: per-prompt `lookahead` and `defer`, dynamic sampling's `max_rounds`."""
 MAX_FILE_BYTES = 1 << 30
 """Largest file read back, in bytes (1 GiB; the curriculum files of a 50k-prompt checkpoint take under 1 MB)."""
 
@@ -60,6 +64,22 @@ class CurriculumStateError(ValueError):
     A file the package reads back (a checkpoint's curriculum state, a trainer state) cannot be used: the message names
     the file, says what is wrong with it and what to do.
     """
+
+
+def knob_defaults() -> dict:
+    """
+    This version's defaults of the knobs whose defaults changed (per-prompt `lookahead` and `defer`, dynamic
+    sampling's `max_rounds`): a checkpoint records them (`callback.defaults`), so that a run resumed by a version with
+    other defaults can tell a knob its recipe left at the default from one it set (see
+    [`~training.callback.CurriculumCallback.load_state_dict`]).
+    """
+    from dataclasses import fields
+
+    from ..core.adaptive import Adaptive
+    from ..core.sampling import DynamicSampling
+
+    adaptive = {field.name: field.default for field in fields(Adaptive)}
+    return {"lookahead": adaptive["lookahead"], "defer": adaptive["defer"], "max_rounds": DynamicSampling().max_rounds}
 
 
 def atomic_write(path: str | os.PathLike, write, binary: bool = False) -> None:
@@ -288,6 +308,7 @@ STEP = integer(0, MAX_STEPS)
 _NUMBER = Rule("number")
 _G = integer(2, MAX_COUNT, why="GRPO needs at least 2 completions per prompt")
 _SHARE = fraction(False, False)
+_LOOKAHEAD = integer(0, MAX_COUNT)
 _SETTING = {"stage": STEP, "num_generations": Nullable(_G), "temperature": POSITIVE,
             "top_up?": Nullable({"pilot": _G, "largest": _G, "prompts": Nullable(COUNT),
                                  "rule?": Rule("choice", choices=("flat_first",))}),
@@ -317,7 +338,9 @@ STATE_SCHEMA = {
     "callback": {"stages": Each(Rule("mapping")), "current": Nullable(_SETTING), "rounds": STEP,
                  "switches": Each({"step": STEP, "round": STEP, "from": _SETTING, "to": _SETTING,
                                    "reason": Rule("str")}, high=MAX_STEPS),
-                 "policy_stage?": Nullable(STEP), "policy": Nullable(_POLICY), "deferred_total?": STEP},
+                 "policy_stage?": Nullable(STEP), "policy": Nullable(_POLICY), "deferred_total?": STEP,
+                 "defaults?": {"lookahead?": _LOOKAHEAD, "defer?": Rule("bool"),
+                               "max_rounds?": integer(0, MAX_ROUNDS)}},
     "stream": _STREAM,
     "round_start_stream": Nullable(_STREAM),
     "round_plan": Nullable({"taken": Each(STEP), "sizes": Each(_G), "left": Each(STEP), "read": STEP,

@@ -14,7 +14,7 @@ from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_bat
 from ..core.sampling import top_up_increment
 from ..core.signals import round_stats
 from . import _trl, tracking
-from .callback import CurriculumCallback, describe_g
+from .callback import CurriculumCallback, DefaultsChanged, describe_g
 from .checkpoint import STATE_FILE, CurriculumStateError, read_state, resume_checkpoint, write_state
 from .report import PromptReport
 from .round import Round, is_informative
@@ -382,6 +382,9 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         try:
             self._curriculum.load_state_dict(state["callback"])
             self._prompt_report.load_state_dict(state["prompt_report"])
+        except DefaultsChanged as error:
+            raise CurriculumStateError(f"{os.path.join(checkpoint, STATE_FILE)} does not fit this run: {error}. "
+                                       f"Fix: {error.fix}.") from None
         except (ValueError, KeyError, TypeError, IndexError) as error:
             raise CurriculumStateError(
                 f"{os.path.join(checkpoint, STATE_FILE)} does not fit this run: {error}. Fix: resume with the recipe "
