@@ -121,8 +121,8 @@ def arm_stages(arm: str):
         return [Stage(temperature=t, name=arm,
                       adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt", weight=weight,
                                         **knobs))]  # fmt: skip
-    if arm.startswith("top_up"):  # `top_up_p16`: 16 prompts a round (mean G 8) instead of the default's 32 (mean G 4)
-        prompts = 16 if arm == "top_up_p16" else None
+    if arm.startswith("top_up"):  # `top_up`: 32 prompts a round (mean G 4), `top_up_p16`: 16 (mean G 8); explicit,
+        prompts = 16 if arm == "top_up_p16" else 32  # as the default round size changed (to p16's) after this study
         return [Stage(temperature=t, name=arm,
                       adaptive=Adaptive(num_generations=CANDIDATES, policy="top_up", prompts=prompts))]
     if arm.startswith("dynamic_g"):  # `_r2`: at most 2 generation rounds a batch instead of 4
@@ -216,11 +216,39 @@ def choose(runs: list[dict], task: str, tuning: list[int]) -> dict[str, str]:
     return chosen
 
 
+def _tuning_probe(runs: list[dict], task: str, arm: str, tuning: list[int]) -> dict:
+    """An arm's mechanism on a task's tuning seeds: mean G, mean G on rare-success prompts, deferrals, informative."""
+    rs = [r for r in runs if r["task"] == task and r["arm"] == arm and r["seed"] in tuning]
+    bins = [[sum(r["probe"]["bins"][i][k] for r in rs) for k in range(3)] for i in range(len(study.SUCCESS_BINS) - 1)]
+    groups, completions = sum(b[0] for b in bins), sum(b[1] for b in bins)
+    rare = [sum(b[k] for b in bins[:2]) for k in range(2)]  # exact success <= 0.2 when trained
+    return {"mean_G": completions / groups if groups else math.nan,
+            "rare_G": rare[1] / rare[0] if rare[0] else math.nan, "deferred": sum(r.get("deferred", 0) for r in rs),
+            "informative": statistics.fmean(r["probe"]["informative"] / max(1, r["probe"]["completions"])
+                                            for r in rs) if rs else math.nan}  # fmt: skip
+
+
+def meets_rule(runs: list[dict], task: str, arm: str, tuning: list[int]) -> bool:
+    """
+    Issue 25's rule of an arm's mode, on a task's tuning seeds (see [`rule_checks`] for the reported seeds):
+    per-prompt gives rare-success prompts at least its mean G and defers none; top-up's informative share is above
+    the static G of its mean G (the same budget). Other modes have no rule (true).
+    """
+    mode, probe = mode_of(arm), _tuning_probe(runs, task, arm, tuning)
+    if mode == "per_prompt":
+        return probe["deferred"] == 0 and probe["rare_G"] >= probe["mean_G"]
+    if mode == "top_up":
+        static = f"static_g{min(CANDIDATES, key=lambda c: abs(c - probe['mean_G']))}"
+        return probe["informative"] > _tuning_probe(runs, task, static, tuning)["informative"]
+    return True
+
+
 def defaults(runs: list[dict], tasks: list[str], tuning: list[int]) -> dict[str, str]:
     """
-    Per adaptive mode, the one default the library ships: the variant with the largest AUC difference to each task's
-    reference (its tuning seeds' mean AUC minus the reference's), averaged over the tasks. Tuning seeds only; a
-    variant missing a tuning seed of some task is not a candidate.
+    Per adaptive mode, the one default the library ships, chosen on the tuning seeds only: among the variants that
+    meet the mode's rule on every task ([`meets_rule`]; all of them when none does), the one with the largest AUC
+    difference to each task's reference (its tuning seeds' mean AUC minus the reference's), averaged over the tasks.
+    A variant missing a tuning seed of some task is not a candidate.
     """
     per_task = {}
     for task in tasks:
@@ -236,6 +264,8 @@ def defaults(runs: list[dict], tasks: list[str], tuning: list[int]) -> dict[str,
             continue
         scores = {a: statistics.fmean(d[a] for d in per_task.values()) for a in arms
                   if per_task and all(a in d for d in per_task.values())}  # fmt: skip
+        ruled = {a: v for a, v in scores.items() if all(meets_rule(runs, t, a, tuning) for t in per_task)}
+        scores = ruled or scores
         if scores:
             out[mode] = max(scores, key=scores.get)
     return out
@@ -425,7 +455,7 @@ def targets_lines(t: dict, summaries: dict) -> list[str]:
         parts = [f"rises: {'yes' if tt['every_arm_rises'] else 'NO'}",
                  "halves disagree: " + (", ".join(f"`{a}`" for a in tt["halves_disagree"]) or "none"),
                  "AUC CI above 0: " + (", ".join(
-                     f"`{a}` (to 90%: {fmt_r(rows[a]['ratio90_median'])}x)" for a in tt["auc_above_0"]) or "none"),
+                     f"`{a}` (to 90%: {fmt_x(rows[a]['ratio90_median'])})" for a in tt["auc_above_0"]) or "none"),
                  "CI below 0: " + (", ".join(f"`{a}`" for a in tt["losses"]) or "none")]  # fmt: skip
         if "per_prompt_rare" in tt:
             r = tt["per_prompt_rare"]
@@ -444,8 +474,8 @@ def targets_lines(t: dict, summaries: dict) -> list[str]:
 
 def verdict_table(summaries: dict) -> list[str]:
     """The short table (the README's): per task, each default mode against the reference, and post hoc."""
-    lines = ["| task | reference | mode | verdict | AUC - ref: median [90% CI] | to 90% of ref's gain | halves agree | "
-             "AUC - best static on the reported seeds (post hoc) |", "|" + "---|" * 8]  # fmt: skip
+    lines = ["| task | reference | mode | verdict | AUC - ref: median [90% CI] | to 90% of ref's gain | halves agree "
+             "| AUC - best static on the reported seeds (post hoc) |", "|" + "---|" * 8]  # fmt: skip
     for task, s in summaries.items():
         for arm in s["preregistered"][1:]:
             row, post = s["rows"][arm], s["post_rows"].get(arm)
@@ -454,7 +484,7 @@ def verdict_table(summaries: dict) -> list[str]:
                    f"(`{s['post_hoc_reference']}`)" if post else "")  # fmt: skip
             lines.append(f"| {task} | `{s['reference']}` | {mode_of(arm)} `{arm}` | "
                          f"{verdict_word(row, False)} | {row['auc_diff_median']:+.3f} [{ci[0]:+.3f}, {ci[1]:+.3f}] | "
-                         f"{fmt_r(row['ratio90_median'])}x | {'yes' if row['halves_agree'] else '**no**'} | {hoc} |")
+                         f"{fmt_x(row['ratio90_median'])} | {'yes' if row['halves_agree'] else '**no**'} | {hoc} |")
     return lines + [""]
 
 
@@ -507,6 +537,10 @@ def fmt_r(v: float) -> str:
     return "never" if math.isinf(v) else "n/a" if math.isnan(v) else f"{v:.2f}"
 
 
+def fmt_x(v: float) -> str:
+    return fmt_r(v) + ("x" if math.isfinite(v) else "")
+
+
 def fmt_bins(bins: list[list[int]]) -> str:
     total = sum(b[1] for b in bins) or 1
     edges = zip(study.SUCCESS_BINS, study.SUCCESS_BINS[1:])
@@ -532,7 +566,12 @@ def markdown(summaries: dict, meta: dict) -> str:
         lines += [f"Defaults (one a mode, chosen on the tuning seeds of every task: the largest AUC difference to the "
                   "task's reference, averaged over the tasks): " + ", ".join(f"{m} `{a}`" for m, a in default.items())
                   + ". The verdict is about these; the variants a task's own tuning seeds chose are reported beside "
-                  "them.", ""]  # fmt: skip
+                  "them. A per-prompt or top-up default must first meet its mode's rule on the tuning seeds of every "
+                  "task (per-prompt: rare-success prompts get at least its mean G, none deferred; top-up: an "
+                  "informative share above the static G of its mean G); when no variant does, the AUC alone "
+                  "decides. Met on the tuning seeds: " + "; ".join(
+                      f"`{arm}` " + ", ".join(f"{t} {'yes' if ok else 'no'}" for t, ok in by.items())
+                      for arm, by in meta.get("rules", {}).items()) + ".", ""]  # fmt: skip
         lines += targets_lines(targets(summaries), summaries)
         lines += verdict_table(summaries)
     for task, s in summaries.items():
@@ -602,7 +641,10 @@ def report(out: Path, tasks: list[str], tuning: list[int], reported: list[int], 
     for task in done:
         summaries[task] = summarise(runs, task, tuning, reported, default)
         plot(runs, task, list(summaries[task]["rows"]), summaries[task]["seeds"], out / f"study2_{task}.png")
+    rules = {arm: {t: meets_rule(runs, t, arm, tuning) for t in done} for mode in ("per_prompt", "top_up")
+             for arm in MODES[mode]}  # fmt: skip
     meta = {"command": command, "budget": STEPS * GENERATION_BATCH, "tuning": tuning, "reported": reported,
+            "rules": rules,
             "runs": len(runs), "run_time_s": math.fsum(r["run_time"] for r in runs)
             + math.fsum({(r["task"], r["seed"]): r["warm_time"] for r in runs}.values())}  # fmt: skip
     text = markdown(summaries, meta)

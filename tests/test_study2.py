@@ -108,13 +108,32 @@ def test_one_default_a_mode_is_chosen_over_every_task_on_the_tuning_seeds():
     assert summary["preregistered"] == ["static_g4", "per_prompt"]  # the defaults (top_up has no reported runs)
 
 
+def test_a_default_must_meet_its_modes_rule_on_the_tuning_seeds_when_a_variant_does():
+    """top_up_p16 has the smaller AUC but raises the informative share over static G 4 (its mean G); top_up not."""
+    import study2
+
+    runs = _runs(lambda seed: [0.5, 0.7, 0.8, 0.85])
+    runs += [_stand_in_run("top_up_p16", seed, [0.5, 0.55, 0.65, 0.75], 45) for seed in TUNING]
+    assert not study2.meets_rule(runs, "prefix_levels", "top_up", TUNING)  # 0.30 vs static G 4's 0.40
+    assert study2.meets_rule(runs, "prefix_levels", "top_up_p16", TUNING)  # 0.45
+    assert study2.defaults(runs, ["prefix_levels"], TUNING)["top_up"] == "top_up_p16"
+    for run in runs:  # now no variant meets it: the AUC alone decides
+        if run["arm"] == "top_up_p16":
+            run["probe"]["informative"] = 35
+    assert study2.defaults(runs, ["prefix_levels"], TUNING)["top_up"] == "top_up"
+    for run in runs:  # a deferring per-prompt variant does not meet its rule; per_prompt_variance (no deferral) does
+        if run["arm"] == "per_prompt":
+            run["deferred"] = 4
+    assert study2.defaults(runs, ["prefix_levels"], TUNING)["per_prompt"] == "per_prompt_variance"
+
+
 def test_the_targets_and_the_rules_are_measured_on_the_defaults():
     import study2
 
     fast = lambda seed: [0.5, 0.84 + 0.001 * seed, 0.85, 0.86]  # noqa: E731  (90% of the reference's gain at ~0.3x)
     runs = _runs(fast, lambda seed: [0.5, 0.45, 0.45, 0.5 - 0.001 * seed])  # top_up below the reference everywhere
-    for run in runs:  # per_prompt: G 5 on prompts of success <= 0.05, G 10 on those of 0.5-0.8 (mean G 2 x 100 / 30)
-        if run["arm"] == "per_prompt":
+    for run in runs:  # per_prompt, reported seeds: G 5 on prompts of success <= 0.05, G 10 on those of 0.5-0.8
+        if run["arm"] == "per_prompt" and run["seed"] in REPORTED:
             run["probe"]["bins"] = [[10, 50, 20], [0, 0, 0], [0, 0, 0], [5, 50, 40], [0, 0, 0], [0, 0, 0]]
     default = study2.defaults(runs, ["prefix_levels"], TUNING)
     summary = study2.summarise(runs, "prefix_levels", TUNING, REPORTED, default)
@@ -131,7 +150,7 @@ def test_the_targets_and_the_rules_are_measured_on_the_defaults():
     assert informative["static"] == "static_g4"  # top-up's mean G 4: the same budget as static G 4
     assert informative["diff_median"] == pytest.approx(-0.1) and not informative["pass"]
     for run in runs:  # the same G everywhere: not starved, unless a prompt was deferred
-        if run["arm"] == "per_prompt":
+        if run["arm"] == "per_prompt" and run["seed"] in REPORTED:
             run["probe"]["bins"] = [[10, 50, 20], [0, 0, 0], [0, 0, 0], [10, 50, 40], [0, 0, 0], [0, 0, 0]]
     fair = study2.summarise(runs, "prefix_levels", TUNING, REPORTED, default)
     assert study2.rule_checks(fair)["per_prompt_rare"]["pass"]
