@@ -634,7 +634,7 @@ def report(out: Path, tasks: list[str], tuning: list[int], reported: list[int], 
            results: bool) -> str:  # fmt: skip
     from grpo_curriculum.training.checkpoint import atomic_write
 
-    runs = load_runs(out)
+    runs = [r for r in load_runs(out) if r["arm"] in ARMS]  # not the runs of arms the study no longer has
     summaries = {}
     done = [t for t in tasks if all(any(r["task"] == t and r["seed"] == s for r in runs) for s in reported)]
     default = defaults(runs, done, tuning)
