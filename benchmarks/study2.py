@@ -91,7 +91,8 @@ TASKS = {
 REWARD_FLIP = {"prefix_noisy": 0.1}  # a task's training rewards are flipped with this probability
 MODES = {  # mode: its variants (arm names), the first one the library's default
     "static": [f"static_g{g}" for g in CANDIDATES],
-    "per_prompt": ["per_prompt", "per_prompt_variance", "per_prompt_nodefer", "per_prompt_stream"],
+    "per_prompt": ["per_prompt", "per_prompt_variance", "per_prompt_nodefer", "per_prompt_stream",
+                   "per_prompt_stream_uniform"],
     "top_up": ["top_up", "top_up_p16"],
     "dynamic": ["dynamic_g4", "dynamic_g8", "dynamic_g16", "dynamic_g4_r2", "dynamic_g8_r2"],
     # coarse to fine comparisons (issue 29) at the G of the reference static arm the tuning seeds chose (16)
@@ -113,10 +114,11 @@ def arm_stages(arm: str):
     if arm.startswith("static_g"):
         return [Stage(num_generations=int(arm.removeprefix("static_g")), temperature=t)]
     if arm.startswith("per_prompt"):
-        weight = "variance" if arm == "per_prompt_variance" else "knapsack"
+        weight = {"per_prompt_variance": "variance", "per_prompt_stream_uniform": "uniform"}.get(arm, "knapsack")
         # `per_prompt_stream`: Knapsack RL's geometry, the round's prompts in stream order (`lookahead` 0: no prompt
         # waits) and none deferred: only their G is chosen, so the prompt mix is a static G's
-        knobs = ({"lookahead": 0, "defer": False} if arm == "per_prompt_stream"
+        # `per_prompt_stream_uniform`: the same with the weight `uniform` (the expected number of informative groups)
+        knobs = ({"lookahead": 0, "defer": False} if arm.startswith("per_prompt_stream")
                  else {"lookahead": 2, "defer": arm != "per_prompt_nodefer"})  # explicit: the study outlives defaults
         return [Stage(temperature=t, name=arm,
                       adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt", weight=weight,
