@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import ClassVar
 
 from .errors import Problem, list_text, raise_if_any
 from .rules import COUNT, MAX_COUNT, NUM_GENERATIONS, Rule, check, integer, settings_from_mapping
@@ -144,6 +145,10 @@ class TopUp:
     pilot: int
     largest: int
     prompts: int | None = None
+
+    PROMPTS_RULE: ClassVar[str] = "largest_half"
+    """The identity of [`prompts_for`]'s default rule, recorded in checkpoints (`"pilot_half"`: the earlier rule,
+    `budget // (2 * pilot)`); change it with the rule."""
 
     def __post_init__(self):
         raise_if_any(self.problems(key="TopUp"), context="TopUp")
