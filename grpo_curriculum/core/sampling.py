@@ -193,16 +193,16 @@ class TopUp:
     def prompts_for(self, budget: int) -> int:
         """
         Prompts a round of `budget` completions holds: `prompts` when given; else enough prompts that half of them
-        could reach the largest group, `budget // max(2 * pilot, largest // 2)` (their pilots then use at most half the
-        budget, and the increments have room to take half the round's groups to `largest`), but never fewer than
-        `ceil(budget / largest)` (fewer prompts could not take the whole budget even at the largest size), nor more
-        than `budget // pilot` (every prompt gets its pilot). For example 16 prompts for a budget of 128 with pilot 2
-        and largest 16 (mean group 8); 8 prompts for a budget of 64 with pilot 4 and largest 16.
+        could reach the largest group, `budget // max(2 * pilot, largest // 2)` (half of them at `largest` would take
+        the whole budget; their pilots use at most half of it), but never fewer than `ceil(budget / largest)` (fewer
+        prompts could not take the whole budget even at the largest size), nor more than `budget // pilot` (every
+        prompt gets its pilot). For example 16 prompts for a budget of 128 with pilot 2 and largest 16 (mean group 8);
+        8 prompts for a budget of 64 with pilot 4 and largest 16.
 
         The rule was chosen by the study (docs/study.md): with candidates 2-16 at a generation batch of 128 it raised
-        the informative share over a static G of the same mean group on every task, where the earlier rule,
-        `budget // (2 * pilot)` (32 prompts there, mean group 4), did not on `prefix_levels`. Set `prompts:
-        <budget // (2 * pilot)>` for the earlier rounds.
+        the informative share over a static G of the same mean group on every task of its tuning seeds, where the
+        earlier rule, `budget // (2 * pilot)` (32 prompts there, mean group 4), did not on `prefix_levels`. Set
+        `prompts: <budget // (2 * pilot)>` for the earlier rounds.
 
         Args:
             budget (`int`): Completions the round holds (the generation batch).
