@@ -373,10 +373,11 @@ def deadline(seconds):
         (set_array("prompt_report.mean", math.nan), r"prompt_report\.mean\[0\] = nan: must be a finite number"),
         (set_array("prompt_report.seen", values=[1, 2]), r"prompt_report: must hold arrays of one length"),
         (set_array("prompt_report.slots", values=[[1, 2]]), r"prompt_report\.slots = .*: must be a one-dimension"),
+        (set_path("callback.defaults.top_up_prompts", "half"), r"callback\.defaults\.top_up_prompts = 'half': must "),
     ],
     ids=["rounds-str", "stream-list", "switches-dict", "stage-7-of-3", "g-not-the-stage's", "nan-temperature",
          "huge-epoch", "huge-round-start-epoch", "negative-position", "rounds-beyond-micro-steps", "negative-count",
-         "nan-mean", "lengths", "2d-slots"],
+         "nan-mean", "lengths", "2d-slots", "unknown-top-up-rule"],
 )  # fmt: skip
 def test_wrong_or_out_of_range_state_fails_clearly_before_any_step(saved_run, tmp_path, edit, message):
     checkpoint = damaged_copy(saved_run, tmp_path, edit)
