@@ -21,7 +21,8 @@ and `prefix_tail` (levels 1 : 1 : 3 : 5).
 
 Arms: `static_g{2,4,8,16}`, `per_prompt` (`lookahead=2, defer=True`, set explicitly: the library's defaults before
 issue 25) and `per_prompt_variance`, `per_prompt_uniform` (the `weight` knob), `per_prompt_nodefer` (`defer=False`),
-`top_up`, `dynamic_g{4,8}` (`max_rounds` 4, its own constant): the same names as the real study's.
+`top_up` (the library's default round size, `TopUp.prompts_for`: 16 prompts a round at `BATCH` 128 since issue 25;
+`benchmarks/results/simulate.md` was written with the earlier default, 32), `dynamic_g{4,8}` (`max_rounds` 4, its own constant): the same names as the real study's.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ schedule, the same budget of generated completions):
 - `success_rate`: one G a round among {2, 4, 8, 16} (`Adaptive(policy="success_rate")`, default knobs);
 - `per_prompt`: a G per prompt among {2, 4, 8, 16} under the same batch, deferral on (`Adaptive(policy="per_prompt",
   lookahead=2, defer=True)`: the defaults this study ran with, written out since the defaults changed);
-- `top_up`: each round sampled in increments (`Adaptive(policy="top_up", num_generations=(2, 4, 8, 16))`): a pilot of 2
+- `top_up`: each round sampled in increments (`Adaptive(policy="top_up", num_generations=(2, 4, 8, 16),
+  prompts=GENERATION_BATCH // 4)`: the default round size its runs had, set explicitly): a pilot of 2
   for `GENERATION_BATCH / 4` prompts, the other half of the batch 2 at a time to the groups whose rewards are still all
   equal, then to the lowest-variance ones, up to 16 (`grpo_curriculum.core.sampling`); the same completions a round;
 - `dynamic`: DAPO's dynamic sampling at G `DYNAMIC_G` (`DynamicSampling(max_rounds=DYNAMIC_ROUNDS)`): groups whose
@@ -445,8 +446,9 @@ def arm_stages(arm: str):
     if arm == "per_prompt":
         return [Stage(temperature=TEMPERATURE, name=arm,  # the defaults of its runs, explicit (issue 25 changed them)
                       adaptive=Adaptive(num_generations=CANDIDATES, policy=arm, lookahead=2, defer=True))]
-    if arm == "top_up":
-        return [Stage(temperature=TEMPERATURE, name=arm, adaptive=Adaptive(num_generations=CANDIDATES, policy=arm))]
+    if arm == "top_up":  # the round size its runs had, explicit (issue 25 changed the default to GENERATION_BATCH // 8)
+        return [Stage(temperature=TEMPERATURE, name=arm,
+                      adaptive=Adaptive(num_generations=CANDIDATES, policy=arm, prompts=GENERATION_BATCH // 4))]
     if arm == "dynamic":
         return [Stage(num_generations=DYNAMIC_G, temperature=TEMPERATURE, name=arm,
                       dynamic_sampling=DynamicSampling(max_rounds=DYNAMIC_ROUNDS))]  # fmt: skip

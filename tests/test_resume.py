@@ -373,10 +373,11 @@ def deadline(seconds):
         (set_array("prompt_report.mean", math.nan), r"prompt_report\.mean\[0\] = nan: must be a finite number"),
         (set_array("prompt_report.seen", values=[1, 2]), r"prompt_report: must hold arrays of one length"),
         (set_array("prompt_report.slots", values=[[1, 2]]), r"prompt_report\.slots = .*: must be a one-dimension"),
+        (set_path("callback.defaults.top_up_prompts", "half"), r"callback\.defaults\.top_up_prompts = 'half': must "),
     ],
     ids=["rounds-str", "stream-list", "switches-dict", "stage-7-of-3", "g-not-the-stage's", "nan-temperature",
          "huge-epoch", "huge-round-start-epoch", "negative-position", "rounds-beyond-micro-steps", "negative-count",
-         "nan-mean", "lengths", "2d-slots"],
+         "nan-mean", "lengths", "2d-slots", "unknown-top-up-rule"],
 )  # fmt: skip
 def test_wrong_or_out_of_range_state_fails_clearly_before_any_step(saved_run, tmp_path, edit, message):
     checkpoint = damaged_copy(saved_run, tmp_path, edit)
@@ -457,7 +458,8 @@ def test_a_checkpoint_of_the_earlier_defaults_resumes_only_with_them(per_prompt_
     shutil.copytree(per_prompt_run / "checkpoint-2", checkpoint)
     path = checkpoint / "curriculum_state.json"
     state = json.loads(path.read_text())
-    assert state["version"] == 6 and state["callback"]["defaults"] == {"lookahead": 0, "defer": False, "max_rounds": 2}
+    assert state["version"] == 6 and state["callback"]["defaults"] == {"lookahead": 0, "defer": False, "max_rounds": 2,
+                                                                       "top_up_prompts": "largest_half"}
     del state["callback"]["defaults"]
     path.write_text(json.dumps({**state, "version": 5}))
     trainer, recorder = make_trainer(tmp_path / "today", per_prompt_stages((2, 4, 8)), dataset=indexed_dataset(12),
@@ -466,7 +468,8 @@ def test_a_checkpoint_of_the_earlier_defaults_resumes_only_with_them(per_prompt_
         trainer.train(resume_from_checkpoint=str(checkpoint))
     text = str(error.value)
     assert text.startswith(f"{path} does not fit this run: the checkpoint was written by a grpo-curriculum version "
-                           "with other defaults (lookahead 2, defer true, max_rounds 4)")
+                           "with other defaults (lookahead 2, defer true, max_rounds 4, top-up prompts "
+                           "generation_batch_size // (2 * pilot))")
     assert "stage 0 has lookahead 0 (today's default; the checkpoint's: 2), defer false" in text
     assert "Fix: to continue the run as it was written, set these knobs in the recipe to what it ran with " \
            "(stage 0's `adaptive`: `lookahead: 2, defer: true`" in text
@@ -476,6 +479,41 @@ def test_a_checkpoint_of_the_earlier_defaults_resumes_only_with_them(per_prompt_
                                      max_steps=4)  # fmt: skip
     trainer.train(resume_from_checkpoint=str(checkpoint))
     assert [c["step"] for c in recorder.calls] == [2, 3]
+
+
+def test_a_top_up_checkpoint_of_the_earlier_round_size_resumes_only_with_it(tmp_path):
+    """
+    A top-up checkpoint whose state records no `top_up_prompts` (version 5, or the first version-6 states) ran rounds
+    of the earlier default size, `generation_batch_size // (2 * pilot)`: 4 prompts at generation batch 16 with pilot
+    2, where today's rule holds 16 // max(4, 8) = 2. Resumed with a stage that leaves `prompts` out, the run would
+    change its rounds mid-run: refused before any step with `prompts: 4`; with that line it resumes.
+    """
+    stages = [Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4, 8, 16), policy="top_up"))]
+    geometry = dict(dataset=indexed_dataset(12), per_device_train_batch_size=16, max_steps=4)
+    trainer, recorder = make_trainer(tmp_path / "run", stages, save_strategy="steps", save_steps=2, **geometry)
+    trainer.train()
+    assert {len(c["idx"]) for c in recorder.calls if c["num_generations"] == 2} == {4}  # 2 prompts x pilot 2: today's
+    checkpoint = tmp_path / "run" / "checkpoint-2"
+    path = checkpoint / "curriculum_state.json"
+    state = json.loads(path.read_text())
+    assert state["version"] == 6 and state["callback"]["defaults"]["top_up_prompts"] == "largest_half"
+    del state["callback"]["defaults"]["top_up_prompts"]  # as the first version-6 states were written
+    path.write_text(json.dumps(state))
+    trainer, recorder = make_trainer(tmp_path / "today", stages, **geometry)
+    with pytest.raises(CurriculumStateError) as error:
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    text = str(error.value)
+    assert text.startswith(f"{path} does not fit this run: the checkpoint was written by a grpo-curriculum version "
+                           "with other defaults (top-up prompts generation_batch_size // (2 * pilot))")
+    assert ("stage 0 has no `prompts` (today's default round size generation_batch_size // max(2 * pilot, largest // "
+            "2) = 2 prompts at generation batch 16; the checkpoint's: generation_batch_size // (2 * pilot) = 4)") in text
+    assert "(stage 0's `adaptive`: `prompts: 4`;" in text
+    assert recorder.calls == []
+    as_written = [Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4, 8, 16), policy="top_up", prompts=4))]
+    trainer, recorder = make_trainer(tmp_path / "as-written", as_written, **geometry)
+    trainer.train(resume_from_checkpoint=str(checkpoint))
+    assert sorted({c["step"] for c in recorder.calls}) == [2, 3]
+    assert {len(c["idx"]) for c in recorder.calls if c["num_generations"] == 2} == {8}  # 4 prompts x pilot 2
 
 
 def test_resume_true_skips_a_checkpoint_with_truncated_arrays(saved_run, tmp_path, caplog):

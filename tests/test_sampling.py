@@ -109,11 +109,15 @@ def test_top_up_increment_rejects_inconsistent_input():
 # --- TopUp ---------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("pilot", "largest", "budget", "expected"), [
-    (4, 16, 64, 8),  # half the budget in pilots
+    # budget // max(2 * pilot, largest // 2), clamped to [ceil(budget / largest), budget // pilot]
+    (2, 16, 128, 16),  # the study's geometry: half of 16 prompts could reach 16 (the earlier rule: 128 // 4 = 32)
+    (2, 16, 16, 2),  # 16 // 8 (the earlier rule: 4)
+    (2, 32, 128, 8),  # 128 // 16 (the earlier rule: 32)
+    (4, 64, 16, 1),  # 16 // 32 = 0, clamped to ceil(16 / 64) = 1 (the earlier rule: 2)
+    (4, 16, 64, 8),  # max(8, 8): the same as the earlier rule, half the budget in pilots
+    (2, 8, 64, 16),  # max(4, 4): the same as the earlier rule
     (4, 16, 16, 2),
-    (2, 16, 16, 4),
     (4, 4, 16, 4),  # one size: every prompt at the pilot, no increment
-    (4, 64, 16, 2),
     (8, 16, 64, 4),
     (4, 8, 64, 8),  # ceil(64 / 8) = 8 = 64 // 8
     (2, 4, 6, 2),  # ceil(6 / 4) = 2 > 6 // 4
@@ -340,7 +344,8 @@ def test_an_older_flat_first_top_up_checkpoint_reads_as_one_written_now(tmp_path
     now = _two_stages()
     now.setting_for_round(0), now.setting_for_round(1)
     written = json.loads(json.dumps(now.state_dict()))
-    assert written.pop("defaults") == {"lookahead": 0, "defer": False, "max_rounds": 2}  # recorded since version 6
+    assert written.pop("defaults") == {"lookahead": 0, "defer": False, "max_rounds": 2,  # recorded since version 6
+                                       "top_up_prompts": "largest_half"}  # (pilot 2, largest 4: the same rounds)
     assert state["callback"] == written  # as written now, switch records included
     assert callback.setting_for_round(2) == now.setting_for_round(2)
 

@@ -126,7 +126,9 @@ def test_the_sampling_arms_fit_the_study_round():
     from grpo_curriculum.core.sampling import TopUp
 
     (top_up,) = study.arm_stages("top_up")
-    assert top_up.top_up == TopUp(pilot=2, largest=16) and top_up.top_up.prompts_for(study.GENERATION_BATCH) == 4
+    # the round size its runs had (the default before issue 25: 16 // (2 * 2)), explicit since the default is 16 // 8
+    assert top_up.top_up == TopUp(pilot=2, largest=16, prompts=4)
+    assert top_up.top_up.prompts_for(study.GENERATION_BATCH) == 4
     assert "top_up" in study.INCREMENT_ARMS and "top_up_value" not in study.ARMS  # the removed rule's arm
     (dynamic,) = study.arm_stages("dynamic")
     assert (dynamic.num_generations, dynamic.dynamic_sampling) == (study.DYNAMIC_G, DynamicSampling(4))

@@ -198,8 +198,8 @@ def test_the_simulation_drives_the_real_rules_to_the_budget(arm):
     assert completions == run["generated"] and informative == run["informative"] <= completions
     if arm == "static_g4":
         assert groups * 4 == completions
-    if arm.startswith("top_up"):  # groups of 2..16 completions, 32 prompts a round
-        assert groups == 4 * 32
+    if arm.startswith("top_up"):  # groups of 2..16 completions; the library's default round: 128 // max(4, 8) = 16
+        assert groups == 4 * 16
     assert simulate.simulate("prefix_tail", arm, seed=3, rounds=4) == run  # deterministic by seed
     assert simulate.simulate("prefix_tail", arm, seed=4, rounds=4) != run
 

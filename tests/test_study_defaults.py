@@ -1,8 +1,9 @@
 """
 The defaults the study chose (issue 25, `benchmarks/study2.py` on its tuning seeds): per-prompt rounds take the next
 prompts of the stream in order (`lookahead` 0) and defer none (`defer` False); dynamic sampling draws at most
-`max_rounds` 2 generation rounds. A checkpoint written with the earlier defaults never resumes under the new ones
-silently.
+`max_rounds` 2 generation rounds; a top-up round holds `generation_batch_size // max(2 * pilot, largest // 2)` prompts
+(16 at the study's batch 128 with candidates 2-16: its arm `top_up_p16`). A checkpoint written with the earlier
+defaults never resumes under the new ones silently.
 """
 
 from __future__ import annotations
@@ -15,17 +16,35 @@ from grpo_curriculum import Adaptive, DynamicSampling, Stage
 from grpo_curriculum.core.adaptive import make_policy
 from grpo_curriculum.core.slots import PromptSlots
 from grpo_curriculum.training.callback import DefaultsChanged, defaults_changed
-from grpo_curriculum.training.checkpoint import LEGACY_DEFAULTS, knob_defaults
+from grpo_curriculum.core.sampling import TopUp
+from grpo_curriculum.training.checkpoint import LEGACY_DEFAULTS, knob_defaults, top_up_prompts_by_rule
 
 
 def test_the_defaults_are_the_studys():
     adaptive = Adaptive((2, 4, 8, 16), policy="per_prompt")
     assert (adaptive.lookahead, adaptive.defer) == (0, False)
     assert DynamicSampling().max_rounds == 2
-    assert knob_defaults() == {"lookahead": 0, "defer": False, "max_rounds": 2}
-    assert LEGACY_DEFAULTS == {"lookahead": 2, "defer": True, "max_rounds": 4}  # of checkpoints without a record
+    assert knob_defaults() == {"lookahead": 0, "defer": False, "max_rounds": 2, "top_up_prompts": "largest_half"}
+    assert LEGACY_DEFAULTS == {"lookahead": 2, "defer": True, "max_rounds": 4,  # of checkpoints without a record
+                               "top_up_prompts": "pilot_half"}
     defaults = {field.name: field.default for field in dataclasses.fields(Adaptive)}
     assert (defaults["lookahead"], defaults["defer"]) == (0, False)
+
+
+def test_the_default_top_up_round_is_the_studys():
+    """At the study's geometry (generation batch 128, candidates 2-16: pilot 2, largest 16) a default top-up round
+    holds 16 prompts (`top_up_p16`, mean group 8: the informative share above static G 8's on every task), not the
+    earlier rule's 32 (mean group 4: not above static G 4's on `prefix_levels`)."""
+    adaptive = Adaptive((2, 4, 8, 16), policy="top_up")
+    assert adaptive.prompts is None and adaptive.top_up == TopUp(pilot=2, largest=16)
+    assert adaptive.top_up.prompts_for(128) == 16 == 128 // 8
+    assert TopUp.PROMPTS_RULE == knob_defaults()["top_up_prompts"]
+    assert top_up_prompts_by_rule("pilot_half", 2, 16, 128) == 32  # the earlier default, for the resume guard's fix
+    for pilot, largest in ((2, 4), (2, 8), (2, 16), (2, 32), (4, 16), (4, 64), (8, 16)):
+        for batch in (4, 8, 16, 24, 64, 128, 1000):
+            if batch % pilot == 0:  # the guard's copy of the rule is `prompts_for`'s
+                assert top_up_prompts_by_rule("largest_half", pilot, largest, batch) == \
+                    TopUp(pilot, largest).prompts_for(batch), (pilot, largest, batch)
 
 
 def per_prompt_round(**knobs):
@@ -72,7 +91,9 @@ def test_a_state_of_the_earlier_defaults_is_refused_where_a_stage_relies_on_toda
     changed = defaults_changed(stages(), legacy)
     assert isinstance(changed, DefaultsChanged)
     message = str(changed)
-    assert "other defaults (lookahead 2, defer true, max_rounds 4)" in message
+    assert ("other defaults (lookahead 2, defer true, max_rounds 4, top-up prompts generation_batch_size // "
+            "(2 * pilot))") in message  # every default the checkpoint differs in (no top-up stage here)
+    assert "prompts" not in changed.fix
     assert "stage 0 has lookahead 0 (today's default; the checkpoint's: 2), defer false" in message
     assert "stage 1 has max_rounds 2 (today's default; the checkpoint's: 4)" in message
     assert "stage 0's `adaptive`: `lookahead: 2, defer: true`" in changed.fix
@@ -102,10 +123,58 @@ def test_a_state_written_now_resumes_under_any_knobs():
 
 
 @pytest.mark.parametrize("knob", ["lookahead", "defer", "max_rounds"])
-def test_a_state_of_other_future_defaults_compares_knob_by_knob(knob):
-    """A state that records some defaults: the knobs it records count, the others are today's."""
-    recorded = {knob: LEGACY_DEFAULTS[knob]}
+def test_a_state_of_other_defaults_compares_knob_by_knob(knob):
+    """A state that records other defaults: only the knobs that differ count."""
+    recorded = {**knob_defaults(), knob: LEGACY_DEFAULTS[knob]}
     changed = defaults_changed(stages(), {"current": None, "switches": [], "defaults": recorded})
     assert changed is not None and f"the checkpoint's: {str(LEGACY_DEFAULTS[knob]).lower()}" in str(changed)
     others = [name for name in LEGACY_DEFAULTS if name != knob]
     assert all(f"{name}:" not in changed.fix for name in others)
+
+
+def test_a_knob_a_state_does_not_record_has_its_legacy_default():
+    """The first version-6 states recorded lookahead, defer and max_rounds but not the top-up round size: they ran
+    the earlier rule. A per-prompt and dynamic-sampling run is not affected; a top-up one is."""
+    first_6 = {"current": None, "switches": [], "defaults": {"lookahead": 0, "defer": False, "max_rounds": 2}}
+    assert defaults_changed(stages(), first_6) is None
+    changed = defaults_changed(top_up_stages(), first_6, 128)
+    assert changed is not None
+    assert "other defaults (top-up prompts generation_batch_size // (2 * pilot))" in str(changed)
+    assert "stage 0's `adaptive`: `prompts: 32`" in changed.fix
+
+
+def top_up_stages(candidates=(2, 4, 8, 16), prompts=None):
+    """A top-up stage (stage 0) and a fixed-G one."""
+    return [Stage(temperature=1.0, until_step=4, adaptive=Adaptive(candidates, policy="top_up", prompts=prompts)),
+            Stage(num_generations=4, temperature=1.0)]
+
+
+def test_a_top_up_state_of_the_earlier_round_size_is_refused_with_the_prompts_it_ran():
+    """A state of the earlier default (`generation_batch_size // (2 * pilot)`: 32 prompts at batch 128 with pilot 2,
+    largest 16) resumed by a stage that leaves `prompts` out (now 16) would halve the prompts a round mid-run: refused,
+    with `prompts: 32` (the old rule at the run's generation batch), or how to compute it when the batch is unknown."""
+    legacy = {"current": None, "switches": []}
+    changed = defaults_changed(top_up_stages(), legacy, 128)
+    assert isinstance(changed, DefaultsChanged)
+    assert ("stage 0 has no `prompts` (today's default round size generation_batch_size // max(2 * pilot, largest // "
+            "2) = 16 prompts at generation batch 128; the checkpoint's: generation_batch_size // (2 * pilot) = 32)"
+            ) in str(changed)  # fmt: skip
+    assert "stage 0's `adaptive`: `prompts: 32`;" in changed.fix
+    at_64 = defaults_changed(top_up_stages((2, 32)), legacy, 64)  # 64 // 16 = 4 now, 64 // 4 = 16 then
+    assert "= 4 prompts at generation batch 64" in str(at_64) and "`prompts: 16`" in at_64.fix
+    unknown = defaults_changed(top_up_stages(), legacy)
+    assert "`prompts: N` with N = generation_batch_size // (2 * pilot) (pilot 2), at least " \
+           "ceil(generation_batch_size / 16) and at most generation_batch_size // 2" in unknown.fix
+    # `prompts` given (the old value or any other): the recipe's, the same rounds then and now.
+    for prompts in (32, 16, 8):
+        assert defaults_changed(top_up_stages(prompts=prompts), legacy, 128) is None
+    # Where both rules give the same rounds the resume goes on: pilot 4, largest 16 and pilot 2, largest 8 (the same
+    # divisor, 8 and 4, at every batch); pilot 2, largest 16 at batch 2 (2 // 8 and 2 // 4 both clamped to 1), but
+    # not at batch 16 (2 now, 4 then).
+    assert defaults_changed(top_up_stages((4, 8, 16)), legacy, 64) is None
+    assert defaults_changed(top_up_stages((4, 8, 16)), legacy) is None  # for every batch
+    assert defaults_changed(top_up_stages((2, 4, 8)), legacy) is None
+    assert defaults_changed(top_up_stages(), legacy, 2) is None
+    assert defaults_changed(top_up_stages(), legacy, 16) is not None
+    # A state written now resumes.
+    assert defaults_changed(top_up_stages(), {**legacy, "defaults": knob_defaults()}, 128) is None

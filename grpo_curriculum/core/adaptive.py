@@ -276,8 +276,9 @@ class Adaptive:
             it must divide every candidate. `None`: the smallest candidate. A group then holds `pilot`, `2 * pilot`,
             ..., up to the largest candidate.
         prompts (`int`, *optional*):
-            Top-up: prompts a round holds. `None`: the most whose pilots use at most half the generation batch, but
-            enough to fill it at the largest candidate ([`grpo_curriculum.core.sampling.TopUp.prompts_for`]).
+            Top-up: prompts a round holds. `None`: enough that half of them could reach the largest candidate,
+            `generation_batch_size // max(2 * pilot, largest // 2)`, clamped to fill the batch at the largest candidate
+            and to give every prompt its pilot ([`grpo_curriculum.core.sampling.TopUp.prompts_for`]).
     """
 
     num_generations: tuple[int, ...]

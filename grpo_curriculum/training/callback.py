@@ -13,9 +13,11 @@ from ..core.adaptive import make_policy
 from ..core.comparison import Comparison
 from ..core.errors import raise_if_any
 from ..core.rules import UNCERTAIN_PROMPTS, UNCERTAIN_PROMPTS_DEFAULT
+from ..core.sampling import TopUp
 from ..core.schedule import ResolvedSchedule, Setting, Stage, StageSchedule
 from . import tracking
-from .checkpoint import LEGACY_DEFAULTS, atomic_write, knob_defaults
+from .checkpoint import (LEGACY_DEFAULTS, TOP_UP_PROMPTS_RULES, atomic_write, knob_defaults, top_up_prompts_by_rule,
+                         top_up_prompts_divisor)
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -105,11 +107,21 @@ def _text(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def _default_text(name: str, value) -> str:
+    """A knob's default in words: `lookahead 2`, or a top-up round size's rule as its formula."""
+    if name == "top_up_prompts":
+        return f"top-up prompts {TOP_UP_PROMPTS_RULES[value]}"
+    return f"{name} {_text(value)}"
+
+
 def _stage_knobs(stage: Stage) -> tuple[str, dict] | None:
     """The knobs of [`knob_defaults`] a stage uses, with where a recipe sets them: `("adaptive", {...})` for a
-    per-prompt stage, `("dynamic_sampling", {...})` for dynamic sampling, else `None`."""
+    per-prompt stage or a top-up one (`top_up_prompts`: the default rule it uses, `None` when `prompts` is given),
+    `("dynamic_sampling", {...})` for dynamic sampling, else `None`."""
     if stage.adaptive is not None and stage.adaptive.per_prompt:
         return "adaptive", {"lookahead": stage.adaptive.lookahead, "defer": stage.adaptive.defer}
+    if stage.top_up is not None:
+        return "adaptive", {"top_up_prompts": TopUp.PROMPTS_RULE if stage.top_up.prompts is None else None}
     if stage.dynamic_sampling is not None:
         return "dynamic_sampling", {"max_rounds": stage.dynamic_sampling.max_rounds}
     return None
@@ -124,18 +136,45 @@ def _ran_with(state: dict, index: int) -> dict:
     return {}
 
 
-def defaults_changed(stages: list[Stage], state: dict) -> DefaultsChanged | None:
+def _same_rounds(top_up: TopUp, now: str, saved: str, batch: int | None) -> bool:
+    """Whether two default rules of a top-up round's size give `top_up`'s stage the same rounds: the same prompts at
+    generation batch `batch`, or (`batch` unknown) at every generation batch."""
+    if batch is not None:
+        return top_up_prompts_by_rule(now, top_up.pilot, top_up.largest, batch) == \
+            top_up_prompts_by_rule(saved, top_up.pilot, top_up.largest, batch)
+    return top_up_prompts_divisor(now, top_up.pilot, top_up.largest) == \
+        top_up_prompts_divisor(saved, top_up.pilot, top_up.largest)
+
+
+def _top_up_texts(top_up: TopUp, now: str, saved: str, batch: int | None) -> tuple[str, str]:
+    """What a top-up stage without `prompts` has (today's default round size against the checkpoint's), and the
+    recipe line that keeps the checkpoint's: `prompts: N` at generation batch `batch`, or how to compute N."""
+    pilot, largest = top_up.pilot, top_up.largest
+    if batch is not None:
+        today, before = (top_up_prompts_by_rule(rule, pilot, largest, batch) for rule in (now, saved))
+        return (f"no `prompts` (today's default round size {TOP_UP_PROMPTS_RULES[now]} = {today} prompts at "
+                f"generation batch {batch}; the checkpoint's: {TOP_UP_PROMPTS_RULES[saved]} = {before})",
+                f"`prompts: {before}`")  # fmt: skip
+    return (f"no `prompts` (today's default round size {TOP_UP_PROMPTS_RULES[now]}; the checkpoint's: "
+            f"{TOP_UP_PROMPTS_RULES[saved]})",
+            f"`prompts: N` with N = {TOP_UP_PROMPTS_RULES[saved]} (pilot {pilot}), at least "
+            f"ceil(generation_batch_size / {largest}) and at most generation_batch_size // {pilot}")  # fmt: skip
+
+
+def defaults_changed(stages: list[Stage], state: dict, generation_batch: int | None = None) -> DefaultsChanged | None:
     """
-    Whether a curriculum state written with other knob defaults ([`knob_defaults`]; a state without them:
+    Whether a curriculum state written with other knob defaults ([`knob_defaults`]; a knob the state does not record:
     [`LEGACY_DEFAULTS`]) would change a stage's rule when resumed with `stages`: a knob whose value is today's default
     but not the default the state was written with may have been left at the default by the recipe, and so ran with
     the old one. A knob set to any other value was set by the recipe (the same rule then and now), and a dynamic
-    sampling stage the state shows running with the value (its current setting or a switch) ran with it.
+    sampling stage the state shows running with the value (its current setting or a switch) ran with it. A top-up
+    stage without `prompts` uses the default rule of its round size: one the state was written with another rule
+    for is refused with the `prompts` its rounds held (at `generation_batch`, the run's generation batch, when given).
 
     Returns:
         [`DefaultsChanged`] naming each such knob and the recipe lines that continue the run as it ran, or `None`.
     """
-    now, saved = knob_defaults(), {**knob_defaults(), **state.get("defaults", LEGACY_DEFAULTS)}
+    now, saved = knob_defaults(), {**knob_defaults(), **LEGACY_DEFAULTS, **state.get("defaults", {})}
     changed, sets = [], []
     for index, stage in enumerate(stages):
         found = _stage_knobs(stage)
@@ -145,17 +184,26 @@ def defaults_changed(stages: list[Stage], state: dict) -> DefaultsChanged | None
         ran = _ran_with(state, index)
         moved = {name: value for name, value in knobs.items()
                  if value == now[name] != saved[name] and ran.get(name, saved[name]) != value}  # fmt: skip
-        if moved:
-            changed.append(f"stage {index} has " + ", ".join(
-                f"{name} {_text(value)} (today's default; the checkpoint's: {_text(saved[name])}"
-                + (f", and it ran this stage with {_text(ran[name])})" if name in ran else ")")
-                for name, value in moved.items()))  # fmt: skip
-            sets.append(f"stage {index}'s `{block}`: `" + ", ".join(
-                f"{name}: {_text(ran.get(name, saved[name]))}" for name in moved) + "`")  # fmt: skip
+        if "top_up_prompts" in moved and _same_rounds(stage.top_up, now["top_up_prompts"], saved["top_up_prompts"],
+                                                      generation_batch):
+            del moved["top_up_prompts"]  # e.g. pilot 4, largest 16: both rules hold generation_batch_size // 8
+        if not moved:
+            continue
+        if "top_up_prompts" in moved:
+            has, line = _top_up_texts(stage.top_up, now["top_up_prompts"], saved["top_up_prompts"], generation_batch)
+            changed.append(f"stage {index} has {has}")
+            sets.append(f"stage {index}'s `{block}`: {line}")
+            continue
+        changed.append(f"stage {index} has " + ", ".join(
+            f"{name} {_text(value)} (today's default; the checkpoint's: {_text(saved[name])}"
+            + (f", and it ran this stage with {_text(ran[name])})" if name in ran else ")")
+            for name, value in moved.items()))  # fmt: skip
+        sets.append(f"stage {index}'s `{block}`: `" + ", ".join(
+            f"{name}: {_text(ran.get(name, saved[name]))}" for name in moved) + "`")  # fmt: skip
     if not changed:
         return None
     message = ("the checkpoint was written by a grpo-curriculum version with other defaults ("
-               + ", ".join(f"{name} {_text(saved[name])}" for name in now if saved[name] != now[name])
+               + ", ".join(_default_text(name, saved[name]) for name in now if saved[name] != now[name])
                + "): where the recipe leaves a knob at its default, the run would change rules mid-run: "
                + "; ".join(changed))  # fmt: skip
     fix = ("to continue the run as it was written, set these knobs in the recipe to what it ran with ("
@@ -473,7 +521,8 @@ class CurriculumCallback(TrainerCallback):
             changes = [f"{len(saved)} stages saved, {len(now)} now"] if len(saved) != len(now) else []
             changes += [f"stage {i}: {a} saved, {b} now" for i, (a, b) in enumerate(zip(saved, now)) if a != b]
             raise ValueError("the curriculum's stages changed since the checkpoint (" + "; ".join(changes) + ")")
-        changed = defaults_changed(self.schedule.stages, state)
+        batch = getattr(getattr(self._trainer, "args", None), "generation_batch_size", None)
+        changed = defaults_changed(self.schedule.stages, state, batch)
         if changed is not None:
             raise changed
         self.current = Setting(**state["current"]) if state["current"] is not None else None

@@ -39,7 +39,8 @@ STATE_FILE = "curriculum_state.json"
 ARRAYS_FILE = "curriculum_arrays.npz"  # per-prompt statistics, next to the state
 TRAINER_STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME
 ENTROPY_STATE_FILE = "entropy_ctrl_state.json"  # TRL's adaptive entropy controller (`use_adaptive_entropy`)
-VERSION = 6  # 6: `callback.defaults` (the knob defaults it was written with); 5: `callback.current` may hold a round's
+VERSION = 6  # 6: `callback.defaults` (the knob defaults it was written with; one without `top_up_prompts` ran the
+# earlier top-up round size, `"pilot_half"`); 5: `callback.current` may hold a round's
 # `top_up` and `dynamic_sampling` (absent before: `None`)
 READS = (2, 3, 4, 5, 6)  # version 2 stored the prompt report's sums of squared deviations (`m2`, float32), not `std`
 PER_PROMPT_SINCE = 4  # the value-maximising per-prompt rule: earlier per-prompt states (another rule) are refused
@@ -48,9 +49,28 @@ PER_PROMPT_SINCE = 4  # the value-maximising per-prompt rule: earlier per-prompt
 # are dropped when read; a state of a `value` stage is refused ([`_top_up_value_stage`]).
 REQUIRED = ("version", "global_step", "micro_step", "callback", "stream", "round_start_stream", "round_plan",
             "geometry", "prompt_report")  # fmt: skip
-LEGACY_DEFAULTS = {"lookahead": 2, "defer": True, "max_rounds": 4}
+LEGACY_DEFAULTS = {"lookahead": 2, "defer": True, "max_rounds": 4, "top_up_prompts": "pilot_half"}
 """The defaults of the knobs in [`knob_defaults`] that a state without `callback.defaults` (version 5 and before) was
-written with: per-prompt `lookahead` and `defer`, dynamic sampling's `max_rounds`."""
+written with: per-prompt `lookahead` and `defer`, dynamic sampling's `max_rounds`, and the rule of a top-up round's
+default size (`"pilot_half"`: `generation_batch_size // (2 * pilot)` prompts). A knob a state's `callback.defaults`
+does not record has its value here (the first version-6 states recorded no `top_up_prompts`)."""
+TOP_UP_PROMPTS_RULES = {"pilot_half": "generation_batch_size // (2 * pilot)",
+                        "largest_half": "generation_batch_size // max(2 * pilot, largest // 2)"}
+"""Every default rule a top-up round's size has had ([`~core.sampling.TopUp.PROMPTS_RULE`]), in words; each clamped
+to at least `ceil(generation_batch_size / largest)` and at most `generation_batch_size // pilot` prompts."""
+
+
+def top_up_prompts_by_rule(rule: str, pilot: int, largest: int, batch: int) -> int:
+    """The prompts a top-up round of `batch` completions held under the default rule `rule` (a key of
+    [`TOP_UP_PROMPTS_RULES`]), with the clamps every such rule had (as [`~core.sampling.TopUp.prompts_for`])."""
+    divisor = top_up_prompts_divisor(rule, pilot, largest)
+    return min(max(batch // divisor, -(-batch // largest)), max(batch // pilot, 1))
+
+
+def top_up_prompts_divisor(rule: str, pilot: int, largest: int) -> int:
+    """What the default rule `rule` divides the generation batch by, before its clamps: two rules with the same
+    divisor for a `(pilot, largest)` give the same rounds at every generation batch."""
+    return {"pilot_half": 2 * pilot, "largest_half": max(2 * pilot, largest // 2)}[rule]
 MAX_FILE_BYTES = 1 << 30
 """Largest file read back, in bytes (1 GiB; the curriculum files of a 50k-prompt checkpoint take under 1 MB)."""
 
@@ -69,17 +89,18 @@ class CurriculumStateError(ValueError):
 def knob_defaults() -> dict:
     """
     This version's defaults of the knobs whose defaults changed (per-prompt `lookahead` and `defer`, dynamic
-    sampling's `max_rounds`): a checkpoint records them (`callback.defaults`), so that a run resumed by a version with
-    other defaults can tell a knob its recipe left at the default from one it set (see
-    [`~training.callback.CurriculumCallback.load_state_dict`]).
+    sampling's `max_rounds`, the rule of a top-up round's default size, `top_up_prompts`): a checkpoint records them
+    (`callback.defaults`), so that a run resumed by a version with other defaults can tell a knob its recipe left at
+    the default from one it set (see [`~training.callback.CurriculumCallback.load_state_dict`]).
     """
     from dataclasses import fields
 
     from ..core.adaptive import Adaptive
-    from ..core.sampling import DynamicSampling
+    from ..core.sampling import DynamicSampling, TopUp
 
     adaptive = {field.name: field.default for field in fields(Adaptive)}
-    return {"lookahead": adaptive["lookahead"], "defer": adaptive["defer"], "max_rounds": DynamicSampling().max_rounds}
+    return {"lookahead": adaptive["lookahead"], "defer": adaptive["defer"], "max_rounds": DynamicSampling().max_rounds,
+            "top_up_prompts": TopUp.PROMPTS_RULE}
 
 
 def atomic_write(path: str | os.PathLike, write, binary: bool = False) -> None:
@@ -340,7 +361,8 @@ STATE_SCHEMA = {
                                    "reason": Rule("str")}, high=MAX_STEPS),
                  "policy_stage?": Nullable(STEP), "policy": Nullable(_POLICY), "deferred_total?": STEP,
                  "defaults?": {"lookahead?": _LOOKAHEAD, "defer?": Rule("bool"),
-                               "max_rounds?": integer(0, MAX_ROUNDS)}},
+                               "max_rounds?": integer(0, MAX_ROUNDS),
+                               "top_up_prompts?": Rule("choice", choices=tuple(TOP_UP_PROMPTS_RULES))}},
     "stream": _STREAM,
     "round_start_stream": Nullable(_STREAM),
     "round_plan": Nullable({"taken": Each(STEP), "sizes": Each(_G), "left": Each(STEP), "read": STEP,
