@@ -92,7 +92,7 @@ REWARD_FLIP = {"prefix_noisy": 0.1}  # a task's training rewards are flipped wit
 MODES = {  # mode: its variants (arm names), the first one the library's default
     "static": [f"static_g{g}" for g in CANDIDATES],
     "per_prompt": ["per_prompt", "per_prompt_variance", "per_prompt_nodefer", "per_prompt_stream",
-                   "per_prompt_stream_uniform"],
+                   "per_prompt_stream_uniform", "per_prompt_stream_hard"],
     "top_up": ["top_up", "top_up_p16"],
     "dynamic": ["dynamic_g4", "dynamic_g8", "dynamic_g16", "dynamic_g4_r2", "dynamic_g8_r2"],
     # coarse to fine comparisons (issue 29) at the G of the reference static arm the tuning seeds chose (16)
@@ -114,7 +114,8 @@ def arm_stages(arm: str):
     if arm.startswith("static_g"):
         return [Stage(num_generations=int(arm.removeprefix("static_g")), temperature=t)]
     if arm.startswith("per_prompt"):
-        weight = {"per_prompt_variance": "variance", "per_prompt_stream_uniform": "uniform"}.get(arm, "knapsack")
+        weight = {"per_prompt_variance": "variance", "per_prompt_stream_uniform": "uniform",
+                  "per_prompt_stream_hard": "hard"}.get(arm, "knapsack")
         # `per_prompt_stream`: Knapsack RL's geometry, the round's prompts in stream order (`lookahead` 0: no prompt
         # waits) and none deferred: only their G is chosen, so the prompt mix is a static G's
         # `per_prompt_stream_uniform`: the same with the weight `uniform` (the expected number of informative groups)

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 POLICIES = ("hysteresis", "success_rate", "per_prompt", "top_up")
 HISTORY_POLICIES = POLICIES[:3]
 """The policies that decide from the rounds before: every policy but `top_up`, which decides within the round."""
-INFORMATION_WEIGHTS = ("knapsack", "variance", "uniform")
+INFORMATION_WEIGHTS = ("knapsack", "variance", "uniform", "hard")
 """Per prompt: a group's information weight `w(p)`, `p (1-p)^2`, `p (1-p)` or 1 ([`grpo_curriculum.core.allocation`])."""
 _ONLY = {  # knobs that only mean something with some policies, or with temperature bounds
     "raise_above": ("hysteresis",),
@@ -267,8 +267,9 @@ class Adaptive:
             next round. `0`: each round takes the next prompts of the stream in order and chooses only their G (no
             prompt waits; Knapsack RL's geometry). Below the round's prompt count, or the round has no choice.
         weight (`str`, *optional*, defaults to `"knapsack"`):
-            Per prompt: the information weight of a group, `"knapsack"` (`p (1-p)^2`, Knapsack RL), `"variance"`
-            (`p (1-p)`) or `"uniform"` (1: expected informative groups).
+            Per prompt: the information weight of a group, `"knapsack"` (`p (1-p)^2`, Knapsack RL), `"hard"`
+            (`p (1-p)^3`: leaning further to rare-success prompts), `"variance"` (`p (1-p)`) or `"uniform"` (1:
+            expected informative groups).
         skip_target (`float`, *optional*, defaults to `0.25`):
             Per prompt: the share of zero-std groups the deferral drives towards (GRESO), in [0, 1).
         pilot (`int`, *optional*):

@@ -22,7 +22,8 @@ prompts a round, as in Knapsack RL's `M` prompts sharing `M x n` rollouts):
    moves on.
 3. **Value.** A prompt's value at G is `v(G) = E[(1 - p^G - (1-p)^G) w(p)]`: the probability that its group is
    informative (rewards not all equal) times the information weight `w` (`weight="knapsack"`: Knapsack RL's
-   `p (1-p)^2`; `"variance"`: `p (1-p)`; `"uniform"`: 1, the expected number of informative groups), in expectation
+   `p (1-p)^2`; `"hard"`: `p (1-p)^3`; `"variance"`: `p (1-p)`; `"uniform"`: 1, the expected number of informative
+   groups), in expectation
    (not plugged in) under the prompt's Beta posterior of its success rate `p`, in closed form from Beta moments
    ([`expected_value`]). The posterior is the population's prior (empirical Bayes: a Beta fitted by moments to recently
    observed groups, corrected for their binomial noise; Beta(1, 1) before any observation) updated with the prompt's
@@ -49,7 +50,7 @@ import numpy as np
 
 from .geometry import sums
 
-WEIGHTS = {"knapsack": (1, 2), "variance": (1, 1), "uniform": (0, 0)}
+WEIGHTS = {"knapsack": (1, 2), "variance": (1, 1), "uniform": (0, 0), "hard": (1, 3)}
 """Information weights `w(p) = p^i (1-p)^j`, as `(i, j)`."""
 EXPLORE_START, EXPLORE_STEP, EXPLORE_BOUNDS, KEEP_FLOOR = 0.5, 0.01, (0.05, 0.95), 0.01
 """GRESO's exploration probabilities: start, step per round, bounds, and the least probability of keeping a prompt."""
