@@ -445,7 +445,8 @@ def arm_stages(arm: str):
                       adaptive=Adaptive(num_generations=CANDIDATES, policy=arm))]  # fmt: skip
     if arm == "per_prompt":
         return [Stage(temperature=TEMPERATURE, name=arm,  # the defaults of its runs, explicit (issue 25 changed them)
-                      adaptive=Adaptive(num_generations=CANDIDATES, policy=arm, lookahead=2, defer=True))]
+                      adaptive=Adaptive(num_generations=CANDIDATES, policy=arm, lookahead=2, defer=True,
+                                        weight="knapsack"))]
     if arm == "top_up":  # the round size its runs had, explicit (issue 25 changed the default to GENERATION_BATCH // 8)
         return [Stage(temperature=TEMPERATURE, name=arm,
                       adaptive=Adaptive(num_generations=CANDIDATES, policy=arm, prompts=GENERATION_BATCH // 4))]

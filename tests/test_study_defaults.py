@@ -24,9 +24,11 @@ def test_the_defaults_are_the_studys():
     adaptive = Adaptive((2, 4, 8, 16), policy="per_prompt")
     assert (adaptive.lookahead, adaptive.defer) == (0, False)
     assert DynamicSampling().max_rounds == 2
-    assert knob_defaults() == {"lookahead": 0, "defer": False, "max_rounds": 2, "top_up_prompts": "largest_half"}
-    assert LEGACY_DEFAULTS == {"lookahead": 2, "defer": True, "max_rounds": 4,  # of checkpoints without a record
-                               "top_up_prompts": "pilot_half"}
+    assert adaptive.weight == "hard"
+    assert knob_defaults() == {"lookahead": 0, "defer": False, "weight": "hard", "max_rounds": 2,
+                               "top_up_prompts": "largest_half"}
+    assert LEGACY_DEFAULTS == {"lookahead": 2, "defer": True, "weight": "knapsack",  # of checkpoints without a record
+                               "max_rounds": 4, "top_up_prompts": "pilot_half"}
     defaults = {field.name: field.default for field in dataclasses.fields(Adaptive)}
     assert (defaults["lookahead"], defaults["defer"]) == (0, False)
 
@@ -91,26 +93,26 @@ def test_a_state_of_the_earlier_defaults_is_refused_where_a_stage_relies_on_toda
     changed = defaults_changed(stages(), legacy)
     assert isinstance(changed, DefaultsChanged)
     message = str(changed)
-    assert ("other defaults (lookahead 2, defer true, max_rounds 4, top-up prompts generation_batch_size // "
+    assert ("other defaults (lookahead 2, defer true, weight knapsack, max_rounds 4, top-up prompts generation_batch_size // "
             "(2 * pilot))") in message  # every default the checkpoint differs in (no top-up stage here)
     assert "prompts" not in changed.fix
     assert "stage 0 has lookahead 0 (today's default; the checkpoint's: 2), defer false" in message
     assert "stage 1 has max_rounds 2 (today's default; the checkpoint's: 4)" in message
-    assert "stage 0's `adaptive`: `lookahead: 2, defer: true`" in changed.fix
+    assert "stage 0's `adaptive`: `lookahead: 2, defer: true, weight: knapsack`" in changed.fix
     assert "stage 1's `dynamic_sampling`: `max_rounds: 4`" in changed.fix
     # The earlier defaults written out, or values no default ever had: the same rule then and now.
-    assert defaults_changed(stages({"lookahead": 2, "defer": True}, {"max_rounds": 4}), legacy) is None
-    assert defaults_changed(stages({"lookahead": 5, "defer": True}, {"max_rounds": 3}), legacy) is None
-    only_defer = defaults_changed(stages({"lookahead": 5}, {"max_rounds": 4}), legacy)
+    assert defaults_changed(stages({"lookahead": 2, "defer": True, "weight": "knapsack"}, {"max_rounds": 4}), legacy) is None
+    assert defaults_changed(stages({"lookahead": 5, "defer": True, "weight": "knapsack"}, {"max_rounds": 3}), legacy) is None
+    only_defer = defaults_changed(stages({"lookahead": 5, "weight": "knapsack"}, {"max_rounds": 4}), legacy)
     assert "stage 0 has defer false" in str(only_defer) and "lookahead" not in only_defer.fix
     # A dynamic stage the state shows running: with today's value it ran with it; with the earlier default, not.
-    assert defaults_changed(stages({"lookahead": 2, "defer": True}),
+    assert defaults_changed(stages({"lookahead": 2, "defer": True, "weight": "knapsack"}),
                              {"current": dynamic_setting(2), "switches": []}) is None
-    ran_4 = defaults_changed(stages({"lookahead": 2, "defer": True}), {"current": dynamic_setting(4), "switches": []})
+    ran_4 = defaults_changed(stages({"lookahead": 2, "defer": True, "weight": "knapsack"}), {"current": dynamic_setting(4), "switches": []})
     assert "max_rounds 2 (today's default; the checkpoint's: 4, and it ran this stage with 4)" in str(ran_4)
     switch = {"step": 4, "round": 4, "from": {"stage": 0, "num_generations": None, "temperature": 1.0},
               "to": dynamic_setting(3), "reason": "stage 1 starts"}
-    ran_3 = defaults_changed(stages({"lookahead": 2, "defer": True}), {"current": None, "switches": [switch]})
+    ran_3 = defaults_changed(stages({"lookahead": 2, "defer": True, "weight": "knapsack"}), {"current": None, "switches": [switch]})
     assert "it ran this stage with 3" in str(ran_3) and "stage 1's `dynamic_sampling`: `max_rounds: 3`" in ran_3.fix
 
 
@@ -136,10 +138,13 @@ def test_a_knob_a_state_does_not_record_has_its_legacy_default():
     """The first version-6 states recorded lookahead, defer and max_rounds but not the top-up round size: they ran
     the earlier rule. A per-prompt and dynamic-sampling run is not affected; a top-up one is."""
     first_6 = {"current": None, "switches": [], "defaults": {"lookahead": 0, "defer": False, "max_rounds": 2}}
-    assert defaults_changed(stages(), first_6) is None
+    weight = defaults_changed(stages(), first_6)  # they ran the per-prompt weight knapsack
+    assert "stage 0 has weight hard (today's default; the checkpoint's: knapsack)" in str(weight)
+    assert "stage 0's `adaptive`: `weight: knapsack`" in weight.fix
+    assert defaults_changed(stages({"weight": "knapsack"}), first_6) is None
     changed = defaults_changed(top_up_stages(), first_6, 128)
     assert changed is not None
-    assert "other defaults (top-up prompts generation_batch_size // (2 * pilot))" in str(changed)
+    assert "other defaults (weight knapsack, top-up prompts generation_batch_size // (2 * pilot))" in str(changed)
     assert "stage 0's `adaptive`: `prompts: 32`" in changed.fix
 
 

@@ -62,8 +62,9 @@ if TYPE_CHECKING:
 POLICIES = ("hysteresis", "success_rate", "per_prompt", "top_up")
 HISTORY_POLICIES = POLICIES[:3]
 """The policies that decide from the rounds before: every policy but `top_up`, which decides within the round."""
-INFORMATION_WEIGHTS = ("knapsack", "variance", "uniform", "hard")
-"""Per prompt: a group's information weight `w(p)`, `p (1-p)^2`, `p (1-p)` or 1 ([`grpo_curriculum.core.allocation`])."""
+INFORMATION_WEIGHTS = ("hard", "knapsack", "variance", "uniform")
+"""Per prompt: a group's information weight `w(p)`, `p (1-p)^3` (the default), `p (1-p)^2` (Knapsack RL's), `p (1-p)`
+or 1 ([`grpo_curriculum.core.allocation`])."""
 _ONLY = {  # knobs that only mean something with some policies, or with temperature bounds
     "raise_above": ("hysteresis",),
     **dict.fromkeys(("margin", "window"), ("success_rate",)),
@@ -266,10 +267,12 @@ class Adaptive:
             Per prompt: upcoming prompts the round compares beyond the ones it takes; those not taken are taken by the
             next round. `0`: each round takes the next prompts of the stream in order and chooses only their G (no
             prompt waits; Knapsack RL's geometry). Below the round's prompt count, or the round has no choice.
-        weight (`str`, *optional*, defaults to `"knapsack"`):
-            Per prompt: the information weight of a group, `"knapsack"` (`p (1-p)^2`, Knapsack RL), `"hard"`
-            (`p (1-p)^3`: leaning further to rare-success prompts), `"variance"` (`p (1-p)`) or `"uniform"` (1:
-            expected informative groups).
+        weight (`str`, *optional*, defaults to `"hard"`):
+            Per prompt: the information weight of a group, `"hard"` (`p (1-p)^3`: leaning further to rare-success
+            prompts), `"knapsack"` (`p (1-p)^2`, Knapsack RL's), `"variance"` (`p (1-p)`) or `"uniform"` (1: expected
+            informative groups). The default is the study's choice (docs/study.md): its only per-prompt variant whose
+            rare-success prompts (exact success <= 0.2) got at least the arm's mean G on every task; `"knapsack"`, the
+            default before, gave them less on one.
         skip_target (`float`, *optional*, defaults to `0.25`):
             Per prompt: the share of zero-std groups the deferral drives towards (GRESO), in [0, 1).
         pilot (`int`, *optional*):
@@ -301,7 +304,7 @@ class Adaptive:
     decay: float = 0.5
     mean_generations: int | None = None
     lookahead: int = 0
-    weight: str = "knapsack"
+    weight: str = "hard"
     skip_target: float = 0.25
     pilot: int | None = None
     prompts: int | None = None

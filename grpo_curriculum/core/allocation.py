@@ -21,9 +21,9 @@ prompts a round, as in Knapsack RL's `M` prompts sharing `M x n` rollouts):
    later ones enter the window undrawn, so a round costs O(window) even when every prompt is settled, and the pass
    moves on.
 3. **Value.** A prompt's value at G is `v(G) = E[(1 - p^G - (1-p)^G) w(p)]`: the probability that its group is
-   informative (rewards not all equal) times the information weight `w` (`weight="knapsack"`: Knapsack RL's
-   `p (1-p)^2`; `"hard"`: `p (1-p)^3`; `"variance"`: `p (1-p)`; `"uniform"`: 1, the expected number of informative
-   groups), in expectation
+   informative (rewards not all equal) times the information weight `w` (`weight="hard"`, the default of
+   [`~core.adaptive.Adaptive`], the study's choice: `p (1-p)^3`; `"knapsack"`: Knapsack RL's `p (1-p)^2`;
+   `"variance"`: `p (1-p)`; `"uniform"`: 1, the expected number of informative groups), in expectation
    (not plugged in) under the prompt's Beta posterior of its success rate `p`, in closed form from Beta moments
    ([`expected_value`]). The posterior is the population's prior (empirical Bayes: a Beta fitted by moments to recently
    observed groups, corrected for their binomial noise; Beta(1, 1) before any observation) updated with the prompt's
@@ -50,7 +50,7 @@ import numpy as np
 
 from .geometry import sums
 
-WEIGHTS = {"knapsack": (1, 2), "variance": (1, 1), "uniform": (0, 0), "hard": (1, 3)}
+WEIGHTS = {"hard": (1, 3), "knapsack": (1, 2), "variance": (1, 1), "uniform": (0, 0)}
 """Information weights `w(p) = p^i (1-p)^j`, as `(i, j)`."""
 EXPLORE_START, EXPLORE_STEP, EXPLORE_BOUNDS, KEEP_FLOOR = 0.5, 0.01, (0.05, 0.95), 0.01
 """GRESO's exploration probabilities: start, step per round, bounds, and the least probability of keeping a prompt."""
@@ -59,7 +59,7 @@ MAX_DEFERRED_WINDOWS = 4
 FLAT_MOMENTS = (0.5, 1 / 3, 0.0)  # E[x], E[x^2], E[1/n] of Beta(1, 1) seen without noise: the prior before any data
 
 
-def expected_value(a, b, candidates: Sequence[int], weight: str = "knapsack") -> np.ndarray:
+def expected_value(a, b, candidates: Sequence[int], weight: str = "hard") -> np.ndarray:
     """
     Per prompt (posterior `Beta(a, b)`) and candidate G, `E[(1 - p^G - (1-p)^G) w(p)]` with `w` from [`WEIGHTS`]:
     `M(i, j) - M(i+G, j) - M(i, j+G)` with the Beta moment `M(i, j) = E[p^i (1-p)^j] = B(a+i, b+j) / B(a, b) =
@@ -247,7 +247,7 @@ class PerPromptAllocator:
     """
 
     def __init__(self, candidates: Sequence[int], budget: int, prompts: int, stats: PromptStats,
-                 weight: str = "knapsack", lookahead: int = 0, defer: bool = False, skip_target: float = 0.25,
+                 weight: str = "hard", lookahead: int = 0, defer: bool = False, skip_target: float = 0.25,
                  seed: int = 0):  # fmt: skip
         self.candidates = tuple(int(c) for c in candidates)
         self.budget = int(budget)

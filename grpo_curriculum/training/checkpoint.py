@@ -29,6 +29,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.adaptive import INFORMATION_WEIGHTS
 from ..core.errors import MISSING, Problem, plural, shorten, shorten_text
 from ..core.rules import COUNT, MAX_COUNT, MAX_STEPS, POSITIVE, Rule, fraction, integer
 from ..core.sampling import MAX_ROUNDS, ON_LIMIT_NAMES
@@ -39,9 +40,9 @@ STATE_FILE = "curriculum_state.json"
 ARRAYS_FILE = "curriculum_arrays.npz"  # per-prompt statistics, next to the state
 TRAINER_STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME
 ENTROPY_STATE_FILE = "entropy_ctrl_state.json"  # TRL's adaptive entropy controller (`use_adaptive_entropy`)
-VERSION = 6  # 6: `callback.defaults` (the knob defaults it was written with; one without `top_up_prompts` ran the
-# earlier top-up round size, `"pilot_half"`); 5: `callback.current` may hold a round's
-# `top_up` and `dynamic_sampling` (absent before: `None`)
+VERSION = 6  # 6: `callback.defaults` (the knob defaults it was written with; one without `weight` ran the per-prompt
+# weight `"knapsack"`, one without `top_up_prompts` the earlier top-up round size, `"pilot_half"`); 5:
+# `callback.current` may hold a round's `top_up` and `dynamic_sampling` (absent before: `None`)
 READS = (2, 3, 4, 5, 6)  # version 2 stored the prompt report's sums of squared deviations (`m2`, float32), not `std`
 PER_PROMPT_SINCE = 4  # the value-maximising per-prompt rule: earlier per-prompt states (another rule) are refused
 # States of versions 4-5 written before the top-up rule `value` was removed (the format is otherwise the same) may
@@ -49,11 +50,13 @@ PER_PROMPT_SINCE = 4  # the value-maximising per-prompt rule: earlier per-prompt
 # are dropped when read; a state of a `value` stage is refused ([`_top_up_value_stage`]).
 REQUIRED = ("version", "global_step", "micro_step", "callback", "stream", "round_start_stream", "round_plan",
             "geometry", "prompt_report")  # fmt: skip
-LEGACY_DEFAULTS = {"lookahead": 2, "defer": True, "max_rounds": 4, "top_up_prompts": "pilot_half"}
+LEGACY_DEFAULTS = {"lookahead": 2, "defer": True, "weight": "knapsack", "max_rounds": 4,
+                   "top_up_prompts": "pilot_half"}
 """The defaults of the knobs in [`knob_defaults`] that a state without `callback.defaults` (version 5 and before) was
-written with: per-prompt `lookahead` and `defer`, dynamic sampling's `max_rounds`, and the rule of a top-up round's
-default size (`"pilot_half"`: `generation_batch_size // (2 * pilot)` prompts). A knob a state's `callback.defaults`
-does not record has its value here (the first version-6 states recorded no `top_up_prompts`)."""
+written with: per-prompt `lookahead`, `defer` and `weight`, dynamic sampling's `max_rounds`, and the rule of a top-up
+round's default size (`"pilot_half"`: `generation_batch_size // (2 * pilot)` prompts). A knob a state's
+`callback.defaults` does not record has its value here (the first version-6 states recorded no `weight` and no
+`top_up_prompts`)."""
 TOP_UP_PROMPTS_RULES = {"pilot_half": "generation_batch_size // (2 * pilot)",
                         "largest_half": "generation_batch_size // max(2 * pilot, largest // 2)"}
 """Every default rule a top-up round's size has had ([`~core.sampling.TopUp.PROMPTS_RULE`]), in words; each clamped
@@ -88,7 +91,7 @@ class CurriculumStateError(ValueError):
 
 def knob_defaults() -> dict:
     """
-    This version's defaults of the knobs whose defaults changed (per-prompt `lookahead` and `defer`, dynamic
+    This version's defaults of the knobs whose defaults changed (per-prompt `lookahead`, `defer` and `weight`, dynamic
     sampling's `max_rounds`, the rule of a top-up round's default size, `top_up_prompts`): a checkpoint records them
     (`callback.defaults`), so that a run resumed by a version with other defaults can tell a knob its recipe left at
     the default from one it set (see [`~training.callback.CurriculumCallback.load_state_dict`]).
@@ -99,8 +102,8 @@ def knob_defaults() -> dict:
     from ..core.sampling import DynamicSampling, TopUp
 
     adaptive = {field.name: field.default for field in fields(Adaptive)}
-    return {"lookahead": adaptive["lookahead"], "defer": adaptive["defer"], "max_rounds": DynamicSampling().max_rounds,
-            "top_up_prompts": TopUp.PROMPTS_RULE}
+    return {"lookahead": adaptive["lookahead"], "defer": adaptive["defer"], "weight": adaptive["weight"],
+            "max_rounds": DynamicSampling().max_rounds, "top_up_prompts": TopUp.PROMPTS_RULE}
 
 
 def atomic_write(path: str | os.PathLike, write, binary: bool = False) -> None:
@@ -361,6 +364,7 @@ STATE_SCHEMA = {
                                    "reason": Rule("str")}, high=MAX_STEPS),
                  "policy_stage?": Nullable(STEP), "policy": Nullable(_POLICY), "deferred_total?": STEP,
                  "defaults?": {"lookahead?": _LOOKAHEAD, "defer?": Rule("bool"),
+                               "weight?": Rule("choice", choices=INFORMATION_WEIGHTS),
                                "max_rounds?": integer(0, MAX_ROUNDS),
                                "top_up_prompts?": Rule("choice", choices=tuple(TOP_UP_PROMPTS_RULES))}},
     "stream": _STREAM,
