@@ -458,8 +458,8 @@ def test_a_checkpoint_of_the_earlier_defaults_resumes_only_with_them(per_prompt_
     shutil.copytree(per_prompt_run / "checkpoint-2", checkpoint)
     path = checkpoint / "curriculum_state.json"
     state = json.loads(path.read_text())
-    assert state["version"] == 6 and state["callback"]["defaults"] == {"lookahead": 0, "defer": False, "max_rounds": 2,
-                                                                       "top_up_prompts": "largest_half"}
+    assert state["version"] == 6 and state["callback"]["defaults"] == {
+        "lookahead": 0, "defer": False, "max_rounds": 2, "top_up_prompts": "largest_half", "weight": "hard"}
     del state["callback"]["defaults"]
     path.write_text(json.dumps({**state, "version": 5}))
     trainer, recorder = make_trainer(tmp_path / "today", per_prompt_stages((2, 4, 8)), dataset=indexed_dataset(12),
@@ -468,13 +468,14 @@ def test_a_checkpoint_of_the_earlier_defaults_resumes_only_with_them(per_prompt_
         trainer.train(resume_from_checkpoint=str(checkpoint))
     text = str(error.value)
     assert text.startswith(f"{path} does not fit this run: the checkpoint was written by a grpo-curriculum version "
-                           "with other defaults (lookahead 2, defer true, max_rounds 4, top-up prompts "
-                           "generation_batch_size // (2 * pilot))")
+                           "with other defaults (lookahead 2, defer true, weight knapsack, max_rounds 4, top-up "
+                           "prompts generation_batch_size // (2 * pilot))")
     assert "stage 0 has lookahead 0 (today's default; the checkpoint's: 2), defer false" in text
     assert "Fix: to continue the run as it was written, set these knobs in the recipe to what it ran with " \
-           "(stage 0's `adaptive`: `lookahead: 2, defer: true`" in text
+           "(stage 0's `adaptive`: `lookahead: 2, defer: true, weight: knapsack`" in text
     assert recorder.calls == []
-    trainer, recorder = make_trainer(tmp_path / "as-written", per_prompt_stages((2, 4, 8), **DEFERRING),
+    trainer, recorder = make_trainer(tmp_path / "as-written", per_prompt_stages((2, 4, 8), **DEFERRING,
+                                                                                weight="knapsack"),
                                      recorder=RoundRecorder(settled_or_mixed), dataset=indexed_dataset(12),
                                      max_steps=4)  # fmt: skip
     trainer.train(resume_from_checkpoint=str(checkpoint))

@@ -345,7 +345,8 @@ def test_an_older_flat_first_top_up_checkpoint_reads_as_one_written_now(tmp_path
     now.setting_for_round(0), now.setting_for_round(1)
     written = json.loads(json.dumps(now.state_dict()))
     assert written.pop("defaults") == {"lookahead": 0, "defer": False, "max_rounds": 2,  # recorded since version 6
-                                       "top_up_prompts": "largest_half"}  # (pilot 2, largest 4: the same rounds)
+                                       "top_up_prompts": "largest_half",  # (pilot 2, largest 4: the same rounds)
+                                       "weight": "hard"}
     assert state["callback"] == written  # as written now, switch records included
     assert callback.setting_for_round(2) == now.setting_for_round(2)
 
