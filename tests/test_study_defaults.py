@@ -16,8 +16,8 @@ from grpo_curriculum import Adaptive, DynamicSampling, Stage
 from grpo_curriculum.core.adaptive import make_policy
 from grpo_curriculum.core.slots import PromptSlots
 from grpo_curriculum.training.callback import DefaultsChanged, defaults_changed
-from grpo_curriculum.core.sampling import TopUp
-from grpo_curriculum.training.checkpoint import LEGACY_DEFAULTS, knob_defaults, top_up_prompts_by_rule
+from grpo_curriculum.core.sampling import TopUp, top_up_prompts_by_rule
+from grpo_curriculum.training.checkpoint import LEGACY_DEFAULTS, knob_defaults
 
 
 def test_the_defaults_are_the_studys():

@@ -122,6 +122,26 @@ class DynamicSampling:
         return f"dynamic sampling, at most {rounds} a training batch{limit}"
 
 
+TOP_UP_PROMPTS_RULES = {"pilot_half": "generation_batch_size // (2 * pilot)",
+                        "largest_half": "generation_batch_size // max(2 * pilot, largest // 2)"}
+"""Every default rule a top-up round's size has had ([`TopUp.PROMPTS_RULE`]: today's), in words; each clamped to at
+least `ceil(generation_batch_size / largest)` and at most `generation_batch_size // pilot` prompts. Checkpoints record
+which one a run used."""
+
+
+def top_up_prompts_divisor(rule: str, pilot: int, largest: int) -> int:
+    """What the default rule `rule` divides the generation batch by, before its clamps: two rules with the same
+    divisor for a `(pilot, largest)` give the same rounds at every generation batch."""
+    return {"pilot_half": 2 * pilot, "largest_half": max(2 * pilot, largest // 2)}[rule]
+
+
+def top_up_prompts_by_rule(rule: str, pilot: int, largest: int, batch: int) -> int:
+    """The prompts a top-up round of `batch` completions holds under the default rule `rule` (a key of
+    [`TOP_UP_PROMPTS_RULES`]), clamped ([`TopUp.prompts_for`])."""
+    divisor = top_up_prompts_divisor(rule, pilot, largest)
+    return min(max(batch // divisor, -(-batch // largest)), max(batch // pilot, 1))
+
+
 @dataclass(frozen=True)
 class TopUp:
     """
@@ -209,8 +229,7 @@ class TopUp:
         """
         if self.prompts is not None:
             return self.prompts
-        return min(max(budget // max(2 * self.pilot, self.largest // 2), -(-budget // self.largest)),
-                   max(budget // self.pilot, 1))
+        return top_up_prompts_by_rule(self.PROMPTS_RULE, self.pilot, self.largest, budget)
 
 
 def top_up_increment(groups_rewards: Sequence[Sequence[float]], sizes: Sequence[int], pilot: int, largest: int,

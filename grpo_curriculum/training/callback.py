@@ -13,11 +13,10 @@ from ..core.adaptive import make_policy
 from ..core.comparison import Comparison
 from ..core.errors import raise_if_any
 from ..core.rules import UNCERTAIN_PROMPTS, UNCERTAIN_PROMPTS_DEFAULT
-from ..core.sampling import TopUp
+from ..core.sampling import TOP_UP_PROMPTS_RULES, TopUp, top_up_prompts_by_rule, top_up_prompts_divisor
 from ..core.schedule import ResolvedSchedule, Setting, Stage, StageSchedule
 from . import tracking
-from .checkpoint import (LEGACY_DEFAULTS, TOP_UP_PROMPTS_RULES, atomic_write, knob_defaults, top_up_prompts_by_rule,
-                         top_up_prompts_divisor)
+from .checkpoint import LEGACY_DEFAULTS, atomic_write, knob_defaults
 
 logger = logging.getLogger("grpo_curriculum")
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from ..core.adaptive import INFORMATION_WEIGHTS
 from ..core.errors import MISSING, Problem, plural, shorten, shorten_text
 from ..core.rules import COUNT, MAX_COUNT, MAX_STEPS, POSITIVE, Rule, fraction, integer
-from ..core.sampling import MAX_ROUNDS, ON_LIMIT_NAMES
+from ..core.sampling import MAX_ROUNDS, ON_LIMIT_NAMES, TOP_UP_PROMPTS_RULES
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -57,23 +57,6 @@ written with: per-prompt `lookahead`, `defer` and `weight`, dynamic sampling's `
 round's default size (`"pilot_half"`: `generation_batch_size // (2 * pilot)` prompts). A knob a state's
 `callback.defaults` does not record has its value here (the first version-6 states recorded no `weight` and no
 `top_up_prompts`)."""
-TOP_UP_PROMPTS_RULES = {"pilot_half": "generation_batch_size // (2 * pilot)",
-                        "largest_half": "generation_batch_size // max(2 * pilot, largest // 2)"}
-"""Every default rule a top-up round's size has had ([`~core.sampling.TopUp.PROMPTS_RULE`]), in words; each clamped
-to at least `ceil(generation_batch_size / largest)` and at most `generation_batch_size // pilot` prompts."""
-
-
-def top_up_prompts_by_rule(rule: str, pilot: int, largest: int, batch: int) -> int:
-    """The prompts a top-up round of `batch` completions held under the default rule `rule` (a key of
-    [`TOP_UP_PROMPTS_RULES`]), with the clamps every such rule had (as [`~core.sampling.TopUp.prompts_for`])."""
-    divisor = top_up_prompts_divisor(rule, pilot, largest)
-    return min(max(batch // divisor, -(-batch // largest)), max(batch // pilot, 1))
-
-
-def top_up_prompts_divisor(rule: str, pilot: int, largest: int) -> int:
-    """What the default rule `rule` divides the generation batch by, before its clamps: two rules with the same
-    divisor for a `(pilot, largest)` give the same rounds at every generation batch."""
-    return {"pilot_half": 2 * pilot, "largest_half": max(2 * pilot, largest // 2)}[rule]
 MAX_FILE_BYTES = 1 << 30
 """Largest file read back, in bytes (1 GiB; the curriculum files of a 50k-prompt checkpoint take under 1 MB)."""
 
