@@ -153,13 +153,17 @@ def test_a_second_sweep_demo_or_train_into_a_sweeps_folder_exits_2_naming_it(tmp
     while not running.exists() and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert running.exists(), first.communicate()[1]
-    second = subprocess.run(command, env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    holder = f"is in use by grpo-curriculum sweep (PID {first.pid} on host "
-    assert second.returncode == 2 and holder in second.stderr and "Traceback" not in second.stderr, second.stderr
-    assert main(["demo", "--out", str(out), "--max-steps", "2"]) == 2
-    assert main(["train", DEMO, "--output_dir", str(out), "--max_steps", "2"]) == 2
-    error = capsys.readouterr().err
-    assert error.count(holder) == 2 and "Traceback" not in error
+    os.kill(first.pid, signal.SIGSTOP)  # still holding the folder, however fast its runs are (its child goes on)
+    try:
+        second = subprocess.run(command, env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        holder = f"is in use by grpo-curriculum sweep (PID {first.pid} on host "
+        assert second.returncode == 2 and holder in second.stderr and "Traceback" not in second.stderr, second.stderr
+        assert main(["demo", "--out", str(out), "--max-steps", "2"]) == 2
+        assert main(["train", DEMO, "--output_dir", str(out), "--max_steps", "2"]) == 2
+        error = capsys.readouterr().err
+        assert error.count(holder) == 2 and "Traceback" not in error
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
     printed, error = first.communicate(timeout=600)
     assert first.returncode == 0, error
     assert "sweep directory:" in printed and (out / "sweep.md").is_file()
@@ -276,3 +280,89 @@ def test_every_deleting_call_in_the_package_is_listed_in_docs_files_md():
     assert len(calls) >= 10  # the scan finds them (the package has more than ten)
     assert not calls - listed, f"list these in docs/files.md with the proof they rely on: {sorted(calls - listed)}"
     assert not listed - calls, f"docs/files.md lists calls the package no longer makes: {sorted(listed - calls)}"
+
+
+# --- issue 35: `~`, nesting, lock files created whole ---------------------------------------------------------------
+
+
+def test_a_tilde_path_is_the_users_home_folder_in_every_check_never_a_literal_tilde_folder(tmp_path, monkeypatch,
+                                                                                           capsys, recipe):
+    """`--output_dir '~/x'` wrote over `$HOME/x/config.json`: the checks looked at a literal `./~/x`."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    for name in ("x", "sw", "y"):
+        (home / name).mkdir(parents=True)
+        (home / name / "config.json").write_text("mine")
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    before = listing(home)
+    assert main(["train", DEMO, "--output_dir", "~/x", "--max_steps", "2"]) == 2
+    assert main(["demo", "--out", "~/x", "--max-steps", "2"]) == 2
+    assert main(["sweep", recipe, "--num-generations", "2", "--max-steps", "2", "--out", "~/sw"]) == 2
+    import yaml
+
+    data = yaml.safe_load(Path(recipe).read_text())
+    (work / "r.yaml").write_text(yaml.safe_dump({**data, "output_dir": "~/y"}))
+    assert main(["train", "~/../work/r.yaml", "--max_steps", "2"]) == 2  # the recipe path is expanded too
+    error = capsys.readouterr().err
+    assert error.count("is a folder that already holds files") == 4 and "Traceback" not in error, error
+    assert [line.rsplit("/", 1)[-1] for line in re.findall(r"= '([^']*)': is a folder", error)] == ["x", "x", "sw", "y"]
+    assert listing(home) == before and sorted(os.listdir(work)) == ["r.yaml"]  # no `./~`, no lock left
+
+
+def _holding(folder: Path) -> subprocess.Popen:
+    """Another process holding `folder`'s lock as `train` would, until it is killed."""
+    code = ("import sys, time; from grpo_curriculum.cli.folders import hold_folder; "
+            "hold_folder(sys.argv[1], 'output_dir', 'train'); print('held', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(folder)], env=ENV, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_a_run_folder_inside_or_around_a_folder_another_command_writes_is_refused_naming_it(tmp_path, capsys):
+    """`demo --out RUN/nested` ran (exit 0) inside a `train`'s RUN, whose rotation and final save then owned it."""
+    from grpo_curriculum.cli.folders import hold_folder
+
+    run = tmp_path / "run"
+    holder = _holding(run)
+    try:
+        assert main(["demo", "--out", str(run / "nested"), "--max-steps", "2"]) == 2
+        assert main(["train", DEMO, "--output_dir", str(run / "a" / "b"), "--max_steps", "2"]) == 2
+        error = capsys.readouterr().err
+        assert error.count(f"is inside {run}, which grpo-curriculum train (PID {holder.pid} on host") == 2, error
+        assert not run.exists()  # nothing was written inside it, not even a lock
+        with hold_folder(tmp_path / "other", "--out", "demo"):  # a sibling is fine
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    inner = tmp_path / "outer" / "inner"
+    holder = _holding(inner)
+    try:  # the folder above one a command writes (resuming it, or a sweep reusing it) is refused too
+        with pytest.raises(CurriculumError, match=rf"holds {inner}, which grpo-curriculum train \(PID {holder.pid}"):
+            hold_folder(tmp_path / "outer", "--out", "sweep")
+    finally:
+        holder.kill()
+        holder.wait()
+    hold_folder(tmp_path / "outer", "--out", "sweep").release()  # its holder ended: free
+    hold_folder(run / "nested", "--out", "demo").release()
+
+
+def test_the_lock_is_never_written_into_an_existing_file_such_as_a_hard_link_to_a_users_file(tmp_path):
+    """The lock record was written into a hard-linked user file: an existing empty file was taken as a lock."""
+    from grpo_curriculum.cli.folders import hold_folder, lock_path
+
+    path = Path(lock_path(tmp_path / "run"))
+    for content in ("", json.dumps({"program": "grpo-curriculum", "command": "train", "pid": dead_pid()})):
+        mine = tmp_path / "mine.txt"
+        mine.write_text(content)
+        os.link(mine, path)
+        with pytest.raises(CurriculumError, match="exists and is not a grpo-curriculum lock file"):
+            hold_folder(tmp_path / "run", "--out", "demo")
+        assert mine.read_text() == content and path.read_text() == content
+        path.unlink()
+    lock = hold_folder(tmp_path / "run", "--out", "demo")  # nothing there: created whole, one link, no leftovers
+    assert json.loads(path.read_text())["pid"] == os.getpid() and path.stat().st_nlink == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, "mine.txt"]
+    lock.release()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]

@@ -12,6 +12,12 @@ JSON naming this program) is never written over: the command refuses, naming it.
 inherit the lock: it is held until the last of them ends. Where the lock file cannot be created (a read-only parent
 folder) or the file system cannot lock (or the platform has no `fcntl`), a warning says so and the command goes on
 without the lock.
+
+The lock file is created whole: its record is written into a new private file, locked, and hard-linked to the lock's
+name, which fails if anything is there; an existing file is only ever read, never written (a hard link to a user's
+file, a link, an empty file are refused, left as they are). A folder inside a folder another command holds (e.g.
+`demo --out RUN/nested` while `train` writes `RUN`: RUN's checkpoint rotation and final save would own it), or one
+holding a folder another command holds, is refused too, naming the holder.
 """
 
 from __future__ import annotations
@@ -104,8 +110,8 @@ def hold_folder(folder: str | os.PathLike, key: str, command: str) -> FolderLock
         [`FolderLock`], or `None` when the file system cannot lock (a warning says so: the run goes on unprotected).
 
     Raises:
-        [`CurriculumError`]: when another command holds the folder (naming it), or the lock file's name is taken by a
-        file that is not a grpo-curriculum lock.
+        [`CurriculumError`]: when another command holds the folder, a folder above it or a folder inside it (naming
+        the holder), or the lock file's name is taken by a file that is not a grpo-curriculum lock.
     """
     path = lock_path(folder)
     try:
@@ -114,66 +120,169 @@ def hold_folder(folder: str | os.PathLike, key: str, command: str) -> FolderLock
         logger.warning("cannot lock %s on this platform (no fcntl): a second command writing it at the same time "
                        "would not be stopped", folder)  # fmt: skip
         return None
+    _refuse_nesting(folder, key, below=False)  # before anything is created: nothing is written inside a held folder
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
     except OSError:
         pass  # the open below says what is wrong
+    record = {"program": _PROGRAM, "command": command, "pid": os.getpid(), "host": socket.gethostname(),
+              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "folder": os.path.realpath(folder)}
     while True:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            fd = _create(path, record, fcntl)
+        except FileExistsError:
+            fd = _take_over(path, folder, key, fcntl)
         except OSError as error:
-            if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and not os.path.lexists(path):
+            if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
                 logger.warning("cannot create the lock file %s (%s): a second command writing %s at the same time "
                                "would not be stopped", path, error.strerror, folder)  # fmt: skip
                 return None
-            raise CurriculumError([Problem(key, str(folder), f"cannot be locked: {path} cannot be opened "
-                                           f"({error.strerror or error})", "remove what is at that path, or choose "
-                                           "another folder")]) from None  # fmt: skip
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise CurriculumError([Problem(key, str(folder), f"cannot be locked: {path} is not a regular file",
-                                               "remove it, or choose another folder")])  # fmt: skip
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                owner = _read_owner(fd)[1]
-                raise CurriculumError([Problem(key, str(folder), f"is in use by {_describe(owner)}, which holds "
-                                               f"{path}", "wait until it ends, or choose another folder (two "
-                                               "commands writing one folder overwrite each other's runs)")]) from None
-            except OSError as error:
-                if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-                    raise
+            if error.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
                 logger.warning("cannot lock %s on this file system (%s): a second command writing %s at the same "
                                "time would not be stopped", path, error.strerror, folder)  # fmt: skip
-                os.close(fd)
                 return None
-            try:
-                now = os.stat(path, follow_symlinks=False)
-            except FileNotFoundError:  # its holder removed it between our open and our lock: open it anew
-                os.close(fd)
-                continue
-            held = os.fstat(fd)
-            if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):  # replaced meanwhile: lock the new one
-                os.close(fd)
-                continue
+            raise CurriculumError([Problem(key, str(folder), f"cannot be locked: {path} cannot be created "
+                                           f"({error.strerror or error})", "free some space, or choose another "
+                                           "folder")]) from None  # fmt: skip
+        if fd is not None:
+            break
+    lock = FolderLock(path, fd)
+    try:
+        _refuse_nesting(folder, key, above=False)  # once ours: a command starting in a folder inside sees it
+    except BaseException:
+        lock.release()
+        raise
+    _HELD.append(lock)
+    return lock
+
+
+def _create(path: str, record: dict, fcntl) -> int:
+    """
+    Create the lock file at `path` holding `record`, locked, in one step: the record is written into a new private
+    file, locked, then hard-linked to `path` (which fails if anything is there), so the lock never exists empty or
+    unlocked and no existing file, link or hard link is ever opened for writing. Raises `FileExistsError` when
+    `path` exists.
+    """
+    temporary = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a file no one else has opened: never blocks
+            os.write(fd, (json.dumps(record) + "\n").encode())
+            os.link(temporary, path)
+        finally:
+            os.unlink(temporary)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _take_over(path: str, folder, key: str, fcntl) -> None:
+    """
+    The lock file at `path` exists: refuse if another command holds it or it is not a grpo-curriculum lock, else (a
+    lock left by a command that ended without removing it) remove it, saying whose it was, so the caller creates a
+    new one. Returns `None` (the caller tries again).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:  # its holder removed it meanwhile
+        return None
+    except OSError as error:
+        raise CurriculumError([Problem(key, str(folder), f"cannot be locked: {path} cannot be opened "
+                                       f"({error.strerror or error})", "remove what is at that path, or choose "
+                                       "another folder")]) from None  # fmt: skip
+    try:
+        held = os.fstat(fd)
+        if not stat.S_ISREG(held.st_mode):
+            raise CurriculumError([Problem(key, str(folder), f"cannot be locked: {path} is not a regular file",
+                                           "remove it, or choose another folder")])  # fmt: skip
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CurriculumError([Problem(key, str(folder), f"is in use by {_describe(_read_owner(fd)[1])}, which "
+                                           f"holds {path}", "wait until it ends, or choose another folder (two "
+                                           "commands writing one folder overwrite each other's runs)")]) from None
+        try:
+            now = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):  # replaced meanwhile: look again
+            return None
+        ours, owner = _read_owner(fd)
+        if not ours or owner is None or held.st_nlink != 1:
+            raise CurriculumError([Problem(key, str(folder), f"cannot be locked: {path} exists and is not a "
+                                           "grpo-curriculum lock file (it is left as it is)", "rename or remove "
+                                           "it, or choose another folder")])  # fmt: skip
+        logger.warning("%s: taking over the lock of %s, which ended without releasing it (it was killed, or "
+                       "crashed): no command writes the folder now", path, _describe(owner))
+        os.unlink(path)  # a lock record of ours whose holder has ended (still locked by us while it goes)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _holder(path: str) -> dict | None:
+    """The record of the command holding the lock file `path`, or `None` when no command holds it (or it is none)."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # held
             ours, owner = _read_owner(fd)
-            if not ours:
-                raise CurriculumError([Problem(key, str(folder), f"cannot be locked: {path} exists and is not a "
-                                               "grpo-curriculum lock file (it is left as it is)", "rename or remove "
-                                               "it, or choose another folder")])  # fmt: skip
+            return (owner or {}) if ours else None
+        except OSError:  # the file system cannot lock: no holder can be told
+            return None
+        return None
+    finally:
+        os.close(fd)
+
+
+MAX_SCANNED = 100_000  # entries of a resumed folder searched for a command's lock inside it
+
+
+def _refuse_nesting(folder, key: str, above: bool = True, below: bool = True) -> None:
+    """
+    Refuse a run folder inside a folder another command is writing (`above`: its checkpoint rotation and final save
+    would own it), or one holding a folder that another command is writing (`below`: a resumed run's folder), naming
+    the holder.
+    """
+    real = os.path.realpath(folder)
+    ours = {lock.path for lock in _HELD} | {lock_path(folder)}
+    up, parent = real, os.path.dirname(real)
+    while above and parent != up:
+        other = lock_path(up)
+        if up != real and other not in ours:
+            owner = _holder(other)
             if owner is not None:
-                logger.warning("%s: taking over the lock of %s, which ended without releasing it (it was killed, "
-                               "or crashed): no command writes the folder now", path, _describe(owner))
-            record = {"program": _PROGRAM, "command": command, "pid": os.getpid(), "host": socket.gethostname(),
-                      "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "folder": os.path.realpath(folder)}
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
-        except BaseException:
-            os.close(fd)
-            raise
-        lock = FolderLock(path, fd)
-        _HELD.append(lock)
-        return lock
+                raise CurriculumError([Problem(key, str(folder), f"is inside {up}, which {_describe(owner)} is "
+                                               f"writing (it holds {other})", "choose a folder outside it: a run "
+                                               "inside another run's folder is overwritten or deleted by it")])
+        up, parent = parent, os.path.dirname(parent)
+    if not below or not os.path.isdir(real):
+        return
+    seen = 0
+    for root, dirs, files in os.walk(real):  # links to folders are not followed
+        seen += len(dirs) + len(files)
+        for name in files:
+            other = os.path.join(root, name)
+            if name.endswith(LOCK_SUFFIX) and other not in ours:
+                owner = _holder(other)
+                if owner is not None:
+                    raise CurriculumError([Problem(key, str(folder), f"holds {owner.get('folder') or other}, "
+                                                   f"which {_describe(owner)} is writing (it holds {other})",
+                                                   "wait until it ends, or choose another folder")])
+        if seen > MAX_SCANNED:
+            logger.warning("%s holds over %d files: not searched further for another command's run inside it",
+                           folder, MAX_SCANNED)
+            return
 
 
 def release_all() -> None:

