@@ -4,9 +4,9 @@ The TRL releases this version of grpo-curriculum is tested with, checked when th
 `grpo_curriculum.training._trl` adapts to the differences between them by feature (it looks the method or attribute
 up); this module only states the range, read from the installed TRL's metadata without importing it (importing TRL
 takes seconds and pulls in torch; `grpo-curriculum check` imports neither). A TRL outside the range fails at once,
-with one message naming the range, rather than deep in a training round. `GRPO_CURRICULUM_ANY_TRL=1` turns that into a
-warning, to try a newer TRL at one's own risk: `_trl.py` then raises [`UnsupportedTRLError`] where an internal it
-relies on is missing.
+with one message naming the range, rather than deep in a training round (uncaught: that one line and exit status 2,
+not a traceback). `GRPO_CURRICULUM_ANY_TRL=1` (or `true`, `yes`, `on`) turns that into a warning, to try a newer TRL
+at one's own risk: `_trl.py` then raises [`UnsupportedTRLError`] where an internal it relies on is missing.
 
 Keep `TRL_RANGE` equal to the `trl` requirement in `pyproject.toml` (a test compares them).
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import re
+import sys
 import warnings
 
 TRL_RANGE = ((1, 14), (1, 17))
@@ -52,8 +53,51 @@ def unsupported_trl_message(version: str) -> str | None:
             "at your own risk).")  # fmt: skip
 
 
+TRUTHY = ("1", "true", "yes", "on", "y", "t")
+"""Values of [`ANY_TRL_VARIABLE`] that allow any TRL (case-insensitive), as most tools read a boolean variable."""
+
+
+def allows_any_trl(value: str | None) -> bool:
+    """Whether `value` (of [`ANY_TRL_VARIABLE`]) is one of [`TRUTHY`]."""
+    return value is not None and value.strip().lower() in TRUTHY
+
+
+def cpu_trl_problem(version: str, accelerator: bool) -> str | None:
+    """
+    Why TRL `version` cannot train here, or `None`: TRL 1.15's `GRPOTrainer` computes the training log-probs with a
+    fused LM head built on Triton's GPU kernels, so on a machine without an accelerator (`accelerator`: CUDA or XPU,
+    and the recipe does not ask for `use_cpu`) every step fails deep in a round.
+    """
+    if _release(version) != (1, 15) or accelerator:
+        return None
+    return (f"TRL {version} cannot train on a CPU (its GRPOTrainer's fused LM head needs Triton's GPU kernels); "
+            "TRL 1.14 and 1.16 can: pip install 'trl==1.16.*' (or 'trl==1.14.*'), or train on a GPU")
+
+
+class TRLRangeError(ImportError):
+    """The installed TRL is outside [`TRL_RANGE`] (see [`check_trl`])."""
+
+
+def _one_line(previous):
+    """A `sys.excepthook` that ends the program with one line and exit status 2 when [`TRLRangeError`] reaches
+    the top level uncaught (a script, the `grpo-curriculum` command), instead of the import's traceback."""
+
+    def hook(kind, value, traceback):
+        if not isinstance(value, TRLRangeError):
+            return previous(kind, value, traceback)
+        print(f"grpo-curriculum: error: {value}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(2)  # as the commands exit for malformed input; nothing was started yet
+
+    return hook
+
+
 def check_trl() -> None:
-    """Raise `ImportError` with [`unsupported_trl_message`] when the installed TRL is outside the supported range."""
+    """
+    Raise [`TRLRangeError`] (an `ImportError`) with [`unsupported_trl_message`] when the installed TRL is outside
+    the supported range; uncaught, it ends the program with that one line and exit status 2. With
+    `GRPO_CURRICULUM_ANY_TRL` set to a true value (`1`, `true`, `yes`, `on`), a warning instead.
+    """
     try:
         version = importlib.metadata.version("trl")
     except importlib.metadata.PackageNotFoundError:
@@ -61,7 +105,8 @@ def check_trl() -> None:
     message = unsupported_trl_message(version)
     if message is None:
         return
-    if os.environ.get(ANY_TRL_VARIABLE) == "1":
+    if allows_any_trl(os.environ.get(ANY_TRL_VARIABLE)):
         warnings.warn(message, stacklevel=2)
         return
-    raise ImportError(message)
+    sys.excepthook = _one_line(sys.excepthook)
+    raise TRLRangeError(message)

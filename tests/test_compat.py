@@ -48,12 +48,34 @@ def test_unsupported_releases_get_one_line_naming_the_range(version):
     assert "pip install 'trl>=1.14,<1.17'" in message
 
 
-def test_importing_the_package_on_an_unsupported_trl_fails_at_once():
+def test_importing_the_package_on_an_unsupported_trl_fails_at_once_with_one_line_and_exit_2():
+    """It printed a 9-line traceback (for every command, `check` included) and exited 1."""
     done = import_with_trl("1.13.0")
-    assert done.returncode == 1 and "imported" not in done.stdout
-    assert done.stderr.strip().splitlines()[-1] == f"ImportError: {unsupported_trl_message('1.13.0')}"
-    allowed = import_with_trl("1.17.0", GRPO_CURRICULUM_ANY_TRL="1")  # at one's own risk: a warning
-    assert allowed.returncode == 0 and allowed.stdout.split() == ["imported", "False"], allowed.stderr
-    assert unsupported_trl_message("1.17.0") in allowed.stderr
+    assert done.returncode == 2 and "imported" not in done.stdout
+    assert done.stderr.strip().splitlines() == [f"grpo-curriculum: error: {unsupported_trl_message('1.13.0')}"]
+    for value in ("1", "true", "YES", "on"):  # at one's own risk: a warning (only `1` was accepted)
+        allowed = import_with_trl("1.17.0", GRPO_CURRICULUM_ANY_TRL=value)
+        assert allowed.returncode == 0 and allowed.stdout.split() == ["imported", "False"], allowed.stderr
+        assert unsupported_trl_message("1.17.0") in allowed.stderr
+    assert import_with_trl("1.17.0", GRPO_CURRICULUM_ANY_TRL="0").returncode == 2
+    caught = subprocess.run([sys.executable, "-c", "import importlib.metadata as m, sys; m.version = lambda n: '1.13.0'"
+                             "\ntry:\n import grpo_curriculum\nexcept ImportError as e: print('caught', type(e).__mro__[1]"
+                             ".__name__)\nraise KeyError('other')"], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)  # fmt: skip
+    assert caught.stdout.split() == ["caught", "ImportError"]  # an ImportError a script can catch
+    assert caught.returncode == 1 and caught.stderr.splitlines()[-1] == "KeyError: 'other'"  # others untouched
+
+
+@pytest.mark.parametrize("version, accelerator, refused", [
+    ("1.15.0", False, True), ("1.15.2", False, True), ("1.15.0", True, False),
+    ("1.14.2", False, False), ("1.16.0", False, False), ("1.16.0", True, False),
+])
+def test_trl_1_15_on_a_cpu_is_refused_before_training_naming_1_14_and_1_16(version, accelerator, refused):
+    from grpo_curriculum.compat import cpu_trl_problem
+
+    why = cpu_trl_problem(version, accelerator)
+    assert (why is not None) == refused
+    if refused:
+        assert why.startswith(f"TRL {version} cannot train on a CPU") and "1.14 and 1.16" in why
     supported = import_with_trl("1.15.0")
     assert supported.returncode == 0 and supported.stdout.split() == ["imported", "False"], supported.stderr

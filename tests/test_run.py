@@ -298,3 +298,47 @@ def test_stage_table_counts_optimizer_steps_and_generated_completions():
     assert [row["steps"] for row in rows] == [8, 8]
     # Stage 0: 16 completions a step (a round of 32 trains 2 steps) over 0.5 s a step; stage 1: 96 over 8 x 0.5 s.
     assert [row["completions/s"] for row in rows] == [32.0, 24.0]
+
+
+# --- issue 35: the launch environment --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({}, []),
+    ({"WORLD_SIZE": "2", "RANK": "1", "LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_PORT": "29500"}, []),
+    ({"WORLD_SIZE": "abc"}, ["WORLD_SIZE = 'abc': must be an integer from 1 to 1048576"]),
+    ({"WORLD_SIZE": "0"}, ["WORLD_SIZE = '0': must be an integer from 1"]),
+    ({"RANK": "-1"}, ["RANK = '-1': must be an integer from 0"]),
+    ({"LOCAL_RANK": "1.5"}, ["LOCAL_RANK = '1.5': must be an integer"]),
+    ({"MASTER_PORT": "70000"}, ["MASTER_PORT = '70000': must be an integer from 1 to 65535"]),
+    ({"WORLD_SIZE": "2", "RANK": "2"}, ["RANK = '2': must be below WORLD_SIZE (2)"]),
+    ({"LOCAL_WORLD_SIZE": "1", "LOCAL_RANK": "1"}, ["LOCAL_RANK = '1': must be below LOCAL_WORLD_SIZE (1)"]),
+    ({"WORLD_SIZE": "x", "RANK": "5"}, ["WORLD_SIZE = 'x'"]),  # no relation drawn from a refused value
+])
+def test_malformed_launcher_variables_are_named(environ, expected):
+    from grpo_curriculum.cli.run import launch_problems
+
+    found = [str(problem) for problem in launch_problems(environ)]
+    assert len(found) == len(expected) and all(text in line for text, line in zip(expected, found)), found
+
+
+def test_train_with_a_malformed_world_size_exits_2_before_any_model_loads(tmp_path, monkeypatch, capsys):
+    """`WORLD_SIZE=abc grpo-curriculum train ...` ended in `ValueError: invalid literal for int()`."""
+    monkeypatch.setenv("WORLD_SIZE", "abc")
+    assert main(["train", str(ROOT / "recipes" / "demo.yaml"), "--output_dir", str(tmp_path / "o")]) == 2
+    error = capsys.readouterr().err
+    assert "WORLD_SIZE = 'abc': must be an integer" in error and "unset WORLD_SIZE" in error
+    assert "Traceback" not in error and not (tmp_path / "o").exists()
+
+
+def test_train_on_trl_1_15_without_a_gpu_exits_2_before_any_model_loads(tmp_path, monkeypatch, capsys):
+    """Every training command died in TRL 1.15's Triton-only fused LM head (`'NoneType' object has no attribute
+    'apply'`) on a CPU."""
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "1.15.0" if name == "trl" else real(name))
+    assert main(["train", str(ROOT / "recipes" / "demo.yaml"), "--output_dir", str(tmp_path / "o")]) == 2
+    error = capsys.readouterr().err
+    assert "trl = '1.15.0': TRL 1.15.0 cannot train on a CPU" in error and "Traceback" not in error
+    assert not (tmp_path / "o").exists()

@@ -133,6 +133,7 @@ def validate_for_launch(recipe) -> None:
         if wanted and importlib.util.find_spec(package) is None:
             problems.append(Problem(key, wanted, f"needs `{package}`, which is not installed in this environment",
                                     fix))
+    problems += trl_device_problems(recipe)
     for key, why in NOT_ROUTED.items():
         if key in recipe.script:
             problems.append(Problem(key, recipe.script[key], f"is not supported: {why}", f"remove `{key}`"))
@@ -145,10 +146,63 @@ def validate_for_launch(recipe) -> None:
         raise GeometryError(misfits, context)
 
 
+def trl_device_problems(recipe) -> list[Problem]:
+    """TRL 1.15 on a machine where it cannot train (see [`~compat.cpu_trl_problem`]), said before any model loads."""
+    import importlib.metadata
+
+    from ..compat import cpu_trl_problem
+
+    try:
+        version = importlib.metadata.version("trl")
+    except importlib.metadata.PackageNotFoundError:
+        return []
+    if cpu_trl_problem(version, accelerator=False) is None:  # any other release: torch is not imported for this
+        return []
+    import torch
+
+    accelerator = not recipe.training.get("use_cpu") and (
+        torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available()))
+    why = cpu_trl_problem(version, accelerator)
+    return [Problem("trl", version, why, "install TRL 1.16 or 1.14 in this environment")] if why else []
+
+
+LAUNCH_VARIABLES = {  # set by `torchrun` and `accelerate launch`: (lowest, highest) value
+    "WORLD_SIZE": (1, 1 << 20), "RANK": (0, (1 << 20) - 1), "LOCAL_WORLD_SIZE": (1, 1 << 20),
+    "LOCAL_RANK": (0, (1 << 20) - 1), "NODE_RANK": (0, (1 << 20) - 1), "MASTER_PORT": (1, 65535),
+}
+
+
+def launch_problems(environ=os.environ) -> list[Problem]:
+    """
+    The launcher's variables ([`LAUNCH_VARIABLES`]) that are not integers in range, or a rank not below its world size:
+    a hand-set or mistyped `WORLD_SIZE=abc` is named rather than ending in `int()`'s traceback.
+    """
+    values, problems = {}, []
+    for name, (low, high) in LAUNCH_VARIABLES.items():
+        text = environ.get(name)
+        if text is None:
+            continue
+        try:
+            values[name] = int(text.strip())
+        except ValueError:
+            values[name] = None
+        if values[name] is None or not low <= values[name] <= high:
+            values[name] = None
+            problems.append(Problem(name, text, f"must be an integer from {low} to {high} (a launcher's variable, "
+                                    "set by `torchrun` and `accelerate launch`)", f"unset it (`unset {name}`) for one "
+                                    "process, or let the launcher set it"))  # fmt: skip
+    for rank, size in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE")):
+        if values.get(rank) is not None and values.get(size) is not None and values[rank] >= values[size]:
+            problems.append(Problem(rank, environ[rank], f"must be below {size} ({values[size]})",
+                                    f"unset {rank} and {size} for one process, or let the launcher set them"))
+    return problems
+
+
 def launch_geometry(recipe):
     """The recipe's batch geometry on the processes this one was launched with (`WORLD_SIZE`; 1 otherwise)."""
     from ..config.recipe import run_geometry
 
+    raise_if_any(launch_problems(), "the launch environment")
     return run_geometry(recipe, num_processes=int(os.environ.get("WORLD_SIZE", "1")))
 
 
