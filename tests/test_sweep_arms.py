@@ -27,6 +27,26 @@ def test_arm_names_are_read_and_bad_ones_named():
     assert "--arms = 'per-prompt': is not an arm" in text and "write it `per_prompt`" in text
     assert "--arms = 'bogus': is not an arm: one of gN (static G N), per_prompt" in text
     assert "--arms = 'g4': is listed more than once" in text
+    with pytest.raises(CurriculumError) as error:  # both trained, or the message named --num-generations
+        parse_arms(["g2", "g02", "dynamic-g8", "dynamic-g08", "top_up"])
+    text = str(error.value)
+    assert "--arms = 'g2': and g02 name one arm, listed 2 times" in text and "--num-generations" not in text
+    assert "--arms = 'dynamic-g8': and dynamic-g08 name one arm" in text
+
+
+def test_a_sweep_whose_later_seeds_pass_the_largest_seed_is_refused_before_any_run(tmp_path, capsys):
+    """`seed: 4294967295` with 2 seeds was refused only after the first arm trained."""
+    import yaml
+
+
+    data = yaml.safe_load(Path(load_recipe("demo").path).read_text())
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump({**data, "seed": 4294967295}))
+    assert main(["sweep", str(path), "--num-generations", "2", "--seeds", "2", "--max-steps", "2",
+                 "--out", str(tmp_path / "sw")]) == 2
+    error = capsys.readouterr().err
+    assert "--seeds = 2: runs each arm at seeds 4294967295 to 4294967296, past numpy's and torch's largest seed" in error
+    assert "at most 4294967294" in error and not (tmp_path / "sw").exists()
 
 
 def test_adaptive_arms_take_the_recipes_candidates_or_the_static_arms():

@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..config.trl_ranges import SEED_MAX
 from ..core.errors import CurriculumError, GeometryError, Problem, raise_if_any
 from ..training.checkpoint import CurriculumStateError, atomic_json, atomic_write, problems_of, read_json, state_error
 from .folders import hold_folder
@@ -449,6 +450,12 @@ def sweep_main(args) -> int:
         problems.append(Problem("--target", args.target, "must be a finite held-out reward", "e.g. `--target 0.8`"))
     raise_if_any(problems, "sweep")
     base_seed = recipe.training.get("seed", 42)
+    last_seed = base_seed + args.seeds - 1
+    if last_seed > SEED_MAX:  # the recipe's own seed was checked; the runs' seed + 1, ... before the first one trains
+        raise CurriculumError([Problem("--seeds", args.seeds, f"runs each arm at seeds {base_seed} to {last_seed}, "
+                                       f"past numpy's and torch's largest seed {SEED_MAX}", "lower the recipe's "
+                                       f"`seed` to at most {SEED_MAX - args.seeds + 1}, or ask for fewer --seeds")],
+                              "sweep")  # fmt: skip
     settings = {"recipe": recipe.path, "raw": recipe.raw, "arms": [vars(arm) for arm in arms],
                 "seeds": args.seeds, "base_seed": base_seed, "max_steps": max_steps, "held_out": held_out,
                 "eval_every": args.eval_every or max(1, max_steps // 10), "target": args.target}  # fmt: skip

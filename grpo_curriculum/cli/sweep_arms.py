@@ -55,31 +55,40 @@ def candidates(recipe, static: list[int]) -> tuple[list[int], str]:
     return list(run_geometry(recipe).valid_num_generations()), "every valid G of the batch geometry"
 
 
+def _parse_arm(name: str) -> tuple[str, int | None] | None:
+    """`(kind, G)` of one `--arms` name, or `None` when it names no arm."""
+    static, dynamic = _STATIC.fullmatch(name), _DYNAMIC.fullmatch(name)
+    if static:
+        return "static", int(static.group(1))
+    if dynamic:
+        return "dynamic", int(dynamic.group(1)) if dynamic.group(1) else None
+    return (name, None) if name in ("per_prompt", "top_up", "recipe") else None
+
+
 def parse_arms(names: list[str]) -> list[tuple[str, int | None]]:
     """
     `(kind, G)` for each name of `--arms`: `("static", 4)` for `g4`, `("dynamic", 8)` for `dynamic-g8`, `("dynamic",
     None)`, `("per_prompt", None)`, `("top_up", None)`, `("recipe", None)`.
 
     Raises:
-        [`CurriculumError`]: for a name that is no arm, or one given twice.
+        [`CurriculumError`]: for a name that is no arm, or one arm given twice (under one spelling or two: `g2 g02`).
     """
-    problems, parsed = [], []
+    problems, parsed, spellings = [], [], {}
     for name in names:
-        static, dynamic = _STATIC.fullmatch(name), _DYNAMIC.fullmatch(name)
-        if static:
-            parsed.append(("static", int(static.group(1))))
-        elif dynamic:
-            parsed.append(("dynamic", int(dynamic.group(1)) if dynamic.group(1) else None))
-        elif name in ("per_prompt", "top_up", "recipe"):
-            parsed.append((name, None))
-        else:
+        arm = _parse_arm(name)
+        if arm is None:
             fix = "e.g. `--arms g4 g8 per_prompt top_up dynamic`"
             if name.replace("-", "_") in ("per_prompt", "top_up"):
                 fix = f"write it `{name.replace('-', '_')}`"
             problems.append(Problem("--arms", name, f"is not an arm: one of {ARM_NAMES}", fix))
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:
-        problems.append(Problem("--arms", twice[0], "is listed more than once", "list each arm once"))
+            continue
+        parsed.append(arm)
+        spellings.setdefault(arm, []).append(name)
+    for given in spellings.values():
+        if len(given) > 1:
+            rule = ("is listed more than once" if len(set(given)) == 1 else
+                    f"and {' and '.join(sorted(set(given) - {given[0]}))} name one arm, listed {len(given)} times")
+            problems.append(Problem("--arms", given[0], rule, "list each arm once"))
     raise_if_any(problems, "sweep")
     return parsed
 
