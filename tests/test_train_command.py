@@ -286,3 +286,57 @@ def test_without_a_curriculum_num_generations_and_temperature_flags_are_the_run(
     recipe = load_recipe(str(plain), given)
     assert unused_override_problems(recipe, given) == []
     assert (recipe.curriculum.stages[0].num_generations, recipe.curriculum.stages[0].temperature) == (4, 0.7)
+
+
+_CALLS = []
+
+
+def swallowing_reward(*args, **kwargs):
+    """The demo's reward; at its 5th call a Ctrl-C arrives where something swallows the KeyboardInterrupt (as a
+    `__del__` run by the garbage collector during a checkpoint save does: "Exception ignored ...")."""
+    import signal
+    import time
+
+    from grpo_curriculum.demo.tasks import echo_reward
+
+    _CALLS.append(1)
+    if len(_CALLS) == 5:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)  # the handler runs here
+        except KeyboardInterrupt:
+            pass
+    return echo_reward(*args, **kwargs)
+
+
+def test_a_ctrl_c_that_something_swallows_still_ends_the_run_at_the_next_step(tmp_path, capsys):
+    """Issue 35 item 15: once, a Ctrl-C did not end `train` (max_steps 100000): 120 s later it was still training."""
+    out = tmp_path / "run"
+    _CALLS.clear()
+    assert main(["train", DEMO, "--output_dir", str(out), "--max_steps", "40", *FAST, "--reward_funcs",
+                 "tests.test_train_command:swallowing_reward", "--report_to", "none"]) == 130  # fmt: skip
+    error = capsys.readouterr().err
+    step = int(re.search(r"grpo-curriculum train: interrupted at step (\d+); the last complete checkpoint is", error)[1])
+    assert 4 <= step <= 6 and "Traceback" not in error, error  # the 5th round's step, or the one after it
+
+
+def test_sigterm_ends_train_with_the_last_checkpoint_and_the_resume_command(tmp_path):
+    """SIGTERM (a scheduler's stop) ended `train` with exit 143 and no word on the last checkpoint."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "grpo_curriculum.cli", "train", DEMO, "--max_steps", "100000", "--output_dir",
+               str(out), *FAST, "--report_to", "none"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 240
+    while not (out / "checkpoint-2" / "trainer_state.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143 and "Traceback" not in err, err[-3000:]
+    assert re.search(r"grpo-curriculum train: stopped by SIGTERM at step \d+; the last complete checkpoint is "
+                     rf"{re.escape(str(out))}/checkpoint-\d+\. Resume from it with:", err), err[-3000:]

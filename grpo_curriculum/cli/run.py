@@ -7,6 +7,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 import warnings
@@ -620,12 +621,16 @@ def train_main(args) -> int:
         if main:
             _print_start(recipe.path, trainer, why)
         start = time.perf_counter()
-        try:
-            trainer.train(resume_from_checkpoint=resume)  # logs the stages, the resume, then each switch as it happens
-        except KeyboardInterrupt:
-            if main:
-                print("\n" + interrupted_message(trainer.state.global_step, output_dir, args), file=sys.stderr)
-            return 130  # 128 + SIGINT, as a shell reports it
+        with stop_signals() as received:
+            trainer.add_callback(stop_guard(received))
+            try:
+                trainer.train(resume_from_checkpoint=resume)  # logs the stages, the resume, then each switch
+            except KeyboardInterrupt:
+                signum = received[-1] if received else signal.SIGINT
+                if main:
+                    print("\n" + interrupted_message(trainer.state.global_step, output_dir, args, signum),
+                          file=sys.stderr)
+                return 128 + signum  # as a shell reports a command a signal ended (130 for Ctrl-C, 143 for SIGTERM)
         elapsed = time.perf_counter() - start
     trainer.save_state()
     if main:
@@ -653,16 +658,67 @@ def unused_override_problems(recipe, given: dict) -> list:
             if key in given and key not in used]
 
 
-def interrupted_message(step: int, output_dir: str, args) -> str:
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stop_signals():
     """
-    What `train` prints when Ctrl-C stops it: the step it reached, the last complete checkpoint in `output_dir` and
-    the command that resumes from it (`args`' recipe and overrides, `--resume_from_checkpoint true` for the newest).
+    While training: Ctrl-C (SIGINT) and SIGTERM (a scheduler's stop, `kill`) raise `KeyboardInterrupt`, so `train`
+    ends with the last complete checkpoint and the command that resumes it, whichever signal came. Yields the list of
+    signals received (see [`stop_guard`]); the previous handlers come back on exit. Outside the main thread (where
+    handlers cannot be set) it changes nothing.
+    """
+    import threading
+
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum, frame):
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
+    try:
+        yield received
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def stop_guard(received: list[int]):
+    """
+    A callback that raises `KeyboardInterrupt` again at the next micro-step or step end once a stop signal came
+    (`received`, from [`stop_signals`]): an interrupt raised where something swallows it (a `__del__` run by the
+    garbage collector during a checkpoint save prints "Exception ignored" and goes on) still ends the run, one step
+    later, instead of training on.
+    """
+    from transformers import TrainerCallback
+
+    class _StopGuard(TrainerCallback):
+        def on_substep_end(self, args, state, control, **kwargs):
+            if received:
+                raise KeyboardInterrupt
+
+        on_step_end = on_save = on_substep_end
+
+    return _StopGuard()
+
+
+def interrupted_message(step: int, output_dir: str, args, signum: int = signal.SIGINT) -> str:
+    """
+    What `train` prints when Ctrl-C (or SIGTERM, `signum`) stops it: the step it reached, the last complete checkpoint
+    in `output_dir` and the command that resumes from it (`args`' recipe and overrides, `--resume_from_checkpoint true`
+    for the newest).
     """
     import shlex
 
     from ..training.checkpoint import newest_complete_checkpoint
 
-    text = f"grpo-curriculum train: interrupted at step {step}"
+    how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    text = f"grpo-curriculum train: {how} at step {step}"
     found = newest_complete_checkpoint(output_dir) if os.path.isdir(output_dir) else None
     if found is None:
         return text + f"; {output_dir} holds no complete checkpoint, so nothing can be resumed (train again in a new " \
