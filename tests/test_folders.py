@@ -366,3 +366,79 @@ def test_the_lock_is_never_written_into_an_existing_file_such_as_a_hard_link_to_
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, "mine.txt"]
     lock.release()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+
+
+# --- issue 35: unwritable places (real file systems: a read-only and a full tmpfs) -----------------------------------
+
+
+def _mount(where: Path, options: str) -> bool:
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True).returncode == 0
+
+
+def _can_mount() -> bool:
+    """Root with tmpfs mounts (this project's machines and CI)."""
+    import tempfile
+
+    where = Path(tempfile.mkdtemp())
+    try:
+        return _mount(where, "size=64k") and subprocess.run(["umount", str(where)]).returncode == 0
+    except OSError:  # no mount command
+        return False
+    finally:
+        where.rmdir()
+
+
+MOUNTS = pytest.mark.skipif(not _can_mount(), reason="needs root and tmpfs mounts (this project's CI has both)")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 640 KiB tmpfs: one checkpoint of the demo's model (~352 KiB) fits, the second does not."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    assert _mount(where, "size=640k")
+    yield where
+    subprocess.run(["umount", "-l", str(where)])
+
+
+def _train(out, *extra):
+    return main(["train", DEMO, "--output_dir", str(out), "--max_steps", "6", *FAST, "--report_to", "none", *extra])
+
+
+@MOUNTS
+def test_a_full_disk_at_a_save_names_the_last_complete_checkpoint_and_a_full_disk_at_resume_leaves_no_lock(
+        small_disk, capsys):
+    """A full disk at a save ended in torch's `RuntimeError: ... unexpected pos` traceback; resuming on a full disk
+    ended in an `OSError` in folders.py and left a 0-byte lock behind."""
+    run = small_disk / "run"
+    assert _train(run) == 1
+    error = capsys.readouterr().err
+    assert f"grpo-curriculum train: error: writing {run / 'checkpoint-4'} failed: " in error, error[-2000:]
+    assert "MiB free on its file system. Training stopped at step 4; the last complete checkpoint is " \
+           f"{run / 'checkpoint-2'}. Resume from it with:" in error and "Traceback" not in error
+    with pytest.raises(OSError):  # whatever is left (creating the file may already fail)
+        with open(small_disk / "filler", "wb") as file:
+            while True:
+                file.write(b"\0" * 4096)
+                file.flush()
+    assert _train(run, "--resume_from_checkpoint", "true") == 2
+    error = capsys.readouterr().err
+    assert "/disk/run': cannot be locked: " in error and "lock cannot be created (No space left on device)" in error
+    assert not [p for p in small_disk.iterdir() if ".grpo-curriculum.lock" in p.name]  # no empty lock, no temporary
+
+
+@MOUNTS
+def test_a_read_only_output_dir_is_refused_before_any_model_loads_even_when_resuming(small_disk, capsys):
+    """An output_dir on a read-only file system: a `PermissionError` traceback after the model was built; a resume
+    even trained 2 steps first."""
+    run = small_disk / "run"
+    assert main(["train", DEMO, "--output_dir", str(run), "--max_steps", "2", *FAST, "--report_to", "none"]) == 0
+    capsys.readouterr()
+    assert subprocess.run(["mount", "-o", "remount,ro", str(small_disk)]).returncode == 0
+    before = listing(run)
+    assert _train(small_disk / "new") == 2
+    assert _train(run, "--resume_from_checkpoint", "true") == 2
+    error = capsys.readouterr().err
+    assert error.count("cannot be written: Read-only file system in") == 2 and "Traceback" not in error, error
+    assert "loading torch" in error and "torch threads" not in error  # refused before the model was built
+    assert listing(run) == before

@@ -36,8 +36,9 @@ from ..training.checkpoint import CurriculumStateError
 
 EXIT_STATUS = ("exit status: 0 done (check: every stage valid); 1 a well-formed recipe whose num_generations (a "
                "stage's, an adaptive candidate's or the eval one) does not fit the batch geometry; 2 malformed input "
-               "(a bad file, key or value, a missing dependency, an output folder that holds files), before any model "
-               "loads")
+               "(a bad file, key or value, a missing dependency, an output folder that holds files or cannot be "
+               "written), before any model loads; train: 1 also for a checkpoint that could not be written (the "
+               "message names the last complete one), 130 / 143 when Ctrl-C / SIGTERM stopped it")
 GEOMETRY_FLAGS = {
     "num_processes": "world size (default: the recipe's `num_processes`, else 1)",
     "per_device_train_batch_size": "completions per process per micro-step (TRL's default: 8)",

@@ -283,6 +283,31 @@ def output_dir_problems(path: str, key: str, fix: str, resuming: bool = False) -
     return [Problem(key, path, "is a folder that already holds files, which the run could overwrite", fix)]
 
 
+def writable_problems(path: str, key: str) -> list[Problem]:
+    """
+    Whether a run can write `path` (or, while it does not exist, the nearest folder above it), probed by writing,
+    syncing and removing a file of this command's own: a read-only file system, a full disk or a folder without write
+    permission is named before any model loads, not as a traceback after the model is built (or steps trained).
+    """
+    import tempfile
+
+    place = os.path.abspath(path)
+    while not os.path.isdir(place) and os.path.dirname(place) != place:
+        place = os.path.dirname(place)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".grpo-curriculum-probe-", dir=place)
+        try:
+            os.write(fd, b"\0" * 4096)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)  # ours: created just above by mkstemp (O_EXCL)
+    except OSError as error:
+        return [Problem(key, path, f"cannot be written: {error.strerror or error} in {place}", "choose a folder on a "
+                        "writable file system with free space, or free some space there")]  # fmt: skip
+    return []
+
+
 def new_folder(base: str) -> str:
     """`base` if nothing is there, else the first of `base-2`, `base-3`, ... that is free (nor locked by a command
     that will write it: see [`~folders.hold_folder`])."""
@@ -584,6 +609,7 @@ def _train_output(args) -> dict:
 
 def train_main(args) -> int:
     """`grpo-curriculum train RECIPE [--key value ...]`: run a recipe with `CurriculumGRPOTrainer`."""
+    from ..training.checkpoint import CheckpointWriteError
     from .progress import announce, split_output_flags
 
     args.overrides, args.log_every, args.verbose = split_output_flags(
@@ -607,8 +633,8 @@ def train_main(args) -> int:
            "runs/NAME`") if not resume else (f"resume_from_checkpoint {resume} is not a checkpoint of this folder: "
            "choose a new or empty `--output_dir` (the run continues there from that checkpoint), or `--output_dir "
            f"{os.path.dirname(os.path.normpath(str(resume)))}` to continue that run in its own folder")  # fmt: skip
-    raise_if_any(output_dir_problems(output_dir, "output_dir", fix, resuming=resumes_in(output_dir, resume)),
-                 context=f"recipe {recipe.path}")
+    raise_if_any(output_dir_problems(output_dir, "output_dir", fix, resuming=resumes_in(output_dir, resume))
+                 or writable_problems(output_dir, "output_dir"), context=f"recipe {recipe.path}")
     threads, why = torch_threads(recipe)
     _set_threads(threads)
     with _curriculum_output(quiet=False):
@@ -631,6 +657,11 @@ def train_main(args) -> int:
                     print("\n" + interrupted_message(trainer.state.global_step, output_dir, args, signum),
                           file=sys.stderr)
                 return 128 + signum  # as a shell reports a command a signal ended (130 for Ctrl-C, 143 for SIGTERM)
+            except CheckpointWriteError as error:
+                if main:
+                    print(f"\ngrpo-curriculum train: error: {error}. Training stopped at step "
+                          f"{trainer.state.global_step}" + resume_hint(output_dir, args), file=sys.stderr)
+                return 1
         elapsed = time.perf_counter() - start
     trainer.save_state()
     if main:
@@ -713,16 +744,21 @@ def interrupted_message(step: int, output_dir: str, args, signum: int = signal.S
     in `output_dir` and the command that resumes from it (`args`' recipe and overrides, `--resume_from_checkpoint true`
     for the newest).
     """
+    how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    return f"grpo-curriculum train: {how} at step {step}" + resume_hint(output_dir, args)
+
+
+def resume_hint(output_dir: str, args) -> str:
+    """`; the last complete checkpoint is ... Resume from it with:` and the command (`args`' recipe and overrides,
+    `--resume_from_checkpoint true` for the newest), or that `output_dir` holds none."""
     import shlex
 
     from ..training.checkpoint import newest_complete_checkpoint
 
-    how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-    text = f"grpo-curriculum train: {how} at step {step}"
     found = newest_complete_checkpoint(output_dir) if os.path.isdir(output_dir) else None
     if found is None:
-        return text + f"; {output_dir} holds no complete checkpoint, so nothing can be resumed (train again in a new " \
-                      "folder; `--save_strategy steps --save_steps N` saves one every N steps)"
+        return f"; {output_dir} holds no complete checkpoint, so nothing can be resumed (train again in a new " \
+               "folder; `--save_strategy steps --save_steps N` saves one every N steps)"
     overrides, rest = [], list(args.overrides)
     while rest:  # the overrides as given, without the resume and output folder ones this command adds
         token = rest.pop(0)
@@ -734,7 +770,7 @@ def interrupted_message(step: int, output_dir: str, args, signum: int = signal.S
         overrides.append(token)
     command = shlex.join(["grpo-curriculum", "train", args.recipe, *overrides, "--output_dir", output_dir,
                           "--resume_from_checkpoint", "true"])
-    return text + f"; the last complete checkpoint is {found}. Resume from it with:\n  {command}"
+    return f"; the last complete checkpoint is {found}. Resume from it with:\n  {command}"
 
 
 def _set_threads(threads: int | None) -> None:
@@ -912,7 +948,8 @@ def demo_main(args) -> int:
     target = os.path.realpath(out) if os.path.islink(out) and os.path.isdir(out) else out  # a link to a folder:
     # the run goes where it leads, as `sweep` writes through it
     raise_if_any(output_dir_problems(target, "--out", "choose a new folder, or leave out `--out`: the demo then "
-                                     "writes a new one (runs/demo, runs/demo-2, ...)"), context="demo")  # fmt: skip
+                                     "writes a new one (runs/demo, runs/demo-2, ...)")
+                 or writable_problems(target, "--out"), context="demo")  # fmt: skip
     threads, why = torch_threads(recipe)
     _set_threads(threads)
 

@@ -89,7 +89,7 @@ def open_out(out: str, settings: dict) -> bool:
     Raises:
         [`CurriculumError`]: for a folder holding other files, or a sweep of other settings.
     """
-    from .run import output_dir_problems
+    from .run import output_dir_problems, writable_problems
 
     manifest = os.path.join(out, MANIFEST_FILE)
     if os.path.isdir(out) and os.path.lexists(manifest):
@@ -103,7 +103,8 @@ def open_out(out: str, settings: dict) -> bool:
                                            "started it to resume it, or choose a new --out folder")], "sweep")
         return True
     raise_if_any(output_dir_problems(out, "--out", "choose a new folder, or leave out `--out` (the sweep then writes "
-                                     "a new one: runs/sweep, runs/sweep-2, ...)"), context="sweep")
+                                     "a new one: runs/sweep, runs/sweep-2, ...)")
+                 or writable_problems(out, "--out"), context="sweep")
     os.makedirs(out, exist_ok=True)
     atomic_json(manifest, settings)
     return False

@@ -925,11 +925,17 @@ class GRPOHooks:
         return rewards_per_func
 
     def _save_checkpoint(self, model, trial):
-        record_checkpoint(self, checkpoint_dir(self, trial))  # before transformers rotates: it is this run's
-        if not (self._curriculum_active() and self.args.should_save):
-            return super()._save_checkpoint(model, trial)
-        with curriculum_state_before_trainer_state(self, checkpoint_dir(self, trial), self._curriculum_save):
-            super()._save_checkpoint(model, trial)
+        folder = checkpoint_dir(self, trial)
+        record_checkpoint(self, folder)  # before transformers rotates: it is this run's
+        try:
+            if not (self._curriculum_active() and self.args.should_save):
+                return super()._save_checkpoint(model, trial)
+            with curriculum_state_before_trainer_state(self, folder, self._curriculum_save):
+                super()._save_checkpoint(model, trial)
+        except (OSError, RuntimeError) as error:  # a full disk reaches here as torch's RuntimeError: name the folder
+            from .checkpoint import CheckpointWriteError
+
+            raise CheckpointWriteError(folder, error) from error
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)

@@ -72,6 +72,39 @@ class CurriculumStateError(ValueError):
     """
 
 
+class CheckpointWriteError(RuntimeError):
+    """
+    Writing the checkpoint `folder` failed (`cause`: a full disk, a quota, a file system gone read-only, ...): torch
+    reports a full disk as `RuntimeError: ... unexpected pos`, so the failure is named by the checkpoint it cut short.
+
+    Args:
+        folder (`str`): The checkpoint folder being written (left incomplete: resume never picks it).
+        cause (`BaseException`): What the write raised.
+    """
+
+    def __init__(self, folder: str, cause: BaseException):
+        self.folder, self.cause = folder, cause
+        super().__init__(f"writing {folder} failed: {describe_write_error(folder, cause)}")
+
+
+def describe_write_error(folder: str, cause: BaseException) -> str:
+    """`cause` in a line, with the free space left where `folder` is (torch's own message does not say it is full)."""
+    import shutil
+
+    errors = [cause, *(e for e in (cause.__cause__, cause.__context__) if e is not None)]
+    what = next((f"{e.strerror}" for e in errors if isinstance(e, OSError) and e.strerror), None)
+    what = what or (str(cause).strip().splitlines() or [type(cause).__name__])[0][:200]
+    place = folder
+    while place and not os.path.isdir(place):
+        place = os.path.dirname(place)
+    try:
+        free = shutil.disk_usage(place or ".").free
+        what += f"; {free / 2**20:.1f} MiB free on its file system"
+    except OSError:
+        pass
+    return what
+
+
 def knob_defaults() -> dict:
     """
     This version's defaults of the knobs whose defaults changed (per-prompt `lookahead`, `defer` and `weight`, dynamic
