@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from grpo_curriculum.cli.main import main
 from grpo_curriculum.core.errors import CurriculumError, Problem
 
@@ -52,3 +54,25 @@ def test_the_cli_reference_lists_every_command_and_flag():
                 for flag in action.option_strings if flag.startswith("--") and "_" not in flag and flag != "--help"
                 and flag not in text]  # fmt: skip
     assert not missing, missing
+
+
+@pytest.mark.parametrize("argv, flag, values", [
+    (["train", "demo", "--max_steps", "2", "--max-steps", "3"], "--max_steps", ["2", "3"]),
+    (["demo", "--out", "a", "--out=b"], "--out", ["a", "b"]),
+    (["sweep", "demo", "--seeds", "2", "--num-generations", "2", "4", "--seeds", "3"], "--seeds", ["2", "3"]),
+    (["train", "demo", "--report_to", "none", "--verbose", "--report-to=wandb"], "--report_to", ["none", "wandb"]),
+])
+def test_a_flag_given_twice_is_refused_naming_both_values(argv, flag, values, capsys):
+    """Duplicate flags silently took the last value."""
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert f"{flag} = {values!r}: is given 2 times; only the last would be used" in error, error
+    assert error.startswith(f"grpo-curriculum {argv[0]}: error: 1 problem (command line):")
+
+
+def test_repeated_flags_reads_values_and_stops_at_a_bare_double_dash():
+    from grpo_curriculum.cli.main import repeated_flags
+
+    assert repeated_flags(["train", "r.yaml", "--num-generations", "2", "4", "--verbose"]) == []
+    assert repeated_flags(["train", "r.yaml", "--", "--x", "1", "--x", "2"]) == []
+    assert [p.value for p in repeated_flags(["check", "--verbose", "--verbose"])] == [["", ""]]

@@ -46,6 +46,9 @@ def test_demo_smoke(tmp_path, capsys):
     in_state = [h for h in state["log_history"] if "curriculum/switch" in h]
     assert [{"step": h["step"], **h["curriculum/switch"]} for h in in_state] == saved
     assert not (tmp_path / "demo.partial").exists()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o777 & ~umask  # as `mkdir` makes it (it was 0700, from the staging folder)
 
 
 def test_per_prompt_demo_recipe_is_checked_and_its_summary_gives_the_g_distribution(tmp_path, capsys):
@@ -342,3 +345,20 @@ def test_train_on_trl_1_15_without_a_gpu_exits_2_before_any_model_loads(tmp_path
     error = capsys.readouterr().err
     assert "trl = '1.15.0': TRL 1.15.0 cannot train on a CPU" in error and "Traceback" not in error
     assert not (tmp_path / "o").exists()
+
+
+def test_plot_of_a_run_whose_newest_checkpoint_was_cut_short_plots_the_newest_complete_one(tmp_path, capsys, caplog):
+    """`plot` failed on a half-written newest checkpoint (a run killed while saving it)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    _logged_run(run / "checkpoint-3")
+    (run / "checkpoint-6").mkdir()
+    (run / "checkpoint-6" / "trainer_state.json").write_text('{"log_history": [{"st')  # killed while writing it
+    with caplog.at_level("WARNING", logger="grpo_curriculum"):
+        assert main(["plot", str(run), "-o", str(tmp_path / "p.png")]) == 0
+    assert f"{run / 'checkpoint-6' / 'trainer_state.json'} cannot be read (a checkpoint cut short?): plotting " \
+           f"{run / 'checkpoint-3' / 'trainer_state.json'}" in caplog.text
+    assert (tmp_path / "p.png").stat().st_size > 10_000
+    (run / "checkpoint-3" / "trainer_state.json").write_text("{")  # none complete: the newest one's error
+    assert main(["plot", str(run)]) == 2
+    assert f"{run / 'checkpoint-6' / 'trainer_state.json'} cannot be read" in capsys.readouterr().err

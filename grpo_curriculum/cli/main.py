@@ -27,7 +27,7 @@ import os
 import signal
 import sys
 
-from ..core.errors import CurriculumError, GeometryError, list_text, plural, shorten
+from ..core.errors import CurriculumError, GeometryError, Problem, list_text, plural, shorten
 from ..core.rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
 from ..core.sampling import DynamicSampling, TopUp
 from ..demo.models import MODELS, ModelFetchError
@@ -190,12 +190,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def repeated_flags(argv: list[str]) -> list[Problem]:
+    """
+    Flags given more than once (`--max_steps 2 ... --max-steps 3`: dashes and underscores are one flag), which
+    argparse and `trl grpo` would read as the last one, silently; the flags after a bare `--` are not looked at.
+    """
+    seen: dict[str, list[str]] = {}
+    for i, token in enumerate(argv):
+        if token == "--":
+            break
+        if not token.startswith("--") or len(token) == 2:
+            continue
+        name, equals, value = token.partition("=")
+        if not equals:
+            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else ""
+        seen.setdefault("--" + name[2:].replace("-", "_"), []).append(value)
+    return [Problem(flag, values, f"is given {len(values)} times; only the last would be used", "give it once")
+            for flag, values in seen.items() if len(values) > 1]
+
+
 def _error(command: str, error: Exception) -> None:
     if isinstance(error, OSError) and error.filename is not None:
         message = f"{error.strerror or error}: {error.filename}"
     else:
         message = str(error)
-    print(f"grpo-curriculum {command}: error: {message}", file=sys.stderr)
+    print(f"{f'grpo-curriculum {command}'.strip()}: error: {message}", file=sys.stderr)
 
 
 # --- check -------------------------------------------------------------------------------------------------------
@@ -466,6 +485,11 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         `int`: The exit status (`2` for a usage error or malformed input).
     """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    twice = repeated_flags(argv)
+    if twice:
+        _error(argv[0] if argv and not argv[0].startswith("-") else "", CurriculumError(twice, "command line"))
+        return 2
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit:  # argparse printed the usage error (2) or the help (0)

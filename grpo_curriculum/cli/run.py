@@ -577,8 +577,19 @@ def read_log_history(run_dir: str) -> list[dict]:
         if not found:
             where = "does not exist" if not os.path.exists(run_dir) else f"holds no {TRAINER_STATE_FILE}"
             raise CurriculumStateError(f"{run_dir} {where} (nor a checkpoint-N folder with one). Fix: {fix}.")
-        path = found[0]
-    history = read_trainer_state(path, fix)["log_history"]
+        errors = []
+        for path in found:  # the newest whose state reads: a newer one may be cut short (killed while saving it)
+            try:
+                history = read_trainer_state(path, fix)["log_history"]
+                break
+            except CurriculumStateError as error:
+                errors.append(error)
+        else:
+            raise errors[0]
+        if errors:
+            logger.warning("%s cannot be read (a checkpoint cut short?): plotting %s", found[0], path)
+    else:
+        history = read_trainer_state(path, fix)["log_history"]
     value = Nullable(Rule("number", finite=False))  # a logged metric may be NaN
     plotted = {"step": STEP, "curriculum/stage": STEP, "curriculum/temperature": value, "reward": value,
                "curriculum/num_generations?": value, "frac_reward_zero_std?": value, "curriculum/generated?": value,

@@ -290,6 +290,9 @@ def partial_folder(target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(target)
     path = Path(tempfile.mkdtemp(prefix=f".{target.name}{_PARTIAL}{_owner_tag()}-", dir=target.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    path.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; once renamed it is the user's folder, made as `mkdir` would
     owner = {"program": "grpo-curriculum", "pid": os.getpid(), "host": socket.gethostname(),
              "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}  # fmt: skip
     with open(path / UNFINISHED, "x", encoding="utf-8") as marker:  # a new file in the new folder
