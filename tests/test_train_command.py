@@ -230,24 +230,32 @@ def test_the_reference_model_of_an_instance_is_a_separate_copy(tmp_path):
     assert all((policy[k] == reference[k]).all() and policy[k].data_ptr() != reference[k].data_ptr() for k in policy)
 
 
-def test_ctrl_c_names_the_last_complete_checkpoint_and_the_resume_command(tmp_path):
-    import signal
+def _stopped_train(out: Path, checkpoint: str, signum: int, wait: float = 0.0):
+    """`train` (max_steps 100000, a checkpoint every 2 steps) in a process of its own, sent `signum` `wait` seconds
+    after `checkpoint` appeared: its exit status and standard error."""
     import subprocess
     import sys
     import time
 
-    out = tmp_path / "run"
     command = [sys.executable, "-m", "grpo_curriculum.cli", "train", DEMO, "--max_steps", "100000", "--output_dir",
                str(out), *FAST, "--report_to", "none"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.monotonic() + 240
-    while not (out / "checkpoint-4" / "trainer_state.json").exists() and time.monotonic() < deadline:
+    while not (out / checkpoint / "trainer_state.json").exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    time.sleep(0.5)
-    process.send_signal(signal.SIGINT)
+    time.sleep(wait)
+    process.send_signal(signum)
     _, err = process.communicate(timeout=120)
-    assert process.returncode == 130, err[-3000:]
+    return process.returncode, err
+
+
+def test_ctrl_c_names_the_last_complete_checkpoint_and_the_resume_command(tmp_path):
+    import signal
+
+    out = tmp_path / "run"
+    returncode, err = _stopped_train(out, "checkpoint-4", signal.SIGINT, wait=0.5)
+    assert returncode == 130, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     lines = err.splitlines()
     last = lines[next(i for i, line in enumerate(lines) if "interrupted at step" in line):][:2]  # on a line of its own
@@ -323,20 +331,9 @@ def test_a_ctrl_c_that_something_swallows_still_ends_the_run_at_the_next_step(tm
 def test_sigterm_ends_train_with_the_last_checkpoint_and_the_resume_command(tmp_path):
     """SIGTERM (a scheduler's stop) ended `train` with exit 143 and no word on the last checkpoint."""
     import signal
-    import subprocess
-    import sys
-    import time
 
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "grpo_curriculum.cli", "train", DEMO, "--max_steps", "100000", "--output_dir",
-               str(out), *FAST, "--report_to", "none"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONPATH": str(ROOT)})
-    deadline = time.monotonic() + 240
-    while not (out / "checkpoint-2" / "trainer_state.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == 143 and "Traceback" not in err, err[-3000:]
+    returncode, err = _stopped_train(out, "checkpoint-2", signal.SIGTERM)
+    assert returncode == 143 and "Traceback" not in err, err[-3000:]
     assert re.search(r"grpo-curriculum train: stopped by SIGTERM at step \d+; the last complete checkpoint is "
                      rf"{re.escape(str(out))}/checkpoint-\d+\. Resume from it with:", err), err[-3000:]
