@@ -165,7 +165,7 @@ CASES = {
                      ("curriculum.stages[1].adaptive.rule", "drop `rule`: `flat_first` is what top-up does")],
     "dynamic_sampling_settings": [("curriculum.stages[0].dynamic_sampling", "cannot be combined with `adaptive`"),
                                   ("curriculum.stages[1].dynamic_sampling.max_round", "did you mean `max_rounds`?"),
-                                  ("curriculum.stages[1].dynamic_sampling.max_rounds", "must be an integer >= 0")],
+                                  ("curriculum.stages[1].dynamic_sampling.max_rounds", "must be a positive integer")],
     "comparison_settings": [("curriculum.stages[0].comparison.margin", "only applies with `mode: margin`"),
                             ("curriculum.stages[1].comparison.margin", "is required with `mode: margin`"),
                             ("curriculum.stages[2].comparison.margin_ed", "did you mean `margin_end`?"),

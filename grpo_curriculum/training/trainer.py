@@ -109,7 +109,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
       first) until the round holds `generation_batch_size` completions;
     - dynamic sampling (`Stage(dynamic_sampling=DynamicSampling(max_rounds, on_limit))`, DAPO): rounds of new
       prompts at the stage's G until `generation_batch_size / G` groups are informative (two finite rewards at least,
-      not all equal) or `max_rounds` rounds were sampled (`0`: no limit); the batch holds the first informative
+      not all equal) or `max_rounds` rounds were sampled; the batch holds the first informative
       groups. A batch still short after `max_rounds` rounds is filled up with all-equal groups whose tokens are out
       of the loss (`on_limit="mask"`, the default: the loss and `num_items_in_batch` of the informative groups
       alone for the token-normalised losses `dapo`, `bnpo`, `cispo` and `vespo`), stops training with an error
@@ -264,6 +264,9 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             dynamic, needed = setting.dynamic_sampling, batch // setting.num_generations
             informative = [g for g, group in enumerate(round_.rewards) if is_informative(group)]
             if len(informative) < needed and not dynamic.at_limit(len(round_.increments)):
+                if self.accelerator.is_main_process:
+                    logger.info(dynamic.drawing_line(self.state.global_step, setting.stage, len(round_.increments),
+                                                     round_.generated, len(informative), needed))  # fmt: skip
                 round_.add_groups(self._prompt_stream.take(needed), setting.num_generations)
             else:
                 short = needed - min(len(informative), needed)
@@ -272,7 +275,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
                         f"grpo-curriculum: dynamic sampling (stage {setting.stage}) drew max_rounds "
                         f"{dynamic.max_rounds} generation rounds ({round_.generated} completions) and found "
                         f"{len(informative)} informative groups of the {needed} a training batch needs (all-equal "
-                        "rewards in the others). Fix: raise `dynamic_sampling.max_rounds` (0: no limit), set "
+                        "rewards in the others). Fix: raise `dynamic_sampling.max_rounds` (at most 1024), set "
                         "`on_limit: mask` to train on the informative groups only, or use easier prompts or a "
                         "higher temperature."
                     )  # fmt: skip
