@@ -405,6 +405,18 @@ def test_ten_megabyte_recipe_is_refused_at_once(tmp_path):
     refused(path, "is larger than 65536 bytes", within=0.5)  # only 64 KiB are read: about a millisecond
 
 
+def test_a_recipe_of_exactly_the_byte_limit_is_read_and_one_byte_more_is_refused(tmp_path):
+    """`MAX_BYTES` is the largest recipe read: a file of exactly that many bytes is accepted, one more is refused."""
+    head = "x: 1\n"
+    path = tmp_path / "limit.yaml"
+    path.write_bytes((head + "#" * (loading.MAX_BYTES - len(head) - 1) + "\n").encode())
+    assert path.stat().st_size == loading.MAX_BYTES
+    assert loading.read_yaml(str(path)) == ({"x": 1}, [])
+    path.write_bytes((head + "#" * (loading.MAX_BYTES - len(head)) + "\n").encode())
+    assert path.stat().st_size == loading.MAX_BYTES + 1
+    refused(path, "is larger than 65536 bytes")
+
+
 def test_largest_accepted_recipe_is_validated_quickly(tmp_path):
     """Just under both limits, with a problem in every stage: all reported, in bounded time (about 0.1 s here)."""
     stage = "    - {num_generations: 1, temperature: -1, until_step: 0}\n"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from grpo_curriculum import Adaptive, Stage
-from grpo_curriculum.training.checkpoint import CurriculumStateError
+from grpo_curriculum.training.checkpoint import CurriculumStateError, read_state
 
 from .conftest import RoundRecorder, assert_whole_groups, indexed_dataset, per_prompt_stages
 from .test_trainer import make_trainer
@@ -445,6 +445,22 @@ def test_out_of_range_per_prompt_state_fails_clearly(per_prompt_run, tmp_path, e
     with pytest.raises(CurriculumStateError, match=message):
         trainer.train(resume_from_checkpoint=str(checkpoint))
     assert recorder.calls == []
+
+
+def test_a_waiting_position_must_lie_below_the_stream_position(per_prompt_run, tmp_path):
+    """The boundary of `stream.waiting`: positions of prompts read in this pass, so below `stream.position`; one equal
+    to it (a prompt not read yet) is refused, one just below it is read."""
+    checkpoint = tmp_path / "checkpoint-4"
+    shutil.copytree(per_prompt_run / "checkpoint-4", checkpoint)
+    path = checkpoint / "curriculum_state.json"
+    position = json.loads(path.read_text())["stream"]["position"]
+    assert position > 0
+    set_path("stream.waiting", [position - 1])(path)
+    assert read_state(str(checkpoint))["stream"]["waiting"] == [position - 1]
+    set_path("stream.waiting", [position])(path)
+    with pytest.raises(CurriculumStateError, match=rf"stream\.waiting = \[{position}\]: must be increasing positions "
+                       rf"below stream\.position = {position}"):
+        read_state(str(checkpoint))
 
 
 def test_a_checkpoint_of_the_earlier_defaults_resumes_only_with_them(per_prompt_run, tmp_path):
