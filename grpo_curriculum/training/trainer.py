@@ -15,7 +15,8 @@ from ..core.sampling import top_up_increment
 from ..core.signals import round_stats
 from . import _trl, tracking
 from .callback import CurriculumCallback, DefaultsChanged, describe_g
-from .checkpoint import STATE_FILE, CurriculumStateError, read_state, resume_checkpoint, write_state
+from .checkpoint import (RECIPE_FIX, STATE_FILE, CurriculumStateError, fit_problems, read_state, resume_checkpoint,
+                         state_error, write_state)
 from .report import PromptReport
 from .round import Round, is_informative
 from .stream import first_rows, local_round_rows, prompt_keys, prompt_slots, prompt_texts
@@ -382,6 +383,14 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
 
     def _curriculum_load(self, checkpoint: str) -> None:
         state = read_state(checkpoint, global_step=self.state.global_step)
+        stream = _trl.new_prompt_stream(self)
+        if state["callback"]["stages"] == self._curriculum.stage_signature():  # else load_state_dict names the change
+            size = None if stream.iterable else len(stream.dataset)
+            problems = fit_problems(state, self._curriculum.schedule.stages, size)
+            if problems:
+                raise state_error(os.path.join(checkpoint, STATE_FILE), problems, RECIPE_FIX,
+                                  what="values this run's recipe and dataset cannot use (the file was edited, or the "
+                                       "recipe or dataset changed)")  # fmt: skip
         try:
             self._curriculum.load_state_dict(state["callback"])
             self._prompt_report.load_state_dict(state["prompt_report"])
@@ -394,7 +403,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
                 "(curriculum) the checkpoint was written with, or start a new run from the model weights in it."
             ) from None
         _trl.restore_micro_step(self, state["micro_step"])
-        self._prompt_stream = _trl.new_prompt_stream(self)
+        self._prompt_stream = stream
         in_round = _trl.round_in_progress(self) and state["round_start_stream"] is not None
         if in_round and state["geometry"] == self._geometry():
             # TRL regenerates the round the checkpoint was taken in: the same setting and prompts (and a per-prompt
