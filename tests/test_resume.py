@@ -461,10 +461,11 @@ def per_prompt_run(tmp_path_factory):
         (set_path("round_plan.taken", [0, 5]), r"round_plan\.taken = \[0, 5\]: must be positions below 4, the prompts "
                                                r"the round looked at"),
         (set_path("round_plan.left", [2, 9]), r"round_plan\.left = \[2, 9\]: must be positions below 4"),
+        (set_path("round_plan.sizes", [3, 5]), r"round_plan\.sizes = \[3, 5\]: must be candidates of stage 0, \[2, 4, 8\]"),
     ],
     ids=["round-of-15", "taken-decrease", "waiting-beyond-position", "explore-out-of-range", "older-per-prompt-rule",
          "other-policy", "nan-moment", "negative-successes", "position-past-the-dataset", "read-past-the-dataset",
-         "taken-beyond-looked", "left-beyond-looked"],
+         "taken-beyond-looked", "left-beyond-looked", "sizes-not-candidates"],
 )  # fmt: skip
 def test_out_of_range_per_prompt_state_fails_clearly(per_prompt_run, tmp_path, edit, message):
     checkpoint = tmp_path / "checkpoint-4"

@@ -515,7 +515,8 @@ def fit_problems(state: dict, stages: list, dataset_size: int | None) -> list[Pr
     - The current setting holds a `top_up` plan exactly when its stage is a top-up stage, and then the stage's; a
       `dynamic_sampling` block exactly when its stage samples dynamically.
     - Stream positions lie within a pass of the dataset (`stream`, `round_start_stream`), and a per-prompt round's
-      plan takes and leaves only prompts it looked at (the waiting ones and the `read` next ones).
+      plan gives each prompt one of the stage's candidates and takes and leaves only prompts it looked at (the waiting
+      ones and the `read` next ones).
     """
     problems = []
     callback = state["callback"]
@@ -551,6 +552,10 @@ def fit_problems(state: dict, stages: list, dataset_size: int | None) -> list[Pr
             problems.append(Problem(f"{name}.position", position, f"must be at most the dataset's {dataset_size} "
                                     "prompts (the prompts read in the current pass)", RECIPE_FIX))
     plan, start = state["round_plan"], state["round_start_stream"]
+    adaptive = None if plan is None or current is None else stages[current["stage"]].adaptive
+    if adaptive is not None and not set(plan["sizes"]) <= set(adaptive.num_generations):
+        problems.append(Problem("round_plan.sizes", plan["sizes"], f"must be candidates of stage {current['stage']}, "
+                                f"{list(adaptive.num_generations)} (each prompt's G in a per-prompt round)", RECIPE_FIX))
     if plan is not None and start is not None:
         looked = len(start.get("waiting", [])) + plan["read"]
         if dataset_size is not None and start["position"] + plan["read"] > dataset_size:
