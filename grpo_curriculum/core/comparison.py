@@ -37,7 +37,8 @@ MAX_MARGIN = 64.0
 """Largest margin, in group standard deviations (no completion of a group of at most 2^20 is that far from its mean)."""
 
 _MARGIN = Rule("number", low=0, high=MAX_MARGIN, why="group standard deviations between a completion's reward and "
-               "its group's mean; at most (G - 1) / sqrt(G) for the stage's smallest group G", fix="e.g. `margin: 1.0` (0: every completion, as `mode: all`)")
+               "its group's mean; at most (G - 1) / sqrt(G) for the stage's smallest group G",
+               fix="e.g. `margin: 1.0` (0: every completion, as `mode: all`)")
 COMPARISON_RULES = {
     "mode": Rule("choice", choices=COMPARISON_MODES, fix="use `all`, `extremes` or `margin`"),
     "margin": _MARGIN,

@@ -540,7 +540,7 @@ def fit_problems(state: dict, stages: list, dataset_size: int | None) -> list[Pr
         rule = _top_up_rule(current.get("top_up"), stage.top_up, current["stage"])
         if rule is not None:
             problems.append(Problem("callback.current.top_up", current.get("top_up"), rule, RECIPE_FIX))
-        if (current.get("dynamic_sampling") is None) != (stage.dynamic_sampling is None):
+        if (current.get("dynamic_sampling") is None) != (stage.dynamic_sampling is None) and state["version"] >= 5:
             rule = (f"must be given: stage {current['stage']} of the recipe samples dynamically"
                     if stage.dynamic_sampling is not None else
                     f"must be null: stage {current['stage']} of the recipe has no `dynamic_sampling`")
@@ -555,7 +555,8 @@ def fit_problems(state: dict, stages: list, dataset_size: int | None) -> list[Pr
     adaptive = None if plan is None or current is None else stages[current["stage"]].adaptive
     if adaptive is not None and not set(plan["sizes"]) <= set(adaptive.num_generations):
         problems.append(Problem("round_plan.sizes", plan["sizes"], f"must be candidates of stage {current['stage']}, "
-                                f"{list(adaptive.num_generations)} (each prompt's G in a per-prompt round)", RECIPE_FIX))
+                                f"{list(adaptive.num_generations)} (each prompt's G in a per-prompt round)",
+                                RECIPE_FIX))
     if plan is not None and start is not None:
         looked = len(start.get("waiting", [])) + plan["read"]
         if dataset_size is not None and start["position"] + plan["read"] > dataset_size:
