@@ -129,6 +129,24 @@ MUTATIONS = [
              "            advantages = advantages / (std + 1e-3)",
              ("tests/test_increments.py", "-k", "closed_form"),
              "merged advantages scaled by another epsilon than TRL's"),
+    # Issue 35, item 14: boundaries the suite did not pin.
+    Mutation("temperature_step_unclamped", "grpo_curriculum/core/adaptive.py",
+             "new = min(bounds[1], round(t + a.temperature_step, 6))", "new = round(t + a.temperature_step, 6)",
+             ("tests/test_adaptive.py", "-k", "step_past_a_bound"),
+             "an adaptive temperature step up past the upper bound is not clamped (0.95 + 0.1 -> 1.05, bound 1.0)"),
+    Mutation("recipe_limit_exclusive", "grpo_curriculum/core/loading.py",
+             "    if len(raw) > MAX_BYTES:", "    if len(raw) >= MAX_BYTES:",
+             ("tests/test_recipe.py", "-k", "exactly_the_byte_limit"),
+             "a recipe of exactly MAX_BYTES bytes is refused"),
+    Mutation("knapsack_ties_to_the_largest", "grpo_curriculum/core/allocation.py",
+             "k = next(k for k, c in enumerate(candidates) if c <= r",
+             "k = next(k for k, c in reversed(list(enumerate(candidates))) if c <= r",
+             ("tests/test_allocation.py", "-k", "ties_go_to_the_smaller"),
+             "the knapsack's ties go to the larger G of the earlier prompt ([4, 4, 2], not [2, 4, 4])"),
+    Mutation("waiting_at_the_position", "grpo_curriculum/training/checkpoint.py",
+             "(waiting and waiting[-1] >= position)", "(waiting and waiting[-1] > position)",
+             ("tests/test_resume.py", "-k", "waiting_position_must_lie_below"),
+             "a restored waiting position equal to the stream position (a prompt not read yet) is accepted"),
 ]
 
 

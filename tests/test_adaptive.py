@@ -389,6 +389,18 @@ def test_emas_restart_when_their_knob_changes():
     assert p.metrics()["zero_std_ema"] == 0.0
 
 
+@pytest.mark.parametrize("name", ROUND_POLICIES)
+@pytest.mark.parametrize("start, bounds, kind, completions, expected", [
+    (0.95, (0.7, 1.0), "equal", "same", 1.0),  # collapse: 0.95 + 0.1 clamped to the upper bound, not 1.05
+    (0.75, (0.7, 1.2), "half", "distinct", 0.7),  # diverse noise: 0.75 - 0.1 clamped to the lower bound, not 0.65
+])
+def test_a_temperature_step_past_a_bound_stops_at_the_bound(name, start, bounds, kind, completions, expected):
+    """The boundary of the temperature steps: a step that would cross a bound lands on it, then stays there."""
+    decisions = run(policy(name, T=start, temperature=bounds), [kind] * 20, completions=completions)
+    assert set(changes(decisions, "temperature").values()) == {expected}
+    assert decisions[-1].temperature == expected
+
+
 def test_diverse_noise_lowers_temperature():
     p = policy(T=1.2, temperature=(0.7, 1.2))
     decisions = run(p, ["half"] * 20, completions="distinct")

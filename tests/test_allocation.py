@@ -104,6 +104,14 @@ def test_knapsack_is_exact(seed):
         assert sum(values[i, candidates.index(g)] for i, g in enumerate(sizes)) == pytest.approx(best)
 
 
+@pytest.mark.parametrize("values", [np.zeros((3, 2)), np.tile([0.3, 0.6], (3, 1))])
+def test_knapsack_ties_go_to_the_smaller_g_of_the_earlier_prompt(values):
+    """Three equal prompts, candidates (2, 4), budget 10: [2, 4, 4], [4, 2, 4] and [4, 4, 2] tie; the documented rule
+    takes [2, 4, 4] (a scan from the largest candidate would give [4, 4, 2])."""
+    assert knapsack(values, (2, 4), 10) == [2, 4, 4]
+    assert knapsack(values, (2, 4), 8) == [2, 2, 4]
+
+
 def test_closed_form_kinds():
     """Settled prompts are deferred or get the minimum; rare successes get the largest G; budgets are exact."""
     kinds = [1, 0, "coin", "rare"] * 16

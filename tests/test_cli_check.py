@@ -354,6 +354,12 @@ def test_check_prints_the_top_up_and_dynamic_sampling_plans(tmp_path, capsys):
             "dropped and refilled from further rounds of 16 prompts (64 completions each), at most 4 rounds (256 "
             "completions) a training batch; a batch still short after them trains on its informative groups only "
             "(the all-equal groups filling it up are out of the loss) (on_limit mask)") in out
+    recipe.write_text(SAMPLING.replace("max_rounds: 4", "max_rounds: 0"))  # no limit: a round could never end
+    code, _, err = check(capsys, recipe)
+    assert code == 2 and ("curriculum.stages[2].dynamic_sampling.max_rounds = 0: must be a positive integer "
+                          "(generation rounds drawn at most to fill one training batch; 0, no limit, is refused: a "
+                          "round of too few informative prompts would never end)\n"
+                          "    fix: e.g. `max_rounds: 2`") in err
     recipe.write_text(SAMPLING.replace("pilot: 4}", "pilot: 4, decay: 0.9}"))
     code, _, err = check(capsys, recipe)
     assert code == 2 and "adaptive.decay = 0.9: only applies with `policy: per_prompt`" in err

@@ -310,19 +310,27 @@ def test_dynamic_sampling_on_limit_error_stops_with_a_clear_message(tmp_path):
         trainer.train()
     message = str(error.value)
     assert "max_rounds 2" in message and "found 2 informative groups of the 4" in message
-    assert "0: no limit" in message and "on_limit: mask" in message
+    assert "at most 1024" in message and "on_limit: mask" in message
 
 
-def test_dynamic_sampling_without_limit_draws_until_the_batch_is_informative(tmp_path):
-    """`max_rounds` 0 (verl's `max_num_gen_batches: 0`): one informative group a pass, 4 needed: 4 passes."""
-    stages = [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=0))]
+def test_dynamic_sampling_draws_until_the_batch_is_informative_and_logs_each_round_drawn(tmp_path, caplog):
+    """
+    One informative group a pass, 4 needed, `max_rounds` 8: 4 passes, each further one logged with what the rounds
+    before found (a batch that keeps drawing is visible; `max_rounds: 0`, which drew forever silently, is refused).
+    """
+    stages = [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=8))]
     trainer, recorder = make_trainer(tmp_path, stages, recorder=RoundRecorder(one_of_four_informative), max_steps=1,
                                      shuffle_dataset=False)  # fmt: skip
     rounds = record_outputs(trainer)
-    trainer.train()
+    with caplog.at_level("INFO", logger="grpo_curriculum"):
+        trainer.train()
     (r,) = rounds
     assert len(recorder.calls) == 4 and r["round"].trained == [1, 5, 9, 13] and r["round"].masked is None
     assert r["output"]["advantages"].abs().min() > 0.5
+    drawing = [line for line in caplog.messages if "drawing round" in line]
+    assert drawing == [f"step 0: dynamic sampling (stage 0) found {n} informative group{'s' * (n != 1)} of the 4 a "
+                       f"training batch needs in {n} generation round{'s' * (n != 1)} ({8 * n} completions): drawing "
+                       f"round {n + 1} of at most 8" for n in (1, 2, 3)]
 
 
 def two_of_four_constant(prompts, completions, idx, **kwargs):

@@ -165,7 +165,7 @@ CASES = {
                      ("curriculum.stages[1].adaptive.rule", "drop `rule`: `flat_first` is what top-up does")],
     "dynamic_sampling_settings": [("curriculum.stages[0].dynamic_sampling", "cannot be combined with `adaptive`"),
                                   ("curriculum.stages[1].dynamic_sampling.max_round", "did you mean `max_rounds`?"),
-                                  ("curriculum.stages[1].dynamic_sampling.max_rounds", "must be an integer >= 0")],
+                                  ("curriculum.stages[1].dynamic_sampling.max_rounds", "must be a positive integer")],
     "comparison_settings": [("curriculum.stages[0].comparison.margin", "only applies with `mode: margin`"),
                             ("curriculum.stages[1].comparison.margin", "is required with `mode: margin`"),
                             ("curriculum.stages[2].comparison.margin_ed", "did you mean `margin_end`?"),
@@ -403,6 +403,18 @@ def test_ten_megabyte_recipe_is_refused_at_once(tmp_path):
     path.write_text(HEAD + "".join(f"key_{i}: {i}\n" for i in range(800_000)))
     assert path.stat().st_size > 10_000_000
     refused(path, "is larger than 65536 bytes", within=0.5)  # only 64 KiB are read: about a millisecond
+
+
+def test_a_recipe_of_exactly_the_byte_limit_is_read_and_one_byte_more_is_refused(tmp_path):
+    """`MAX_BYTES` is the largest recipe read: a file of exactly that many bytes is accepted, one more is refused."""
+    head = "x: 1\n"
+    path = tmp_path / "limit.yaml"
+    path.write_bytes((head + "#" * (loading.MAX_BYTES - len(head) - 1) + "\n").encode())
+    assert path.stat().st_size == loading.MAX_BYTES
+    assert loading.read_yaml(str(path)) == ({"x": 1}, [])
+    path.write_bytes((head + "#" * (loading.MAX_BYTES - len(head)) + "\n").encode())
+    assert path.stat().st_size == loading.MAX_BYTES + 1
+    refused(path, "is larger than 65536 bytes")
 
 
 def test_largest_accepted_recipe_is_validated_quickly(tmp_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from grpo_curriculum import Adaptive, Stage
-from grpo_curriculum.training.checkpoint import CurriculumStateError
+from grpo_curriculum.training.checkpoint import CurriculumStateError, read_state
 
 from .conftest import RoundRecorder, assert_whole_groups, indexed_dataset, per_prompt_stages
 from .test_trainer import make_trainer
@@ -356,6 +356,10 @@ def deadline(seconds):
         signal.signal(signal.SIGALRM, previous)
 
 
+SWITCH = {"step": 3, "round": 3, "from": {"stage": 0, "num_generations": 2, "temperature": 0.7},
+          "to": {"stage": 1, "num_generations": 4, "temperature": 1.1}, "reason": "stage 1 starts"}
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -364,7 +368,9 @@ def deadline(seconds):
         (set_path("callback.switches", {"step": 5}), r"callback\.switches = .*: must be a list"),
         (set_path("callback.current.stage", 7), r"callback\.current\.stage = 7: must be a stage index below 3"),
         (set_path("callback.current.num_generations", 6), r"current\.num_generations = 6: must be the stage's G, 2"),
-        (set_path("callback.current.temperature", math.nan), r"current\.temperature = nan: must be a positive finite"),
+        (set_path("callback.current.temperature", math.nan), r"current\.temperature = nan: must be a finite number"),
+        (set_path("callback.current.temperature", 1e-300),
+         r"current\.temperature = 1e-300: must be a finite number >= 0\.01"),
         (set_path("stream.epoch", 10**9), r"stream\.epoch = 1000000000: must be at most 3 x callback\.rounds \+ 1"),
         (set_path("round_start_stream.epoch", 10**9), r"round_start_stream\.epoch = 1000000000: must be at most 3 x "),
         (set_path("stream.position", -3), r"stream\.position = -3: must be an integer >= 0"),
@@ -374,10 +380,26 @@ def deadline(seconds):
         (set_array("prompt_report.seen", values=[1, 2]), r"prompt_report: must hold arrays of one length"),
         (set_array("prompt_report.slots", values=[[1, 2]]), r"prompt_report\.slots = .*: must be a one-dimension"),
         (set_path("callback.defaults.top_up_prompts", "half"), r"callback\.defaults\.top_up_prompts = 'half': must "),
+        # Issue 35: values the recipe and the dataset the run resumes with cannot use.
+        (set_path("stream.position", 49), r"stream\.position = 49: must be at most the dataset's 48 prompts"),
+        (set_path("round_start_stream", {"epoch": 1, "position": 10**6}),
+         r"round_start_stream\.position = 1000000: must be at most the dataset's 48 prompts"),
+        (set_path("callback.current.top_up", {"pilot": 2, "largest": 8, "prompts": None}),
+         r"callback\.current\.top_up = .*: must be null: stage 0 of the recipe is not a top-up stage"),
+        (set_path("callback.current.dynamic_sampling", {"max_rounds": 1024, "on_limit": "mask"}),
+         r"callback\.current\.dynamic_sampling = .*: must be null: stage 0 of the recipe has no `dynamic_sampling`"),
+        (set_path("callback.current.dynamic_sampling", {"max_rounds": 0, "on_limit": "mask"}),
+         r"callback\.current\.dynamic_sampling\.max_rounds = 0: must be a positive integer"),
+        (set_path("callback.switches", [SWITCH] * 10_001), r"callback\.switches = '10001 values': must hold at most "
+                                                           r"10000 values"),
+        (set_path("callback.switches", [SWITCH, SWITCH]), r"callback\.switches = '2 records': must be at most one a "
+                                                          r"round: increasing rounds of at most callback\.rounds = 4"),
     ],
     ids=["rounds-str", "stream-list", "switches-dict", "stage-7-of-3", "g-not-the-stage's", "nan-temperature",
-         "huge-epoch", "huge-round-start-epoch", "negative-position", "rounds-beyond-micro-steps", "negative-count",
-         "nan-mean", "lengths", "2d-slots", "unknown-top-up-rule"],
+         "tiny-temperature", "huge-epoch", "huge-round-start-epoch", "negative-position", "rounds-beyond-micro-steps",
+         "negative-count", "nan-mean", "lengths", "2d-slots", "unknown-top-up-rule", "position-past-the-dataset",
+         "round-start-past-the-dataset", "injected-top-up", "injected-dynamic-sampling", "endless-dynamic-sampling",
+         "too-many-switches", "two-switches-a-round"],
 )  # fmt: skip
 def test_wrong_or_out_of_range_state_fails_clearly_before_any_step(saved_run, tmp_path, edit, message):
     checkpoint = damaged_copy(saved_run, tmp_path, edit)
@@ -431,9 +453,20 @@ def per_prompt_run(tmp_path_factory):
          r"callback\.policy\.stats\.moments\[0\] = nan: must be a finite number in \[0, 1\]"),
         (set_array("callback.policy.stats.successes", -2.0),
          r"callback\.policy\.stats\.successes\[0\] = -2\.0: must be a finite number >= 0"),
+        # Issue 35: positions beyond the 12 prompts of the dataset or the prompts the round looked at (IndexError).
+        (set_path("stream", {"epoch": 1, "position": 13, "waiting": [8, 12]}),
+         r"stream\.position = 13: must be at most the dataset's 12 prompts"),
+        (set_path("round_start_stream", {"epoch": 1, "position": 11, "waiting": [6, 7]}),
+         r"round_plan\.read = 2: must be at most the dataset's 12 prompts less round_start_stream\.position \(11\)"),
+        (set_path("round_plan.taken", [0, 5]), r"round_plan\.taken = \[0, 5\]: must be positions below 4, the prompts "
+                                               r"the round looked at"),
+        (set_path("round_plan.left", [2, 9]), r"round_plan\.left = \[2, 9\]: must be positions below 4"),
+        (set_path("round_plan.sizes", [3, 5]),
+         r"round_plan\.sizes = \[3, 5\]: must be candidates of stage 0, \[2, 4, 8\]"),
     ],
     ids=["round-of-15", "taken-decrease", "waiting-beyond-position", "explore-out-of-range", "older-per-prompt-rule",
-         "other-policy", "nan-moment", "negative-successes"],
+         "other-policy", "nan-moment", "negative-successes", "position-past-the-dataset", "read-past-the-dataset",
+         "taken-beyond-looked", "left-beyond-looked", "sizes-not-candidates"],
 )  # fmt: skip
 def test_out_of_range_per_prompt_state_fails_clearly(per_prompt_run, tmp_path, edit, message):
     checkpoint = tmp_path / "checkpoint-4"
@@ -445,6 +478,85 @@ def test_out_of_range_per_prompt_state_fails_clearly(per_prompt_run, tmp_path, e
     with pytest.raises(CurriculumStateError, match=message):
         trainer.train(resume_from_checkpoint=str(checkpoint))
     assert recorder.calls == []
+
+
+ADAPTIVE_T = [Stage(temperature=0.8, adaptive=Adaptive(num_generations=(2, 4), temperature=(0.7, 1.0)))]
+
+
+@pytest.fixture(scope="module")
+def adaptive_t_run(tmp_path_factory):
+    """A run of an adaptive stage with temperature bounds [0.7, 1.0], a checkpoint at step 2."""
+    folder = tmp_path_factory.mktemp("adaptive-t")
+    make_trainer(folder, ADAPTIVE_T, max_steps=2, save_strategy="steps", save_steps=2)[0].train()
+    return folder
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (set_path("callback.policy.temperature", 1e-300),
+     r"callback\.policy\.temperature = 1e-300: must be a finite number >= 0\.01"),  # RuntimeError (inf/nan) before
+    (set_path("callback.policy.temperature", 5.0),
+     r"callback\.policy\.temperature = 5\.0: must lie within stage 0's adaptive temperature bounds \[0\.7, 1\]"),
+    (set_path("callback.policy.decision", [2, 0.5, None]),
+     r"callback\.policy\.decision\[1\] = 0\.5: must lie within stage 0's adaptive temperature bounds"),
+    (set_path("callback.current.temperature", 1.5),
+     r"callback\.current\.temperature = 1\.5: must lie within stage 0's adaptive temperature bounds"),
+], ids=["tiny", "above-the-bounds", "decision-below-the-bounds", "current-above-the-bounds"])  # fmt: skip
+def test_an_adaptive_temperature_outside_the_stage_s_bounds_is_refused(adaptive_t_run, tmp_path, edit, message):
+    checkpoint = tmp_path / "checkpoint-2"
+    shutil.copytree(adaptive_t_run / "checkpoint-2", checkpoint)
+    edit(checkpoint / "curriculum_state.json")
+    trainer, recorder = make_trainer(tmp_path / "resumed", ADAPTIVE_T, max_steps=4)
+    with pytest.raises(CurriculumStateError, match=message) as error:
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    assert str(checkpoint / "curriculum_state.json") in str(error.value) and "Fix: " in str(error.value)
+    assert recorder.calls == []
+
+
+def test_an_oversized_state_is_refused_before_it_is_parsed(saved_run, tmp_path):
+    """300k switch records (90 MB in the issue's probe) took 141 s and 900 MB to resume: refused by size, at once."""
+    checkpoint = damaged_copy(saved_run, tmp_path, set_path("callback.switches", [SWITCH] * 300_000))
+    assert (checkpoint / "curriculum_state.json").stat().st_size > 32 << 20
+    trainer, recorder = make_trainer(tmp_path / "resumed", STAGES, max_steps=9)
+    with deadline(20), pytest.raises(CurriculumStateError, match=r"curriculum_state\.json holds \d+ bytes, more than "
+                                                                 r"the 33554432 read"):
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    assert recorder.calls == []
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("curriculum/prompts_at_gX", 3, r"log_history\[1\]\.curriculum/prompts_at_gX = 3: must name a G"),
+    ("curriculum/prompts_at_g4", "many", r"log_history\[1\]\.curriculum/prompts_at_g4 = 'many': must be a finite "
+                                         r"number >= 0"),
+])  # fmt: skip
+def test_a_trainer_state_log_line_the_run_cannot_read_is_refused(saved_run, tmp_path, key, value, message):
+    """A trainer-state key `curriculum/prompts_at_gX` resumed and failed at the end of the run (`ValueError` in the
+    summary of the per-prompt G): refused when the checkpoint is checked, naming the file and the key."""
+    checkpoint = damaged_copy(saved_run, tmp_path, lambda path: None)
+    path = checkpoint / "trainer_state.json"
+    state = json.loads(path.read_text())
+    state["log_history"][1][key] = value
+    path.write_text(json.dumps(state))
+    trainer, recorder = make_trainer(tmp_path / "resumed", STAGES, max_steps=9)
+    with pytest.raises(CurriculumStateError, match=message) as error:
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    assert str(path) in str(error.value)
+    assert recorder.calls == []
+
+
+def test_a_waiting_position_must_lie_below_the_stream_position(per_prompt_run, tmp_path):
+    """The boundary of `stream.waiting`: positions of prompts read in this pass, so below `stream.position`; one equal
+    to it (a prompt not read yet) is refused, one just below it is read."""
+    checkpoint = tmp_path / "checkpoint-4"
+    shutil.copytree(per_prompt_run / "checkpoint-4", checkpoint)
+    path = checkpoint / "curriculum_state.json"
+    position = json.loads(path.read_text())["stream"]["position"]
+    assert position > 0
+    set_path("stream.waiting", [position - 1])(path)
+    assert read_state(str(checkpoint))["stream"]["waiting"] == [position - 1]
+    set_path("stream.waiting", [position])(path)
+    with pytest.raises(CurriculumStateError, match=rf"stream\.waiting = \[{position}\]: must be increasing positions "
+                       rf"below stream\.position = {position}"):
+        read_state(str(checkpoint))
 
 
 def test_a_checkpoint_of_the_earlier_defaults_resumes_only_with_them(per_prompt_run, tmp_path):
@@ -583,7 +695,7 @@ def test_hostile_files_are_refused_without_reading_them(saved_run, tmp_path):
     assert "is a character device, not a regular file: it is not read" in found[folders[1]]  # 8: link to /dev/zero
     assert "is a FIFO (named pipe), not a regular file" in found[folders[2]]
     assert "curriculum_arrays.npz is a character device" in found[folders[3]]
-    assert f"holds {(1 << 30) + 1} bytes, more than the {1 << 30} read" in found[folders[0]]
+    assert f"holds {(1 << 30) + 1} bytes, more than the {32 << 20} read" in found[folders[0]]  # the state's own cap
     assert all("Fix: resume from another checkpoint" in found[folder] for folder in folders)
     assert found["newest"] == str(output / "checkpoint-2")
 

@@ -156,9 +156,9 @@ def test_top_up_validation(kwargs, key, text):
 
 def test_dynamic_sampling_defaults_and_validation():
     assert (DynamicSampling().max_rounds, DynamicSampling().on_limit) == (2, "mask")  # the study's default (issue 25)
-    assert DynamicSampling(0).unlimited and not DynamicSampling(0).at_limit(10**6)  # verl's `max_num_gen_batches: 0`
     assert DynamicSampling(3).at_limit(3) and not DynamicSampling(3).at_limit(2)
-    for bad in (-1, 2.5, True, "4", None, 1025):
+    assert DynamicSampling(1).at_limit(1) and DynamicSampling(1024).max_rounds == 1024
+    for bad in (0, -1, 2.5, True, "4", None, 1025):
         error = pytest.raises(CurriculumError, DynamicSampling, max_rounds=bad).value
         (problem,) = error.problems
         assert problem.key == "DynamicSampling.max_rounds" and "must be" in problem.rule and problem.fix
@@ -213,7 +213,7 @@ def test_setting_rebuilds_its_parts_from_mappings():
     ({"num_generations": 4, "adaptive": {"policy": "top_up", "num_generations": [4, 8]},
       "dynamic_sampling": {"max_rounds": 2}}, "Stage.dynamic_sampling", "cannot be combined with `adaptive`"),
     ({"num_generations": 4, "dynamic_sampling": {"max_rounds": -1}}, "Stage.dynamic_sampling.max_rounds",
-     "must be an integer >= 0"),
+     "must be a positive integer"),
     ({"num_generations": 4, "dynamic_sampling": {"rounds": 2}}, "Stage.dynamic_sampling.rounds",
      "is not a dynamic-sampling setting"),
     ({"num_generations": 4, "dynamic_sampling": 4}, "Stage.dynamic_sampling", "must be a mapping"),

@@ -109,6 +109,21 @@ def test_reward_module_with_a_syntax_error_stops_before_the_model_loads(tmp_path
     assert f"({tmp_path / 'broken_rewards.py'}, line 1)" in error and "Traceback" not in error
 
 
+def test_an_infinite_reward_ends_train_with_exit_2_naming_the_function(tmp_path, capsys, monkeypatch):
+    """Issue 35: a reward of inf trained to the end with loss 0; `train` now stops at the first one, exit 2, naming
+    the reward function and the value, without a traceback."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "inf_rewards.py").write_text("def reward(completions, **kwargs):\n"
+                                             "    return [float('inf')] + [0.0] * (len(completions) - 1)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    recipe = tmp_path / "inf.yaml"
+    recipe.write_text(Path(DEMO).read_text().replace("grpo_curriculum.demo.tasks:echo_reward", "inf_rewards:reward"))
+    assert main(["train", str(recipe), "--output_dir", str(tmp_path / "out"), "--max_steps", "2", *FAST]) == 2
+    error = capsys.readouterr().err
+    assert "reward function reward = inf: returned inf for completion 0 of the " in error
+    assert "scored at step 0 (1 infinite): a reward must be a finite number" in error and "Traceback" not in error
+
+
 def test_report_to_a_tracker_that_is_not_installed_stops_before_loading(tmp_path, capsys, hide_package):
     hide_package("wandb")
     out = tmp_path / "never"

@@ -444,3 +444,30 @@ def test_trl_and_the_curriculum_log_one_zero_std_share(tmp_path, wanted_by_index
         assert h["frac_reward_zero_std"] == trl_zero / 16 < zero / 16, (call["sizes"], h)
     if per_prompt:
         assert {len(set(call["sizes"])) for call in recorder.calls} == {3}  # groups of 8, 4 and 2 in every round
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, 1e39])  # 1e39: beyond float32, TRL's reward dtype: inf
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_an_infinite_reward_stops_training_naming_the_function_and_the_value(tmp_path, bad, dynamic):
+    """
+    A reward of inf trained to the end with loss 0, grad_norm 0 and reward inf (dynamic sampling even counted its
+    groups as informative): the run stops at the round that scores it, naming the function, the value and the row.
+    """
+    from grpo_curriculum import DynamicSampling
+
+    def reward(prompts, completions, idx, trainer_state, **kwargs):
+        return [bad if trainer_state.global_step == 1 and j == 5 else float(j % 2) for j in range(len(idx))]
+
+    recorder = RoundRecorder(lambda **kwargs: reward(trainer_state=recorder.trainer.state, **kwargs))
+    stages = [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling() if dynamic else None)]
+    trainer, _ = make_trainer(tmp_path, stages, recorder=recorder, max_steps=4)
+    with pytest.raises(CurriculumError) as error:
+        trainer.train()
+    (problem,) = error.value.problems
+    shown = "inf" if bad > 0 else "-inf"
+    assert problem.key == "reward function recorder" and problem.value == (bad if math.isinf(bad) else math.inf)
+    assert problem.rule.startswith(f"returned {shown} for completion 5 of the 8 scored at step 1 (1 infinite): a "
+                                   "reward must be a finite number")
+    assert "float32" in problem.fix and "None" in problem.fix
+    assert trainer.state.global_step == 1  # stopped before the step that would train on it
+    assert len([h for h in trainer.state.log_history if "loss" in h]) == 1

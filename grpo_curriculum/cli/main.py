@@ -285,8 +285,6 @@ def _dynamic_plan(dynamic: DynamicSampling, g: int, batch: int) -> str:
     rounds = dynamic.max_rounds
     text = (f"dynamic sampling: groups whose rewards are all equal are dropped and refilled from further rounds of "
             f"{plural(batch // g, 'prompt')} ({batch} completions each), ")
-    if dynamic.unlimited:
-        return text + "without limit (max_rounds 0) until a training batch holds only informative groups"
     short = {"mask": "trains on its informative groups only (the all-equal groups filling it up are out of the loss)",
              "error": "stops training with an error",
              "fill": "trains on what it holds (all-equal groups filling it up count in the loss normalisation)"}

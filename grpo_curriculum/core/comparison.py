@@ -37,7 +37,8 @@ MAX_MARGIN = 64.0
 """Largest margin, in group standard deviations (no completion of a group of at most 2^20 is that far from its mean)."""
 
 _MARGIN = Rule("number", low=0, high=MAX_MARGIN, why="group standard deviations between a completion's reward and "
-               "its group's mean", fix="e.g. `margin: 1.0` (0: every completion, as `mode: all`)")
+               "its group's mean; at most (G - 1) / sqrt(G) for the stage's smallest group G",
+               fix="e.g. `margin: 1.0` (0: every completion, as `mode: all`)")
 COMPARISON_RULES = {
     "mode": Rule("choice", choices=COMPARISON_MODES, fix="use `all`, `extremes` or `margin`"),
     "margin": _MARGIN,
@@ -114,6 +115,32 @@ def comparison_problems(values: Mapping, key: str = "comparison") -> list[Proble
                              f"remove `{name}`, or set `mode: margin`")
                      for name in ("margin", "margin_end") if name in given]  # fmt: skip
     return problems
+
+
+def largest_margin(num_generations: int) -> float:
+    """
+    The farthest any completion of a group of `num_generations` gets from its group's mean, in group standard
+    deviations (Bessel-corrected, as [`comparison_keep`] measures): `(G - 1) / sqrt(G)`, reached by one completion apart
+    from `G - 1` equal ones (0.707 at G 2, 1.5 at G 4). A larger margin keeps no completion: zero gradient.
+    """
+    return (num_generations - 1) / math.sqrt(num_generations)
+
+
+def reach_problems(comparison: Comparison | None, num_generations: int, groups: str, key: str) -> list[Problem]:
+    """
+    A problem for each margin of `comparison` (`margin`, `margin_end`) no completion of a group of `num_generations`
+    (the smallest group the stage trains, `groups` says which in words, e.g. `"the stage's G"`) can reach.
+    """
+    if comparison is None or comparison.mode != "margin":
+        return []
+    bound = largest_margin(num_generations)
+    return [Problem(f"{key}.{name}", value, f"must be at most {bound:.4g}, (G - 1) / sqrt(G) at G {num_generations} "
+                    f"({groups}): no completion of a group of {num_generations} is farther from its group's mean, so "
+                    "a larger margin zeroes every advantage (no gradient)",
+                    f"lower `{name}` to at most {math.floor(bound * 1000) / 1000:g}, or train larger groups "
+                    f"(1.5 at G 4, 2.47 at G 8)")
+            for name in ("margin", "margin_end")
+            if (value := getattr(comparison, name)) is not None and value > bound * (1 + 1e-9)]
 
 
 def comparison_keep(rewards: Sequence[float], group_sizes: Sequence[int], mode: str,

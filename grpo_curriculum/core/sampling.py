@@ -23,19 +23,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
-from .errors import Problem, list_text, raise_if_any
+from .errors import Problem, list_text, plural, raise_if_any
 from .rules import COUNT, MAX_COUNT, NUM_GENERATIONS, Rule, check, integer, settings_from_mapping
 from .signals import _finite, _mean_std, is_zero_std
 
 MAX_ROUNDS = 1024
-"""Most generation rounds dynamic sampling may draw for one training batch (`0`: no limit)."""
+"""Most generation rounds dynamic sampling may draw for one training batch (no limit, verl's `0`, is refused: a round of
+too few informative prompts would never end)."""
 ON_LIMIT_NAMES = ("mask", "error", "fill")
 """What dynamic sampling does with a training batch still short of informative groups after `max_rounds` rounds."""
 
 DYNAMIC_SAMPLING_RULES = {
-    "max_rounds": integer(0, MAX_ROUNDS, why="generation rounds drawn at most to fill one training batch",
-                          fix="e.g. `max_rounds: 2` (the default; verl/DAPO's `max_num_gen_batches`; 0: no limit; "
-                              "1: drop nothing, as plain GRPO)"),
+    "max_rounds": integer(1, MAX_ROUNDS, why="generation rounds drawn at most to fill one training batch; 0, no "
+                          "limit, is refused: a round of too few informative prompts would never end",
+                          fix=f"e.g. `max_rounds: 2` (the default; verl/DAPO's `max_num_gen_batches`; 1: drop "
+                              f"nothing, as plain GRPO; at most {MAX_ROUNDS}, where verl's `0` would draw forever)"),
     "on_limit": Rule("choice", choices=ON_LIMIT_NAMES,
                      fix="e.g. `on_limit: mask` (the default), `error` (verl's), or `fill`"),
 }
@@ -58,9 +60,10 @@ class DynamicSampling:
     Args:
         max_rounds (`int`, *optional*, defaults to `2`):
             Generation rounds drawn at most for one training batch (verl/DAPO's `max_num_gen_batches`); each round
-            costs one generation batch of completions. `0`: no limit, as verl's `max_num_gen_batches: 0` (a dataset
-            with too few informative prompts then never ends a round); `1`: nothing is drawn again, plain GRPO. The
-            default 2 is the study's choice (docs/dynamic_sampling.md; 4 before).
+            costs one generation batch of completions; at most [`MAX_ROUNDS`]. `0` (no limit, verl's
+            `max_num_gen_batches: 0`) is refused: a dataset with too few informative prompts would never end a round.
+            `1`: nothing is drawn again, plain GRPO. The default 2 is the study's choice (docs/dynamic_sampling.md; 4
+            before). Each further round drawn logs a line with the count, so a round that keeps drawing is visible.
         on_limit (`str`, *optional*, defaults to `"mask"`):
             A batch still short of informative groups after `max_rounds` rounds:
             - `"mask"`: trains on its informative groups only. It is filled up to the batch with all-equal groups
@@ -105,18 +108,21 @@ class DynamicSampling:
                                      "`dynamic_sampling: {max_rounds: 2}`",
                                      lambda given, at: check(DYNAMIC_SAMPLING_RULES, given, at))
 
-    @property
-    def unlimited(self) -> bool:
-        return self.max_rounds == 0
-
     def at_limit(self, rounds: int) -> bool:
         """Whether `rounds` generation rounds are all a training batch may draw."""
-        return not self.unlimited and rounds >= self.max_rounds
+        return rounds >= self.max_rounds
+
+    def drawing_line(self, step: int, stage: int, drawn: int, completions: int, informative: int, needed: int) -> str:
+        """
+        The line logged each time a training batch draws one more generation round (a stalled batch stays visible):
+        what `drawn` rounds (`completions` in all) found, and the round drawn next.
+        """
+        return (f"step {step}: dynamic sampling (stage {stage}) found {plural(informative, 'informative group')} of "
+                f"the {needed} a training batch needs in {plural(drawn, 'generation round')} ({completions} "
+                f"completions): drawing round {drawn + 1} of at most {self.max_rounds}")
 
     def describe(self) -> str:
         """The mode in words, e.g. `"dynamic sampling, at most 4 generation rounds a training batch"`."""
-        if self.unlimited:
-            return "dynamic sampling, generation rounds without limit until a training batch is informative"
         rounds = f"{self.max_rounds} generation round" + ("s" if self.max_rounds != 1 else "")
         limit = "" if self.on_limit == "mask" else f" (on_limit {self.on_limit})"
         return f"dynamic sampling, at most {rounds} a training batch{limit}"

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
+from .comparison import reach_problems
 from .errors import MISSING, Problem, raise_if_any
 from .rules import NUM_GENERATIONS, STEPS, TEMPERATURE, Rule, check, fraction, is_int, is_number
 
@@ -64,6 +65,15 @@ def _dynamic_sampling_of(value, key: str):
     return DynamicSampling.from_mapping(value, key=key)
 
 
+def _smallest_group(adaptive, g) -> tuple[int, str] | None:
+    """The smallest group a stage trains and which it is, in words (`None` while its G is not valid)."""
+    if adaptive is None:
+        return (g, "the stage's G") if is_int(g) and g >= 2 else None
+    if adaptive.top_up is not None:
+        return adaptive.top_up.pilot, "the top-up pilot, the smallest group a round trains"
+    return min(adaptive.num_generations), "the stage's smallest adaptive candidate"
+
+
 def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
     """
     Every problem with one stage's fields, given as a mapping (as read from YAML or passed to [`Stage`]).
@@ -81,7 +91,8 @@ def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
     adaptive, problems = _adaptive_of(values.get("adaptive"), f"{at}adaptive")
     _, found = _dynamic_sampling_of(values.get("dynamic_sampling"), f"{at}dynamic_sampling")
     problems += found
-    problems += _comparison_of(values.get("comparison"), f"{at}comparison")[1]
+    comparison, found = _comparison_of(values.get("comparison"), f"{at}comparison")
+    problems += found
     given = {name: v for name, v in values.items() if v is not None or name == "temperature_ramp"}
     if "num_generations" not in given and "adaptive" not in values:  # an adaptive stage starts at its smallest G
         problems.append(Problem(f"{at}num_generations", MISSING, "is required", "add e.g. `num_generations: 4`"))
@@ -98,6 +109,9 @@ def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
         problems.append(Problem(f"{at}num_generations", g, "must be one of the adaptive candidates "
                                 f"{list(adaptive.num_generations)}",
                                 "start the stage at a candidate, or omit `num_generations` to start at the smallest"))
+    smallest = _smallest_group(adaptive, g)
+    if smallest is not None:
+        problems += reach_problems(comparison, *smallest, key=f"{at}comparison")
     bounds = adaptive.temperature if adaptive is not None else None
     if bounds is not None and is_number(t) and not bounds[0] <= t <= bounds[1]:
         problems.append(Problem(f"{at}temperature", t, f"must lie within the adaptive bounds {list(bounds)}",

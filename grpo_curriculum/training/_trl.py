@@ -51,6 +51,7 @@ import torch
 from datasets import Dataset
 
 from ..core.comparison import comparison_keep
+from ..core.errors import CurriculumError, Problem
 from .advantages import frac_reward_zero_std, group_advantages
 from .stream import PromptStream
 
@@ -196,6 +197,27 @@ def weighted_rewards(trainer, rewards_per_func) -> list[float]:
     rewards = (rewards_per_func * weights).nansum(dim=1)
     rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
     return rewards.tolist()
+
+
+def refuse_infinite_rewards(trainer, rewards_per_func) -> None:
+    """
+    Stop at a reward of `inf` or `-inf` (TRL reads `None` as NaN, unscored; an infinite reward gives NaN or zero
+    advantages, so a run trained on with loss 0 and no gradient while logging reward inf): one error naming the reward
+    function, the first bad value and where it is. `rewards_per_func` is gathered: every process stops alike.
+    """
+    bad = torch.isinf(rewards_per_func)
+    if not bad.any():
+        return
+    row, column = (int(i) for i in bad.nonzero()[0])
+    value, name = rewards_per_func[row, column].item(), trainer.reward_func_names[column]
+    rows, count = len(rewards_per_func), int(bad[:, column].sum())
+    raise CurriculumError([Problem(
+        f"reward function {name}", value,
+        f"returned {value} for completion {row} of the {rows} scored at step {trainer.state.global_step} ({count} "
+        f"infinite): a reward must be a finite number (or None for a completion it cannot score); an infinite one "
+        "trains nothing (loss 0, no gradient) while the logs show reward inf",
+        "make it return finite rewards (clip them; a value beyond float32's 3.4e38 is inf too), or None where it "
+        "cannot score a completion")], context="training")  # fmt: skip
 
 
 def is_training(trainer) -> bool:
@@ -918,6 +940,8 @@ class GRPOHooks:
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self._curriculum_active():
+            refuse_infinite_rewards(self, rewards_per_func)
         records = getattr(self, "_increment_records", None)
         if records is not None and is_training(self):
             records.scored = (rewards_per_func, completion_ids_list)

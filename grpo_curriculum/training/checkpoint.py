@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..core.adaptive import INFORMATION_WEIGHTS
 from ..core.errors import MISSING, Problem, plural, shorten, shorten_text
-from ..core.rules import COUNT, MAX_COUNT, MAX_STEPS, POSITIVE, Rule, fraction, integer
+from ..core.rules import COUNT, MAX_COUNT, MAX_STEPS, POSITIVE, TEMPERATURE, Rule, fraction, integer
 from ..core.sampling import MAX_ROUNDS, ON_LIMIT_NAMES, TOP_UP_PROMPTS_RULES
 
 logger = logging.getLogger("grpo_curriculum")
@@ -59,6 +59,12 @@ round's default size (`"pilot_half"`: `generation_batch_size // (2 * pilot)` pro
 `top_up_prompts`)."""
 MAX_FILE_BYTES = 1 << 30
 """Largest file read back, in bytes (1 GiB; the curriculum files of a 50k-prompt checkpoint take under 1 MB)."""
+MAX_STATE_BYTES = 32 << 20
+"""Largest `curriculum_state.json` read, in bytes (32 MiB: read in well under a second; a 50k-prompt state takes under
+1 MB, its arrays are in `curriculum_arrays.npz`)."""
+MAX_SWITCHES = 10_000
+"""Most switch records a state may hold (a switch is recorded only when G, the stage or an adaptive temperature
+changes, at most once a round, and a reversal waits twice as long each time: real runs record a few dozen)."""
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _FIX = ("resume from another checkpoint of this run (`resume_from_checkpoint=True` picks the newest complete one), "
@@ -349,16 +355,16 @@ _NUMBER = Rule("number")
 _G = integer(2, MAX_COUNT, why="GRPO needs at least 2 completions per prompt")
 _SHARE = fraction(False, False)
 _LOOKAHEAD = integer(0, MAX_COUNT)
-_SETTING = {"stage": STEP, "num_generations": Nullable(_G), "temperature": POSITIVE,
+_SETTING = {"stage": STEP, "num_generations": Nullable(_G), "temperature": TEMPERATURE,
             "top_up?": Nullable({"pilot": _G, "largest": _G, "prompts": Nullable(COUNT),
                                  "rule?": Rule("choice", choices=("flat_first",))}),
-            "dynamic_sampling?": Nullable({"max_rounds": integer(0, MAX_ROUNDS),
+            "dynamic_sampling?": Nullable({"max_rounds": integer(1, MAX_ROUNDS),
                                            "on_limit?": Rule("choice", choices=ON_LIMIT_NAMES)})}  # fmt: skip
-_POLICY_BASE = {"version": integer(1, 1), "num_generations": _G, "temperature": POSITIVE, "round": STEP,
+_POLICY_BASE = {"version": integer(1, 1), "num_generations": _G, "temperature": TEMPERATURE, "round": STEP,
                 "last_g_change": Nullable(STEP), "last_t_change": Nullable(STEP), "zero_std_ema": Nullable(_SHARE),
                 "distinct_ema": Nullable(_SHARE), "reward_ema": Nullable(_NUMBER), "best_reward": Nullable(_NUMBER),
                 "stale": STEP, "clamped_from": Nullable(POSITIVE),
-                "decision": Nullable((_G, POSITIVE, Nullable(Rule("str"))))}  # fmt: skip
+                "decision": Nullable((_G, TEMPERATURE, Nullable(Rule("str"))))}  # fmt: skip
 _PROMPT_STATS = {"successes": Array("number", 0), "failures": Array("number", 0),
                  "zero_streak": Array("int", -127, 127), "moments": Array("number", 0, 1, 3)}  # fmt: skip
 _POLICY = ByField("policy", {
@@ -377,7 +383,7 @@ STATE_SCHEMA = {
     "geometry": {"generation_batch_size": integer(1, MAX_COUNT), "num_processes": integer(1, MAX_COUNT)},
     "callback": {"stages": Each(Rule("mapping")), "current": Nullable(_SETTING), "rounds": STEP,
                  "switches": Each({"step": STEP, "round": STEP, "from": _SETTING, "to": _SETTING,
-                                   "reason": Rule("str")}, high=MAX_STEPS),
+                                   "reason": Rule("str")}, high=MAX_SWITCHES),
                  "policy_stage?": Nullable(STEP), "policy": Nullable(_POLICY), "deferred_total?": STEP,
                  "defaults?": {"lookahead?": _LOOKAHEAD, "defer?": Rule("bool"),
                                "weight?": Rule("choice", choices=INFORMATION_WEIGHTS),
@@ -398,6 +404,28 @@ TRAINER_STATE_SCHEMA = {"global_step": STEP, "log_history": Each(Rule("mapping")
 
 ENTROPY_STATE_SCHEMA = {"entropy_coef": _NUMBER, "last_world_entropy": Rule("number", finite=False)}
 """TRL's `entropy_ctrl_state.json` (`last_world_entropy` is infinite before the first measurement)."""
+
+
+PROMPTS_AT_G = "curriculum/prompts_at_g"
+"""The log key prefix of the prompts a per-prompt round trained at each G (`curriculum/prompts_at_g4`)."""
+_PROMPT_COUNT = Rule("number", low=0, why="the prompts trained at that G")
+
+
+def _log_problems(log_history: list) -> list[Problem]:
+    """What the package reads of a trainer state's log lines: each `curriculum/prompts_at_g{G}` names a G (an integer
+    from 2) and holds a count (the first 20 problems)."""
+    problems = []
+    for i, entry in enumerate(log_history):
+        for key, value in entry.items():
+            if not (isinstance(key, str) and key.startswith(PROMPTS_AT_G)) or len(problems) >= 20:
+                continue
+            g = key[len(PROMPTS_AT_G) :]
+            if not (g.isdecimal() and g.isascii() and len(g) < 8 and int(g) >= 2):
+                problems.append(Problem(f"log_history[{i}].{key}", value, f"must name a G, `{PROMPTS_AT_G}` and an "
+                                        "integer of at least 2 (the key of the prompts trained at that G)"))
+            else:
+                problems += _PROMPT_COUNT.problems(f"log_history[{i}].{key}", value)
+    return problems
 
 
 def _invariants(state: dict) -> list[Problem]:
@@ -436,6 +464,10 @@ def _invariants(state: dict) -> list[Problem]:
         elif policy["num_generations"] not in (stage.get("num_generations") or ()):
             problems.append(Problem("callback.policy.num_generations", policy["num_generations"],
                                     f"must be one of the stage's candidates {shorten(stage.get('num_generations'))}"))
+    switch_rounds = [switch["round"] for switch in callback["switches"]]
+    if not _increasing(switch_rounds) or (switch_rounds and switch_rounds[-1] > rounds):
+        problems.append(Problem("callback.switches", f"{len(switch_rounds)} records", "must be at most one a round: "
+                                f"increasing rounds of at most callback.rounds = {rounds}"))
     if rounds > state["micro_step"] + 1:
         problems.append(Problem("callback.rounds", rounds, f"must be at most micro_step + 1 = "
                                 f"{state['micro_step'] + 1} (a generation round takes at least one micro-step)"))
@@ -486,6 +518,88 @@ def _invariants(state: dict) -> list[Problem]:
         if (policy or {}).get("policy") == "per_prompt":
             names = ("successes", "failures", "zero_streak")
             problems += _same_lengths("callback.policy.stats", policy["stats"], names)
+    return problems
+
+
+RECIPE_FIX = "resume with the recipe and dataset the checkpoint was written with, or " + _FIX.split(", or ")[1]
+
+
+def _top_up_rule(saved: dict | None, plan, index: int) -> str | None:
+    """The rule a saved round's top-up plan breaks against its recipe stage's `plan` (a `TopUp` or `None`), if any:
+    the same pilot and largest group, and the same prompts unless the saved ones came from the default rule (a recipe
+    may then set the prompts that rule gave, see `defaults_changed`)."""
+    if plan is None:
+        return None if saved is None else f"must be null: stage {index} of the recipe is not a top-up stage"
+    if saved is not None and (saved["pilot"], saved["largest"]) == (plan.pilot, plan.largest) and (
+            saved["prompts"] in (None, plan.prompts)):  # fmt: skip
+        return None
+    return (f"must be stage {index}'s top-up plan: pilot {plan.pilot}, largest {plan.largest}, prompts "
+            f"{plan.prompts or 'by the default rule'}")
+
+
+def fit_problems(state: dict, stages: list, dataset_size: int | None) -> list[Problem]:
+    """
+    Every value of a read curriculum state (see [`read_state`]) that the run resuming it cannot use: checked against
+    its recipe's `stages` (whose signature the state's matches) and, for a map-style dataset, the `dataset_size`
+    prompts of a pass (`None`: an iterable dataset, whose end is not known).
+
+    - An adaptive-temperature stage's temperatures (`callback.policy.temperature`, its `decision` and the current
+      setting's) lie within the stage's `temperature: [low, high]`.
+    - The current setting holds a `top_up` plan exactly when its stage is a top-up stage, and then the stage's; a
+      `dynamic_sampling` block exactly when its stage samples dynamically.
+    - Stream positions lie within a pass of the dataset (`stream`, `round_start_stream`), and a per-prompt round's
+      plan gives each prompt one of the stage's candidates and takes and leaves only prompts it looked at (the waiting
+      ones and the `read` next ones).
+    """
+    problems = []
+    callback = state["callback"]
+    current, policy_stage, policy = callback["current"], callback.get("policy_stage"), callback["policy"]
+    bounds = None if policy_stage is None or stages[policy_stage].adaptive is None else (
+        stages[policy_stage].adaptive.temperature)
+
+    def within(key: str, value) -> None:
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:
+            problems.append(Problem(key, value, f"must lie within stage {policy_stage}'s adaptive temperature bounds "
+                                    f"[{bounds[0]:g}, {bounds[1]:g}]", RECIPE_FIX))
+
+    if policy is not None:
+        within("callback.policy.temperature", policy["temperature"])
+        if policy["decision"] is not None:
+            within("callback.policy.decision[1]", policy["decision"][1])
+    if current is not None:
+        stage = stages[current["stage"]]
+        if current["stage"] == policy_stage:
+            within("callback.current.temperature", current["temperature"])
+        rule = _top_up_rule(current.get("top_up"), stage.top_up, current["stage"])
+        if rule is not None:
+            problems.append(Problem("callback.current.top_up", current.get("top_up"), rule, RECIPE_FIX))
+        if (current.get("dynamic_sampling") is None) != (stage.dynamic_sampling is None) and state["version"] >= 5:
+            rule = (f"must be given: stage {current['stage']} of the recipe samples dynamically"
+                    if stage.dynamic_sampling is not None else
+                    f"must be null: stage {current['stage']} of the recipe has no `dynamic_sampling`")
+            problems.append(Problem("callback.current.dynamic_sampling", current.get("dynamic_sampling"), rule,
+                                    RECIPE_FIX))
+    for name in ("stream", "round_start_stream"):
+        position = (state[name] or {}).get("position", 0)
+        if dataset_size is not None and position > dataset_size:
+            problems.append(Problem(f"{name}.position", position, f"must be at most the dataset's {dataset_size} "
+                                    "prompts (the prompts read in the current pass)", RECIPE_FIX))
+    plan, start = state["round_plan"], state["round_start_stream"]
+    adaptive = None if plan is None or current is None else stages[current["stage"]].adaptive
+    if adaptive is not None and not set(plan["sizes"]) <= set(adaptive.num_generations):
+        problems.append(Problem("round_plan.sizes", plan["sizes"], f"must be candidates of stage {current['stage']}, "
+                                f"{list(adaptive.num_generations)} (each prompt's G in a per-prompt round)",
+                                RECIPE_FIX))
+    if plan is not None and start is not None:
+        looked = len(start.get("waiting", [])) + plan["read"]
+        if dataset_size is not None and start["position"] + plan["read"] > dataset_size:
+            problems.append(Problem("round_plan.read", plan["read"], f"must be at most the dataset's {dataset_size} "
+                                    f"prompts less round_start_stream.position ({start['position']})", RECIPE_FIX))
+        for name in ("taken", "left"):
+            if plan[name] and plan[name][-1] >= looked:
+                problems.append(Problem(f"round_plan.{name}", plan[name], f"must be positions below {looked}, the "
+                                        "prompts the round looked at (round_start_stream.waiting and round_plan.read)",
+                                        _FIX))
     return problems
 
 
@@ -564,7 +678,7 @@ def read_state(folder: str, global_step: int | None = None) -> dict:
             f"{folder} holds no {STATE_FILE}: it was not written by CurriculumGRPOTrainer (or not completely), so the "
             f"curriculum cannot continue where it stopped. Fix: {_FIX}."
         )
-    state = read_json(path, _FIX)
+    state = read_json(path, _FIX, MAX_STATE_BYTES)
     if not isinstance(state, dict):
         raise CurriculumStateError(f"{path} holds {type(state).__name__}, not a curriculum state. Fix: {_FIX}.")
     if state.get("version") not in READS:
@@ -642,7 +756,7 @@ def read_trainer_state(path: str | os.PathLike, fix: str = _FIX) -> dict:
         [`CurriculumStateError`]: naming the file, what is wrong with it and `fix`.
     """
     state = read_json(path, fix)
-    problems = problems_of(TRAINER_STATE_SCHEMA, state)
+    problems = problems_of(TRAINER_STATE_SCHEMA, state) or _log_problems(state["log_history"])
     if problems:
         raise state_error(os.fspath(path), problems, fix)
     return state

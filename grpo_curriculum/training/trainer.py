@@ -15,7 +15,8 @@ from ..core.sampling import top_up_increment
 from ..core.signals import round_stats
 from . import _trl, tracking
 from .callback import CurriculumCallback, DefaultsChanged, describe_g
-from .checkpoint import STATE_FILE, CurriculumStateError, read_state, resume_checkpoint, write_state
+from .checkpoint import (RECIPE_FIX, STATE_FILE, CurriculumStateError, fit_problems, read_state, resume_checkpoint,
+                         state_error, write_state)
 from .report import PromptReport
 from .round import Round, is_informative
 from .stream import first_rows, local_round_rows, prompt_keys, prompt_slots, prompt_texts
@@ -109,7 +110,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
       first) until the round holds `generation_batch_size` completions;
     - dynamic sampling (`Stage(dynamic_sampling=DynamicSampling(max_rounds, on_limit))`, DAPO): rounds of new
       prompts at the stage's G until `generation_batch_size / G` groups are informative (two finite rewards at least,
-      not all equal) or `max_rounds` rounds were sampled (`0`: no limit); the batch holds the first informative
+      not all equal) or `max_rounds` rounds were sampled; the batch holds the first informative
       groups. A batch still short after `max_rounds` rounds is filled up with all-equal groups whose tokens are out
       of the loss (`on_limit="mask"`, the default: the loss and `num_items_in_batch` of the informative groups
       alone for the token-normalised losses `dapo`, `bnpo`, `cispo` and `vespo`), stops training with an error
@@ -264,6 +265,9 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
             dynamic, needed = setting.dynamic_sampling, batch // setting.num_generations
             informative = [g for g, group in enumerate(round_.rewards) if is_informative(group)]
             if len(informative) < needed and not dynamic.at_limit(len(round_.increments)):
+                if self.accelerator.is_main_process:
+                    logger.info(dynamic.drawing_line(self.state.global_step, setting.stage, len(round_.increments),
+                                                     round_.generated, len(informative), needed))  # fmt: skip
                 round_.add_groups(self._prompt_stream.take(needed), setting.num_generations)
             else:
                 short = needed - min(len(informative), needed)
@@ -272,7 +276,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
                         f"grpo-curriculum: dynamic sampling (stage {setting.stage}) drew max_rounds "
                         f"{dynamic.max_rounds} generation rounds ({round_.generated} completions) and found "
                         f"{len(informative)} informative groups of the {needed} a training batch needs (all-equal "
-                        "rewards in the others). Fix: raise `dynamic_sampling.max_rounds` (0: no limit), set "
+                        "rewards in the others). Fix: raise `dynamic_sampling.max_rounds` (at most 1024), set "
                         "`on_limit: mask` to train on the informative groups only, or use easier prompts or a "
                         "higher temperature."
                     )  # fmt: skip
@@ -379,6 +383,14 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
 
     def _curriculum_load(self, checkpoint: str) -> None:
         state = read_state(checkpoint, global_step=self.state.global_step)
+        stream = _trl.new_prompt_stream(self)
+        if state["callback"]["stages"] == self._curriculum.stage_signature():  # else load_state_dict names the change
+            size = None if stream.iterable else len(stream.dataset)
+            problems = fit_problems(state, self._curriculum.schedule.stages, size)
+            if problems:
+                raise state_error(os.path.join(checkpoint, STATE_FILE), problems, RECIPE_FIX,
+                                  what="values this run's recipe and dataset cannot use (the file was edited, or the "
+                                       "recipe or dataset changed)")  # fmt: skip
         try:
             self._curriculum.load_state_dict(state["callback"])
             self._prompt_report.load_state_dict(state["prompt_report"])
@@ -391,7 +403,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
                 "(curriculum) the checkpoint was written with, or start a new run from the model weights in it."
             ) from None
         _trl.restore_micro_step(self, state["micro_step"])
-        self._prompt_stream = _trl.new_prompt_stream(self)
+        self._prompt_stream = stream
         in_round = _trl.round_in_progress(self) and state["round_start_stream"] is not None
         if in_round and state["geometry"] == self._geometry():
             # TRL regenerates the round the checkpoint was taken in: the same setting and prompts (and a per-prompt
