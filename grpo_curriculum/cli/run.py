@@ -556,6 +556,8 @@ def train_main(args) -> int:
                  context=f"recipe {recipe.path}")
     threads, why = torch_threads(recipe)
     _set_threads(threads)
+    from ..training._trl import fsdp_fallback, save_final_model
+
     with _curriculum_output(quiet=False):
         trainer = build_trainer(recipe, **_train_output(args))  # validates every stage against the world size
         if not args.verbose:
@@ -565,6 +567,9 @@ def train_main(args) -> int:
         main = trainer.accelerator.is_main_process
         if main:
             _print_start(recipe.path, trainer, why)
+            fallback = fsdp_fallback(trainer)
+            if fallback:
+                print(f"grpo-curriculum train: warning: {fallback}", file=sys.stderr, flush=True)
         start = time.perf_counter()
         try:
             trainer.train(resume_from_checkpoint=resume)  # logs the stages, the resume, then each switch as it happens
@@ -574,8 +579,8 @@ def train_main(args) -> int:
             return 130  # 128 + SIGINT, as a shell reports it
         elapsed = time.perf_counter() - start
     trainer.save_state()
+    save_final_model(trainer)  # every process: a collective under FSDP and ZeRO-3; the first process writes
     if main:
-        trainer.save_model()
         _print_end(trainer, recipe, elapsed, output_dir, resumed=bool(resume))
     return 0
 
@@ -637,8 +642,11 @@ def _set_threads(threads: int | None) -> None:
 def _print_start(recipe_path: str, trainer, why: str) -> None:
     import torch
 
+    from ..training._trl import engine
+
     print(f"recipe: {recipe_path}")
     print(f"geometry: {BatchGeometry.from_args(trainer.args).describe()}")
+    print(f"engine: {engine(trainer)}")
     print(f"torch threads: {torch.get_num_threads()} ({why})", flush=True)
 
 
