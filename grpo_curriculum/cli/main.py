@@ -296,6 +296,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     Raises:
         [`CurriculumError`]: for a malformed recipe or geometry.
     """
+    from ..config.engines import engine_notes
     from ..config.recipe import load_recipe, run_geometry, starting_num_generations, training_geometry
     from ..core.curriculum import is_curriculum_file, load_curriculum
 
@@ -320,6 +321,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
             unused = (f"top-level num_generations: {top} is not used (the curriculum sets G; GRPOConfig gets the "
                       f"first stage's, {start}): remove it")
         lines.append(f"recipe: {recipe.path} ({recipe.model_name_or_path}, dataset {recipe.dataset_name})")
+        lines += engine_notes(recipe.training)
     else:
         num_processes = overrides.pop("num_processes", None)
         geometry = training_geometry(overrides, num_processes)

@@ -117,6 +117,8 @@ def validate_for_launch(recipe) -> None:
     needs = [("use_vllm", recipe.training.get("use_vllm"), "vllm", "install it on a CUDA machine "
               "(`pip install 'vllm>=0.10'`, the `vllm` extra's pin), or set `use_vllm: false`"),
              ("use_peft", recipe.model.get("use_peft"), "peft", "`pip install peft`, or set `use_peft: false`"),
+             ("deepspeed", recipe.training.get("deepspeed"), "deepspeed", "`DS_BUILD_OPS=0 pip install deepspeed` "
+              "(its ops build when first used; docs/distributed.md), or remove `deepspeed`"),
              *((key, recipe.model.get(key), "bitsandbytes", f"`pip install bitsandbytes` (CUDA), or set `{key}: "
                 "false`") for key in ("load_in_4bit", "load_in_8bit"))]  # fmt: skip
     optim = recipe.training.get("optim")
@@ -133,6 +135,13 @@ def validate_for_launch(recipe) -> None:
         if wanted and importlib.util.find_spec(package) is None:
             problems.append(Problem(key, wanted, f"needs `{package}`, which is not installed in this environment",
                                     fix))
+    fsdp = recipe.training.get("fsdp")
+    if fsdp and "LOCAL_RANK" not in os.environ and "ACCELERATE_USE_FSDP" not in os.environ:
+        problems.append(Problem("fsdp", fsdp, "needs a distributed launch: transformers refuses FSDP in a process not "
+                                "started by `accelerate launch` or `torchrun` (\"Using fsdp only works in distributed "
+                                "training\")", "launch with `accelerate launch --config_file examples/distributed/"
+                                "accelerate_fsdp2.yaml -m grpo_curriculum.cli train ...` or `torchrun --nproc_per_node N "
+                                "-m grpo_curriculum.cli train ...`, or remove `fsdp`"))
     for key, why in NOT_ROUTED.items():
         if key in recipe.script:
             problems.append(Problem(key, recipe.script[key], f"is not supported: {why}", f"remove `{key}`"))
