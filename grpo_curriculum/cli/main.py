@@ -101,7 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser(
         "train", help="train a recipe", description="Train a recipe. Overrides follow it as `--key value` (any "
         "recipe key, read as on `trl grpo`'s command line, e.g. `--max_steps 10 --output_dir runs/x`). Launch with "
-        "`accelerate launch -m grpo_curriculum.cli train ...` for several processes. The output_dir must be new "
+        "`accelerate launch -m grpo_curriculum.cli train ...` (or `torchrun ... -m grpo_curriculum.cli train ...`) "
+        "for several processes; shipped launch configs: examples/multi_gpu/accelerate_2gpu.yaml (DDP), "
+        "examples/distributed/accelerate_fsdp2.yaml (FSDP2), accelerate_zero2.yaml and accelerate_zero3.yaml "
+        "(DeepSpeed ZeRO-2/3, with zero2.json and zero3.json), and several machines in "
+        "examples/distributed/multi_node.md (docs/distributed.md). Every process saves the final model (a "
+        "collective under FSDP and ZeRO-3); the first one writes it. The output_dir must be new "
         "or empty, unless `--resume_from_checkpoint` continues the run in it. " + EXIT_STATUS + ".")
     train.add_argument("recipe", help=recipe_help)
     train.add_argument("overrides", nargs=argparse.REMAINDER, help="`--key value` pairs overriding the recipe")
