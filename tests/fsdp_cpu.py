@@ -1,5 +1,6 @@
 """
-TEST-ONLY: real FSDP2 on CPU processes (gloo), for tests/test_engines.py. Not for training runs.
+TEST-ONLY: real FSDP2 on CPU processes (gloo), for tests/test_engines.py. Not for training runs. (It also runs the
+DeepSpeed test there: without an FSDP plugin the patch changes nothing.)
 
 accelerate sets `DistributedType.FSDP` only for GPU-like devices: on CPU processes an FSDP plugin is dropped and the run
 trains as plain DDP (`MULTI_CPU`). torch's own `fully_shard` does work on a CPU mesh with gloo (the parameters become
@@ -12,8 +13,8 @@ transformers' checkpointing and saving, the curriculum) runs unpatched.
 
 runs `grpo-curriculum train` (the CLI's own `main`) with the patch in place. With `FSDP_CPU_RECORD=DIR` set, each
 process also writes `DIR/rankR.json` when training ends ([`record_ranks`]): every generation round's step, G and
-temperature, the switches, and whether the model really is sharded (its parameters DTensors, each process holding a
-part).
+temperature, the switches, and whether the model really is sharded (its parameters DTensors, or ZeRO-3 partitions, each
+process holding a part).
 """
 
 import json
@@ -60,10 +61,13 @@ def record_ranks(folder: str) -> None:
     def train_and_record(self, *args, **kwargs):
         result = train(self, *args, **kwargs)
         parameters = list(self.model.parameters())
+        zero3 = [hasattr(p, "ds_tensor") for p in parameters]  # DeepSpeed ZeRO-3: each process holds `ds_tensor`
         record = {"rounds": rounds, "switches": self._curriculum.switches,
-                  "sharded": bool(parameters) and all(isinstance(p, DTensor) for p in parameters),
-                  "local": sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in parameters),
-                  "full": sum(p.numel() for p in parameters), "engine": engine(self)}  # fmt: skip
+                  "sharded": bool(parameters) and (all(zero3) or all(isinstance(p, DTensor) for p in parameters)),
+                  "local": sum(p.ds_tensor.numel() if hasattr(p, "ds_tensor") else
+                               p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in parameters),
+                  "full": sum(p.ds_numel if hasattr(p, "ds_tensor") else p.numel() for p in parameters),
+                  "engine": engine(self)}  # fmt: skip
         with open(os.path.join(folder, f"rank{self.accelerator.process_index}.json"), "w") as file:
             json.dump(record, file)
         return result

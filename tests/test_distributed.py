@@ -63,10 +63,10 @@ def test_train_command_under_torchrun_validates_the_real_world_size(tmp_path):
     base = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
             "-m", "grpo_curriculum.cli", "train", str(ROOT / "recipes" / "demo.yaml"), "--max_steps", "2",
             "--warm_start_steps", "0"]  # fmt: skip
-    # 2 processes x 8 = generation batch 16: G 2 and 8 fit. `--fsdp true` on CPU processes: accelerate trains DDP
-    # (it sets up FSDP only on GPU-like devices), and `train` says so; the final model is saved all the same.
-    ok = subprocess.run(base + ["--output_dir", str(tmp_path / "ok"), "--per_device_train_batch_size", "8", "--fsdp",
-                                "true"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    # 2 processes x 8 = generation batch 16: G 2 and 8 fit. `--fsdp` on CPU processes: accelerate trains DDP (it
+    # sets up FSDP only on GPU-like devices), and `train` says so; the final model is saved all the same.
+    ok = subprocess.run(base + ["--output_dir", str(tmp_path / "ok"), "--per_device_train_batch_size", "8", "--fsdp"],
+                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert ok.returncode == 0, ok.stderr[-3000:]
     assert "engine: DDP" in ok.stdout and ok.stderr.count("warning: FSDP was requested, but accelerate runs DDP on cpu "
                                                           "processes") == 1  # (the first process says it)

@@ -30,6 +30,7 @@ FSDP_FORMS = [
     ({"fsdp": True, "fsdp_config": {"auto_wrap_policy": "SIZE_BASED_WRAP", "min_num_params": 10}}, True),
     ({"fsdp": False, "fsdp_config": "missing.json"}, True),  # read only with FSDP on
     ({"fsdp": "bogus"}, False),
+    ({"fsdp": "true"}, False),  # `--fsdp true` on a command line: the string (`--fsdp` alone is `true`)
     ({"fsdp": "hybrid_shard"}, False),  # FSDP1 only
     ({"fsdp": True, "fsdp_config": {"version": 2, "state_dict_type": "LOCAL_STATE_DICT"}}, False),
     ({"fsdp": True, "fsdp_config": {"auto_wrap_policy": "EVERY_LAYER"}}, False),
@@ -135,9 +136,9 @@ def test_train_refuses_fsdp_without_a_distributed_launch(monkeypatch):
     validate_for_launch(load_recipe("demo", {"fsdp": True}))
 
 
-# --- real FSDP2, two processes -------------------------------------------------------------------------------------
+# --- real FSDP2 and ZeRO-3, two processes ----------------------------------------------------------------------------
 
-FSDP_RECIPE = """\
+RECIPE = """\
 model_name_or_path: builtin:tiny
 dataset_name: builtin:echo
 dataset_num_prompts: 64
@@ -154,13 +155,13 @@ max_steps: 4
 logging_steps: 1
 save_strategy: steps
 save_steps: 2
-fsdp: true
-fsdp_config: {version: 2, state_dict_type: FULL_STATE_DICT}
 curriculum:
   stages:
     - {num_generations: 2, temperature: 0.7, until_step: 2}
     - {num_generations: 8, temperature: 1.2}
 """
+FSDP2 = "fsdp: true\nfsdp_config: {version: 2, state_dict_type: FULL_STATE_DICT}\n"
+ZERO3 = f"deepspeed: {ROOT / 'examples' / 'distributed' / 'zero3.json'}\n"
 
 
 def _free_port() -> int:
@@ -169,44 +170,51 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def fsdp_runs(tmp_path_factory):
+def train_and_resume(root: Path, engine: str, two_nodes: bool) -> dict:
     """
-    Run A: `torchrun --nproc_per_node 2 ... train` under FSDP2 (a switch at step 3, checkpoints at steps 2 and 4).
-    Run B: two launchers as two nodes (`--nnodes 2 --nproc_per_node 1`, static rendezvous on 127.0.0.1), resuming A's
-    checkpoint-2 into a new folder. Each process writes its records (tests/fsdp_cpu.py).
+    Run A: `torchrun --nproc_per_node 2 tests/fsdp_cpu.py train` (the CLI's `main`, FSDP allowed on CPU) with the
+    `engine` lines added to [`RECIPE`]: a switch at step 3, checkpoints at steps 2 and 4. Run B resumes A's
+    checkpoint-2 into a new folder: with `two_nodes`, as two launchers (`--nnodes 2 --nproc_per_node 1`, static
+    rendezvous on 127.0.0.1), else as A was launched. Each process writes its records (tests/fsdp_cpu.py).
     """
-    root = tmp_path_factory.mktemp("fsdp")
-    recipe = root / "fsdp.yaml"
-    recipe.write_text(FSDP_RECIPE)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline",
-           "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+    recipe = root / "recipe.yaml"
+    recipe.write_text(RECIPE + engine)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+           "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
     launcher = [sys.executable, "-m", "torch.distributed.run"]
     train = [str(ROOT / "tests" / "fsdp_cpu.py"), "train", str(recipe)]
+    one_node = launcher + ["--nproc_per_node", "2", "--standalone"]
     runs = {}
     for name in ("a", "b"):
         (root / name).mkdir()
-        env_run = {**env, "FSDP_CPU_RECORD": str(root / name)}
+        command = train + ["--output_dir", str(root / name / "out")]
         if name == "a":
-            commands = [launcher + ["--nproc_per_node", "2", "--standalone"] + train +
-                        ["--output_dir", str(root / "a" / "out")]]  # fmt: skip
+            commands = [one_node + command]
         else:
+            command += ["--resume_from_checkpoint", str(root / "a" / "out" / "checkpoint-2")]
             nodes = ["--nnodes", "2", "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port",
                      str(_free_port())]  # fmt: skip
-            commands = [launcher + nodes + ["--node_rank", str(node)] + train +
-                        ["--output_dir", str(root / "b" / "out"), "--resume_from_checkpoint",
-                         str(root / "a" / "out" / "checkpoint-2")] for node in (0, 1)]  # fmt: skip
-        processes = [subprocess.Popen(command, env=env_run, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True) for command in commands]  # fmt: skip
-        outputs = [process.communicate(timeout=300) for process in processes]
+            commands = ([launcher + nodes + ["--node_rank", str(node)] + command for node in (0, 1)] if two_nodes
+                        else [one_node + command])  # fmt: skip
+        processes = [subprocess.Popen(command, env={**env, "FSDP_CPU_RECORD": str(root / name)}, cwd=ROOT,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     for command in commands]  # fmt: skip
+        outputs = [process.communicate(timeout=600) for process in processes]
         runs[name] = {"returncodes": [process.returncode for process in processes],
                       "stdout": [out for out, _ in outputs], "stderr": [err[-4000:] for _, err in outputs],
                       "out": root / name / "out",
                       "ranks": [json.loads(p.read_text()) if p.exists() else None
                                 for p in (root / name / f"rank{r}.json" for r in range(2))]}  # fmt: skip
-        if name == "a" and runs[name]["returncodes"] != [0]:
+        if runs[name]["returncodes"] != [0] * len(commands):
             break
     return runs
+
+
+@pytest.fixture(scope="module")
+def fsdp_runs(tmp_path_factory):
+    """FSDP2 (test-only shim): run A on one launcher, run B resuming it as two nodes."""
+    return train_and_resume(tmp_path_factory.mktemp("fsdp"), FSDP2, two_nodes=True)
 
 
 def _log(folder: Path) -> list[dict]:
@@ -219,19 +227,17 @@ def _weights(path: Path) -> dict:
     return load_file(str(path))
 
 
-def test_fsdp2_train_switches_on_both_ranks_checkpoints_and_saves_a_loadable_model(fsdp_runs):
+def check_switches_sharding_and_final_model(run: dict, engine: str) -> None:
+    """Run A of [`train_and_resume`]: sharded on both ranks, switching together, a final model that loads."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    run = fsdp_runs["a"]
     assert run["returncodes"] == [0], run["stderr"][0]
-    assert "engine: FSDP2 (FULL_STATE_DICT checkpoints)" in run["stdout"][0]
-    assert "warning: FSDP was requested" not in run["stderr"][0]
+    assert f"engine: {engine}" in run["stdout"][0] and "warning: FSDP was requested" not in run["stderr"][0]
     ranks = run["ranks"]
-    for rank in ranks:  # real sharding: DTensor parameters, each process holding half of them
-        assert rank["engine"] == "FSDP2 (FULL_STATE_DICT checkpoints)" and rank["sharded"]
-        assert rank["local"] < rank["full"]
-    assert ranks[0]["local"] + ranks[1]["local"] == ranks[0]["full"]
+    for rank in ranks:  # real sharding: each process holds half of the parameters
+        assert rank["engine"] == engine and rank["sharded"] and rank["local"] < rank["full"]
+    assert abs(ranks[0]["local"] + ranks[1]["local"] - ranks[0]["full"]) <= 2  # (ZeRO pads to an even split)
     # Both ranks: the same G and temperature at every round, the same switch.
     assert ranks[0]["rounds"] == ranks[1]["rounds"]
     assert [(step, g, t) for step, g, t, _ in ranks[0]["rounds"]] == [(0, 2, 0.7), (1, 2, 0.7), (2, 8, 1.2),
@@ -247,18 +253,36 @@ def test_fsdp2_train_switches_on_both_ranks_checkpoints_and_saves_a_loadable_mod
     assert sum(p.numel() for p in model.parameters()) == ranks[0]["full"]
 
 
-def test_two_nodes_resume_an_fsdp2_checkpoint_exactly(fsdp_runs):
-    """Two launchers (one process each) resume run A's checkpoint-2: steps 3-4 and the final model are A's."""
+def check_exact_resume(a: dict, b: dict) -> None:
+    """Run B of [`train_and_resume`] (from A's checkpoint-2): steps 3-4 and the final model are A's, bit for bit."""
     import torch
 
-    a, b = fsdp_runs["a"], fsdp_runs["b"]
     assert a["returncodes"] == [0], a["stderr"][0]
-    assert b["returncodes"] == [0, 0], b["stderr"]
+    assert set(b["returncodes"]) == {0}, b["stderr"]
     assert b["ranks"][0]["rounds"] == b["ranks"][1]["rounds"] == a["ranks"][0]["rounds"][2:]
     assert b["ranks"][0]["switches"] == b["ranks"][1]["switches"] == a["ranks"][0]["switches"]
     keys = ("step", "loss", "reward", "curriculum/num_generations", "curriculum/temperature")
     assert [[h[k] for k in keys] for h in _log(b["out"])] == [[h[k] for k in keys] for h in _log(a["out"])]
     final_a, final_b = _weights(a["out"] / "model.safetensors"), _weights(b["out"] / "model.safetensors")
     assert all(torch.equal(final_a[k], final_b[k]) for k in final_a)
-    # The first process of the first node writes the run; the other node writes nothing of its own.
+
+
+def test_fsdp2_train_switches_on_both_ranks_checkpoints_and_saves_a_loadable_model(fsdp_runs):
+    check_switches_sharding_and_final_model(fsdp_runs["a"], "FSDP2 (FULL_STATE_DICT checkpoints)")
+
+
+def test_two_nodes_resume_an_fsdp2_checkpoint_exactly(fsdp_runs):
+    """Two launchers (one process each) resume run A's checkpoint-2."""
+    a, b = fsdp_runs["a"], fsdp_runs["b"]
+    check_exact_resume(a, b)
+    # The first process of the first node writes the run; the other node prints nothing of it.
     assert "trained to step 4" in b["stdout"][0] and "trained to step" not in b["stdout"][1]
+
+
+@pytest.mark.deepspeed
+def test_zero3_train_switches_checkpoints_saves_and_resumes_exactly(tmp_path):
+    """DeepSpeed ZeRO-3 (`make test-deepspeed`: installs DeepSpeed, whose CPU ops build on first use, minutes)."""
+    pytest.importorskip("deepspeed")
+    runs = train_and_resume(tmp_path, ZERO3, two_nodes=False)
+    check_switches_sharding_and_final_model(runs["a"], "DeepSpeed ZeRO-3")
+    check_exact_resume(runs["a"], runs["b"])

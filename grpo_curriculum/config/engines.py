@@ -99,7 +99,11 @@ def engine_problems(training: Mapping, defaults: Mapping) -> list[Problem]:
     fsdp, problems = value("fsdp"), []
     items = _fsdp_items(fsdp)
     unknown = [item for item in items if item not in FSDP_OPTIONS]
-    if unknown:
+    if unknown and isinstance(fsdp, str) and fsdp.strip().lower() in TRUTH:  # `--fsdp true` on a command line
+        problems.append(Problem("fsdp", fsdp, "is the string " + repr(fsdp) + ", which transformers reads as the name "
+                                "of an FSDP option (there is none of that name) and refuses", "on the command line "
+                                "`--fsdp` alone (no value) turns FSDP on; in YAML write `fsdp: true` (unquoted)"))
+    elif unknown:
         problems.append(Problem("fsdp", fsdp, f"names {list_text(map(repr, unknown))}, not one of transformers' "
                                 f"FSDP options ({list_text(FSDP_OPTIONS)})", _FSDP_FIX))
     config = {}
