@@ -2,10 +2,10 @@
 TEST-ONLY: real FSDP2 on CPU processes (gloo), for tests/test_engines.py. Not for training runs. (It also runs the
 DeepSpeed test there: without an FSDP plugin the patch changes nothing.)
 
-accelerate sets `DistributedType.FSDP` only for GPU-like devices: on CPU processes an FSDP plugin is dropped and the run
-trains as plain DDP (`MULTI_CPU`). torch's own `fully_shard` does work on a CPU mesh with gloo (the parameters become
-DTensors sharded across the processes), so [`allow_fsdp_on_cpu`] patches accelerate's state right after it is built:
-when an FSDP plugin was given and accelerate chose `MULTI_CPU`, the state says `FSDP` with that plugin, and
+accelerate sets `DistributedType.FSDP` only for GPU-like devices: on CPU processes an FSDP plugin is dropped and the
+run trains as plain DDP (`MULTI_CPU`). torch's own `fully_shard` does work on a CPU mesh with gloo (the parameters
+become DTensors sharded across the processes), so [`allow_fsdp_on_cpu`] patches accelerate's state right after it is
+built: when an FSDP plugin was given and accelerate chose `MULTI_CPU`, the state says `FSDP` with that plugin, and
 `Accelerator.prepare` then wraps the model with `fully_shard` as it does on GPUs. Everything else (TRL's trainer,
 transformers' checkpointing and saving, the curriculum) runs unpatched.
 

@@ -68,8 +68,8 @@ def test_train_command_under_torchrun_validates_the_real_world_size(tmp_path):
     ok = subprocess.run(base + ["--output_dir", str(tmp_path / "ok"), "--per_device_train_batch_size", "8", "--fsdp"],
                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert ok.returncode == 0, ok.stderr[-3000:]
-    assert "engine: DDP" in ok.stdout and ok.stderr.count("warning: FSDP was requested, but accelerate runs DDP on cpu "
-                                                          "processes") == 1  # (the first process says it)
+    warning = "warning: FSDP was requested, but accelerate runs DDP on cpu processes"
+    assert "engine: DDP" in ok.stdout and ok.stderr.count(warning) == 1  # (the first process says it)
     assert (tmp_path / "ok" / "model.safetensors").is_file()
     state = json.loads((tmp_path / "ok" / "trainer_state.json").read_text())
     assert [h["curriculum/num_generations"] for h in state["log_history"] if "loss" in h] == [2, 8]

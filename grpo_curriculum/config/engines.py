@@ -9,7 +9,8 @@ only `full_shard` and `shard_grad_op`; `fsdp_config` is a mapping or the path of
 without the `fsdp_` prefix, its booleans read by `str_to_bool`), `FullyShardedDataParallelPlugin` (versions 1 and 2;
 FSDP2 has no `LOCAL_STATE_DICT`), `HfDeepSpeedConfig` (a mapping, a JSON file, or JSON / base64 JSON text) and
 `Trainer.create_accelerator_and_postprocess` (FSDP's activation checkpointing and the training argument cannot both
-be on; `fsdp` and `deepspeed` cannot both be on). Pure standard library (the installed transformers' version is read with `importlib.metadata`).
+be on; `fsdp` and `deepspeed` cannot both be on). Pure standard library (the installed transformers' version is read
+with `importlib.metadata`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from collections.abc import Mapping
 from ..core.errors import Problem, list_text
 from .trl_fields import _version
 
-FSDP_OPTIONS = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2", "offload", "auto_wrap")
+FSDP_OPTIONS = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2", "offload",
+                "auto_wrap")
 """transformers' `FSDPOption` values (a test compares them with the installed transformers')."""
 FSDP1_ONLY = ("no_shard", "hybrid_shard", "hybrid_shard_zero2")
 AUTO_WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
@@ -114,8 +116,8 @@ def engine_problems(training: Mapping, defaults: Mapping) -> list[Problem]:
     version = config.get("version", 2)
     version = int(version) if isinstance(version, (int, str)) and str(version) in ("1", "2") else version
     if version not in (1, 2):
-        problems.append(Problem("fsdp_config.version", version, "must be 2 (FSDP2, transformers' default) or 1 (FSDP1, "
-                                "deprecated)", "`version: 2`"))
+        problems.append(Problem("fsdp_config.version", version, "must be 2 (FSDP2, transformers' default) or 1 "
+                                "(FSDP1, deprecated)", "`version: 2`"))
     if version == 2 and int((_version("transformers") or "5").split(".")[0]) >= 5:
         fsdp1 = [item for item in items if item in FSDP1_ONLY]
         if fsdp1:
@@ -125,8 +127,9 @@ def engine_problems(training: Mapping, defaults: Mapping) -> list[Problem]:
                                     "{reshard_after_forward: false}` is `shard_grad_op`"))
     policy = config.get("auto_wrap_policy", AUTO_WRAP_POLICIES[0])
     if policy not in AUTO_WRAP_POLICIES:
-        problems.append(Problem("fsdp_config.auto_wrap_policy", policy, f"must be one of {list_text(AUTO_WRAP_POLICIES)}"
-                                " (accelerate's)", f"`auto_wrap_policy: {AUTO_WRAP_POLICIES[0]}`"))
+        problems.append(Problem("fsdp_config.auto_wrap_policy", policy, "must be one of "
+                                f"{list_text(AUTO_WRAP_POLICIES)} (accelerate's)",
+                                f"`auto_wrap_policy: {AUTO_WRAP_POLICIES[0]}`"))
     kind = config.get("state_dict_type", "FULL_STATE_DICT")
     allowed = STATE_DICT_TYPES[2 if version == 2 else 1]
     if not isinstance(kind, str) or kind.upper() not in allowed:
