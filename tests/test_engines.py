@@ -1,8 +1,8 @@
 """
 Engines beyond DDP: `check` and `train` agree on every `fsdp` / `fsdp_config` / `deepspeed` form transformers takes,
 and `grpo-curriculum train` under real FSDP2 (two CPU processes, gloo; tests/fsdp_cpu.py's test-only shim of
-accelerate's device check) switches on both ranks together, checkpoints, saves a final model `from_pretrained` loads,
-and resumes exactly as two "nodes" (two torchrun launchers on 127.0.0.1, `--nnodes 2 --nproc_per_node 1`).
+accelerate's device check) through stages of every kind (static, adaptive G, per-prompt G, top-up, dynamic sampling)
+switches on both ranks together, checkpoints, saves a final model `from_pretrained` loads, and resumes exactly as two "nodes" (two torchrun launchers on 127.0.0.1, `--nnodes 2 --nproc_per_node 1`).
 """
 
 import json
@@ -151,14 +151,20 @@ seed: 0
 per_device_train_batch_size: 4   # 2 processes: generation batch 8, G 2 then 8 (groups spanning both processes)
 max_completion_length: 4
 learning_rate: 2.0e-3
-max_steps: 4
+max_steps: 12
 logging_steps: 1
 save_strategy: steps
 save_steps: 2
-curriculum:
+curriculum:   # every kind of stage, two steps each
   stages:
     - {num_generations: 2, temperature: 0.7, until_step: 2}
-    - {num_generations: 8, temperature: 1.2}
+    - {num_generations: 8, temperature: 1.2, until_step: 4}
+    - {temperature: 1.0, until_step: 6, adaptive: {policy: success_rate, num_generations: [2, 4, 8], cooldown: 1,
+                                                     target: 0.6, success_threshold: 0.5}}
+    - {temperature: 1.0, until_step: 8, adaptive: {policy: per_prompt, num_generations: [2, 4, 8],
+                                                     success_threshold: 0.5}}
+    - {temperature: 1.0, until_step: 10, adaptive: {policy: top_up, num_generations: [2, 4]}}
+    - {num_generations: 2, temperature: 1.0, dynamic_sampling: {max_rounds: 2}}
 """
 FSDP2 = "fsdp: true\nfsdp_config: {version: 2, state_dict_type: FULL_STATE_DICT}\n"
 ZERO3 = f"deepspeed: {ROOT / 'examples' / 'distributed' / 'zero3.json'}\n"
@@ -173,7 +179,7 @@ def _free_port() -> int:
 def train_and_resume(root: Path, engine: str, two_nodes: bool) -> dict:
     """
     Run A: `torchrun --nproc_per_node 2 tests/fsdp_cpu.py train` (the CLI's `main`, FSDP allowed on CPU) with the
-    `engine` lines added to [`RECIPE`]: a switch at step 3, checkpoints at steps 2 and 4. Run B resumes A's
+    `engine` lines added to [`RECIPE`]: stages of every kind, a switch every two steps, a checkpoint every two steps. Run B resumes A's
     checkpoint-2 into a new folder: with `two_nodes`, as two launchers (`--nnodes 2 --nproc_per_node 1`, static
     rendezvous on 127.0.0.1), else as A was launched. Each process writes its records (tests/fsdp_cpu.py).
     """
@@ -238,23 +244,26 @@ def check_switches_sharding_and_final_model(run: dict, engine: str) -> None:
     for rank in ranks:  # real sharding: each process holds half of the parameters
         assert rank["engine"] == engine and rank["sharded"] and rank["local"] < rank["full"]
     assert abs(ranks[0]["local"] + ranks[1]["local"] - ranks[0]["full"]) <= 2  # (ZeRO pads to an even split)
-    # Both ranks: the same G and temperature at every round, the same switch.
-    assert ranks[0]["rounds"] == ranks[1]["rounds"]
-    assert [(step, g, t) for step, g, t, _ in ranks[0]["rounds"]] == [(0, 2, 0.7), (1, 2, 0.7), (2, 8, 1.2),
-                                                                      (3, 8, 1.2)]  # fmt: skip
-    assert ranks[0]["switches"] == ranks[1]["switches"] and len(ranks[0]["switches"]) == 1
-    assert [h["curriculum/num_generations"] for h in _log(run["out"])] == [2, 2, 8, 8]
-    # The final model (written by the first process after the gathering collective) loads, and is step 4's weights.
+    # Both ranks: the same G and temperature at every round, the same switches, through every kind of stage.
+    assert ranks[0]["rounds"] == ranks[1]["rounds"] and len(ranks[0]["rounds"]) == 12
+    assert [(step, g, t) for step, g, t, _ in ranks[0]["rounds"][:4]] == [(0, 2, 0.7), (1, 2, 0.7), (2, 8, 1.2),
+                                                                          (3, 8, 1.2)]  # fmt: skip
+    assert ranks[0]["switches"] == ranks[1]["switches"]
+    assert [s["to"]["stage"] for s in ranks[0]["switches"] if s["to"]["stage"] != s["from"]["stage"]] == [1, 2, 3, 4, 5]
+    log = _log(run["out"])
+    assert [h["curriculum/stage"] for h in log] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert [h["curriculum/num_generations"] for h in log][:4] == [2, 2, 8, 8]
+    # The final model (written by the first process after the gathering collective) loads, and is step 12's weights.
     out = run["out"]
-    assert (out / "checkpoint-2" / "curriculum_state.json").exists() and (out / "checkpoint-4").is_dir()
+    assert (out / "checkpoint-2" / "curriculum_state.json").exists() and (out / "checkpoint-12").is_dir()
     model = AutoModelForCausalLM.from_pretrained(out)
-    final, checkpoint = _weights(out / "model.safetensors"), _weights(out / "checkpoint-4" / "model.safetensors")
+    final, checkpoint = _weights(out / "model.safetensors"), _weights(out / "checkpoint-12" / "model.safetensors")
     assert final.keys() == checkpoint.keys() and all(torch.equal(final[k], checkpoint[k]) for k in final)
     assert sum(p.numel() for p in model.parameters()) == ranks[0]["full"]
 
 
 def check_exact_resume(a: dict, b: dict) -> None:
-    """Run B of [`train_and_resume`] (from A's checkpoint-2): steps 3-4 and the final model are A's, bit for bit."""
+    """Run B of [`train_and_resume`] (from A's checkpoint-2): steps 3-12 and the final model are A's, bit for bit."""
     import torch
 
     assert a["returncodes"] == [0], a["stderr"][0]
@@ -276,7 +285,7 @@ def test_two_nodes_resume_an_fsdp2_checkpoint_exactly(fsdp_runs):
     a, b = fsdp_runs["a"], fsdp_runs["b"]
     check_exact_resume(a, b)
     # The first process of the first node writes the run; the other node prints nothing of it.
-    assert "trained to step 4" in b["stdout"][0] and "trained to step" not in b["stdout"][1]
+    assert "trained to step 12" in b["stdout"][0] and "trained to step" not in b["stdout"][1]
 
 
 @pytest.mark.deepspeed
