@@ -166,7 +166,9 @@ curriculum:   # every kind of stage, two steps each
     - {temperature: 1.0, until_step: 10, adaptive: {policy: top_up, num_generations: [2, 4]}}
     - {num_generations: 2, temperature: 1.0, dynamic_sampling: {max_rounds: 2}}
 """
-FSDP2 = "fsdp: true\nfsdp_config: {version: 2, state_dict_type: FULL_STATE_DICT}\n"
+# Sharded checkpoints (one shard a process): the final save switches to a whole-weight gather, the same collective as
+# under FULL_STATE_DICT (the shipped config's), and the checkpoints need the documented consolidation step.
+FSDP2 = "fsdp: true\nfsdp_config: {version: 2, state_dict_type: SHARDED_STATE_DICT}\n"
 ZERO3 = f"deepspeed: {ROOT / 'examples' / 'distributed' / 'zero3.json'}\n"
 
 
@@ -233,6 +235,17 @@ def _weights(path: Path) -> dict:
     return load_file(str(path))
 
 
+def _checkpoint_weights(folder: Path) -> dict:
+    """A checkpoint's model weights; an FSDP sharded one consolidated as docs/distributed.md says (`accelerate
+    merge-weights`, here its function)."""
+    if not (folder / "model.safetensors").exists():
+        from accelerate.utils import merge_fsdp_weights
+
+        merge_fsdp_weights(str(folder / "pytorch_model_fsdp_0"), str(folder.parent / "merged"))
+        folder = folder.parent / "merged"
+    return _weights(folder / "model.safetensors")
+
+
 def check_switches_sharding_and_final_model(run: dict, engine: str) -> None:
     """Run A of [`train_and_resume`]: sharded on both ranks, switching together, a final model that loads."""
     import torch
@@ -257,7 +270,7 @@ def check_switches_sharding_and_final_model(run: dict, engine: str) -> None:
     out = run["out"]
     assert (out / "checkpoint-2" / "curriculum_state.json").exists() and (out / "checkpoint-12").is_dir()
     model = AutoModelForCausalLM.from_pretrained(out)
-    final, checkpoint = _weights(out / "model.safetensors"), _weights(out / "checkpoint-12" / "model.safetensors")
+    final, checkpoint = _weights(out / "model.safetensors"), _checkpoint_weights(out / "checkpoint-12")
     assert final.keys() == checkpoint.keys() and all(torch.equal(final[k], checkpoint[k]) for k in final)
     assert sum(p.numel() for p in model.parameters()) == ranks[0]["full"]
 
@@ -277,7 +290,8 @@ def check_exact_resume(a: dict, b: dict) -> None:
 
 
 def test_fsdp2_train_switches_on_both_ranks_checkpoints_and_saves_a_loadable_model(fsdp_runs):
-    check_switches_sharding_and_final_model(fsdp_runs["a"], "FSDP2 (FULL_STATE_DICT checkpoints)")
+    check_switches_sharding_and_final_model(fsdp_runs["a"], "FSDP2 (SHARDED_STATE_DICT checkpoints)")
+    assert (fsdp_runs["a"]["out"] / "checkpoint-12" / "pytorch_model_fsdp_0").is_dir()  # one shard a process
 
 
 def test_two_nodes_resume_an_fsdp2_checkpoint_exactly(fsdp_runs):
