@@ -17,7 +17,12 @@ TRANSFORMERS ?=
 COMPAT_VENV := .venv-trl$(TRL)$(if $(TRANSFORMERS),-tf$(TRANSFORMERS))
 COMPAT_PINS := "trl==$(TRL)" $(if $(TRANSFORMERS),"transformers==$(TRANSFORMERS)")
 
-.PHONY: test test-slow mutations demo check-recipes bench clean compat
+# `make test-deepspeed`: the DeepSpeed ZeRO-3 test (tests/test_engines.py, marker `deepspeed`) in a venv of its own,
+# .venv-deepspeed, with DeepSpeed installed from its source distribution without prebuilt ops (DS_BUILD_OPS=0, ~25 s);
+# its CPU communication op is compiled on first use (~2 min, needs a C++ compiler and ninja), then cached.
+DS_VENV := .venv-deepspeed
+
+.PHONY: test test-slow test-deepspeed mutations demo check-recipes bench clean compat
 
 # Setup takes minutes on a fresh machine: each phase says what it does, and pip prints a line per package.
 $(VENV)/.installed: pyproject.toml
@@ -37,6 +42,19 @@ test: $(VENV)/.installed
 
 test-slow: $(VENV)/.installed  # the real SmolLM2 model: fetched and converted once, then a few training steps
 	$(PY) -m pytest -q -m slow
+
+$(DS_VENV)/.installed: pyproject.toml
+	@echo "[1/3] creating the virtual environment $(DS_VENV)"
+	python3 -m venv $(DS_VENV)
+	@echo "[2/3] installing $(TORCH)"
+	$(DS_VENV)/bin/python -m pip install -q "$(TORCH)"
+	@echo "[3/3] installing grpo-curriculum with its test dependencies, and DeepSpeed (DS_BUILD_OPS=0)"
+	$(DS_VENV)/bin/python -m pip install -q -e ".[test]"
+	DS_BUILD_OPS=0 $(DS_VENV)/bin/python -m pip install -q deepspeed
+	touch $@
+
+test-deepspeed: $(DS_VENV)/.installed  # on demand, not in `make test`: minutes on first use (the op build)
+	$(DS_VENV)/bin/python -m pytest -q -m deepspeed
 
 mutations: $(VENV)/.installed  # on demand, not in CI: one-line mutants of the critical paths (docs/testing.md)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/mutations.py
@@ -67,4 +85,4 @@ compat: $(COMPAT_VENV)/.installed
 	$(COMPAT_VENV)/bin/python -m pytest -q -n $(WORKERS) --dist worksteal $$(grep -v '^\s*\(#\|$$\)' tests/compat.txt)
 
 clean:
-	rm -rf $(VENV) .venv-trl* runs *.egg-info
+	rm -rf $(VENV) .venv-trl* $(DS_VENV) runs *.egg-info

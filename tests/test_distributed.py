@@ -63,10 +63,14 @@ def test_train_command_under_torchrun_validates_the_real_world_size(tmp_path):
     base = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
             "-m", "grpo_curriculum.cli", "train", str(ROOT / "recipes" / "demo.yaml"), "--max_steps", "2",
             "--warm_start_steps", "0"]  # fmt: skip
-    # 2 processes x 8 = generation batch 16: G 2 and 8 fit.
-    ok = subprocess.run(base + ["--output_dir", str(tmp_path / "ok"), "--per_device_train_batch_size", "8"],
+    # 2 processes x 8 = generation batch 16: G 2 and 8 fit. `--fsdp` on CPU processes: accelerate trains DDP (it
+    # sets up FSDP only on GPU-like devices), and `train` says so; the final model is saved all the same.
+    ok = subprocess.run(base + ["--output_dir", str(tmp_path / "ok"), "--per_device_train_batch_size", "8", "--fsdp"],
                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert ok.returncode == 0, ok.stderr[-3000:]
+    warning = "warning: FSDP was requested, but accelerate runs DDP on cpu processes"
+    assert "engine: DDP" in ok.stdout and ok.stderr.count(warning) == 1  # (the first process says it)
+    assert (tmp_path / "ok" / "model.safetensors").is_file()
     state = json.loads((tmp_path / "ok" / "trainer_state.json").read_text())
     assert [h["curriculum/num_generations"] for h in state["log_history"] if "loss" in h] == [2, 8]
     # 2 processes x 3 = generation batch 6: G 8 does not fit; refused before anything is built or written.

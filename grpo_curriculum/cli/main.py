@@ -108,7 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser(
         "train", help="train a recipe", description="Train a recipe. Overrides follow it as `--key value` (any "
         "recipe key, read as on `trl grpo`'s command line, e.g. `--max_steps 10 --output_dir runs/x`). Launch with "
-        "`accelerate launch -m grpo_curriculum.cli train ...` for several processes. The output_dir must be new "
+        "`accelerate launch -m grpo_curriculum.cli train ...` (or `torchrun ... -m grpo_curriculum.cli train ...`) "
+        "for several processes; shipped launch configs: examples/multi_gpu/accelerate_2gpu.yaml (DDP), "
+        "examples/distributed/accelerate_fsdp2.yaml (FSDP2), accelerate_zero2.yaml and accelerate_zero3.yaml "
+        "(DeepSpeed ZeRO-2/3, with zero2.json and zero3.json), and several machines in "
+        "examples/distributed/multi_node.md (docs/distributed.md). Every process saves the final model (a "
+        "collective under FSDP and ZeRO-3); the first one writes it. The output_dir must be new "
         "or empty, unless `--resume_from_checkpoint` continues the run in it. " + EXIT_STATUS + ".")
     train.add_argument("recipe", type=_path, help=recipe_help)
     train.add_argument("overrides", nargs=argparse.REMAINDER, help="`--key value` pairs overriding the recipe")
@@ -320,6 +325,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     Raises:
         [`CurriculumError`]: for a malformed recipe or geometry.
     """
+    from ..config.engines import engine_notes
     from ..config.recipe import load_recipe, run_geometry, starting_num_generations, training_geometry
     from ..core.curriculum import is_curriculum_file, load_curriculum
 
@@ -344,6 +350,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
             unused = (f"top-level num_generations: {top} is not used (the curriculum sets G; GRPOConfig gets the "
                       f"first stage's, {start}): remove it")
         lines.append(f"recipe: {recipe.path} ({recipe.model_name_or_path}, dataset {recipe.dataset_name})")
+        lines += engine_notes(recipe.training)
     else:
         num_processes = overrides.pop("num_processes", None)
         geometry = training_geometry(overrides, num_processes)

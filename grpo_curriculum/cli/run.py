@@ -118,6 +118,8 @@ def validate_for_launch(recipe) -> None:
     needs = [("use_vllm", recipe.training.get("use_vllm"), "vllm", "install it on a CUDA machine "
               "(`pip install 'vllm>=0.10'`, the `vllm` extra's pin), or set `use_vllm: false`"),
              ("use_peft", recipe.model.get("use_peft"), "peft", "`pip install peft`, or set `use_peft: false`"),
+             ("deepspeed", recipe.training.get("deepspeed"), "deepspeed", "`DS_BUILD_OPS=0 pip install deepspeed` "
+              "(its ops build when first used; docs/distributed.md), or remove `deepspeed`"),
              *((key, recipe.model.get(key), "bitsandbytes", f"`pip install bitsandbytes` (CUDA), or set `{key}: "
                 "false`") for key in ("load_in_4bit", "load_in_8bit"))]  # fmt: skip
     optim = recipe.training.get("optim")
@@ -135,6 +137,13 @@ def validate_for_launch(recipe) -> None:
             problems.append(Problem(key, wanted, f"needs `{package}`, which is not installed in this environment",
                                     fix))
     problems += trl_device_problems(recipe)
+    fsdp = recipe.training.get("fsdp")
+    if fsdp and "LOCAL_RANK" not in os.environ and "ACCELERATE_USE_FSDP" not in os.environ:
+        problems.append(Problem("fsdp", fsdp, "needs a distributed launch: transformers refuses FSDP in a process not "
+                                "started by `accelerate launch` or `torchrun` (\"Using fsdp only works in distributed "
+                                "training\")", "launch with `accelerate launch --config_file examples/distributed/"
+                                "accelerate_fsdp2.yaml -m grpo_curriculum.cli train ...` or `torchrun "
+                                "--nproc_per_node N -m grpo_curriculum.cli train ...`, or remove `fsdp`"))
     for key, why in NOT_ROUTED.items():
         if key in recipe.script:
             problems.append(Problem(key, recipe.script[key], f"is not supported: {why}", f"remove `{key}`"))
@@ -648,6 +657,8 @@ def train_main(args) -> int:
                  or writable_problems(output_dir, "output_dir"), context=f"recipe {recipe.path}")
     threads, why = torch_threads(recipe)
     _set_threads(threads)
+    from ..training._trl import fsdp_fallback, save_final_model
+
     with _curriculum_output(quiet=False):
         trainer = build_trainer(recipe, **_train_output(args))  # validates every stage against the world size
         if not args.verbose:
@@ -657,6 +668,9 @@ def train_main(args) -> int:
         main = trainer.accelerator.is_main_process
         if main:
             _print_start(recipe.path, trainer, why)
+            fallback = fsdp_fallback(trainer)
+            if fallback:
+                print(f"grpo-curriculum train: warning: {fallback}", file=sys.stderr, flush=True)
         start = time.perf_counter()
         with stop_signals() as received:
             trainer.add_callback(stop_guard(received))
@@ -675,8 +689,8 @@ def train_main(args) -> int:
                 return 1
         elapsed = time.perf_counter() - start
     trainer.save_state()
+    save_final_model(trainer)  # every process: a collective under FSDP and ZeRO-3; the first process writes
     if main:
-        trainer.save_model()
         _print_end(trainer, recipe, elapsed, output_dir, resumed=bool(resume))
     return 0
 
@@ -794,8 +808,11 @@ def _set_threads(threads: int | None) -> None:
 def _print_start(recipe_path: str, trainer, why: str) -> None:
     import torch
 
+    from ..training._trl import engine
+
     print(f"recipe: {recipe_path}")
     print(f"geometry: {BatchGeometry.from_args(trainer.args).describe()}")
+    print(f"engine: {engine(trainer)}")
     print(f"torch threads: {torch.get_num_threads()} ({why})", flush=True)
 
 

@@ -48,6 +48,7 @@ from ..core.rules import COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, Rule, check, 
 from ..core.schedule import Stage, StageSchedule, stage_problems
 from ..demo.models import MODELS
 from .trl_fields import CLASSES, field_name, trl_fields
+from .engines import engine_problems
 from .trl_ranges import ranged_rule, related_problems
 
 __all__ = ["Recipe", "geometry_of", "import_reward", "load_curriculum", "load_recipe", "parse_recipe", "run_geometry",
@@ -237,8 +238,9 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
                              f"ModelConfig or ScriptArguments, or one of {list(RECIPE_KEYS)})",
                              "remove it, or check its spelling against TRL's docs")
     training, model, script = parts["training"], parts["model"], parts["script"]
-    problems += related_problems({k: v for k, v in training.items() if k not in refused},
-                                 {k: spec["default"] for k, spec in fields.items()})
+    valid = {k: v for k, v in training.items() if k not in refused}
+    defaults = {k: spec["default"] for k, spec in fields.items()}
+    problems += related_problems(valid, defaults) + engine_problems(valid, defaults)
 
     model_name, dataset_name = model.pop("model_name_or_path", None), script.pop("dataset_name", None)
     for key, value in (("model_name_or_path", model_name), ("dataset_name", dataset_name)):

@@ -64,6 +64,12 @@ def _jsonable(value):
         return None
 
 
+ACCEPTED_BEYOND_ANNOTATION = {"fsdp": ["bool", "list[str]"]}
+"""Types transformers accepts for a field beyond its annotation: `fsdp` is annotated `str | None`, yet
+`TrainingArguments` takes `true` (transformers 5's form: FSDP on, configured by `fsdp_config`) and a list of
+`FSDPOption` values as well as the deprecated string (`_process_fsdp_args`)."""
+
+
 def describe_trl() -> dict:
     """
     Introspect the installed TRL's config classes.
@@ -87,6 +93,8 @@ def describe_trl() -> dict:
             choices = f.metadata.get("choices")
             if choices is not None:
                 alternatives = [{"choice": list(choices)}] + ["null"] * ("null" in alternatives)
+            extra = ACCEPTED_BEYOND_ANNOTATION.get(f.name, [])
+            alternatives = extra + [kind for kind in alternatives if kind not in extra]
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
             default = None if default is dataclasses.MISSING else _jsonable(default)
             fields[f.name] = {"owner": name, "type": alternatives, "default": default}
