@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "grpo_curriculum"
-# Each layer may import the layers before it in this list (and itself); `demo` holds assets the CLI and recipes use.
-LAYERS = ["core", "training", "demo", "config", "cli"]
+# Each layer may import the layers before it in this list (and itself); `config` knows the built-in names without the
+# demo assets (config/builtins.py), `demo` holds those assets for the CLI and recipes.
+LAYERS = ["core", "training", "config", "demo", "cli"]
 
 
 def test_the_core_imports_with_torch_trl_and_transformers_hidden():
@@ -81,3 +82,22 @@ def test_the_cli_modules_import_each_other_one_way():
     circles = sorted(name for name in graph if name in reach(name))
     assert not circles, f"modules on an import circle: {circles}"
     assert "sweep_child" in graph["sweep_memory"] and "sweep" not in graph["sweep_memory"]
+
+
+def test_only_training_imports_the_trl_seam():
+    """`training/_trl*.py` know TRL internals; the other layers reach them through training's public modules."""
+    reaching = set()
+    for path in PACKAGE.rglob("*.py"):
+        if path.parent.name == "training":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            pairs = [tuple(parts[i:i + 2]) for parts in (name.split(".") for name in names) for i in range(len(parts))]
+            if any(pair[0] == "training" and pair[1:] and pair[1].startswith("_trl") for pair in pairs):
+                reaching.add(str(path.relative_to(PACKAGE)))
+    assert not reaching, f"import training's public modules instead of the seam: {sorted(reaching)}"

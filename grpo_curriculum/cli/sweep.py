@@ -147,7 +147,7 @@ def _evaluation(trainer, rows: list, every: int, parent: int):
     """A callback recording the held-out reward at step 0, every `every` steps and at the end (training time only)."""
     from transformers import TrainerCallback
 
-    from ..training._trl import greedy_rewards
+    from ..training.evaluation import greedy_rewards
     from .sweep_table import finite_mean
 
     per_step = trainer.args.per_device_train_batch_size * trainer.args.gradient_accumulation_steps

@@ -59,7 +59,7 @@ def _probe(recipe, folder: str, held_out: int | None = None) -> dict:
     import torch
     from transformers import PrinterCallback
 
-    from ..training._trl import full_length_completions
+    from ..training.evaluation import full_length_completions
     from .run import _curriculum_output, _set_threads, build_trainer, torch_threads
     from .sweep_child import _peak_memory
     from .sweep_held_out import _held_out_split
