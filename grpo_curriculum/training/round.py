@@ -11,18 +11,9 @@ Pure: no torch.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from ..core.schedule import Setting
-from ..core.signals import is_zero_std
-
-
-def is_informative(rewards) -> bool:
-    """Whether a group's rewards carry a learning signal: two finite rewards at least, not all equal
-    ([`grpo_curriculum.core.signals.is_zero_std`])."""
-    finite = [r for r in rewards if not math.isnan(r)]
-    return len(finite) > 1 and not is_zero_std(finite)
 
 
 @dataclass

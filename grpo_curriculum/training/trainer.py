@@ -11,13 +11,13 @@ from trl import GRPOTrainer
 
 from ..core.errors import Problem, raise_if_any
 from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_batches_problem
-from ..core.sampling import top_up_increment
-from ..core.signals import round_stats
+from ..core.next_increment import dynamic_next, top_up_next
+from ..core.signals import is_informative, round_stats
 from . import _trl, tracking
 from .callback import CurriculumCallback, DefaultsChanged, describe_g
 from .checkpoint import STATE_FILE, CurriculumStateError, read_state, resume_checkpoint, write_state
 from .report import PromptReport
-from .round import Round, is_informative
+from .round import Round
 from .stream import first_rows, local_round_rows, prompt_keys, prompt_slots, prompt_texts
 
 logger = logging.getLogger("grpo_curriculum")
@@ -250,39 +250,17 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         round_.add_rewards(rewards, keys)
         setting, batch = round_.setting, self.args.generation_batch_size
         if setting.top_up is not None:
-            budget = batch - sum(round_.sizes)
-            if budget == 0:
+            added = top_up_next(round_.rewards, round_.sizes, setting.top_up, batch)
+            if added is None:
                 return False
-            top_up = setting.top_up
-            added = top_up_increment(round_.rewards, round_.sizes, top_up.pilot, top_up.largest, budget)
-            if not any(added):
-                raise RuntimeError(f"grpo-curriculum: a top-up round holds {sum(round_.sizes)} completions and can "
-                                   f"add none: it cannot reach generation_batch_size {batch}. This is a bug if the "
-                                   "geometry check passed.")  # fmt: skip
             round_.add_increment(added)
         elif setting.dynamic_sampling is not None:
-            dynamic, needed = setting.dynamic_sampling, batch // setting.num_generations
-            informative = [g for g, group in enumerate(round_.rewards) if is_informative(group)]
-            if len(informative) < needed and not dynamic.at_limit(len(round_.increments)):
-                round_.add_groups(self._prompt_stream.take(needed), setting.num_generations)
-            else:
-                short = needed - min(len(informative), needed)
-                if short and dynamic.on_limit == "error":
-                    raise RuntimeError(
-                        f"grpo-curriculum: dynamic sampling (stage {setting.stage}) drew max_rounds "
-                        f"{dynamic.max_rounds} generation rounds ({round_.generated} completions) and found "
-                        f"{len(informative)} informative groups of the {needed} a training batch needs (all-equal "
-                        "rewards in the others). Fix: raise `dynamic_sampling.max_rounds` (0: no limit), set "
-                        "`on_limit: mask` to train on the informative groups only, or use easier prompts or a "
-                        "higher temperature."
-                    )  # fmt: skip
-                if len(round_.sizes) > needed:  # the informative groups first, then zero-std ones, in sampling order
-                    rest = [g for g in range(len(round_.sizes)) if g not in set(informative)]
-                    round_.trained = sorted((informative + rest)[:needed])
-                if short and dynamic.on_limit == "mask":  # the fill-up groups: no weight in the loss
-                    trained = set(informative[:needed])
-                    round_.masked = [g for g in round_.trained_groups if g not in trained]
+            step = dynamic_next(round_.rewards, setting.num_generations, batch, setting.dynamic_sampling,
+                                len(round_.increments), setting.stage, round_.generated)  # fmt: skip
+            if not step.more:
+                round_.trained, round_.masked = step.trained, step.masked
                 return False
+            round_.add_groups(self._prompt_stream.take(step.more), setting.num_generations)
         else:
             return False
         _trl.all_processes_agree(self, (self._curriculum.rounds, len(round_.increments),
