@@ -13,7 +13,8 @@ from ..core.errors import Problem, raise_if_any
 from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_batches_problem
 from ..core.next_increment import dynamic_next, top_up_next
 from ..core.signals import is_informative, round_stats
-from . import _trl, tracking
+from . import _trl, _trl_checkpoint, tracking
+from ._trl_hooks import GRPOHooks
 from .callback import CurriculumCallback, DefaultsChanged, describe_g
 from .checkpoint import STATE_FILE, CurriculumStateError, read_state, resume_checkpoint, write_state
 from .report import PromptReport
@@ -82,7 +83,7 @@ def _dataset_problems(curriculum: CurriculumCallback, args, size: int, batch: in
     return problems
 
 
-class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
+class CurriculumGRPOTrainer(GRPOHooks, GRPOTrainer):
     """
     [`~trl.GRPOTrainer`] whose `num_generations` (G) and sampling temperature follow a [`CurriculumCallback`].
 
@@ -341,7 +342,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
     def _curriculum_save(self, folder: str) -> None:
         write_state(folder, {
             "global_step": self.state.global_step,
-            "micro_step": _trl.micro_step(self),
+            "micro_step": _trl_checkpoint.micro_step(self),
             "geometry": self._geometry(),
             "callback": self._curriculum.state_dict(),
             "stream": self._prompt_stream.state(),
@@ -368,9 +369,9 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
                 f"{os.path.join(checkpoint, STATE_FILE)} does not fit this run: {error}. Fix: resume with the recipe "
                 "(curriculum) the checkpoint was written with, or start a new run from the model weights in it."
             ) from None
-        _trl.restore_micro_step(self, state["micro_step"])
+        _trl_checkpoint.restore_micro_step(self, state["micro_step"])
         self._prompt_stream = _trl.new_prompt_stream(self)
-        in_round = _trl.round_in_progress(self) and state["round_start_stream"] is not None
+        in_round = _trl_checkpoint.round_in_progress(self) and state["round_start_stream"] is not None
         if in_round and state["geometry"] == self._geometry():
             # TRL regenerates the round the checkpoint was taken in: the same setting and prompts (and a per-prompt
             # round's group sizes; a top-up round's pilot, its later increments planned from the new rewards).
@@ -396,14 +397,14 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         *complete* checkpoint in `output_dir` (one a run stopped while writing, or a damaged one, is skipped with a
         warning naming it), and a checkpoint that is missing, incomplete or damaged is one clear error before any step
         ([`~grpo_curriculum.training.checkpoint.resume_checkpoint`]). Rotating checkpoints away (`save_total_limit`)
-        deletes only this run's ([`~_trl.rotate_only_own_checkpoints`]).
+        deletes only this run's ([`~_trl_checkpoint.rotate_only_own_checkpoints`]).
         """
         if self._curriculum is not None:  # one clear error for a missing, incomplete or damaged checkpoint
             resume_from_checkpoint = resume_checkpoint(resume_from_checkpoint, self.args.output_dir,
-                                                       entropy=_trl.uses_entropy_state(self))  # fmt: skip
+                                                       entropy=_trl_checkpoint.uses_entropy_state(self))  # fmt: skip
         if self._curriculum is not None and self._curriculum.current is not None and not resume_from_checkpoint:
             self._curriculum_restart()  # a second `train()` starts over from step 0: so does the curriculum
-        with _trl.rotate_only_own_checkpoints(self, resume_from_checkpoint):  # never another run's checkpoint
+        with _trl_checkpoint.rotate_only_own_checkpoints(self, resume_from_checkpoint):  # never another run's
             output = super().train(resume_from_checkpoint, *args, **kwargs)
         self.write_prompt_report()
         return output
