@@ -1,5 +1,5 @@
 """The issue-25 study's analysis (benchmarks/study2.py: the tuning-seed choice, the halves check, verdict.json,
-resuming) and the round simulation (benchmarks/simulate.py), on stand-in runs: no training."""
+resuming), on stand-in runs: no training."""
 
 from __future__ import annotations
 
@@ -180,45 +180,3 @@ def test_a_rerun_skips_the_runs_already_on_disk(tmp_path, monkeypatch):
     study2.run_path(tmp_path, "prefix_levels", 0, "per_prompt").write_text("{}")
     study2.run_jobs([job], 1)  # every run on disk: no process started
     assert study2.run_job(job) == []  # nor any training in a worker
-
-
-# --- the simulation --------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("arm", ["static_g4", "per_prompt", "top_up", "dynamic_g4"])
-def test_the_simulation_drives_the_real_rules_to_the_budget(arm):
-    import simulate
-
-    run = simulate.simulate("prefix_tail", arm, seed=3, rounds=4)
-    assert run["generated"] >= run["budget"] == 4 * simulate.BATCH
-    if not arm.startswith("dynamic"):  # every round holds exactly the generation batch
-        assert run["generated"] == run["budget"]
-        assert [x for x, _ in run["curve"]] == [simulate.BATCH * i for i in range(5)]
-    groups, completions, informative = (sum(b[i] for b in run["bins"]) for i in range(3))
-    assert completions == run["generated"] and informative == run["informative"] <= completions
-    if arm == "static_g4":
-        assert groups * 4 == completions
-    if arm.startswith("top_up"):  # groups of 2..16 completions; the library's default round: 128 // max(4, 8) = 16
-        assert groups == 4 * 16
-    assert simulate.simulate("prefix_tail", arm, seed=3, rounds=4) == run  # deterministic by seed
-    assert simulate.simulate("prefix_tail", arm, seed=4, rounds=4) != run
-
-
-def test_the_simulated_learner_moves_the_frontier():
-    import simulate
-
-    start = simulate.World("prefix_levels", 0).skills.copy()
-    simulate.NOISE, saved = 0.0, simulate.NOISE
-    try:
-        world = simulate.World("prefix_levels", 0)
-        hard = int(next(i for i in range(simulate.PROMPTS) if world.levels[i] == 1))
-        # one informative group of level 2, one all-equal
-        world.train([(hard, [1.0, 0.0]), (hard, [1.0, 1.0])])
-        # the whole step to level 2, TRANSFER of it to level 3
-        assert world.skills[1] - start[1] == pytest.approx(simulate.RATE)
-        assert world.skills[2] - start[2] == pytest.approx(simulate.TRANSFER * simulate.RATE)
-        assert world.skills[0] == start[0] and world.skills[3] == start[3]
-        world.train([(hard, [1.0, 1.0])])  # nothing informative: no step
-        assert world.skills[1] - start[1] == pytest.approx(simulate.RATE)
-    finally:
-        simulate.NOISE = saved
