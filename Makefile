@@ -65,8 +65,9 @@ demo: $(VENV)/.installed
 check-recipes: $(VENV)/.installed
 	for r in recipes/*.yaml; do $(VENV)/bin/grpo-curriculum check $$r || exit 1; done
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed  # the overhead, then every part of the study once (`--quick`, docs/study.md)
 	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/study --quick
 
 $(COMPAT_VENV)/.installed: pyproject.toml
 	@test -n "$(TRL)" || { echo "usage: make compat TRL=1.14.2 [TRANSFORMERS=4.57.6] (a release of each)"; exit 2; }

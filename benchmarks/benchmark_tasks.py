@@ -46,7 +46,7 @@ def echo_tiers_dataset(num_prompts: int = 64, seed: int = 0, weights: tuple[int,
     """
     The *echo* task in difficulty tiers, like real RL data: each prompt asks to repeat 1, 2, 3 or 4 words (drawn with
     `weights`), scored by [`exact_echo_reward`] (all words, nothing else). Warm-started on the one- and two-word
-    prompts only (`benchmarks/sample_efficiency.py` does), most one-word prompts are solved at G 16, the three- and
+    prompts only (as the retired `sample_efficiency.py` did), most one-word prompts are solved at G 16, the three- and
     four-word ones hopeless, the two-word ones mixed; as training goes on, two-word prompts get solved.
 
     Returns:

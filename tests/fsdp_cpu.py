@@ -46,7 +46,7 @@ def record_ranks(folder: str) -> None:
     """Patch `CurriculumGRPOTrainer` to write each process's rounds, switches and sharding to `folder/rankR.json`."""
     from torch.distributed.tensor import DTensor
 
-    from grpo_curriculum.training._trl import engine
+    from grpo_curriculum.training.engines import engine
     from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
     generate, train = CurriculumGRPOTrainer._generate_and_score_completions, CurriculumGRPOTrainer.train

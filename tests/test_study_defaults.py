@@ -1,5 +1,5 @@
 """
-The defaults the study chose (issue 25, `benchmarks/study2.py` on its tuning seeds): per-prompt rounds take the next
+The defaults the study chose (issue 25, `benchmarks/study/` on its tuning seeds): per-prompt rounds take the next
 prompts of the stream in order (`lookahead` 0) and defer none (`defer` False); dynamic sampling draws at most
 `max_rounds` 2 generation rounds; a top-up round holds `generation_batch_size // max(2 * pilot, largest // 2)` prompts
 (16 at the study's batch 128 with candidates 2-16: its arm `top_up_p16`). A checkpoint written with the earlier

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from grpo_curriculum.cli.main import main
-from grpo_curriculum.cli.sweep_table import Arm, fluctuation, recommend, recommended_stages, summarise, table_rows
+from grpo_curriculum.cli.sweep.table import Arm, fluctuation, recommend, recommended_stages, summarise, table_rows
 from grpo_curriculum.core.errors import CurriculumError
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -155,7 +155,7 @@ def test_a_switch_is_recommended_only_when_the_measured_curves_cross():
 
 def test_a_recommended_switch_is_a_recipe_ready_for_train(tmp_path):
     from grpo_curriculum.cli.main import build_parser, check_report
-    from grpo_curriculum.cli.sweep import _write_recommended
+    from grpo_curriculum.cli.sweep.command import _write_recommended
     from grpo_curriculum.config.recipe import load_recipe
 
     demo, path = load_recipe("demo"), str(tmp_path / "recommended.yaml")
@@ -186,7 +186,7 @@ def test_no_gain_over_step_0_recommends_nothing():
 
 
 def test_build_arms_refuses_a_repeated_g_and_unpaired_temperatures():
-    from grpo_curriculum.cli.sweep import build_arms
+    from grpo_curriculum.cli.sweep.command import build_arms
     from grpo_curriculum.config.recipe import load_recipe
 
     recipe = load_recipe("demo")
@@ -240,7 +240,7 @@ def test_an_out_folder_holding_other_files_is_refused_and_left_alone(tmp_path, c
 
 def test_held_out_rows_are_kept_out_of_training_and_of_the_warm_start(recipe, monkeypatch):
     from grpo_curriculum.cli.run import build_run
-    from grpo_curriculum.cli.sweep_held_out import _held_out_split
+    from grpo_curriculum.cli.sweep.held_out import _held_out_split
     from grpo_curriculum.config.recipe import load_recipe
     from grpo_curriculum.demo import tasks
 
@@ -275,7 +275,7 @@ def test_held_out_larger_than_the_data_is_refused_before_anything_is_written(tmp
 
 
 def test_the_default_held_out_fits_small_datasets(tmp_path, recipe):
-    from grpo_curriculum.cli.sweep_held_out import resolve_held_out
+    from grpo_curriculum.cli.sweep.held_out import resolve_held_out
     from grpo_curriculum.config.recipe import load_recipe
 
     for prompts, default in ((2, 1), (16, 4), (64, 16), (255, 63), (256, 64), (4096, 64)):
@@ -293,7 +293,7 @@ def test_the_default_held_out_fits_small_datasets(tmp_path, recipe):
 
 
 def test_without_out_the_same_command_finds_its_own_sweep(tmp_path):
-    from grpo_curriculum.cli.sweep import MANIFEST_FILE, default_out
+    from grpo_curriculum.cli.sweep.command import MANIFEST_FILE, default_out
 
     base, settings = str(tmp_path / "sweep"), {"arms": ["g4"]}
     assert default_out(settings, base) == base

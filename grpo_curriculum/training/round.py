@@ -1,6 +1,6 @@
 """
 One generation round as one object: its setting, its prompts and how their completions were sampled. The trainer
-builds it when a round starts; the TRL hooks ([`grpo_curriculum.training._trl.GRPOHooks`]) sample and merge it.
+builds it when a round starts; the TRL hooks ([`grpo_curriculum.training._trl_hooks.GRPOHooks`]) sample and merge it.
 
 A round is sampled in one or more *increments*, each one generation and scoring pass of TRL: a round of one G and a
 per-prompt round are one increment; a top-up round is a pilot for every prompt, then increments for the groups whose
@@ -11,18 +11,9 @@ Pure: no torch.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from ..core.schedule import Setting
-from ..core.signals import is_zero_std
-
-
-def is_informative(rewards) -> bool:
-    """Whether a group's rewards carry a learning signal: two finite rewards at least, not all equal
-    ([`grpo_curriculum.core.signals.is_zero_std`])."""
-    finite = [r for r in rewards if not math.isnan(r)]
-    return len(finite) > 1 and not is_zero_std(finite)
 
 
 @dataclass

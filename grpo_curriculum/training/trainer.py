@@ -11,14 +11,15 @@ from trl import GRPOTrainer
 
 from ..core.errors import Problem, raise_if_any
 from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_batches_problem
-from ..core.sampling import top_up_increment
-from ..core.signals import round_stats
-from . import _trl, tracking
+from ..core.next_increment import dynamic_next, top_up_next
+from ..core.signals import is_informative, round_stats
+from . import _trl, _trl_checkpoint, tracking
+from ._trl_hooks import GRPOHooks
 from .callback import CurriculumCallback, DefaultsChanged, describe_g
 from .checkpoint import (RECIPE_FIX, STATE_FILE, CurriculumStateError, fit_problems, read_state, resume_checkpoint,
                          state_error, write_state)
 from .report import PromptReport
-from .round import Round, is_informative
+from .round import Round
 from .stream import first_rows, local_round_rows, prompt_keys, prompt_slots, prompt_texts
 
 logger = logging.getLogger("grpo_curriculum")
@@ -83,7 +84,7 @@ def _dataset_problems(curriculum: CurriculumCallback, args, size: int, batch: in
     return problems
 
 
-class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
+class CurriculumGRPOTrainer(GRPOHooks, GRPOTrainer):
     """
     [`~trl.GRPOTrainer`] whose `num_generations` (G) and sampling temperature follow a [`CurriculumCallback`].
 
@@ -251,42 +252,22 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         round_.add_rewards(rewards, keys)
         setting, batch = round_.setting, self.args.generation_batch_size
         if setting.top_up is not None:
-            budget = batch - sum(round_.sizes)
-            if budget == 0:
+            added = top_up_next(round_.rewards, round_.sizes, setting.top_up, batch)
+            if added is None:
                 return False
-            top_up = setting.top_up
-            added = top_up_increment(round_.rewards, round_.sizes, top_up.pilot, top_up.largest, budget)
-            if not any(added):
-                raise RuntimeError(f"grpo-curriculum: a top-up round holds {sum(round_.sizes)} completions and can "
-                                   f"add none: it cannot reach generation_batch_size {batch}. This is a bug if the "
-                                   "geometry check passed.")  # fmt: skip
             round_.add_increment(added)
         elif setting.dynamic_sampling is not None:
-            dynamic, needed = setting.dynamic_sampling, batch // setting.num_generations
-            informative = [g for g, group in enumerate(round_.rewards) if is_informative(group)]
-            if len(informative) < needed and not dynamic.at_limit(len(round_.increments)):
-                if self.accelerator.is_main_process:
-                    logger.info(dynamic.drawing_line(self.state.global_step, setting.stage, len(round_.increments),
-                                                     round_.generated, len(informative), needed))  # fmt: skip
-                round_.add_groups(self._prompt_stream.take(needed), setting.num_generations)
-            else:
-                short = needed - min(len(informative), needed)
-                if short and dynamic.on_limit == "error":
-                    raise RuntimeError(
-                        f"grpo-curriculum: dynamic sampling (stage {setting.stage}) drew max_rounds "
-                        f"{dynamic.max_rounds} generation rounds ({round_.generated} completions) and found "
-                        f"{len(informative)} informative groups of the {needed} a training batch needs (all-equal "
-                        "rewards in the others). Fix: raise `dynamic_sampling.max_rounds` (at most 1024), set "
-                        "`on_limit: mask` to train on the informative groups only, or use easier prompts or a "
-                        "higher temperature."
-                    )  # fmt: skip
-                if len(round_.sizes) > needed:  # the informative groups first, then zero-std ones, in sampling order
-                    rest = [g for g in range(len(round_.sizes)) if g not in set(informative)]
-                    round_.trained = sorted((informative + rest)[:needed])
-                if short and dynamic.on_limit == "mask":  # the fill-up groups: no weight in the loss
-                    trained = set(informative[:needed])
-                    round_.masked = [g for g in round_.trained_groups if g not in trained]
+            step = dynamic_next(round_.rewards, setting.num_generations, batch, setting.dynamic_sampling,
+                                len(round_.increments), setting.stage, round_.generated)  # fmt: skip
+            if not step.more:
+                round_.trained, round_.masked = step.trained, step.masked
                 return False
+            if self.accelerator.is_main_process:  # a stalled round shows: one line for each further draw
+                informative = sum(is_informative(group) for group in round_.rewards)
+                logger.info(setting.dynamic_sampling.drawing_line(self.state.global_step, setting.stage,
+                                                                  len(round_.increments), round_.generated,
+                                                                  informative, step.more))  # fmt: skip
+            round_.add_groups(self._prompt_stream.take(step.more), setting.num_generations)
         else:
             return False
         _trl.all_processes_agree(self, (self._curriculum.rounds, len(round_.increments),
@@ -367,7 +348,7 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
     def _curriculum_save(self, folder: str) -> None:
         write_state(folder, {
             "global_step": self.state.global_step,
-            "micro_step": _trl.micro_step(self),
+            "micro_step": _trl_checkpoint.micro_step(self),
             "geometry": self._geometry(),
             "callback": self._curriculum.state_dict(),
             "stream": self._prompt_stream.state(),
@@ -402,9 +383,9 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
                 f"{os.path.join(checkpoint, STATE_FILE)} does not fit this run: {error}. Fix: resume with the recipe "
                 "(curriculum) the checkpoint was written with, or start a new run from the model weights in it."
             ) from None
-        _trl.restore_micro_step(self, state["micro_step"])
+        _trl_checkpoint.restore_micro_step(self, state["micro_step"])
         self._prompt_stream = stream
-        in_round = _trl.round_in_progress(self) and state["round_start_stream"] is not None
+        in_round = _trl_checkpoint.round_in_progress(self) and state["round_start_stream"] is not None
         if in_round and state["geometry"] == self._geometry():
             # TRL regenerates the round the checkpoint was taken in: the same setting and prompts (and a per-prompt
             # round's group sizes; a top-up round's pilot, its later increments planned from the new rewards).
@@ -430,14 +411,14 @@ class CurriculumGRPOTrainer(_trl.GRPOHooks, GRPOTrainer):
         *complete* checkpoint in `output_dir` (one a run stopped while writing, or a damaged one, is skipped with a
         warning naming it), and a checkpoint that is missing, incomplete or damaged is one clear error before any step
         ([`~grpo_curriculum.training.checkpoint.resume_checkpoint`]). Rotating checkpoints away (`save_total_limit`)
-        deletes only this run's ([`~_trl.rotate_only_own_checkpoints`]).
+        deletes only this run's ([`~_trl_checkpoint.rotate_only_own_checkpoints`]).
         """
         if self._curriculum is not None:  # one clear error for a missing, incomplete or damaged checkpoint
             resume_from_checkpoint = resume_checkpoint(resume_from_checkpoint, self.args.output_dir,
-                                                       entropy=_trl.uses_entropy_state(self))  # fmt: skip
+                                                       entropy=_trl_checkpoint.uses_entropy_state(self))  # fmt: skip
         if self._curriculum is not None and self._curriculum.current is not None and not resume_from_checkpoint:
             self._curriculum_restart()  # a second `train()` starts over from step 0: so does the curriculum
-        with _trl.rotate_only_own_checkpoints(self, resume_from_checkpoint):  # never another run's checkpoint
+        with _trl_checkpoint.rotate_only_own_checkpoints(self, resume_from_checkpoint):  # never another run's
             output = super().train(resume_from_checkpoint, *args, **kwargs)
         self.write_prompt_report()
         return output

@@ -1,7 +1,7 @@
 """
 What the sweep's child processes (its runs, and the memory plan's probes) share: the recipe of an arm, the imports done
-once before forking, dying with the sweep, and the peak memory of a run. [`~cli.sweep`] and [`~cli.sweep_memory`]
-both import this module, and neither imports the other's helpers: `sweep` -> `sweep_memory` -> `sweep_child`.
+once before forking, dying with the sweep, and the peak memory of a run. [`~cli.sweep.command`] and
+[`~cli.sweep.memory`] both import this module, and neither imports the other's helpers: `command` -> `memory` -> `child`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .sweep_table import Arm
+    from .table import Arm
 
 def arm_recipe(path: str, raw: dict, arm: Arm, seed: int | None = None, output_dir: str | None = None):
     """The recipe an arm trains: `raw` (the user's recipe with its overrides) with the arm's stages (and seed)."""
-    from ..config.recipe import parse_recipe
-    from ..core.curriculum import curriculum_options
+    from ...config.recipe import parse_recipe
+    from ...core.curriculum import curriculum_options
 
     overrides = {"curriculum": {**curriculum_options(raw.get("curriculum") or {}), "stages": arm.stages}}
     if seed is not None:
@@ -56,5 +56,5 @@ _FORK = "fork" in multiprocessing.get_all_start_methods()
 def _import_once() -> None:
     """Import torch, transformers and TRL in the sweep process before forking its runs: each run inherits them."""
     if _FORK:
-        from ..training import trainer  # noqa: F401  (CurriculumGRPOTrainer: TRL's GRPOTrainer, transformers, torch)
-        from .run import build_run  # noqa: F401
+        from ...training import trainer  # noqa: F401  (CurriculumGRPOTrainer: TRL's GRPOTrainer, transformers, torch)
+        from ..run import build_run  # noqa: F401

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import re
 
-from ..core.errors import Problem, raise_if_any
-from ..core.sampling import DynamicSampling
-from .sweep_table import Arm
+from ...core.errors import Problem, raise_if_any
+from ...core.sampling import DynamicSampling
+from .table import Arm
 
 ADAPTIVE_ARMS = ("per_prompt", "top_up", "dynamic")
 ARM_NAMES = "gN (static G N), per_prompt, top_up, dynamic (or dynamic-gN, at G N), recipe"
@@ -50,7 +50,7 @@ def candidates(recipe, static: list[int]) -> tuple[list[int], str]:
             return sorted(stage.adaptive.num_generations), "the recipe's first adaptive stage's"
     if len(set(static)) >= 2:
         return sorted(set(static)), "the static arms'"
-    from ..config.recipe import run_geometry
+    from ...config.recipe import run_geometry
 
     return list(run_geometry(recipe).valid_num_generations()), "every valid G of the batch geometry"
 

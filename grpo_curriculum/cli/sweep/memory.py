@@ -27,10 +27,10 @@ import shutil
 import signal
 from pathlib import Path
 
-from ..core.errors import CurriculumError, Problem, raise_if_any
-from ..training.checkpoint import atomic_json, atomic_write, read_json
-from .memory_plan import SAFETY_FRACTION, mib, plan_memory, plan_rows
-from .sweep_table import DEFAULT_SEEDS, Arm
+from ...core.errors import CurriculumError, Problem, raise_if_any
+from ...training.checkpoint import atomic_json, atomic_write, read_json
+from ..memory_plan import SAFETY_FRACTION, mib, plan_memory, plan_rows
+from .table import DEFAULT_SEEDS, Arm
 
 PROBE_FILE = "probe.json"
 _GEOMETRY_KEYS = ("per_device_train_batch_size", "steps_per_generation", "generation_batch_size",
@@ -39,7 +39,7 @@ _GEOMETRY_KEYS = ("per_device_train_batch_size", "steps_per_generation", "genera
 
 def probe_recipe(path: str, raw: dict, num_generations: int, temperature, batch: int, steps: int, folder: str):
     """The recipe one probe trains: one step of `raw` at G, per-device batch `batch`, `steps` steps per generation."""
-    from .sweep_child import arm_recipe
+    from .child import arm_recipe
 
     raw = {key: value for key, value in raw.items() if key not in _GEOMETRY_KEYS}
     raw.update(per_device_train_batch_size=batch, steps_per_generation=steps, gradient_accumulation_steps=1,
@@ -54,15 +54,16 @@ def probe_recipe(path: str, raw: dict, num_generations: int, temperature, batch:
 def _probe(recipe, folder: str, held_out: int | None = None) -> dict:
     """
     Train the probe's one step; its peak memory (bytes, `None`: out of memory), its kind and the device's total. With
-    `held_out`, on the rows the sweep trains on (its held-out prompts kept out, see [`~cli.sweep_held_out._held_out_split`]).
+    `held_out`, on the rows the sweep trains on (its held-out prompts kept out, see
+    [`~cli.sweep.held_out._held_out_split`]).
     """
     import torch
     from transformers import PrinterCallback
 
-    from ..training._trl import full_length_completions
-    from .run import _curriculum_output, _set_threads, build_trainer, torch_threads
-    from .sweep_child import _peak_memory
-    from .sweep_held_out import _held_out_split
+    from ...training.evaluation import full_length_completions
+    from ..run import _curriculum_output, _set_threads, build_trainer, torch_threads
+    from .child import _peak_memory
+    from .held_out import _held_out_split
 
     _set_threads(torch_threads(recipe)[0])
     with _curriculum_output(quiet=True):
@@ -84,7 +85,7 @@ def _probe(recipe, folder: str, held_out: int | None = None) -> dict:
 
 
 def _probe_child(recipe, folder: str, parent: int, held_out: int | None = None) -> None:
-    from .sweep_child import die_with_parent
+    from .child import die_with_parent
 
     die_with_parent(parent)
     try:
@@ -106,7 +107,7 @@ class Prober:
     """
 
     def __init__(self, out: str, path: str, raw: dict, temperature, held_out: int | None = None):
-        from .sweep_child import _FORK, _import_once
+        from .child import _FORK, _import_once
 
         _import_once()
         self.out, self.path, self.raw, self.temperature, self.held_out = out, path, raw, temperature, held_out
@@ -115,7 +116,7 @@ class Prober:
 
     def measure(self, batch: int, steps: int, num_generations: int) -> float | None:
         """The peak memory in bytes of one step at this geometry (`None`: it ran out of memory)."""
-        from .run import validate_for_launch
+        from ..run import validate_for_launch
 
         key = (batch, steps, num_generations)
         if key not in self.results:
@@ -189,8 +190,8 @@ def plan_main(args, recipe, arms: list[Arm], held_out: int | None = None) -> int
     `sweep --plan-memory`: probe, write and print the memory plan of the sweep's G values (see the module), on the
     rows the sweep trains on (`held_out` prompts kept out).
     """
-    from .folders import hold_folder
-    from .run import format_table, launch_geometry, new_folder, output_dir_problems
+    from ..folders import hold_folder
+    from ..run import format_table, launch_geometry, new_folder, output_dir_problems
 
     problems = []
     if args.curriculum:
@@ -213,7 +214,7 @@ def plan_main(args, recipe, arms: list[Arm], held_out: int | None = None) -> int
     available = _available_ram()
     created = not os.path.lexists(out)
     os.makedirs(out, exist_ok=True)
-    from .sweep_held_out import _held_out_source
+    from .held_out import _held_out_source
 
     kept_out = held_out if _held_out_source(recipe)[1] else None  # held out of the train split: not trained on
     prober = Prober(out, recipe.path, recipe.raw, arms[0].temperature, kept_out)

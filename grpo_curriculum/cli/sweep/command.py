@@ -14,7 +14,7 @@ the finished runs and restarts the first unfinished one; other settings are refu
 (`OUT/sweep.md`, `OUT/sweep.json`), the plot (`OUT/sweep.png`), the recommendation and `OUT/recommended.yaml`.
 
 With `--plan-memory` no arm is trained: the batch geometry that fits a memory budget is measured instead, and written
-as a recipe to sweep (see [`~cli.sweep_memory`]).
+as a recipe to sweep (see [`~cli.sweep.memory`]).
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ import sys
 import time
 from pathlib import Path
 
-from ..config.trl_ranges import SEED_MAX
-from ..core.errors import CurriculumError, GeometryError, Problem, raise_if_any
-from ..training.checkpoint import CurriculumStateError, atomic_json, atomic_write, problems_of, read_json, state_error
-from .folders import hold_folder
-from .sweep_arms import build_arms
-from .sweep_child import _FORK, _import_once, _peak_memory, arm_recipe, die_with_parent
-from .sweep_held_out import _held_out_split, resolve_held_out
-from .sweep_table import RESULT_SCHEMA, RESULT_VERSION, Arm, recommend, recommended_stages, summarise, table_rows
+from ...config.trl_ranges import SEED_MAX
+from ...core.errors import CurriculumError, GeometryError, Problem, raise_if_any
+from ...training.checkpoint import CurriculumStateError, atomic_json, atomic_write, problems_of, read_json, state_error
+from ..folders import hold_folder
+from .arms import build_arms
+from .child import _FORK, _import_once, _peak_memory, arm_recipe, die_with_parent
+from .held_out import _held_out_split, resolve_held_out
+from .table import RESULT_SCHEMA, RESULT_VERSION, Arm, recommend, recommended_stages, summarise, table_rows
 
 MANIFEST_FILE = "sweep_manifest.json"
 RESULT_FILE = "sweep_result.json"
@@ -54,7 +54,7 @@ def validate_arms(path: str, raw: dict, arms: list[Arm], named: bool = False) ->
         [`GeometryError`]: when the only problems are G values the batch geometry does not take (exit status 1);
         [`CurriculumError`] otherwise. Each problem names its arm and the flag that made it.
     """
-    from .run import validate_for_launch
+    from ..run import validate_for_launch
 
     problems, geometry_only = [], True
     for arm in arms:
@@ -89,7 +89,7 @@ def open_out(out: str, settings: dict) -> bool:
     Raises:
         [`CurriculumError`]: for a folder holding other files, or a sweep of other settings.
     """
-    from .run import output_dir_problems, writable_problems
+    from ..run import output_dir_problems, writable_problems
 
     manifest = os.path.join(out, MANIFEST_FILE)
     if os.path.isdir(out) and os.path.lexists(manifest):
@@ -149,8 +149,8 @@ def _evaluation(trainer, rows: list, every: int, parent: int):
     """A callback recording the held-out reward at step 0, every `every` steps and at the end (training time only)."""
     from transformers import TrainerCallback
 
-    from ..training._trl import greedy_rewards
-    from .sweep_table import finite_mean
+    from ...training.evaluation import greedy_rewards
+    from .table import finite_mean
 
     per_step = trainer.args.per_device_train_batch_size * trainer.args.gradient_accumulation_steps
     per_step *= trainer.accelerator.num_processes
@@ -199,7 +199,7 @@ def train_run(out: str, index: int, seed: int, parent: int) -> None:
     """Train one run of the sweep in `out` (arm `index` of its manifest, `seed`) and write its result file."""
     from transformers import PrinterCallback
 
-    from .run import _curriculum_output, _set_threads, build_trainer, torch_threads
+    from ..run import _curriculum_output, _set_threads, build_trainer, torch_threads
 
     started = time.perf_counter()
     manifest = read_json(os.path.join(out, MANIFEST_FILE), "re-run the sweep in a new --out folder")
@@ -296,7 +296,7 @@ def plot_sweep(rows: list[dict], target: float, output: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .sweep_table import generates_more
+    from .table import generates_more
 
     panels = [("step", "optimizer step"), ("time", "training time (s)")]
     if generates_more(rows):  # else completions are steps times the (fixed) batch: the steps panel again
@@ -339,7 +339,7 @@ def _write_recommended(path: str, recipe_path: str, raw: dict, stages: list, lin
 
 def report(out: str, settings: dict, arms: list[Arm], results: dict, target: float | None = None) -> str:
     """Write the table, the plot, the recommendation and the recommended recipe; return the text printed."""
-    from .run import format_table
+    from ..run import format_table
 
     rows, target = summarise(arms, results, target)
     recommendation = recommend(rows, target)
@@ -402,7 +402,7 @@ def _json_safe(value):
 
 
 def _arms_of(args, recipe) -> list[Arm]:
-    """The arms of `--arms NAME ...` (see [`~cli.sweep_arms`]), else of `--num-generations` and `--curriculum`."""
+    """The arms of `--arms NAME ...` (see [`~cli.sweep.arms`]), else of `--num-generations` and `--curriculum`."""
     names = getattr(args, "arms", None)
     if not names:
         return build_arms(recipe, args.num_generations or list(DEFAULT_NUM_GENERATIONS), args.temperatures,
@@ -413,7 +413,7 @@ def _arms_of(args, recipe) -> list[Arm]:
         raise CurriculumError([Problem(given[0], getattr(args, given[0][2:].replace("-", "_")), "cannot be combined "
                                        "with --arms, which names every arm", "name them in --arms instead, e.g. "
                                        "`--arms g4 g8 recipe`")], "sweep")  # fmt: skip
-    from .sweep_arms import named_arms
+    from .arms import named_arms
 
     return named_arms(recipe, list(names), args.temperatures)
 
@@ -422,8 +422,8 @@ def sweep_main(args) -> int:
     """`grpo-curriculum sweep RECIPE [--num-generations G ...] [...]`: run, resume and report a sweep."""
     import json
 
-    from ..config.recipe import import_reward, load_recipe
-    from .run import require_matplotlib
+    from ...config.recipe import import_reward, load_recipe
+    from ..run import require_matplotlib
 
     overrides = {"max_steps": args.max_steps} if args.max_steps else {}
     recipe = load_recipe(args.recipe, overrides=overrides)
@@ -437,8 +437,8 @@ def sweep_main(args) -> int:
         import_reward(path)
     held_out = resolve_held_out(recipe, args.held_out)  # before anything is written
     if args.plan_memory:
-        from .progress import announce
-        from .sweep_memory import plan_main
+        from ..progress import announce
+        from .memory import plan_main
 
         announce("sweep --plan-memory")
         return plan_main(args, recipe, arms, held_out)
@@ -467,7 +467,7 @@ def sweep_main(args) -> int:
     print(f"sweep of {recipe.path}: {len(arms)} arm{'s' if len(arms) > 1 else ''} ({', '.join(a.name for a in arms)}) "
           f"x {args.seeds} seed{'s' if args.seeds > 1 else ''}, {max_steps} steps each, into {out}"
           + (" (resuming: finished runs are kept)" if resuming else ""), flush=True)  # fmt: skip
-    from .progress import announce
+    from ..progress import announce
 
     announce("sweep")  # before the runs' imports
     results = run_all(out, arms, list(range(base_seed, base_seed + args.seeds)), args.jobs)

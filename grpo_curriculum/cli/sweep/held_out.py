@@ -6,7 +6,7 @@ same rows), neither importing the other.
 
 from __future__ import annotations
 
-from ..core.errors import CurriculumError, Problem, raise_if_any
+from ...core.errors import CurriculumError, Problem, raise_if_any
 
 DEFAULT_HELD_OUT = 64
 """Held-out prompts without `--held-out`: this many, or a quarter of the train split's rows when that is fewer
@@ -41,7 +41,7 @@ def held_out_rows(recipe) -> int | None:
     a built-in dataset's from the recipe, another's by loading it (`datasets` caches it for the runs); `None` when
     streamed (the runs refuse it).
     """
-    from ..config.recipe import BUILTIN
+    from ...config.recipe import BUILTIN
 
     _, from_train = _held_out_source(recipe)
     if recipe.dataset_name.startswith(BUILTIN):  # as `build_run` makes them

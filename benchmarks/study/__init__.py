@@ -1,0 +1,14 @@
+"""
+The study of the adaptive modes (issue 25), one instrument: `tasks` (the tasks, warm start, exact evaluation, the
+probe), `arms` (the arms and their runs), `stats` (paired statistics, the tuning-seed choices, the halves check, the
+rules and targets: pure Python), `report` (study2.md, verdict.json, the plots). Generation batch 128 (16-64 prompts a
+round, so the per-prompt knapsack and top-up have choices), candidates (2, 4, 8, 16), three tasks, `REPORTED` reported
+seeds a task and `TUNING` separate tuning seeds on which the reference static G and each mode's default are chosen.
+
+    python benchmarks/study --jobs 2 --out /work/study-out   # tune, then report; resumable (180 min of runs)
+    python benchmarks/study --report-only --out /work/study-out  # the report from the finished runs
+    python benchmarks/study --quick                          # every part once, in a temporary folder (`make bench`)
+
+Results: `benchmarks/results/study2.{md,json}`, `verdict.json`, `study2_TASK.png` (`--results` copies them there);
+the analysis is docs/study.md.
+"""

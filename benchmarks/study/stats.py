@@ -1,0 +1,358 @@
+"""
+The study's statistics and analysis, pure Python (no torch): paired ratios, bootstrap intervals, areas under curves;
+the choice of each task's reference static G and of each mode's variant on the tuning seeds; per-task summaries with
+the halves check (the reported seeds in order, first half and second half: an arm's verdict in a half is the sign of
+its median AUC difference when the half's CI excludes 0, else 0); the issue-25 rules and targets.
+
+Metrics, paired per reported seed against the reference: AUC difference (mean exact reward over the budget of
+completions generated), median and bootstrap 90% CI; completions to 90% of the reference's gain over the warm start,
+over the reference's own (`never` counts as the largest). Secondary: rise in seed-stds, stalled seeds, informative
+share, where the completions went by exact-success bin.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+from common import mean_std  # benchmarks/common.py
+
+from .arms import ARMS, MODES, mode_of
+from .tasks import CANDIDATES, SUCCESS_BINS
+
+RISE_SEED_STDS = 3.0  # a task counts as learnable when every arm's mean gain is this many stds of the seeds' gains
+STALL_SHARE = 0.25  # a seed stalls when its gain is below this share of the reference's median gain on the task
+ADAPTIVE_MODES = ("per_prompt", "top_up", "dynamic")  # the product targets' modes (comparisons are a curriculum)
+RATIO90_TARGET = 0.7  # the issue's: the best adaptive mode reaches 90% of the reference's gain in <= 0.7x
+
+
+def first_reaching(xs: list[float], ys: list[float], target: float) -> float | None:
+    """
+    The first `x` at which the piecewise-linear curve `(xs, ys)` reaches `target` (interpolated between the last point
+    below it and the first at or above it); `None` when it never does.
+
+    Example:
+    ```python
+    >>> first_reaching([0, 10, 20], [0.0, 0.5, 1.0], 0.75)
+    15.0
+    ```
+    """
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        if y >= target - 1e-12:
+            if i == 0:
+                return float(x)
+            x0, y0 = xs[i - 1], ys[i - 1]
+            return x0 + (x - x0) * (target - y0) / (y - y0)
+    return None
+
+
+def paired_ratio(arm: float | None, reference: float | None) -> float:
+    """
+    One seed's ratio of the completions an arm needs to reach a target over those the reference arm needs: `inf` when
+    the arm never reaches it, `nan` when the reference does not (no ratio on that seed), 1 when both start there.
+    """
+    if reference is None:
+        return math.nan
+    if arm is None:
+        return math.inf
+    if reference == 0:
+        return 1.0 if arm == 0 else math.inf
+    return arm / reference
+
+
+def median(values: list[float]) -> float:
+    """Median of the non-NaN values (`inf` counts as larger than any number); NaN when there are none."""
+    values = [v for v in values if not math.isnan(v)]
+    return statistics.median(values) if values else math.nan
+
+
+def bootstrap_interval(values: list[float], statistic=median, level: float = 0.9, resamples: int = 10_000,
+                       seed: int = 0) -> tuple[float, float]:  # fmt: skip
+    """
+    Percentile bootstrap interval of `statistic` over `values` (the seeds, resampled with replacement): the
+    `(1 - level) / 2` and `(1 + level) / 2` quantiles of the resampled statistic. NaN values are dropped first.
+
+    Example:
+    ```python
+    >>> bootstrap_interval([1.0] * 5)
+    (1.0, 1.0)
+    ```
+    """
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return math.nan, math.nan
+    rng = random.Random(seed)
+    stats = sorted(statistic(rng.choices(values, k=len(values))) for _ in range(resamples))
+    low = stats[min(resamples - 1, int(math.floor((1 - level) / 2 * resamples)))]
+    high = stats[min(resamples - 1, int(math.ceil((1 + level) / 2 * resamples)) - 1)]
+    return low, high
+
+
+def area_under(xs: list[float], ys: list[float], until: float) -> float:
+    """
+    Mean height of the piecewise-linear curve `(xs, ys)` over `[xs[0], until]` (trapezoids; the last segment cut at
+    `until`, the curve held flat after its last point): the area under it divided by the width.
+
+    Example:
+    ```python
+    >>> area_under([0, 10], [0.0, 1.0], 10)
+    0.5
+    ```
+    """
+    area, x_end = 0.0, xs[0]
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:]), strict=False):
+        if x0 >= until:
+            break
+        if x1 > until:
+            y1, x1 = y0 + (y1 - y0) * (until - x0) / (x1 - x0), until
+        area += (x1 - x0) * (y0 + y1) / 2
+        x_end = x1
+    area += (until - x_end) * ys[-1] if until > x_end else 0.0
+    return area / (until - xs[0])
+
+
+def curve(run: dict) -> tuple[list[float], list[float]]:
+    return [p["completions"] for p in run["eval"]], [p["exact"] for p in run["eval"]]
+
+
+def auc(run: dict) -> float:
+    xs, ys = curve(run)
+    return area_under(xs, ys, run["budget"])
+
+
+def choose(runs: list[dict], task: str, tuning: list[int]) -> dict[str, str]:
+    """Per mode, the variant with the largest mean AUC on the tuning seeds (`static`: the reference)."""
+    chosen = {}
+    for mode, arms in MODES.items():
+        scores = {}
+        for arm in arms:
+            values = [auc(r) for r in runs if r["task"] == task and r["arm"] == arm and r["seed"] in tuning]
+            if len(values) == len(tuning):
+                scores[arm] = statistics.fmean(values)
+        if scores:
+            chosen[mode] = max(scores, key=scores.get)
+    return chosen
+
+
+def _tuning_probe(runs: list[dict], task: str, arm: str, tuning: list[int]) -> dict:
+    """An arm's mechanism on a task's tuning seeds: mean G, mean G on rare-success prompts, deferrals, informative."""
+    rs = [r for r in runs if r["task"] == task and r["arm"] == arm and r["seed"] in tuning]
+    bins = [[sum(r["probe"]["bins"][i][k] for r in rs) for k in range(3)] for i in range(len(SUCCESS_BINS) - 1)]
+    groups, completions = sum(b[0] for b in bins), sum(b[1] for b in bins)
+    rare = [sum(b[k] for b in bins[:2]) for k in range(2)]  # exact success <= 0.2 when trained
+    return {"mean_G": completions / groups if groups else math.nan,
+            "rare_G": rare[1] / rare[0] if rare[0] else math.nan, "deferred": sum(r.get("deferred", 0) for r in rs),
+            "informative": statistics.fmean(r["probe"]["informative"] / max(1, r["probe"]["completions"])
+                                            for r in rs) if rs else math.nan}  # fmt: skip
+
+
+def meets_rule(runs: list[dict], task: str, arm: str, tuning: list[int]) -> bool:
+    """
+    Issue 25's rule of an arm's mode, on a task's tuning seeds (see [`rule_checks`] for the reported seeds):
+    per-prompt gives rare-success prompts at least its mean G and defers none; top-up's informative share is above
+    the static G of its mean G (the same budget). Other modes have no rule (true).
+    """
+    mode, probe = mode_of(arm), _tuning_probe(runs, task, arm, tuning)
+    if mode == "per_prompt":
+        return probe["deferred"] == 0 and probe["rare_G"] >= probe["mean_G"]
+    if mode == "top_up":
+        static = f"static_g{min(CANDIDATES, key=lambda c: abs(c - probe['mean_G']))}"
+        return probe["informative"] > _tuning_probe(runs, task, static, tuning)["informative"]
+    return True
+
+
+def defaults(runs: list[dict], tasks: list[str], tuning: list[int]) -> dict[str, str]:
+    """
+    Per adaptive mode, the one default the library ships, chosen on the tuning seeds only: among the variants that
+    meet the mode's rule on every task ([`meets_rule`]; all of them when none does), the one with the largest AUC
+    difference to each task's reference (its tuning seeds' mean AUC minus the reference's), averaged over the tasks.
+    A variant missing a tuning seed of some task is not a candidate.
+    """
+    per_task = {}
+    for task in tasks:
+        chosen = choose(runs, task, tuning)
+        if "static" not in chosen:
+            continue
+        means = {arm: statistics.fmean(v["auc"]) for arm, v in tuning_table(runs, task, tuning).items()
+                 if len(v["auc"]) == len(tuning)}  # fmt: skip
+        per_task[task] = {arm: m - means[chosen["static"]] for arm, m in means.items()}
+    out = {}
+    for mode, arms in MODES.items():
+        if mode == "static":
+            continue
+        scores = {a: statistics.fmean(d[a] for d in per_task.values()) for a in arms
+                  if per_task and all(a in d for d in per_task.values())}  # fmt: skip
+        ruled = {a: v for a, v in scores.items() if all(meets_rule(runs, t, a, tuning) for t in per_task)}
+        scores = ruled or scores
+        if scores:
+            out[mode] = max(scores, key=scores.get)
+    return out
+
+
+def tuning_table(runs: list[dict], task: str, tuning: list[int]) -> dict[str, dict]:
+    out = {}
+    for arm in ARMS:
+        rs = [r for r in runs if r["task"] == task and r["arm"] == arm and r["seed"] in tuning]
+        if rs:
+            out[arm] = {"auc": [auc(r) for r in rs], "final": [r["eval"][-1]["exact"] for r in rs],
+                        "start": [r["eval"][0]["exact"] for r in rs],
+                        "informative": [r["probe"]["informative"] / max(1, r["probe"]["completions"]) for r in rs]}
+    return out
+
+
+def verdict_sign(values: list[float]) -> int:
+    """+1 / -1 when the bootstrap 90% CI of the median excludes 0 above / below, else 0."""
+    lo, hi = bootstrap_interval(values)
+    return 1 if lo > 0 else -1 if hi < 0 else 0
+
+
+def finite(value: float) -> float | None:
+    return None if value is None or not math.isfinite(value) else value
+
+
+def arm_row(by: dict, arm: str, reference: str, seeds: list[int]) -> dict:
+    row = {k: [] for k in ("auc_diff", "ratio90", "start", "final", "gain", "informative", "train_time", "steps",
+                           "generated", "mean_G", "deferred")}  # fmt: skip
+    bins = [[0, 0, 0] for _ in SUCCESS_BINS[1:]]
+    for seed in seeds:
+        run, ref = by[(arm, seed)], by[(reference, seed)]
+        (xs, ys), (rx, ry) = curve(run), curve(ref)
+        target = ry[0] + 0.9 * (ry[-1] - ry[0])
+        row["ratio90"].append(paired_ratio(first_reaching(xs, ys, target), first_reaching(rx, ry, target)))
+        row["auc_diff"].append(area_under(xs, ys, run["budget"]) - area_under(rx, ry, ref["budget"]))
+        row["start"].append(ys[0])
+        row["final"].append(ys[-1])
+        row["gain"].append(ys[-1] - ys[0])
+        probe = run["probe"]
+        row["informative"].append(probe["informative"] / probe["completions"] if probe["completions"] else math.nan)
+        groups = sum(b[0] for b in probe["bins"])
+        row["mean_G"].append(probe["completions"] / groups if groups else math.nan)
+        for total, b in zip(bins, probe["bins"], strict=True):
+            for i in range(3):
+                total[i] += b[i]
+        row["train_time"].append(run["train_time"])
+        row["steps"].append(run["steps"])
+        row["generated"].append(run["generated"])
+        row["deferred"].append(run.get("deferred", 0))
+    row["bins"] = bins
+    total = sum(b[1] for b in bins) or 1
+    rare = [sum(b[i] for b in bins[:2]) for i in range(3)]  # exact success <= 0.2 when trained
+    row["rare_share"], row["rare_G"] = rare[1] / total, rare[1] / rare[0] if rare[0] else math.nan
+    row["auc"] = [area_under(*curve(by[(arm, s)]), by[(arm, s)]["budget"]) for s in seeds]
+    gain, gain_std = mean_std(row["gain"])
+    row["rise_seed_stds"] = gain / gain_std if gain_std else math.inf
+    row["auc_diff_median"], row["auc_diff_ci"] = median(row["auc_diff"]), bootstrap_interval(row["auc_diff"])
+    row["ratio90_median"], row["ratio90_ci"] = median(row["ratio90"]), bootstrap_interval(row["ratio90"])
+    row["sign"] = verdict_sign(row["auc_diff"]) if arm != reference else 0
+    return row
+
+
+def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int],
+              default: dict[str, str] | None = None, extra: list[str] = ()) -> dict:  # fmt: skip
+    """
+    One task's report. `default`: per mode, the library's default variant ([`defaults`], chosen over every task);
+    `None`: this task's own choice. The verdict's arms ("preregistered") are the reference and the defaults; the
+    variants this task's tuning seeds chose, and the `extra` arms, are reported beside them.
+    """
+    chosen = choose(runs, task, tuning)
+    reference = chosen["static"]
+    default = {m: a for m, a in chosen.items() if m != "static"} if default is None else default
+    by = {(r["arm"], r["seed"]): r for r in runs if r["task"] == task}
+    arms = [reference] + [default[m] for m in MODES if m in default]
+    preregistered = list(arms)
+    arms += [chosen[m] for m in MODES if m != "static" and m in chosen and chosen[m] not in arms]
+    arms += [a for a in extra if a not in arms]
+    arms = [a for a in arms if all((a, s) in by for s in reported)]
+    seeds = [s for s in reported if all((a, s) in by for a in arms)]
+    rows = {arm: arm_row(by, arm, reference, seeds) for arm in arms}
+    ref_gain = median(rows[reference]["gain"])
+    for row in rows.values():
+        row["stalled"] = [s for s, g in zip(seeds, row["gain"], strict=True) if g < STALL_SHARE * ref_gain]
+        row["below_start"] = [s for s, g in zip(seeds, row["gain"], strict=True) if g < 0]
+    half = len(seeds) // 2
+    halves = [seeds[:half], seeds[half:]]
+    half_rows = [{arm: arm_row(by, arm, reference, h) for arm in arms} for h in halves]
+    for arm, row in rows.items():
+        signs = [hr[arm]["sign"] for hr in half_rows]
+        row["half_signs"] = signs
+        row["halves_agree"] = signs[0] == signs[1]
+
+    def best(rs: dict) -> str:
+        return max(rs, key=lambda a: 0.0 if a == reference else rs[a]["auc_diff_median"])
+
+    preregistered = [a for a in preregistered if a in arms]  # the reference and the defaults (that ran everywhere)
+    best_halves = [best({a: hr[a] for a in preregistered}) for hr in half_rows]
+    best_all_halves = [best(hr) for hr in half_rows]
+    # Post hoc: against the static arm with the best mean AUC on the reported seeds themselves (favours static G;
+    # a robustness check of the reference chosen on the tuning seeds, not the verdict)
+    statics = [a for a in arms if a.startswith("static_g")]
+    post = max(statics, key=lambda a: statistics.fmean(rows[a]["auc"]))
+    post_rows = {a: arm_row(by, a, post, seeds) for a in arms if not a.startswith("static_g")}
+    ref_informative = statistics.fmean(rows[reference]["informative"])
+    for row in rows.values():
+        row["informative_vs_reference"] = statistics.fmean(row["informative"]) / ref_informative
+    return {"reference": reference, "chosen": chosen, "defaults": default, "seeds": seeds, "halves": halves,
+            "rows": rows,
+            "best": best({a: rows[a] for a in preregistered}), "best_halves": best_halves,
+            "best_agree": best_halves[0] == best_halves[1], "preregistered": preregistered,
+            "best_all": best(rows), "best_all_halves": best_all_halves, "post_hoc_reference": post,
+            "post_rows": post_rows,
+            "tuning": tuning_table(runs, task, tuning),
+            "learns": all(r["rise_seed_stds"] >= RISE_SEED_STDS for r in rows.values())}  # fmt: skip
+
+
+def rule_checks(s: dict) -> dict:
+    """
+    Issue 25's rules on one task (reported seeds). Per-prompt's default must not starve rare-success prompts: a
+    static G gives every trained prompt the mean share of a round, so a rare-success prompt (exact success <= 0.2
+    when trained) must get at least its arm's mean G, and no prompt may be skipped (deferred). The raw share of
+    completions on those prompts is reported beside the reference's, but not judged: an arm that learns faster has
+    fewer of them. Top-up's default must raise the informative share over the static G of its own mean G (the same
+    budget), paired per seed, the 90% CI of the median difference above 0.
+    """
+    rows, out = s["rows"], {}
+    per_prompt, top_up = s["defaults"].get("per_prompt"), s["defaults"].get("top_up")
+    if per_prompt in rows:
+        row, ref = rows[per_prompt], rows[s["reference"]]
+        size, deferred = statistics.fmean(row["mean_G"]), math.fsum(row["deferred"])
+        out["per_prompt_rare"] = {"arm": per_prompt, "share": row["rare_share"], "reference_share": ref["rare_share"],
+                                  "mean_G_there": finite(row["rare_G"]), "mean_G": size, "deferred": deferred,
+                                  "pass": deferred == 0 and row["rare_G"] >= size}  # fmt: skip
+    if top_up in rows:
+        row = rows[top_up]
+        size = statistics.fmean(row["mean_G"])
+        static = f"static_g{min(CANDIDATES, key=lambda c: abs(c - size))}"
+        if static in rows:
+            diffs = [a - b for a, b in zip(row["informative"], rows[static]["informative"], strict=True)]
+            ci = bootstrap_interval(diffs)
+            out["top_up_informative"] = {
+                "arm": top_up, "static": static, "share": statistics.fmean(row["informative"]),
+                "static_share": statistics.fmean(rows[static]["informative"]), "diff_median": median(diffs),
+                "diff_ci": list(ci), "pass": ci[0] > 0}  # fmt: skip
+    return out
+
+
+def targets(summaries: dict) -> dict:
+    """
+    The issue's targets, measured. Instrument: every arm rises >= `RISE_SEED_STDS` seed-stds, and the verdicts of the
+    reference and the defaults agree between the halves. Product (`ADAPTIVE_MODES`): on at least one task a default
+    adaptive mode's AUC
+    difference has its 90% CI above 0 (halves agreeing) and its median completions to 90% of the reference's gain <=
+    `RATIO90_TARGET`; on no task is a default mode's CI entirely below 0.
+    """
+    tasks = {}
+    for task, s in summaries.items():
+        rows = s["rows"]
+        modes = [a for a in s["preregistered"] if mode_of(a) in ADAPTIVE_MODES]
+        tasks[task] = {
+            "every_arm_rises": s["learns"],
+            "halves_disagree": [a for a in s["preregistered"] if not rows[a]["halves_agree"]],
+            "wins": [a for a in modes if rows[a]["auc_diff_ci"][0] > 0 and rows[a]["halves_agree"]
+                     and rows[a]["ratio90_median"] <= RATIO90_TARGET],
+            "auc_above_0": [a for a in modes if rows[a]["auc_diff_ci"][0] > 0 and rows[a]["halves_agree"]],
+            "losses": [a for a in modes if rows[a]["auc_diff_ci"][1] < 0],
+            **rule_checks(s)}  # fmt: skip
+    return {"instrument_met": all(t["every_arm_rises"] and not t["halves_disagree"] for t in tasks.values()),
+            "product_met": any(t["wins"] for t in tasks.values()) and not any(t["losses"] for t in tasks.values()),
+            "tasks": tasks}  # fmt: skip

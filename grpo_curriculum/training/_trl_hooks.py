@@ -1,0 +1,113 @@
+"""
+The seam, the GRPOTrainer methods the curriculum hooks into ([`GRPOHooks`]): the file to read for every override
+point. Each override calls `super()`; the curriculum's events are implemented by `CurriculumGRPOTrainer`.
+"""
+
+from __future__ import annotations
+
+from ._trl import apply_comparison, is_training, refuse_infinite_rewards, set_num_generations, weighted_rewards
+from ._trl_checkpoint import (checkpoint_dir, curriculum_state_before_trainer_state, load_trainer_state_first,
+                              record_checkpoint)
+from ._trl_merge import IncrementRecords, finish_round
+from .checkpoint import CheckpointWriteError
+
+class GRPOHooks:
+    """
+    Mixin placed before `trl.GRPOTrainer`: maps the (private) `GRPOTrainer` methods of TRL 1.16 to curriculum events
+    that [`CurriculumGRPOTrainer`] implements, so the trainer itself names no TRL internals.
+
+    Events (called only when `_curriculum_active()`):
+    - `_curriculum_round_start() -> Round`: a training generation round starts; returns it ([`Round`]), its first
+      increment planned.
+    - `_curriculum_increment_rows(round) -> (list[dict], list[int])`: this process's rows of the round's next
+      increment, and the size of each group it samples.
+    - `_curriculum_increment_scored(round, rewards, completion_ids) -> bool`: the increment's rewards, from every
+      process, in row order; plans the next increment and returns whether there is one.
+    - `_curriculum_round_end(round)`: the round is sampled (TRL's metrics are TRL's: `frac_reward_zero_std` as TRL
+      logs it for the round's own pass, or computed TRL's way for the rows a merged or mixed round trains on).
+    - `_curriculum_save(checkpoint_dir)` / `_curriculum_load(checkpoint_dir)`: a checkpoint is written / resumed.
+    - `_curriculum_evaluation()`: a context manager around each evaluation step.
+    """
+
+    _round = None  # the generation round in progress or last sampled ([`Round`])
+    _increment_records = None  # while an increment is sampled: its [`IncrementRecords`]
+
+    def _generate_and_score_completions(self, inputs):
+        if not (self._curriculum_active() and is_training(self)):
+            return super()._generate_and_score_completions(inputs)
+        round_ = self._curriculum_round_start()
+        records = IncrementRecords(self)
+        num_generations = self.num_generations  # restored after every round
+        try:
+            while True:  # one TRL generation and scoring pass an increment
+                rows, sizes = self._curriculum_increment_rows(round_)
+                mixed = len(set(sizes)) > 1
+                set_num_generations(self, 1 if mixed else sizes[0])
+                round_.request_sizes = list(sizes) if mixed else None
+                with records.increment():
+                    output = super()._generate_and_score_completions(rows)
+                rewards_per_func, completion_ids = records.scored
+                records.add(output, rewards_per_func)
+                if not self._curriculum_increment_scored(round_, weighted_rewards(self, rewards_per_func),
+                                                         completion_ids):  # fmt: skip
+                    break
+        finally:
+            round_.request_sizes = None
+            set_num_generations(self, num_generations)
+        output = finish_round(self, records, round_)
+        apply_comparison(self, output, round_)
+        self._curriculum_round_end(round_)
+        return output
+
+    def _generate(self, prompts):
+        result = super()._generate(prompts)
+        records = self._increment_records
+        if records is not None and is_training(self):
+            prompt_ids, completion_ids, tool_mask = result[:3]
+            records.generated(prompt_ids, completion_ids, tool_mask)
+        return result
+
+    def _generate_single_turn(self, *args, **kwargs):
+        # An increment's first turn samples each group; later turns (TRL's tool loop) continue each row's own history.
+        # The arguments pass through as TRL gave them (TRL >= 1.14 adds `num_generations`, 1.10 `has_tool_images`).
+        round_ = self._round
+        if round_ is None:
+            return super()._generate_single_turn(*args, **kwargs)
+        round_.requesting, round_.request_sizes = round_.request_sizes, None
+        try:
+            return super()._generate_single_turn(*args, **kwargs)
+        finally:
+            round_.requesting = None
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        if not self._curriculum_active():
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+        with self._curriculum_evaluation():  # generation and loss at the temperature of the stage in force
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self._curriculum_active():
+            refuse_infinite_rewards(self, rewards_per_func)
+        records = getattr(self, "_increment_records", None)
+        if records is not None and is_training(self):
+            records.scored = (rewards_per_func, completion_ids_list)
+            records.pending_metrics()
+        return rewards_per_func
+
+    def _save_checkpoint(self, model, trial):
+        folder = checkpoint_dir(self, trial)
+        record_checkpoint(self, folder)  # before transformers rotates: it is this run's
+        try:
+            if not (self._curriculum_active() and self.args.should_save):
+                return super()._save_checkpoint(model, trial)
+            with curriculum_state_before_trainer_state(self, folder, self._curriculum_save):
+                super()._save_checkpoint(model, trial)
+        except (OSError, RuntimeError) as error:  # a full disk reaches here as torch's RuntimeError: name the folder
+            raise CheckpointWriteError(folder, error) from error
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if self._curriculum_active() and checkpoint is not None:
+            load_trainer_state_first(self, checkpoint)
+            self._curriculum_load(checkpoint)
