@@ -156,3 +156,23 @@ def test_comparisons_follow_each_real_group_in_rounds_of_mixed_sizes(tmp_path, k
     assert len(checked) == 4
     assert any(len(sizes) > 1 for sizes, _, _ in checked)  # groups of several sizes were compared
     assert any(kept < rows for _, kept, rows in checked)  # and middles dropped
+
+
+def test_a_comparison_changed_since_the_checkpoint_is_refused_on_resume(tmp_path):
+    """A stage's comparison changed on resume was applied silently (issue 35, item 13)."""
+    from grpo_curriculum.training.checkpoint import CurriculumStateError
+
+    overrides = dict(max_steps=2, save_strategy="steps", save_steps=1, num_generations=4, per_device_train_batch_size=4)
+    margin = [Stage(num_generations=4, temperature=1.0, comparison={"mode": "margin", "margin": 1.0})]
+    trainer, _ = make_trainer(tmp_path / "run", margin, recorder=RoundRecorder(reward_fn=graded_reward), **overrides)
+    trainer.train()
+    extremes = [Stage(num_generations=4, temperature=1.0, comparison={"mode": "extremes"})]
+    resumed, _ = make_trainer(tmp_path / "again", extremes, recorder=RoundRecorder(reward_fn=graded_reward),
+                              **{**overrides, "max_steps": 4})  # fmt: skip
+    with pytest.raises(CurriculumStateError, match=r"the curriculum's comparisons changed since the checkpoint "
+                       r"\(stage 0: comparisons: margin 1 group stds saved, comparisons: best and worst of each "
+                       r"group now\)"):
+        resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-1"))
+    same, _ = make_trainer(tmp_path / "same", margin, recorder=RoundRecorder(reward_fn=graded_reward),
+                           **{**overrides, "max_steps": 4})  # fmt: skip
+    same.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-1"))  # the same comparison resumes

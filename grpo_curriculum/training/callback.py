@@ -494,10 +494,15 @@ class CurriculumCallback(TrainerCallback):
                 {"policy": stage.adaptive.policy, "num_generations": list(stage.adaptive.num_generations)}
                 for stage in self.schedule.stages]  # fmt: skip
 
+    def comparison_signature(self) -> list[str]:
+        """Each stage's comparison in words (`comparisons: all completions` for TRL's), which a resume must keep."""
+        return [(stage.comparison or Comparison()).describe() for stage in self.schedule.stages]
+
     def state_dict(self) -> dict:
         """What a checkpoint must hold to continue the curriculum exactly (JSON-serialisable but for numpy arrays)."""
         return {
             "stages": self.stage_signature(),
+            "comparisons": self.comparison_signature(),
             "current": asdict(self.current) if self.current is not None else None,
             "rounds": self.rounds,
             "switches": list(self.switches),
@@ -513,7 +518,7 @@ class CurriculumCallback(TrainerCallback):
 
         Raises:
             `ValueError`: when the schedule's stages no longer match the ones the state was saved with (their number,
-            a fixed G, an adaptive policy or its candidates), naming what changed; [`DefaultsChanged`] when the state
+            a fixed G, an adaptive policy or its candidates, a comparison), naming what changed; [`DefaultsChanged`] when the state
             was written with other knob defaults that a stage may rely on ([`defaults_changed`]).
         """
         saved, now = state["stages"], self.stage_signature()
@@ -521,6 +526,10 @@ class CurriculumCallback(TrainerCallback):
             changes = [f"{len(saved)} stages saved, {len(now)} now"] if len(saved) != len(now) else []
             changes += [f"stage {i}: {a} saved, {b} now" for i, (a, b) in enumerate(zip(saved, now)) if a != b]
             raise ValueError("the curriculum's stages changed since the checkpoint (" + "; ".join(changes) + ")")
+        saved, now = state.get("comparisons"), self.comparison_signature()  # (states before 0.2 have none)
+        if saved is not None and saved != now:
+            changes = [f"stage {i}: {a} saved, {b} now" for i, (a, b) in enumerate(zip(saved, now)) if a != b]
+            raise ValueError("the curriculum's comparisons changed since the checkpoint (" + "; ".join(changes) + ")")
         batch = getattr(getattr(self._trainer, "args", None), "generation_batch_size", None)
         changed = defaults_changed(self.schedule.stages, state, batch)
         if changed is not None:

@@ -381,7 +381,8 @@ STATE_SCHEMA = {
     "global_step": STEP,
     "micro_step": integer(0, MAX_STEPS * MAX_COUNT),  # a micro-step per gradient accumulation step
     "geometry": {"generation_batch_size": integer(1, MAX_COUNT), "num_processes": integer(1, MAX_COUNT)},
-    "callback": {"stages": Each(Rule("mapping")), "current": Nullable(_SETTING), "rounds": STEP,
+    "callback": {"stages": Each(Rule("mapping")), "comparisons?": Each(Rule("str")),
+                 "current": Nullable(_SETTING), "rounds": STEP,
                  "switches": Each({"step": STEP, "round": STEP, "from": _SETTING, "to": _SETTING,
                                    "reason": Rule("str")}, high=MAX_SWITCHES),
                  "policy_stage?": Nullable(STEP), "policy": Nullable(_POLICY), "deferred_total?": STEP,
