@@ -111,13 +111,10 @@ def test_check_warns_that_fsdp_on_cpu_trains_ddp(capsys, tmp_path):
     assert "warning" not in capsys.readouterr().out
 
 
-def test_train_refuses_deepspeed_when_it_is_not_installed():
-    import importlib.util
-
+def test_train_refuses_deepspeed_when_it_is_not_installed(hide_package):
     from grpo_curriculum.cli.run import validate_for_launch
 
-    if importlib.util.find_spec("deepspeed") is not None:
-        pytest.skip("deepspeed is installed")
+    hide_package("deepspeed")  # installed or not
     with pytest.raises(CurriculumError, match="DS_BUILD_OPS=0 pip install deepspeed") as error:
         validate_for_launch(load_recipe("demo", {"deepspeed": {"zero_optimization": {"stage": 3}}}))
     assert "deepspeed = {'zero_optimization': {'stage': 3}}: needs `deepspeed`" in str(error.value)
