@@ -27,8 +27,8 @@ POINTS = 16  # evaluations after step 0
 REPORTED = 12
 TUNING = 6
 TUNING_SEED_BASE = 100  # tuning seeds: 100, 101, ...
-DYNAMIC_ROUNDS = 4  # its max_rounds
-MODES = {  # mode: its variants (arm names), the first one the library's default
+DYNAMIC_ROUNDS = 4  # max_rounds of a `dynamic_gN` arm (`dynamic_gN_r2`: 2)
+MODES = {  # mode: its variants (arm names), the first one the library's default when the study began
     "static": [f"static_g{g}" for g in CANDIDATES],
     "per_prompt": ["per_prompt", "per_prompt_variance", "per_prompt_nodefer", "per_prompt_stream",
                    "per_prompt_stream_uniform", "per_prompt_stream_hard"],
