@@ -40,7 +40,6 @@ DYNAMIC = {  # name: (rewards per group, G, batch, max_rounds, on_limit, increme
     "enough informative groups: done, all trained": ([MIXED, MIXED], 2, 4, 2, "mask", 1, DynamicNext()),
     "too few: another batch of prompts": ([MIXED, EQUAL], 2, 4, 2, "mask", 1, DynamicNext(more=2)),
     "a single finite reward is not informative": ([MIXED, ONE], 2, 4, 2, "mask", 1, DynamicNext(more=2)),
-    "no limit: draw again": ([EQUAL, EQUAL, EQUAL, EQUAL], 2, 4, 0, "mask", 5, DynamicNext(more=2)),
     "more than a batch: the informative ones first, in group order":
         ([EQUAL, MIXED, EQUAL, MIXED], 2, 4, 2, "mask", 2, DynamicNext(trained=[1, 3])),
     "at the limit, short, mask: fill up and mask the fill-up":

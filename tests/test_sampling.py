@@ -347,6 +347,7 @@ def test_an_older_flat_first_top_up_checkpoint_reads_as_one_written_now(tmp_path
     assert written.pop("defaults") == {"lookahead": 0, "defer": False, "max_rounds": 2,  # recorded since version 6
                                        "top_up_prompts": "largest_half",  # (pilot 2, largest 4: the same rounds)
                                        "weight": "hard"}
+    assert written.pop("comparisons") == ["comparisons: all completions"] * 2  # recorded since issue 35
     assert state["callback"] == written  # as written now, switch records included
     assert callback.setting_for_round(2) == now.setting_for_round(2)
 
