@@ -340,6 +340,21 @@ def set_array(name, fill=None, values=None):
     return edit
 
 
+def shift_array(name, by):
+    """An edit of `curriculum_arrays.npz` (next to the state) adding `by` to every value of array `name`."""
+
+    def edit(path):
+        import numpy as np
+
+        arrays_path = path.parent / "curriculum_arrays.npz"
+        with np.load(arrays_path) as found:
+            arrays = {key: found[key] for key in found.files}
+        arrays[name] = arrays[name] + by
+        np.savez_compressed(arrays_path, **arrays)
+
+    return edit
+
+
 @contextlib.contextmanager
 def deadline(seconds):
     """Fail (rather than hang) when the block runs longer than `seconds`: SIGALRM interrupts a blocked `open` too."""
@@ -463,10 +478,12 @@ def per_prompt_run(tmp_path_factory):
         (set_path("round_plan.left", [2, 9]), r"round_plan\.left = \[2, 9\]: must be positions below 4"),
         (set_path("round_plan.sizes", [3, 5]),
          r"round_plan\.sizes = \[3, 5\]: must be candidates of stage 0, \[2, 4, 8\]"),
+        (shift_array("prompt_report.slots", 100), r"prompt_report\.slots\[\d+\] = 1\d\d: must be below 12, the prompt "
+                                                  r"slots of this run's dataset"),
     ],
     ids=["round-of-15", "taken-decrease", "waiting-beyond-position", "explore-out-of-range", "older-per-prompt-rule",
          "other-policy", "nan-moment", "negative-successes", "position-past-the-dataset", "read-past-the-dataset",
-         "taken-beyond-looked", "left-beyond-looked", "sizes-not-candidates"],
+         "taken-beyond-looked", "left-beyond-looked", "sizes-not-candidates", "report-slots-beyond-the-dataset"],
 )  # fmt: skip
 def test_out_of_range_per_prompt_state_fails_clearly(per_prompt_run, tmp_path, edit, message):
     checkpoint = tmp_path / "checkpoint-4"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from grpo_curriculum import Adaptive, DynamicSampling, Stage
@@ -20,7 +21,7 @@ def state(top_up=None, dynamic_sampling=None, version=6, position=0):
                "dynamic_sampling": dynamic_sampling}  # fmt: skip
     return {"version": version, "callback": {"current": current, "policy_stage": None, "policy": None},
             "stream": {"epoch": 1, "position": position, "waiting": []}, "round_start_stream": None,
-            "round_plan": None}  # fmt: skip
+            "round_plan": None, "prompt_report": {"slots": np.array([0, 5], dtype=np.uint32)}}  # fmt: skip
 
 
 @pytest.mark.parametrize("stage, saved, expected", [
@@ -45,6 +46,16 @@ def test_the_current_round_s_blocks_are_its_recipe_stage_s(stage, saved, expecte
     else:
         (problem,) = problems
         assert problem.rule.startswith(expected) and problem.key.startswith("callback.current.") and problem.fix
+
+
+@pytest.mark.parametrize("slots, size, refused", [
+    ([0, 47], 48, []), ([0, 48], 48, ["prompt_report.slots[1]"]), ([0, 2**20 - 1], None, []),
+    ([2**20], None, ["prompt_report.slots[0]"]),
+])  # fmt: skip
+def test_prompt_slots_lie_within_the_dataset_s(slots, size, refused):
+    """A slot a row of a map-style dataset (48 here); 2^20 hash buckets for an iterable one."""
+    saved = {**state(), "prompt_report": {"slots": np.array(slots, dtype=np.uint32)}}
+    assert [p.key for p in fit_problems(saved, [FIXED], dataset_size=size)] == refused
 
 
 @pytest.mark.parametrize("position, size, refused", [(48, 48, False), (49, 48, True), (10**6, None, False)])

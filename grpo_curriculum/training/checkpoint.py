@@ -33,6 +33,7 @@ from ..core.adaptive import INFORMATION_WEIGHTS
 from ..core.errors import MISSING, Problem, plural, shorten, shorten_text
 from ..core.rules import COUNT, MAX_COUNT, MAX_STEPS, POSITIVE, TEMPERATURE, Rule, fraction, integer
 from ..core.sampling import MAX_ROUNDS, ON_LIMIT_NAMES, TOP_UP_PROMPTS_RULES
+from ..core.slots import HASHED_SLOTS
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -550,7 +551,8 @@ def fit_problems(state: dict, stages: list, dataset_size: int | None) -> list[Pr
       `dynamic_sampling` block exactly when its stage samples dynamically.
     - Stream positions lie within a pass of the dataset (`stream`, `round_start_stream`), and a per-prompt round's
       plan gives each prompt one of the stage's candidates and takes and leaves only prompts it looked at (the waiting
-      ones and the `read` next ones).
+      ones and the `read` next ones); the prompt slots of the report and of the success-rate policy's counts lie
+      within the dataset's (its rows, or the hash buckets of an iterable dataset).
     """
     problems = []
     callback = state["callback"]
@@ -585,6 +587,14 @@ def fit_problems(state: dict, stages: list, dataset_size: int | None) -> list[Pr
         if dataset_size is not None and position > dataset_size:
             problems.append(Problem(f"{name}.position", position, f"must be at most the dataset's {dataset_size} "
                                     "prompts (the prompts read in the current pass)", RECIPE_FIX))
+    slots = HASHED_SLOTS if dataset_size is None else dataset_size  # (`stream.prompt_slots`)
+    counts = (policy or {}).get("counts") or {}
+    for key, touched in (("prompt_report.slots", state["prompt_report"]["slots"]),
+                         ("callback.policy.counts.slots", counts.get("slots"))):  # fmt: skip
+        if touched is not None and len(touched) and int(touched.max()) >= slots:
+            problems.append(Problem(f"{key}[{int(touched.argmax())}]", int(touched.max()), f"must be below {slots}, "
+                                    "the prompt slots of this run's dataset (a slot a dataset row, or a hash bucket "
+                                    "of an iterable dataset's prompts)", RECIPE_FIX))
     plan, start = state["round_plan"], state["round_start_stream"]
     adaptive = None if plan is None or current is None else stages[current["stage"]].adaptive
     if adaptive is not None and not set(plan["sizes"]) <= set(adaptive.num_generations):
