@@ -86,7 +86,7 @@ def test_the_values_trl_takes_pass(key, value):
 @pytest.mark.parametrize(("scheduler", "kwargs", "refused"), [
     ("cosine", {"num_cycles": 2}, None), ("cosine", {"min_lr_rate": 0.1}, "'min_lr_rate'"),
     ("cosine_with_min_lr", {"min_lr_rate": 0.1, "num_cycles": 1}, None),
-    ("warmup_stable_decay", {"num_decay_steps": 5, "num_warmup_steps": 2}, "'num_warmup_steps'"),  # get_scheduler's own
+    ("warmup_stable_decay", {"num_decay_steps": 5, "num_warmup_steps": 2}, "'num_warmup_steps'"),  # get_scheduler's
     ("reduce_lr_on_plateau", {"patience": 3}, None), ("reduce_lr_on_plateau", {"patiense": 3}, "'patiense'"),
     ("constant", {"anything": 1}, None),  # get_scheduler passes none of them to the constant schedules
 ])  # fmt: skip
@@ -107,14 +107,14 @@ def test_bool_words_are_transformers_string_to_bool():
         string_to_bool("non_padding")
 
 
-def test_compared_constants_reads_comparisons_and_assignments():
+def test_compared_constants_reads_the_comparisons_of_the_fields():
     source = '''
 if self.loss_type == "a" or args.loss_type in ["b", "c"]:
     pass
 elif self.args.loss_type != "d" and other == "x" and self.level not in ("t", "s"):
     pass
-self.loss_type = "e" if flag else "a"
-self.unrelated = "y"
+if "e" == self.loss_type and self.unrelated == "y" and loss_type == "z":
+    self.loss_type = "w"
 '''
     assert compared_constants(source, ["loss_type", "level", "nothing"]) == {
         "loss_type": ["a", "b", "c", "d", "e"], "level": ["t", "s"], "nothing": []}

@@ -81,25 +81,18 @@ def _jsonable(value):
 DISPATCHED = ("loss_type", "importance_sampling_level", "scale_rewards", "multi_objective_aggregation")
 """`str` fields the trainer dispatches on (`if self.loss_type == "grpo": ... elif ...`), read by no enum: any other
 value fails mid-training, so their values are the string constants the source of `GRPOTrainer`, `GRPOConfig` and
-their base classes compares them with or assigns."""
+their base classes compares them with."""
 
 
 def compared_constants(source: str, names) -> dict[str, list[str]]:
     """
     The string constants `source` compares `self.<name>`, `args.<name>` or `self.args.<name>` with (`==`, `!=`, `in`,
-    `not in` a list, tuple or set of them) or assigns to it (`self.<name> = "all" if ... else "no"`), for each of
-    `names`, in the order they first appear.
+    `not in` a list, tuple or set of them), for each of `names`, in the order they first appear.
     """
     found = {name: [] for name in names}
-    nodes = [node for node in ast.walk(ast.parse(source)) if isinstance(node, (ast.Assign, ast.Compare))]
+    nodes = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Compare)]
     for node in sorted(nodes, key=lambda node: (node.lineno, node.col_offset)):
-        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Constant, ast.IfExp)):
-            sides = [*node.targets, *([node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp)
-                                      else [node.value])]
-        elif isinstance(node, ast.Compare):
-            sides = [node.left, *node.comparators]
-        else:
-            continue
+        sides = [node.left, *node.comparators]
         named = [side.attr for side in sides if isinstance(side, ast.Attribute) and side.attr in found and (
             isinstance(side.value, ast.Name) and side.value.id in ("self", "args") or
             isinstance(side.value, ast.Attribute) and side.value.attr == "args")]  # fmt: skip
@@ -134,8 +127,9 @@ def _source(target) -> str:
 def derived_choices() -> dict[str, list]:
     """
     The values of `str` fields whose type does not list them, from the installed libraries: [`DISPATCHED`] from the
-    source of `GRPOTrainer` and `GRPOConfig` (and their base classes'), `torch_compile_backend` from accelerate's `DynamoBackend` (which
-    `TorchDynamoPlugin` reads it as, upper-cased), `cache_implementation` from transformers' `GenerationConfig`.
+    source of `GRPOTrainer` and `GRPOConfig` (and their base classes'), `torch_compile_backend` from accelerate's
+    `DynamoBackend` (which `TorchDynamoPlugin` reads it as, upper-cased), `cache_implementation` from transformers'
+    `GenerationConfig`.
     """
     import trl
     from accelerate.utils import DynamoBackend
@@ -159,7 +153,7 @@ def scheduler_keywords() -> dict[str, list[str] | None]:
     from transformers import optimization
 
     passed = {"self", "optimizer", "num_warmup_steps", "num_training_steps"}
-    ignores = set()  # the types `get_scheduler` calls without `scheduler_specific_kwargs` (`if name == X: return f(...)`)
+    ignores = set()  # types `get_scheduler` calls without `scheduler_specific_kwargs` (`if name == X: return f(...)`)
     for node in ast.walk(ast.parse(_source(optimization.get_scheduler))):
         if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and \
                 isinstance(node.test.comparators[0], ast.Attribute) and isinstance(node.body[0], ast.Return) and \

@@ -342,7 +342,8 @@ class StageSchedule:
         stage at its smallest G (a per-prompt stage's smallest candidate), the first of them on a tie.
         """
         needs = [(f"num_generations {num_generations} (TRL's data loader)", batch // num_generations)]
-        needs += [(f"stage {i}", -(-batch // min(stage.num_generations_values))) for i, stage in enumerate(self.stages)]
+        needs += [(f"stage {i}", -(-batch // min(stage.num_generations_values)))
+                  for i, stage in enumerate(self.stages)]
         return max(needs, key=lambda need: need[1])
 
     def geometry_problems(self, geometry, key: str = "stages") -> list[Problem]:
