@@ -426,8 +426,8 @@ def test_top_up_candidates_larger_than_the_batch_are_refused_like_per_prompt_one
 
 def test_check_caps_every_printed_list(tmp_path, capsys):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(TOP_UP_RECIPE.format(batch=1048576, candidates="[2, 1048576]"))
-    code, out, _ = check(capsys, recipe)
+    recipe.write_text(TOP_UP_RECIPE.format(batch=1048576, candidates="[2, 1048576]") + "dataset_num_prompts: 524288\n")
+    code, out, _ = check(capsys, recipe)  # (a round at G 2 takes 524288 prompts: the dataset holds them)
     assert code == 0 and max(map(len, out.splitlines())) < 600
     assert "a group holds 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, ... or 1048576 (524288 in all) completions" in out
     assert "valid num_generations: 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, ..., 1048576 (20 in all)" in out

@@ -37,6 +37,9 @@ GEOMETRY = ("per_device_train_batch_size", "gradient_accumulation_steps", "steps
 """Batch geometry: its values are checked against the curriculum by tests of their own (test_geometry, ...)."""
 ENVIRONMENT = ("which is not installed in this environment", "Default process group has not been initialized")
 """What `train` may refuse that `check` accepts: the environment, not the value."""
+NOT_TRAINED = ("torch_compile_backend", "cache_implementation")
+"""Choices checked but not trained: each backend needs its compiler (TVM, TensorRT, XLA, a GPU), each cache its model
+architecture or package (quantized: optimum-quanto)."""
 
 
 def _past(bound, direction):
@@ -52,7 +55,7 @@ def corpus() -> list[tuple[str, object, bool]]:
             continue
         choices = [c for t in spec["type"] if isinstance(t, dict) for c in t["choice"]]
         if choices:
-            values += [(name, c, True) for c in choices] + [(name, "bogus", False)]
+            values += [(name, c, name not in NOT_TRAINED) for c in choices] + [(name, "bogus", False)]
             continue
         rule = RANGES.get(name)
         if rule is None:

@@ -28,7 +28,7 @@ import os
 import signal
 import sys
 
-from ..core.errors import CurriculumError, GeometryError, Problem, list_text, plural, shorten
+from ..core.errors import CurriculumError, GeometryError, Problem, list_text, plural, raise_if_any, shorten
 from ..core.rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
 from ..core.sampling import DynamicSampling, TopUp
 from ..demo.models import MODELS, ModelFetchError
@@ -327,6 +327,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
         [`CurriculumError`]: for a malformed recipe or geometry.
     """
     from ..config.engines import engine_notes
+    from ..config.environment import environment_problems
     from ..config.recipe import load_recipe, run_geometry, starting_num_generations, training_geometry
     from ..core.curriculum import is_curriculum_file, load_curriculum
 
@@ -347,6 +348,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
         schedule, num_processes, max_steps = recipe.curriculum, recipe.num_processes, recipe.training.get("max_steps")
         geometry = run_geometry(recipe)  # as `train` runs it: evaluating at the G GRPOConfig gets
         start, top = starting_num_generations(recipe, geometry), recipe.training.get("num_generations")
+        raise_if_any(environment_problems(recipe, geometry, start), f"{recipe.path}: {geometry.describe()}")
         if "num_generations" in recipe.raw and args.num_generations is None and top != start:
             unused = (f"top-level num_generations: {top} is not used (the curriculum sets G; GRPOConfig gets the "
                       f"first stage's, {start}): remove it")

@@ -13,7 +13,7 @@ import time
 import warnings
 from pathlib import Path
 
-from ..config.recipe import BUILTIN, TINY_MODEL
+from ..config.recipe import BUILTIN, TINY_MODEL, starting_num_generations
 from ..core.errors import CurriculumError, Problem, plural, raise_if_any
 from ..core.geometry import BatchGeometry
 from .folders import hold_folder, main_process, resumes_in
@@ -33,6 +33,7 @@ def build_run(recipe, split=None):
     and eval datasets to the ones the run gets, before the built-in model's warm start sees them (`sweep` holds rows
     out of training with it).
     """
+    from ..config.environment import BUILTIN_PROMPTS
     from ..config.recipe import import_reward
     from ..demo.tasks import TASKS, build_model, build_tokenizer, warm_start
 
@@ -41,7 +42,7 @@ def build_run(recipe, split=None):
     evaluates = recipe.training.get("eval_strategy", "no") != "no"
     if recipe.dataset_name.startswith(BUILTIN):
         make_dataset, _ = TASKS[recipe.dataset_name.removeprefix(BUILTIN)]
-        dataset = make_dataset(recipe.dataset_num_prompts or 256, seed=seed)
+        dataset = make_dataset(recipe.dataset_num_prompts or BUILTIN_PROMPTS, seed=seed)
         eval_dataset = make_dataset(64, seed=seed + 10_000) if evaluates else None  # another draw
     else:
         from datasets import load_dataset
@@ -104,13 +105,15 @@ def validate_for_launch(recipe) -> None:
     Check `recipe` for this launch before anything is built or written: every stage (and the eval G) against the world
     size this process was launched with (`WORLD_SIZE`, set by `torchrun` and `accelerate launch`; 1 otherwise), the
     libraries the recipe asks for (vLLM, PEFT, bitsandbytes, the `report_to` trackers) and the fields a GRPO run
-    cannot use.
+    cannot use, and what the recipe needs from this machine ([`~config.environment.environment_problems`], which
+    `check` runs too).
 
     Raises:
         [`CurriculumError`]: naming the key, the value, the rule and the fix of every problem; a [`GeometryError`]
         when the only problems are G values the geometry does not take.
     """
-    from ..core.errors import GeometryError, raise_if_any
+    from ..config.environment import environment_problems
+    from ..core.errors import GeometryError
 
     geometry = launch_geometry(recipe)
     misfits = recipe.curriculum.geometry_problems(geometry, key="curriculum.stages") + geometry.eval_problems()
@@ -144,6 +147,7 @@ def validate_for_launch(recipe) -> None:
                                 "training\")", "launch with `accelerate launch --config_file examples/distributed/"
                                 "accelerate_fsdp2.yaml -m grpo_curriculum.cli train ...` or `torchrun "
                                 "--nproc_per_node N -m grpo_curriculum.cli train ...`, or remove `fsdp`"))
+    problems += environment_problems(recipe, geometry, starting_num_generations(recipe, geometry))
     for key, why in NOT_ROUTED.items():
         if key in recipe.script:
             problems.append(Problem(key, recipe.script[key], f"is not supported: {why}", f"remove `{key}`"))

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..core.curriculum import _parse_curriculum, _rekey, load_curriculum
-from ..core.errors import MISSING, CurriculumError, Problem, raise_if_any
+from ..core.errors import MISSING, CurriculumError, Problem, plural, raise_if_any
 from ..core.loading import find_recipe, read_yaml
 from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_batches_problem
 from ..core.rules import COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, Rule, check, integer, is_int, suggest, unknown_keys
@@ -237,7 +237,7 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
     training, model, script = parts["training"], parts["model"], parts["script"]
     valid = {k: v for k, v in training.items() if k not in refused}
     defaults = {k: spec["default"] for k, spec in fields.items()}
-    problems += related_problems(valid, defaults) + engine_problems(valid, defaults)
+    problems += related_problems(valid, fields) + engine_problems(valid, defaults)
 
     model_name, dataset_name = model.pop("model_name_or_path", None), script.pop("dataset_name", None)
     for key, value in (("model_name_or_path", model_name), ("dataset_name", dataset_name)):
@@ -259,6 +259,12 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         problems.append(Problem("warm_start_steps", warm_start, "only applies to the built-in model `builtin:tiny`",
                                 "remove it"))
     problems += _reward_problems(data.get("reward_funcs"))
+    weights, funcs = training.get("reward_weights"), data.get("reward_funcs")
+    if isinstance(weights, list) and isinstance(funcs, list) and funcs and "reward_weights" not in refused and \
+            len(weights) != len(funcs):  # GRPOTrainer refuses it when it is built, after the model loads
+        problems.append(Problem("reward_weights", weights, f"has {plural(len(weights), 'weight')} for "
+                                f"{plural(len(funcs), 'reward function')}: one weight each, in the order of "
+                                "`reward_funcs`", f"e.g. `reward_weights: {[1.0] * len(funcs)}`"))
     problems += _split_batches_problems(training.get("accelerator_config"))
     problems += generation_kwargs_problems(training.get("generation_kwargs"))
 

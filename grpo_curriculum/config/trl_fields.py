@@ -15,15 +15,20 @@ python -m grpo_curriculum.config.trl_fields --check  # exit 1 when the shipped f
 
 Types are written in a small vocabulary that [`~core.rules.Rule`] reads: a list of alternatives, each one of
 `"bool"`, `"int"`, `"float"`, `"str"`, `"null"`, `"dict"`, `"list"`, `"list[str]"`, `"list[float]"`, `"any"` (not
-checked here; TRL checks it when the config is built) or `{"choice": [...]}` (an enum's values, a `Literal`, or the
-field's `choices` metadata).
+checked here; TRL checks it when the config is built) or `{"choice": [...]}` (an enum's values, a `Literal`, the
+field's `choices` metadata, or for a `str` field whose values the code that reads it lists, those: see
+[`derived_choices`]). `lr_scheduler_kwargs` also has `"keywords"`: scheduler -> the keyword names its function takes
+from it (see [`scheduler_keywords`]), and a field typed `str | list[E]` (an enum `E`: `debug`) `"words"`, the values
+of `E` its list (or its string, one of them) may hold.
 """
 
 from __future__ import annotations
 
+import ast
 import enum
 import functools
 import importlib.metadata
+import inspect
 import json
 import sys
 import types
@@ -55,6 +60,15 @@ def _alternatives(tp) -> list:
     return [_SIMPLE.get(origin or tp, "any")]
 
 
+def _enum_items(tp) -> list | None:
+    """The values of `E` for an annotation holding `list[E]`, `E` an enum (else `None`)."""
+    for arg in typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,):
+        items = typing.get_args(arg) if typing.get_origin(arg) is list else ()
+        if items and isinstance(items[0], type) and issubclass(items[0], enum.Enum):
+            return [member.value for member in items[0]]
+    return None
+
+
 def _jsonable(value):
     """`value` as the snapshot stores it (an enum as its value, a tuple as a list), or `None` if JSON cannot."""
     value = value.value if isinstance(value, enum.Enum) else value
@@ -70,6 +84,106 @@ ACCEPTED_BEYOND_ANNOTATION = {"fsdp": ["bool", "list[str]"]}
 `FSDPOption` values as well as the deprecated string (`_process_fsdp_args`)."""
 
 
+DISPATCHED = ("loss_type", "importance_sampling_level", "scale_rewards", "multi_objective_aggregation")
+"""`str` fields the trainer dispatches on (`if self.loss_type == "grpo": ... elif ...`), read by no enum: any other
+value fails mid-training, so their values are the string constants the source of `GRPOTrainer`, `GRPOConfig` and
+their base classes compares them with."""
+
+
+def compared_constants(source: str, names) -> dict[str, list[str]]:
+    """
+    The string constants `source` compares `self.<name>`, `args.<name>` or `self.args.<name>` with (`==`, `!=`, `in`,
+    `not in` a list, tuple or set of them), for each of `names`, in the order they first appear.
+    """
+    found = {name: [] for name in names}
+    nodes = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Compare)]
+    for node in sorted(nodes, key=lambda node: (node.lineno, node.col_offset)):
+        sides = [node.left, *node.comparators]
+        named = [side.attr for side in sides if isinstance(side, ast.Attribute) and side.attr in found and (
+            isinstance(side.value, ast.Name) and side.value.id in ("self", "args") or
+            isinstance(side.value, ast.Attribute) and side.value.attr == "args")]  # fmt: skip
+        constants = [c.value for side in sides for c in (side.elts if isinstance(side, (ast.List, ast.Tuple, ast.Set))
+                                                          else [side])
+                     if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+        for name in named:
+            found[name] += [c for c in constants if c not in found[name]]
+    return found
+
+
+def _cache_implementations() -> list[str]:
+    """The `cache_implementation` names `GenerationConfig.validate` takes: `ALL_CACHE_IMPLEMENTATIONS` and the names
+    it adds to them there (transformers 5: `"paged"`, continuous batching)."""
+    from transformers.generation import configuration_utils
+
+    names = list(getattr(configuration_utils, "ALL_CACHE_IMPLEMENTATIONS", ()))
+    source = _source(configuration_utils.GenerationConfig.validate)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.BinOp) and isinstance(node.left, ast.Name) and \
+                node.left.id == "ALL_CACHE_IMPLEMENTATIONS" and isinstance(node.right, ast.Tuple):
+            names += [c.value for c in node.right.elts if isinstance(c, ast.Constant) and c.value not in names]
+    return names
+
+
+def _source(target) -> str:
+    import textwrap
+
+    return textwrap.dedent(inspect.getsource(target))
+
+
+def derived_choices() -> dict[str, list]:
+    """
+    The values of `str` fields whose type does not list them, from the installed libraries: [`DISPATCHED`] from the
+    source of `GRPOTrainer` and `GRPOConfig` (and their base classes'), `torch_compile_backend` from accelerate's
+    `DynamoBackend` (which `TorchDynamoPlugin` reads it as, upper-cased), `cache_implementation` from transformers'
+    `GenerationConfig`.
+    """
+    import trl
+    from accelerate.utils import DynamoBackend
+
+    modules = dict.fromkeys(cls.__module__ for cls in (*trl.GRPOTrainer.__mro__, *trl.GRPOConfig.__mro__))
+    sources = [_source(sys.modules[name]) for name in modules if name.split(".")[0] in ("trl", "transformers")]
+    found = compared_constants("\n".join(sources), DISPATCHED)
+    choices = {name: values for name, values in found.items() if values}
+    choices["torch_compile_backend"] = [backend.value.lower() for backend in DynamoBackend]
+    caches = _cache_implementations()
+    return {**choices, **({"cache_implementation": caches} if caches else {})}
+
+
+def scheduler_keywords() -> dict[str, list[str] | None]:
+    """
+    Scheduler type -> the `lr_scheduler_kwargs` names its function (transformers' `TYPE_TO_SCHEDULER_FUNCTION`) takes,
+    besides the ones `get_scheduler` passes itself; `None` for a scheduler `get_scheduler` passes none of them to
+    (`constant`, `constant_with_warmup`). A function taking `**kwargs` on to a class (`ReduceLROnPlateau`, `GreedyLR`)
+    takes that class's. A scheduler whose names cannot be read is left out (its keywords are not checked).
+    """
+    from transformers import optimization
+
+    passed = {"self", "optimizer", "num_warmup_steps", "num_training_steps"}
+    ignores = set()  # types `get_scheduler` calls without `scheduler_specific_kwargs` (`if name == X: return f(...)`)
+    for node in ast.walk(ast.parse(_source(optimization.get_scheduler))):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and \
+                isinstance(node.test.comparators[0], ast.Attribute) and isinstance(node.body[0], ast.Return) and \
+                isinstance(node.body[0].value, ast.Call) and all(k.arg for k in node.body[0].value.keywords):
+            ignores.add(optimization.SchedulerType[node.test.comparators[0].attr].value)
+    keywords = {}
+    for kind, function in optimization.TYPE_TO_SCHEDULER_FUNCTION.items():
+        name = getattr(kind, "value", kind)
+        target = function
+        for _ in range(2):  # a function passing **kwargs on: the class (or function) it calls with them
+            parameters = inspect.signature(target).parameters.values()
+            if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+                break
+            calls = [node.func.id for node in ast.walk(ast.parse(_source(target))) if isinstance(node, ast.Call) and
+                     isinstance(node.func, ast.Name) and any(k.arg is None for k in node.keywords)]
+            target = getattr(inspect.getmodule(target), calls[0], None) if len(calls) == 1 else None
+            if target is None:
+                break
+        if target is None or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            continue
+        keywords[name] = None if name in ignores else [p.name for p in parameters if p.name not in passed]
+    return keywords
+
+
 def describe_trl() -> dict:
     """
     Introspect the installed TRL's config classes.
@@ -82,7 +196,7 @@ def describe_trl() -> dict:
 
     import trl
 
-    fields = {}
+    fields, derived = {}, derived_choices()
     for name in CLASSES:
         cls = getattr(trl, name)
         hints = typing.get_type_hints(cls)
@@ -93,11 +207,18 @@ def describe_trl() -> dict:
             choices = f.metadata.get("choices")
             if choices is not None:
                 alternatives = [{"choice": list(choices)}] + ["null"] * ("null" in alternatives)
+            if f.name in derived and "str" in alternatives:
+                alternatives = [{"choice": derived[f.name]} if alt == "str" else alt for alt in alternatives]
             extra = ACCEPTED_BEYOND_ANNOTATION.get(f.name, [])
             alternatives = extra + [kind for kind in alternatives if kind not in extra]
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
             default = None if default is dataclasses.MISSING else _jsonable(default)
             fields[f.name] = {"owner": name, "type": alternatives, "default": default}
+            words = _enum_items(hints.get(f.name))
+            if words:  # `debug: str | list[DebugOption]`: a list of them, or one of them
+                fields[f.name]["words"] = words
+    if "lr_scheduler_kwargs" in fields:
+        fields["lr_scheduler_kwargs"]["keywords"] = scheduler_keywords()
     return {"trl": _version("trl"), "transformers": _version("transformers"), "fields": fields}
 
 

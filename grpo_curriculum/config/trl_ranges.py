@@ -148,21 +148,103 @@ def _kwargs(value) -> Mapping | None:
     return value if isinstance(value, Mapping) else None
 
 
-def related_problems(training: Mapping, defaults: Mapping) -> list[Problem]:
+JSON_FIELDS = ("lr_scheduler_kwargs", "accelerator_config", "activation_checkpointing_kwargs",
+               "gradient_checkpointing_kwargs")
+"""Mapping fields transformers also takes as JSON text (`TrainingArguments._VALID_DICT_FIELDS`: a string starting with
+`{` is read with `json.loads`); `accelerator_config` otherwise names a JSON file ([`~config.environment`] checks it).
+(`deepspeed` and `fsdp_config` take the same forms: their rules are the distributed setup's.)"""
+
+
+def _json_problems(key: str, text) -> list[Problem]:
+    """A JSON-text value of a [`JSON_FIELDS`] field that is not a JSON object (or, but for `accelerator_config`, any
+    other string: the run would pass the characters as keyword arguments)."""
+    if not isinstance(text, str) or (key == "accelerator_config" and not text.startswith("{")):
+        return []
+    try:
+        if isinstance(json.loads(text), Mapping) and text.startswith("{"):
+            return []
+        why = "is not a JSON object"
+    except ValueError as error:
+        why = f"is not JSON ({error})"
+    return [Problem(key, text, f"{why}: a string here must be a JSON object, e.g. '{{\"name\": 1}}'",
+                    f"write it as a YAML mapping, e.g. `{key}: {{name: 1}}`")]
+
+
+def _scheduler_problems(scheduler, kwargs: Mapping, keywords: Mapping) -> list[Problem]:
+    """Keywords of `lr_scheduler_kwargs` the scheduler's function does not take (transformers' `get_scheduler` would
+    raise a TypeError when the trainer builds it); `keywords`: the snapshot's scheduler -> names."""
+    names = keywords.get(scheduler)
+    unknown = [key for key in kwargs if names is not None and key not in names]
+    if not unknown:
+        return []
+    close = suggest(str(unknown[0]), names)
+    takes = f"takes {list_text(map(repr, names))}" if names else "takes none"
+    return [Problem("lr_scheduler_kwargs", dict(kwargs), f"names {list_text(map(repr, unknown))}, which the "
+                    f"`{scheduler}` scheduler does not take (it {takes})",
+                    f"did you mean `{close}`?" if close else "remove it, or choose the `lr_scheduler_type` it is for")]
+
+
+def _words_problems(key: str, value, words) -> list[Problem]:
+    """`debug`: a list of `words`, or one of them (TRL's parser reads the field as a list of `DebugOption`s, so a
+    string is one of them: not several separated by spaces, nor empty)."""
+    given = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    unknown = [word for word in given if word not in words]
+    if not unknown:
+        return []
+    close = suggest(str(unknown[0]), words) if unknown[0] else None
+    several = isinstance(value, str) and len(value.split()) > 1 and all(word in words for word in value.split())
+    fix = (f"list them: `{key}: {value.split()}`" if several else f"did you mean `{close}`?" if close else
+           f"use one of them, or remove `{key}`")
+    return [Problem(key, value, f"names {list_text(map(repr, unknown))}, not one of {list_text(map(repr, words))} "
+                    "(a string is one of them; several: a list)", fix)]
+
+
+BOOL_WORDS = ("yes", "true", "t", "y", "1", "no", "false", "f", "n", "0")
+"""The strings transformers' `HfArgumentParser` reads a `str | bool` field as (`string_to_bool`, any case): TRL's
+parser, which builds the run's config, takes no other string for such a field (a test compares them)."""
+
+
+def _bool_text_problems(key: str, value) -> list[Problem]:
+    """A `str | bool` field (`include_num_input_tokens_seen`) given a string TRL's parser cannot read as a bool."""
+    if not isinstance(value, str) or value.lower() in BOOL_WORDS:
+        return []
+    return [Problem(key, value, "is read as a boolean by TRL's parser (which builds the run's config), so a string "
+                    f"here must be one of {list_text(BOOL_WORDS)}", f"use `{key}: true`, or `false`")]
+
+
+def _optim_args_problems(text) -> list[Problem]:
+    """`optim_args`: comma-separated `key=value` pairs (transformers' `_parse_optim_args` splits them so)."""
+    if not isinstance(text, str) or not text:
+        return []
+    bad = [pair for pair in text.replace(" ", "").split(",") if pair.count("=") != 1]
+    if not bad:
+        return []
+    return [Problem("optim_args", text, f"must be comma-separated `key=value` pairs ({list_text(map(repr, bad))} is "
+                    "not one)", "e.g. `optim_args: \"betas=0.9,weight_decay=0.01\"`, or remove it")]
+
+
+def related_problems(training: Mapping, fields: Mapping) -> list[Problem]:
     """
-    The rules between fields (each value already of its type and in its range): what `TrainingArguments`,
-    `GRPOConfig` and the schedulers refuse for a combination.
+    The rules between fields (each value already of its type and in its range), and within a field's value: what
+    `TrainingArguments`, `GRPOConfig`, the schedulers and the optimizers refuse.
 
     Args:
         training (`Mapping`): The `GRPOConfig` keys the recipe sets.
-        defaults (`Mapping`): Field -> TRL's default, for the keys not set.
+        fields (`Mapping`): The snapshot's fields ([`~config.trl_fields.trl_fields`]): their defaults, for the keys
+            not set, the schedulers' keywords and `debug`'s words.
     """
-    value = lambda key: training.get(key, defaults.get(key))  # noqa: E731
+    value = lambda key: training.get(key, fields.get(key, {}).get("default"))  # noqa: E731
     problems = []
     report_to = value("report_to")
     names = [report_to] if isinstance(report_to, str) else report_to if isinstance(report_to, list) else []
     known = ("all", "none", *REPORT_TO)
     unknown = [name for name in names if name not in known]
+    alone = [name for name in ("none", "all") if name in names and len(names) > 1]
+    if alone and not unknown:  # transformers reads `none` and `all` only as the whole value
+        problems.append(Problem("report_to", report_to, f"lists `{alone[0]}` with other names: `{alone[0]}` is only "
+                                "read alone (the list would reach transformers' integrations as a tracker's name)",
+                                f"use `report_to: {alone[0]}`" if alone[0] == "none" or set(names) == {"all"} else
+                                f"list the trackers without `{alone[0]}`"))
     if unknown:
         close = suggest(unknown[0], known)
         problems.append(Problem("report_to", report_to, f"names {list_text(map(repr, unknown))}, not one of "
@@ -183,6 +265,18 @@ def related_problems(training: Mapping, defaults: Mapping) -> list[Problem]:
         problems.append(Problem("pad_to_multiple_of", pad, f"must be `auto`, null or a positive integer (at most "
                                 f"{RANGES['pad_to_multiple_of'].high})", "e.g. `pad_to_multiple_of: 64`, or `auto`"))
     scheduler, kwargs = value("lr_scheduler_type"), _kwargs(value("lr_scheduler_kwargs")) or {}
+    for key in JSON_FIELDS:
+        problems += _json_problems(key, training.get(key))
+    problems += _scheduler_problems(scheduler, kwargs, fields.get("lr_scheduler_kwargs", {}).get("keywords", {}))
+    problems += _optim_args_problems(value("optim_args"))
+    for key, spec in fields.items():
+        if key in training and "str" in spec["type"] and "bool" in spec["type"]:
+            problems += _bool_text_problems(key, training[key])
+    if "debug" in training and "words" in fields.get("debug", {}):  # (its default, "", is never parsed)
+        problems += _words_problems("debug", training["debug"], fields["debug"]["words"])
+    if value("output_dir") == "":  # transformers writes into the current folder; the lock cannot name it
+        problems.append(Problem("output_dir", "", "is empty: it must name the folder the run writes",
+                                "e.g. `output_dir: runs/NAME`, or remove it (TRL's default: trainer_output)"))
     if scheduler in ("reduce_lr_on_plateau", "greedy") and value("eval_strategy") == "no":
         problems.append(Problem("lr_scheduler_type", scheduler, "needs evaluation (it steps on the eval loss)",
                                 "set `eval_strategy: steps` (with `eval_steps`), or use another scheduler"))

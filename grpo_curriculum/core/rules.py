@@ -193,7 +193,7 @@ class Rule:
         choices = self.choices or tuple(c for option in self.options for c in option.choices)
         close = suggest(value, [str(c) for c in choices]) if choices else None
         fix = f"did you mean `{close}`?" if close else self.fix
-        return [Problem(key, value, broken, fix if fix or self.kind != "choice" else f"use one of {list(choices)}")]
+        return [Problem(key, value, broken, fix if fix or not choices else f"use one of {list(choices)}")]
 
 
 def check(rules: Mapping[str, Rule], values: Mapping, key: str | None = None) -> list[Problem]:

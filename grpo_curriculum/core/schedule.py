@@ -349,6 +349,17 @@ class StageSchedule:
         """Every G the schedule can reach, ascending."""
         return sorted({g for stage in self.stages for g in stage.num_generations_values})
 
+    def prompts_needed(self, num_generations: int, batch: int) -> tuple[str, int]:
+        """
+        The most prompts a generation round of `batch` completions takes from one pass over the train dataset, and
+        what needs them: TRL's data loader, which reads prompts by `num_generations` (the G `GRPOConfig` has), or a
+        stage at its smallest G (a per-prompt stage's smallest candidate), the first of them on a tie.
+        """
+        needs = [(f"num_generations {num_generations} (TRL's data loader)", batch // num_generations)]
+        needs += [(f"stage {i}", -(-batch // min(stage.num_generations_values)))
+                  for i, stage in enumerate(self.stages)]
+        return max(needs, key=lambda need: need[1])
+
     def geometry_problems(self, geometry, key: str = "stages") -> list[Problem]:
         """
         Every G the schedule can reach checked against a [`BatchGeometry`]: each stage's G, or each adaptive candidate

@@ -71,17 +71,12 @@ def _environment_problems(curriculum: CurriculumCallback) -> list[Problem]:
 
 def _dataset_problems(curriculum: CurriculumCallback, args, size: int, batch: int) -> list[Problem]:
     """A generation round must find its prompts in one pass over the dataset, for TRL's loader and every stage."""
-    needs = [(f"num_generations {args.num_generations} (TRL's data loader)", batch // args.num_generations)]
-    for i, stage in enumerate(curriculum.schedule.stages):
-        needs.append((f"stage {i}", -(-batch // min(stage.num_generations_values))))
-    problems = []
-    for what, prompts in needs:
-        if size < prompts:
-            problems.append(Problem("train_dataset", f"{size} prompts", f"is too small: a round of {batch} completions "
-                                    f"at {what} takes {prompts} prompts from one pass over it",
-                                    "use a larger dataset, a smaller generation batch, or a larger num_generations"))
-            break
-    return problems
+    what, prompts = curriculum.schedule.prompts_needed(args.num_generations, batch)
+    if size >= prompts:
+        return []
+    return [Problem("train_dataset", f"{size} prompts", f"is too small: a round of {batch} completions at {what} "
+                    f"takes {prompts} prompts from one pass over it",
+                    "use a larger dataset, a smaller generation batch, or a larger num_generations")]
 
 
 class CurriculumGRPOTrainer(GRPOHooks, GRPOTrainer):

@@ -122,22 +122,15 @@ class Prober:
         if key not in self.results:
             folder = os.path.join(self.out, "probes", f"b{batch}-s{steps}-g{num_generations}")
             recipe = probe_recipe(self.path, self.raw, num_generations, self.temperature, batch, steps, folder)
-            validate_for_launch(recipe)
-            Path(folder).mkdir(parents=True)
-            process = self.context.Process(target=_probe_child, args=(recipe, folder, os.getpid(), self.held_out),
-                                           name="sweep-probe")
-            process.start()
-            process.join()
-            result_path = os.path.join(folder, PROBE_FILE)
-            if os.path.exists(result_path):
-                result = read_json(result_path, "re-run the plan in a new --out folder")
-            elif process.exitcode == -signal.SIGKILL:  # the kernel's out-of-memory killer (or a user's kill -9)
-                result = {"peak": None, "kind": "rss", "total": None, "killed": True}
+            try:
+                validate_for_launch(recipe)
+            except CurriculumError as error:  # a built-in dataset too small for this batch: refused, as by the trainer
+                if any(problem.key != "dataset_num_prompts" for problem in error.problems):
+                    raise
+                result = {"peak": None, "kind": None, "total": None, "refused": str(error)}
             else:
-                raise CurriculumError([Problem(f"probe G {num_generations}, per-device batch {batch}, {steps} steps "
-                                               "per generation", f"exit code {process.exitcode}", "failed (its error "
-                                               "is above)", "fix it and re-run the command in a new --out folder")],
-                                      "sweep --plan-memory")  # fmt: skip
+                result = self._run(recipe, folder, f"probe G {num_generations}, per-device batch {batch}, {steps} "
+                                   "steps per generation")
             name = f"probe G {num_generations}, per-device batch {batch}, {steps} step{'s' if steps > 1 else ''} per "
             if result.get("refused") and not self.results:  # the recipe itself fails: the user's to fix
                 raise CurriculumError([Problem(name + "generation", "refused", result["refused"], "fix the recipe")],
@@ -145,6 +138,21 @@ class Prober:
             self.results[key] = result
             print(name + f"generation: {note(result)}", flush=True)
         return self.results[key]["peak"]
+
+    def _run(self, recipe, folder: str, name: str) -> dict:
+        """One probe in a child process: what it measured (or its refusal), or `killed` for a SIGKILL."""
+        Path(folder).mkdir(parents=True)
+        process = self.context.Process(target=_probe_child, args=(recipe, folder, os.getpid(), self.held_out),
+                                       name="sweep-probe")
+        process.start()
+        process.join()
+        result_path = os.path.join(folder, PROBE_FILE)
+        if os.path.exists(result_path):
+            return read_json(result_path, "re-run the plan in a new --out folder")
+        if process.exitcode == -signal.SIGKILL:  # the kernel's out-of-memory killer (or a user's kill -9)
+            return {"peak": None, "kind": "rss", "total": None, "killed": True}
+        raise CurriculumError([Problem(name, f"exit code {process.exitcode}", "failed (its error is above)",
+                                       "fix it and re-run the command in a new --out folder")], "sweep --plan-memory")
 
 
 def note(result: dict) -> str:
