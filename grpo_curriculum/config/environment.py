@@ -4,7 +4,8 @@ is built or written, by `grpo-curriculum train` ([`~cli.run.validate_for_launch`
 verdict, and neither ends in a traceback after the model has loaded.
 
 - a built-in dataset large enough for a generation round of every stage (the trainer's own check, said up front);
-- the files `deepspeed` and `accelerator_config` name (a string not starting with `{`);
+- the file `accelerator_config` names (a string not starting with `{`; `deepspeed`'s is read with its config by
+  [`~config.engines`]);
 - `use_liger_kernel`: the `liger-kernel` package (0.3 or later, transformers' floor);
 - `push_to_hub`: not offline (`HF_HUB_OFFLINE`), a token, and the Hub reachable (a connection, 5 s at most);
 - `tf32: true`: a CUDA GPU of the Ampere generation or later (transformers refuses it otherwise; torch is imported only
@@ -50,12 +51,12 @@ def environment_problems(recipe, geometry, num_generations: int) -> list[Problem
                                     "from one pass over the dataset",
                                     f"e.g. `dataset_num_prompts: {max(prompts, BUILTIN_PROMPTS)}`, or a smaller "
                                     "generation batch"))
-    for key in ("deepspeed", "accelerator_config"):  # transformers reads a string not starting with `{` as a file
-        path = training.get(key)
-        if isinstance(path, str) and not path.startswith("{") and not os.path.isfile(path):
-            where = "a folder" if os.path.isdir(path) else "no file"
-            problems.append(Problem(key, path, f"names {where} (a string here is the path of a JSON config file, or "
-                                    "JSON text starting with `{`)", "give the path of an existing JSON file"))
+    path = training.get("accelerator_config")  # transformers reads a string not starting with `{` as a file
+    if isinstance(path, str) and not path.startswith("{") and not os.path.isfile(path):
+        where = "a folder" if os.path.isdir(path) else "no file"
+        problems.append(Problem("accelerator_config", path, f"names {where} (a string here is the path of a JSON "
+                                "config file, or JSON text starting with `{`)",
+                                "give the path of an existing JSON file"))
     if training.get("use_liger_kernel") is True:
         problems += _liger_problems()
     if training.get("push_to_hub") is True:

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 
 from ..core.errors import Problem, list_text
 from ..core.rules import MAX_COUNT, MAX_STEPS, Rule, is_number, suggest
+from .trl_fields import ACCEPTED_BEYOND_ANNOTATION
 
 SEED_MAX = 2**32 - 1
 """numpy's legacy seeding (`np.random.seed`, which transformers' `set_seed` calls) takes `0 <= seed < 2**32`."""
@@ -269,8 +270,9 @@ def related_problems(training: Mapping, fields: Mapping) -> list[Problem]:
         problems += _json_problems(key, training.get(key))
     problems += _scheduler_problems(scheduler, kwargs, fields.get("lr_scheduler_kwargs", {}).get("keywords", {}))
     problems += _optim_args_problems(value("optim_args"))
-    for key, spec in fields.items():
-        if key in training and "str" in spec["type"] and "bool" in spec["type"]:
+    for key, spec in fields.items():  # (`fsdp`'s bool is transformers', beyond its `str` annotation: parsed as text)
+        text_or_bool = "str" in spec["type"] and "bool" in spec["type"] and key not in ACCEPTED_BEYOND_ANNOTATION
+        if key in training and text_or_bool:
             problems += _bool_text_problems(key, training[key])
     if "debug" in training and "words" in fields.get("debug", {}):  # (its default, "", is never parsed)
         problems += _words_problems("debug", training["debug"], fields["debug"]["words"])
