@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from trl import GRPOTrainer
+from trl import GRPOTrainer, RLOOConfig, RLOOTrainer
 from trl.trainer.utils import nanstd
 
 from grpo_curriculum import CurriculumError, Stage
@@ -40,7 +40,7 @@ def make_trainer(tmp_path, stages, recorder=None, dataset=None, model=None, cls=
         model=model or build_model(),
         processing_class=build_tokenizer(),
         reward_funcs=recorder,
-        args=grpo_args(tmp_path, **overrides),
+        args=grpo_args(tmp_path, RLOOConfig if issubclass(cls, RLOOTrainer) else None, **overrides),
         train_dataset=dataset if dataset is not None else indexed_dataset(),
         eval_dataset=eval_dataset,
         callbacks=callbacks,
