@@ -190,3 +190,14 @@ def test_vllm_is_refused_and_the_callback_on_plain_rloo_refuses_to_train(tmp_pat
     with pytest.raises(RuntimeError, match="CurriculumRLOOTrainer"):
         trainer.train()
     assert recorder.calls == [] and trainer.state.global_step == 0
+
+
+def test_another_trl_release_is_refused_before_anything_is_built(tmp_path, monkeypatch):
+    import trl
+
+    from grpo_curriculum.training._trl import UnsupportedTRLError
+
+    monkeypatch.setattr(trl, "__version__", "1.15.2")
+    with pytest.raises(UnsupportedTRLError, match=r"CurriculumRLOOTrainer needs TRL 1\.16.*the installed TRL is "
+                                                  r"1\.15\.2.*CurriculumGRPOTrainer"):  # fmt: skip
+        rloo_trainer(tmp_path, [Stage(num_generations=2, temperature=1.0)])

@@ -81,6 +81,28 @@ def _unsupported(what: str) -> UnsupportedTRLError:
     )
 
 
+RLOO_TRL = (1, 16)  # the TRL release `CurriculumRLOOTrainer` is built and tested against
+
+
+def require_rloo_trl() -> None:
+    """
+    Raise [`UnsupportedTRLError`] unless the installed TRL is a 1.16 release: `CurriculumRLOOTrainer` relies on
+    `RLOOTrainer`'s internals as TRL 1.16 has them (module docstring), and is not tested on the package's other TRL
+    releases (`CurriculumGRPOTrainer` is).
+    """
+    import trl
+
+    from ..compat import _release
+
+    if _release(trl.__version__) != RLOO_TRL:
+        wanted = ".".join(map(str, RLOO_TRL))
+        raise UnsupportedTRLError(
+            f"CurriculumRLOOTrainer needs TRL {wanted} (it relies on RLOOTrainer's internals as TRL {wanted} has them); "
+            f"the installed TRL is {trl.__version__}. Install it (`pip install 'trl=={wanted}.*'`), or train with "
+            "CurriculumGRPOTrainer, which supports this TRL."
+        )
+
+
 @contextlib.contextmanager
 def record_fused_lm_head_temperature(cells: list, module_name: str = GRPO_MODULE):
     """

@@ -473,10 +473,15 @@ class CurriculumRLOOTrainer(CurriculumTrainerMixin, RLOOHooks, RLOOTrainer):
     Supported stages: fixed G and temperature, stage schedules, temperature ramps, and adaptive G and temperature for
     the whole round (`Adaptive(policy="hysteresis")` or `"success_rate"`). Refused at construction, each with its
     fix ([`grpo_curriculum.core.rloo.rloo_problems`]): per-prompt G and top-up (groups of several sizes in a round),
-    dynamic sampling (rounds merged from several passes), comparison modes other than `"all"`, and `use_vllm`.
+    dynamic sampling (rounds merged from several passes), comparison modes other than `"all"`, and `use_vllm`. Needs
+    TRL 1.16 (the package's other TRL releases are supported by [`CurriculumGRPOTrainer`] only).
     """
 
     _trl_trainer = RLOOTrainer
+
+    def __init__(self, *args, **kwargs):
+        _trl.require_rloo_trl()  # before anything is loaded
+        super().__init__(*args, **kwargs)
 
     def _unsupported_problems(self, args) -> list[Problem]:
         return rloo_problems(self._curriculum.schedule.stages, use_vllm=bool(getattr(args, "use_vllm", False)))
