@@ -33,14 +33,14 @@ def rloo_problems(stages, at: str = "stages", use_vllm: bool = False, vllm_key: 
         policy = None if stage.adaptive is None else stage.adaptive.policy
         if policy == "per_prompt":
             problems.append(Problem(
-                f"{at}[{i}].adaptive.policy", policy, "is not supported with RLOOTrainer: a per-prompt round holds groups "
-                "of several sizes, and RLOO's leave-one-out baseline is computed over one G for the whole round",
+                f"{at}[{i}].adaptive.policy", policy, "is not supported with RLOOTrainer: a per-prompt round holds "
+                "groups of several sizes, and RLOO's leave-one-out baseline is computed over one G for the whole round",
                 f"give this stage one G a round (num_generations, or policy hysteresis or success_rate), {_USE_GRPO} "
                 "for per_prompt"))  # fmt: skip
         elif policy == "top_up":
             problems.append(Problem(
-                f"{at}[{i}].adaptive.policy", policy, "is not supported with RLOOTrainer: a top-up round is merged from "
-                "several generation passes into groups of several sizes, and RLOO's leave-one-out baseline is computed "
+                f"{at}[{i}].adaptive.policy", policy, "is not supported with RLOOTrainer: a top-up round is merged "
+                "from several generation passes into groups of several sizes, and RLOO's leave-one-out baseline is computed "
                 "over one G for the whole round",
                 f"give this stage one G a round (num_generations, or policy hysteresis or success_rate), {_USE_GRPO} "
                 "for top_up"))  # fmt: skip
@@ -58,6 +58,6 @@ def rloo_problems(stages, at: str = "stages", use_vllm: bool = False, vllm_key: 
                 f"remove comparison from this stage (or use mode all), {_USE_GRPO} for comparisons"))  # fmt: skip
     if use_vllm:
         problems.append(Problem(
-            vllm_key, use_vllm, "is not supported with CurriculumRLOOTrainer yet: its switches of G and temperature are "
-            "tested with transformers generation only", f"set use_vllm to false, {_USE_GRPO} with vLLM"))  # fmt: skip
+            vllm_key, use_vllm, "is not supported with CurriculumRLOOTrainer yet: its switches of G and temperature "
+            "are tested with transformers generation only", f"set use_vllm to false, {_USE_GRPO} with vLLM"))  # fmt: skip
     return problems

@@ -97,9 +97,9 @@ def require_rloo_trl() -> None:
     if _release(trl.__version__) != RLOO_TRL:
         wanted = ".".join(map(str, RLOO_TRL))
         raise UnsupportedTRLError(
-            f"CurriculumRLOOTrainer needs TRL {wanted} (it relies on RLOOTrainer's internals as TRL {wanted} has them); "
-            f"the installed TRL is {trl.__version__}. Install it (`pip install 'trl=={wanted}.*'`), or train with "
-            "CurriculumGRPOTrainer, which supports this TRL."
+            f"CurriculumRLOOTrainer needs TRL {wanted} (it relies on RLOOTrainer's internals as TRL {wanted} has "
+            f"them); the installed TRL is {trl.__version__}. Install it (`pip install 'trl=={wanted}.*'`), or train "
+            "with CurriculumGRPOTrainer, which supports this TRL."
         )
 
 

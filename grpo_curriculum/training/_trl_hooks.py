@@ -6,7 +6,8 @@ are implemented by `CurriculumGRPOTrainer` and `CurriculumRLOOTrainer` (their sh
 
 from __future__ import annotations
 
-from ._trl import GRPO_MODULE, RLOO_MODULE, apply_comparison, is_training, refuse_infinite_rewards, set_num_generations, weighted_rewards
+from ._trl import (GRPO_MODULE, RLOO_MODULE, apply_comparison, is_training, refuse_infinite_rewards,
+                   set_num_generations, weighted_rewards)
 from ._trl_checkpoint import (checkpoint_dir, curriculum_state_before_trainer_state, load_trainer_state_first,
                               record_checkpoint)
 from ._trl_merge import IncrementRecords, finish_round
