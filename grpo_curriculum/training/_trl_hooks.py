@@ -16,7 +16,8 @@ from .checkpoint import CheckpointWriteError
 class GRPOHooks:
     """
     Mixin placed before `trl.GRPOTrainer`: maps the (private) `GRPOTrainer` methods of TRL 1.16 to curriculum events
-    that [`CurriculumGRPOTrainer`] implements, so the trainer itself names no TRL internals.
+    that [`CurriculumTrainerMixin`] implements (for [`CurriculumGRPOTrainer`] and, through [`RLOOHooks`],
+    [`CurriculumRLOOTrainer`]), so the trainers themselves name no TRL internals.
 
     Events (called only when `_curriculum_active()`):
     - `_curriculum_round_start() -> Round`: a training generation round starts; returns it ([`Round`]), its first
