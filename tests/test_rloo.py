@@ -43,11 +43,12 @@ def test_one_stage_curriculum_trains_like_plain_rloo(tmp_path, model, request):
     One stage at RLOO's own G and temperature: the same prompts, completions, rewards, advantages, losses and grad
     norms as plain `RLOOTrainer`, and every TRL log key bit for bit (the curriculum only adds `curriculum/...` keys).
     `beta > 0` puts RLOO's KL penalty in the rewards; two passes over 20 prompts drop each pass's tail as TRL does.
+    Without a curriculum, `CurriculumRLOOTrainer` is plain `RLOOTrainer`: the same, and no `curriculum/...` key.
     """
     overrides = dict(num_generations=4, temperature=0.9, gradient_accumulation_steps=2, max_steps=6, seed=3, beta=0.05,
                      model=request.getfixturevalue(model), dataset=indexed_dataset(num_prompts=20))  # fmt: skip
     runs = {}
-    for name, cls, stages in [("plain", RLOOTrainer, None),
+    for name, cls, stages in [("plain", RLOOTrainer, None), ("no-curriculum", CurriculumRLOOTrainer, None),
                               ("curriculum", CurriculumRLOOTrainer, [Stage(num_generations=4, temperature=0.9)])]:
         trainer, recorder = rloo_trainer(tmp_path / name, stages, cls=cls, recorder=RoundRecorder(echo_reward),
                                          **overrides)  # fmt: skip
@@ -67,6 +68,12 @@ def test_one_stage_curriculum_trains_like_plain_rloo(tmp_path, model, request):
             k: v for k, v in plain.items() if k not in CLOCK}  # loss, grad_norm, reward, kl, ...: == (not approx)
         assert ours["curriculum/num_generations"] == 4 and ours["curriculum/temperature"] == 0.9
     assert any(line["grad_norm"] > 0 for line in lines)
+    bare_rounds, bare_outputs, bare_lines = runs["no-curriculum"]
+    assert bare_rounds == plain_rounds
+    for plain, bare in zip(plain_outputs, bare_outputs, strict=True):
+        assert plain.keys() == bare.keys() and all(torch.equal(plain[k], bare[k]) for k in plain)
+    assert [{k: v for k, v in line.items() if k not in CLOCK} for line in bare_lines] == [
+        {k: v for k, v in line.items() if k not in CLOCK} for line in plain_lines]  # fmt: skip
 
 
 def by_row(prompts, completions, idx, **kwargs):

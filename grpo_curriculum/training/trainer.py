@@ -455,7 +455,6 @@ class CurriculumGRPOTrainer(CurriculumTrainerMixin, GRPOHooks, GRPOTrainer):
     force at that step. Checkpoints hold the curriculum's state ([`grpo_curriculum.training.checkpoint`]).
     """
 
-
     _trl_trainer = GRPOTrainer
 
 
