@@ -1,4 +1,4 @@
-"""grpo-curriculum: change GRPO's num_generations and temperature during a TRL run, safely."""
+"""grpo-curriculum: change GRPO's (and RLOO's) num_generations and temperature during a TRL run, safely."""
 
 __version__ = "0.1.0"
 
@@ -18,6 +18,7 @@ __all__ = [
     "CurriculumCallback",
     "CurriculumError",
     "CurriculumGRPOTrainer",
+    "CurriculumRLOOTrainer",
     "DynamicSampling",
     "Problem",
     "ResolvedSchedule",
@@ -38,4 +39,8 @@ def __getattr__(name):
         from .training.trainer import CurriculumGRPOTrainer
 
         return CurriculumGRPOTrainer
+    if name == "CurriculumRLOOTrainer":
+        from .training.trainer import CurriculumRLOOTrainer
+
+        return CurriculumRLOOTrainer
     raise AttributeError(f"module 'grpo_curriculum' has no attribute {name!r}")

@@ -104,8 +104,8 @@ def tiny_gpt2_dir(tmp_path_factory):
     return _saved(tmp_path_factory, "tiny-gpt2", build_gpt2_model(0))
 
 
-def grpo_args(output_dir, **overrides):
-    """GRPOConfig for a few-second CPU run of the tiny model."""
+def grpo_args(output_dir, config_class=None, **overrides):
+    """GRPOConfig (or `config_class`, e.g. `RLOOConfig`) for a few-second CPU run of the tiny model."""
     from trl import GRPOConfig
 
     values = dict(
@@ -124,7 +124,7 @@ def grpo_args(output_dir, **overrides):
         disable_tqdm=True,
     )
     values.update(overrides)
-    return GRPOConfig(**values)
+    return (config_class or GRPOConfig)(**values)
 
 
 class RoundRecorder:

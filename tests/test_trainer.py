@@ -7,13 +7,13 @@ import math
 
 import pytest
 import torch
-from trl import GRPOTrainer
+from trl import GRPOTrainer, RLOOConfig, RLOOTrainer
 from trl.trainer.utils import nanstd
 
 from grpo_curriculum import CurriculumError, Stage
 from grpo_curriculum.training.callback import CurriculumCallback
 from grpo_curriculum.demo.tasks import build_model, build_tokenizer, echo_reward
-from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
+from grpo_curriculum.training.trainer import CurriculumGRPOTrainer, CurriculumRLOOTrainer
 
 from .conftest import RoundRecorder, assert_whole_groups, grpo_args, indexed_dataset, per_prompt_stages
 
@@ -40,7 +40,7 @@ def make_trainer(tmp_path, stages, recorder=None, dataset=None, model=None, cls=
         model=model or build_model(),
         processing_class=build_tokenizer(),
         reward_funcs=recorder,
-        args=grpo_args(tmp_path, **overrides),
+        args=grpo_args(tmp_path, RLOOConfig if issubclass(cls, RLOOTrainer) else None, **overrides),
         train_dataset=dataset if dataset is not None else indexed_dataset(),
         eval_dataset=eval_dataset,
         callbacks=callbacks,
@@ -68,6 +68,8 @@ def plain_and_curriculum(tmp_path, stages, dataset, **overrides) -> list[tuple]:
     return records
 
 
+# Both trainers, for the tests of what they share (the round machinery of `CurriculumTrainerMixin`).
+BOTH_TRAINERS = pytest.mark.parametrize("cls", [CurriculumGRPOTrainer, CurriculumRLOOTrainer], ids=["grpo", "rloo"])
 TWO_STAGES = [Stage(num_generations=2, temperature=0.7, until_step=3), Stage(num_generations=4, temperature=1.3)]
 
 
@@ -89,11 +91,13 @@ def test_switch_regroups_whole_rounds(tmp_path):
     assert [h["curriculum/temperature"] for h in train_history(trainer)] == [0.7] * 3 + [1.3] * 3
 
 
-def test_switch_with_read_ahead_never_reuses_old_grouping(tmp_path):
+@BOTH_TRAINERS
+def test_switch_with_read_ahead_never_reuses_old_grouping(tmp_path, cls):
     """Workers and accelerate prefetch rows grouped for the old G; none of them may reach a round with the new G."""
     stages = [Stage(num_generations=2, temperature=1.0, until_step=2), Stage(num_generations=8, temperature=1.0)]
     trainer, recorder = make_trainer(
-        tmp_path, stages, max_steps=5, dataloader_num_workers=2, dataloader_prefetch_factor=4, shuffle_dataset=True
+        tmp_path, stages, cls=cls, max_steps=5, dataloader_num_workers=2, dataloader_prefetch_factor=4,
+        shuffle_dataset=True,
     )
     trainer.train()
     seen = []
@@ -107,7 +111,8 @@ def test_switch_with_read_ahead_never_reuses_old_grouping(tmp_path):
     assert all(h["frac_reward_zero_std"] == 1.0 for h in train_history(trainer))
 
 
-def test_round_boundary_with_steps_per_generation_and_iterations(tmp_path):
+@BOTH_TRAINERS
+def test_round_boundary_with_steps_per_generation_and_iterations(tmp_path, cls):
     """A round spans steps_per_generation x num_iterations micro-steps; a switch waits for the next round."""
     # per-device 4, accumulation 2, steps_per_generation 4 -> generation batch 16, one round per 2 optimizer steps
     # (num_iterations 2 doubles it: one round every 4 optimizer steps).
@@ -115,6 +120,7 @@ def test_round_boundary_with_steps_per_generation_and_iterations(tmp_path):
     trainer, recorder = make_trainer(
         tmp_path,
         stages,
+        cls=cls,
         per_device_train_batch_size=4,
         gradient_accumulation_steps=2,
         steps_per_generation=4,
@@ -301,9 +307,10 @@ def test_switches_recorded_once(tmp_path):
     ]
 
 
-def test_temperature_ramp_is_held_per_round(tmp_path):
+@BOTH_TRAINERS
+def test_temperature_ramp_is_held_per_round(tmp_path, cls):
     stages = [Stage(num_generations=4, temperature=0.5, temperature_end=1.0, until_step=4), Stage(4, 1.0)]
-    trainer, recorder = make_trainer(tmp_path, stages, max_steps=6)
+    trainer, recorder = make_trainer(tmp_path, stages, cls=cls, max_steps=6)
     trainer.train()
     assert [c["temperature"] for c in recorder.calls] == pytest.approx([0.5, 0.625, 0.75, 0.875, 1.0, 1.0])
     assert all(math.isclose(h["curriculum/temperature"], c["temperature"]) for h, c in
@@ -311,13 +318,14 @@ def test_temperature_ramp_is_held_per_round(tmp_path):
 
 
 @pytest.mark.parametrize("variant", ["no-shuffle", "iterable"])
-def test_switch_with_unshuffled_and_iterable_datasets(tmp_path, variant):
+@BOTH_TRAINERS
+def test_switch_with_unshuffled_and_iterable_datasets(tmp_path, variant, cls):
     dataset = indexed_dataset(num_prompts=30)
     overrides = dict(max_steps=6, shuffle_dataset=variant != "no-shuffle")
     if variant == "iterable":
         dataset = dataset.to_iterable_dataset()
     stages = [Stage(num_generations=2, temperature=0.7, until_step=3), Stage(num_generations=8, temperature=1.1)]
-    trainer, recorder = make_trainer(tmp_path, stages, dataset=dataset, **overrides)
+    trainer, recorder = make_trainer(tmp_path, stages, dataset=dataset, cls=cls, **overrides)
     trainer.train()
     prompts = []
     for call in recorder.calls:
@@ -335,14 +343,16 @@ def test_generation_kwargs_temperature_conflicts_with_the_curriculum(tmp_path):
         make_trainer(tmp_path, TWO_STAGES, generation_kwargs={"temperature": 0.5})
 
 
-def test_evaluation_uses_the_stage_in_force_and_training_keeps_its_round_temperature(tmp_path, tiny_model_dir):
+@BOTH_TRAINERS
+def test_evaluation_uses_the_stage_in_force_and_training_keeps_its_round_temperature(tmp_path, tiny_model_dir, cls):
     """
     Rounds span 2 steps; stage 1 (T 2.0) starts at step 1, inside the round sampled at T 0.5. Evaluation at step 1
     samples and scores at 2.0, while the rest of the training round is still scored at 0.5 (its sampling temperature).
     """
     stages = [Stage(num_generations=2, temperature=0.5, until_step=1), Stage(num_generations=2, temperature=2.0)]
-    trainer, recorder = make_trainer(tmp_path, stages, model=tiny_model_dir, max_steps=3, steps_per_generation=2,
-                                     eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8,
+    trainer, recorder = make_trainer(tmp_path, stages, model=tiny_model_dir, cls=cls, max_steps=3,
+                                     steps_per_generation=2, eval_strategy="steps", eval_steps=1,
+                                     per_device_eval_batch_size=8,
                                      num_generations_eval=2, beta=0.1, eval_dataset=indexed_dataset(8))  # fmt: skip
     sampled = _spy_generation(trainer, phases=True)
     # each computation at the temperature its phase last sampled at
@@ -354,8 +364,9 @@ def test_evaluation_uses_the_stage_in_force_and_training_keeps_its_round_tempera
     assert (1, "train", 0.5) in scored and (1, "eval", 2.0) in scored  # step 1: both temperatures, each in its place
 
 
-def test_second_train_call_starts_the_curriculum_over(tmp_path):
-    trainer, recorder = make_trainer(tmp_path, TWO_STAGES, max_steps=6)
+@BOTH_TRAINERS
+def test_second_train_call_starts_the_curriculum_over(tmp_path, cls):
+    trainer, recorder = make_trainer(tmp_path, TWO_STAGES, cls=cls, max_steps=6)
     trainer.train()
     first = list(trainer._curriculum.switches)
     recorder.calls.clear()

@@ -37,6 +37,13 @@ curriculum relies on:
   placeholder of `generation_batch_size // num_generations` empty prompts.
 - `_generate_single_turn` samples a round's first turn (then, with tools, each later turn of TRL's tool loop, one
   history a row): the first call in a round is the one whose groups a vLLM server request may regroup.
+`RLOOTrainer` (TRL 1.16, `trl/trainer/rloo_trainer.py`) runs the same round with the same attributes and methods, so
+all of the above holds for it, except: `_generate` returns `(prompt_ids, completion_ids, completions)` (no tool loop,
+no tool mask); `__init__` calls the `add_fused_lm_head` and `create_model_from_path` of its own module
+(`RLOO_MODULE`); and its advantage is the leave-one-out baseline over `rewards.view(-1, num_generations)`, after
+subtracting `beta` x the sequence KL (policy minus reference log-probabilities at the round's temperature) from each
+reward. Rounds of mixed group sizes and merged rounds, whose advantages `_trl_merge` recomputes GRPO's way, are
+therefore not used with it (`grpo_curriculum.core.rloo` refuses the stages that make them).
 """
 
 from __future__ import annotations
@@ -55,7 +62,8 @@ from .stream import PromptStream
 
 logger = logging.getLogger("grpo_curriculum")
 
-_GRPO_MODULE = "trl.trainer.grpo_trainer"
+GRPO_MODULE = "trl.trainer.grpo_trainer"
+RLOO_MODULE = "trl.trainer.rloo_trainer"  # `RLOOTrainer`: the same round (`_generate_and_score_completions`, ...)
 
 
 class UnsupportedTRLError(RuntimeError):
@@ -73,13 +81,36 @@ def _unsupported(what: str) -> UnsupportedTRLError:
     )
 
 
+RLOO_TRL = (1, 16)  # the TRL release `CurriculumRLOOTrainer` is built and tested against
+
+
+def require_rloo_trl() -> None:
+    """
+    Raise [`UnsupportedTRLError`] unless the installed TRL is a 1.16 release: `CurriculumRLOOTrainer` relies on
+    `RLOOTrainer`'s internals as TRL 1.16 has them (module docstring), and is not tested on the package's other TRL
+    releases (`CurriculumGRPOTrainer` is).
+    """
+    import trl
+
+    from ..compat import _release
+
+    if _release(trl.__version__) != RLOO_TRL:
+        wanted = ".".join(map(str, RLOO_TRL))
+        raise UnsupportedTRLError(
+            f"CurriculumRLOOTrainer needs TRL {wanted} (it relies on RLOOTrainer's internals as TRL {wanted} has "
+            f"them); the installed TRL is {trl.__version__}. Install it (`pip install 'trl=={wanted}.*'`), or train "
+            "with CurriculumGRPOTrainer, which supports this TRL."
+        )
+
+
 @contextlib.contextmanager
-def record_fused_lm_head_temperature(cells: list):
+def record_fused_lm_head_temperature(cells: list, module_name: str = GRPO_MODULE):
     """
-    While the parent `GRPOTrainer.__init__` runs, record the closure cell holding the temperature of every fused LM
-    head it adds (policy and reference model), so [`set_temperature`] can change it later.
+    While the parent `__init__` (of `GRPOTrainer`, or of the trainer of `module_name`) runs, record the closure cell
+    holding the temperature of every fused LM head it adds (policy and reference model), so [`set_temperature`] can
+    change it later.
     """
-    module = importlib.import_module(_GRPO_MODULE)
+    module = importlib.import_module(module_name)
     original = getattr(module, "add_fused_lm_head", None)
     if original is None:  # TRL < 1.15: the log-probabilities divide by `trainer.temperature` at every computation
         yield cells
@@ -101,14 +132,14 @@ def record_fused_lm_head_temperature(cells: list):
 
 
 @contextlib.contextmanager
-def reference_from_instance(model):
+def reference_from_instance(model, module_name: str = GRPO_MODULE):
     """
-    While the parent `GRPOTrainer.__init__` runs: with `beta > 0` it builds the reference model by loading the
+    While the parent `__init__` (of `GRPOTrainer`, or of the trainer of `module_name`) runs: with `beta > 0` it builds the reference model by loading the
     policy's `config._name_or_path` again (`create_model_from_path`), which a model built in memory (the built-in
     `builtin:tiny`, or any instance never saved) does not have (`''`: the Hub refuses it). Such a policy's reference
     is a copy of it: the weights RL starts from, as a reload of a saved policy would give (in the dtype TRL asks for).
     """
-    module = importlib.import_module(_GRPO_MODULE)
+    module = importlib.import_module(module_name)
     original = getattr(module, "create_model_from_path", None)
     if original is None:
         raise _unsupported("find `create_model_from_path`")
@@ -190,10 +221,17 @@ def completion_keys(trainer, completion_ids_list) -> list[int]:
 
 
 def weighted_rewards(trainer, rewards_per_func) -> list[float]:
-    """The round's rewards as TRL combines them (weighted sum; NaN where every reward function returned None)."""
+    """
+    The round's rewards as TRL combines them (weighted sum; NaN where every reward function returned None), clamped
+    to `reward_clip_range` where the trainer has one (`RLOOTrainer`). RLOO's KL penalty is not in them: the
+    curriculum's signals are about the task's rewards.
+    """
     weights = trainer.reward_weights.to(rewards_per_func.device).unsqueeze(0)
     rewards = (rewards_per_func * weights).nansum(dim=1)
     rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    clip = getattr(trainer, "reward_clip_range", None)
+    if clip:
+        rewards = rewards.clamp(min=clip[0], max=clip[1])
     return rewards.tolist()
 
 

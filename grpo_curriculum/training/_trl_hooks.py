@@ -1,11 +1,13 @@
 """
-The seam, the GRPOTrainer methods the curriculum hooks into ([`GRPOHooks`]): the file to read for every override
-point. Each override calls `super()`; the curriculum's events are implemented by `CurriculumGRPOTrainer`.
+The seam, the GRPOTrainer methods the curriculum hooks into ([`GRPOHooks`]), and the RLOOTrainer ones
+([`RLOOHooks`]): the file to read for every override point. Each override calls `super()`; the curriculum's events
+are implemented by `CurriculumGRPOTrainer` and `CurriculumRLOOTrainer` (their shared `CurriculumTrainerMixin`).
 """
 
 from __future__ import annotations
 
-from ._trl import apply_comparison, is_training, refuse_infinite_rewards, set_num_generations, weighted_rewards
+from ._trl import (GRPO_MODULE, RLOO_MODULE, apply_comparison, is_training, refuse_infinite_rewards,
+                   set_num_generations, weighted_rewards)
 from ._trl_checkpoint import (checkpoint_dir, curriculum_state_before_trainer_state, load_trainer_state_first,
                               record_checkpoint)
 from ._trl_merge import IncrementRecords, finish_round
@@ -14,7 +16,8 @@ from .checkpoint import CheckpointWriteError
 class GRPOHooks:
     """
     Mixin placed before `trl.GRPOTrainer`: maps the (private) `GRPOTrainer` methods of TRL 1.16 to curriculum events
-    that [`CurriculumGRPOTrainer`] implements, so the trainer itself names no TRL internals.
+    that [`CurriculumTrainerMixin`] implements (for [`CurriculumGRPOTrainer`] and, through [`RLOOHooks`],
+    [`CurriculumRLOOTrainer`]), so the trainers themselves name no TRL internals.
 
     Events (called only when `_curriculum_active()`):
     - `_curriculum_round_start() -> Round`: a training generation round starts; returns it ([`Round`]), its first
@@ -31,6 +34,12 @@ class GRPOHooks:
 
     _round = None  # the generation round in progress or last sampled ([`Round`])
     _increment_records = None  # while an increment is sampled: its [`IncrementRecords`]
+    _trl_module = GRPO_MODULE  # the module whose `add_fused_lm_head` / `create_model_from_path` `__init__` calls
+
+    @staticmethod
+    def _generated_rows(result) -> tuple:
+        """`(prompt_ids, completion_ids, tool_mask)` of what `_generate` returned (`GRPOTrainer`: its first three)."""
+        return result[:3]
 
     def _generate_and_score_completions(self, inputs):
         if not (self._curriculum_active() and is_training(self)):
@@ -63,8 +72,7 @@ class GRPOHooks:
         result = super()._generate(prompts)
         records = self._increment_records
         if records is not None and is_training(self):
-            prompt_ids, completion_ids, tool_mask = result[:3]
-            records.generated(prompt_ids, completion_ids, tool_mask)
+            records.generated(*self._generated_rows(result))
         return result
 
     def _generate_single_turn(self, *args, **kwargs):
@@ -111,3 +119,26 @@ class GRPOHooks:
         if self._curriculum_active() and checkpoint is not None:
             load_trainer_state_first(self, checkpoint)
             self._curriculum_load(checkpoint)
+
+
+class RLOOHooks(GRPOHooks):
+    """
+    [`GRPOHooks`] for `trl.RLOOTrainer` (TRL 1.16), placed before it. `RLOOTrainer` runs the same round as
+    `GRPOTrainer` (`_generate_and_score_completions` -> `_generate` -> `_generate_single_turn`, `_calculate_rewards`,
+    `RepeatSampler` grouping by `num_generations`, the temperature bound in a fused LM head at `__init__`), so every
+    hook applies as it is, but for two differences:
+    - `_generate` returns `(prompt_ids, completion_ids, completions)`: RLOO has no tool loop, hence no tool mask;
+    - `__init__` calls the `add_fused_lm_head` and `create_model_from_path` of `trl.trainer.rloo_trainer`.
+
+    The leave-one-out advantage (`(sum - r) / (n - 1)` over `rewards.view(-1, num_generations)`, with `beta > 0` the
+    KL to the reference subtracted from each reward first) is computed by `RLOOTrainer` for the round's one G: rounds
+    of mixed group sizes and rounds merged from several increments (whose advantages [`finish_round`] recomputes
+    GRPO's way) are not implemented for it, and `CurriculumRLOOTrainer` refuses the stages that make them.
+    """
+
+    _trl_module = RLOO_MODULE
+
+    @staticmethod
+    def _generated_rows(result) -> tuple:
+        prompt_ids, completion_ids = result[:2]
+        return prompt_ids, completion_ids, None

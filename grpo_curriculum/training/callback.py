@@ -550,8 +550,9 @@ class CurriculumCallback(TrainerCallback):
         if self._trainer is None:
             raise RuntimeError(
                 "CurriculumCallback was given to a trainer that does not apply curricula, so it would silently do "
-                "nothing. Use `grpo_curriculum.CurriculumGRPOTrainer` (same constructor as `trl.GRPOTrainer`) and "
-                "pass the callback in `callbacks=[...]`."
+                "nothing. Use `grpo_curriculum.CurriculumGRPOTrainer` (same constructor as `trl.GRPOTrainer`), or "
+                "`grpo_curriculum.CurriculumRLOOTrainer` (same constructor as `trl.RLOOTrainer`), and pass the "
+                "callback in `callbacks=[...]`."
             )
         if self.resolved is None or self.resolved.total_steps != state.max_steps:
             self.resolve(state.max_steps)

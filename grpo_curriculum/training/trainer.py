@@ -1,4 +1,7 @@
-"""`CurriculumGRPOTrainer`: `trl.GRPOTrainer` whose `num_generations` and temperature follow a curriculum."""
+"""
+`CurriculumGRPOTrainer` and `CurriculumRLOOTrainer`: `trl.GRPOTrainer` and `trl.RLOOTrainer` whose `num_generations`
+and temperature follow a curriculum, both built on [`CurriculumTrainerMixin`] (the round machinery they share).
+"""
 
 from __future__ import annotations
 
@@ -7,14 +10,15 @@ import inspect
 import logging
 import os
 
-from trl import GRPOTrainer
+from trl import GRPOTrainer, RLOOTrainer
 
 from ..core.errors import Problem, raise_if_any
 from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_batches_problem
 from ..core.next_increment import dynamic_next, top_up_next
+from ..core.rloo import rloo_problems
 from ..core.signals import is_informative, round_stats
 from . import _trl, _trl_checkpoint, tracking
-from ._trl_hooks import GRPOHooks
+from ._trl_hooks import GRPOHooks, RLOOHooks
 from .callback import CurriculumCallback, DefaultsChanged, describe_g
 from .checkpoint import (RECIPE_FIX, STATE_FILE, CurriculumStateError, fit_problems, read_state, resume_checkpoint,
                          state_error, write_state)
@@ -79,56 +83,26 @@ def _dataset_problems(curriculum: CurriculumCallback, args, size: int, batch: in
                     "use a larger dataset, a smaller generation batch, or a larger num_generations")]
 
 
-class CurriculumGRPOTrainer(GRPOHooks, GRPOTrainer):
+class CurriculumTrainerMixin:
     """
-    [`~trl.GRPOTrainer`] whose `num_generations` (G) and sampling temperature follow a [`CurriculumCallback`].
-
-    Same constructor as [`~trl.GRPOTrainer`]. With a [`CurriculumCallback`] in `callbacks`, every setting the schedule
-    can reach is validated against the batch geometry here, before any step; then each generation round uses the
-    setting the schedule gives for the optimizer step it starts at. Without one, it trains exactly like
-    [`~trl.GRPOTrainer`].
-
-    At a switch:
-    - the generation batch stays `generation_batch_size` completions (memory is constant), so a round holds
-      `generation_batch_size / G` prompts, each repeated G times in a row, split over processes like TRL's sampler
-      (a per-prompt stage gives each prompt its own G, the groups adding up to the generation batch, with advantages
-      computed per real group);
-    - the new temperature reaches generation (transformers, continuous batching, vLLM) and the fused LM head that
-      computes the policy's and the reference model's log-probabilities, so log-probs are always computed at the
-      temperature the samples were drawn with;
-    - every process applies the same setting at the same round (checked at each round in multi-process runs).
-
-    Rounds sampled in increments ([`grpo_curriculum.training.round.Round`]), each increment one TRL generation and
-    scoring pass (every completion scored once), merged into the round TRL trains on with each group whole and
-    contiguous and its advantages computed over all its completions:
-    - a top-up stage (`Adaptive(policy="top_up")`): a pilot of `pilot` completions for each of the round's prompts,
-      then increments from [`grpo_curriculum.core.sampling.top_up_increment`] (the groups whose rewards are all equal
-      first) until the round holds `generation_batch_size` completions;
-    - dynamic sampling (`Stage(dynamic_sampling=DynamicSampling(max_rounds, on_limit))`, DAPO): rounds of new
-      prompts at the stage's G until `generation_batch_size / G` groups are informative (two finite rewards at least,
-      not all equal) or `max_rounds` rounds were sampled; the batch holds the first informative
-      groups. A batch still short after `max_rounds` rounds is filled up with all-equal groups whose tokens are out
-      of the loss (`on_limit="mask"`, the default: the loss and `num_items_in_batch` of the informative groups
-      alone for the token-normalised losses `dapo`, `bnpo`, `cispo` and `vespo`), stops training with an error
-      (`"error"`, verl's behaviour), or is filled up with all-equal groups trained as TRL trains its zero-std groups
-      (`"fill"`: advantage 0, their tokens in the loss normalisation). Groups sampled and not trained on are counted
-      (`curriculum/dropped`): their prompts were seen in the pass and are not drawn again in it.
-
-    `num_generations` and `temperature` in `args` are overridden by the first stage; evaluation keeps G fixed at
-    `num_generations_eval or num_generations` from `args` and samples and scores at the temperature of the stage in
-    force at that step. Checkpoints hold the curriculum's state ([`grpo_curriculum.training.checkpoint`]).
+    The curriculum's round machinery, shared by [`CurriculumGRPOTrainer`] and [`CurriculumRLOOTrainer`]: placed before
+    the seam's hooks ([`GRPOHooks`], [`RLOOHooks`]) and the TRL trainer, it implements their curriculum events (each
+    round's setting, prompts and increments, the policy and the prompt report, checkpoints and resume, the log keys).
+    A subclass names its TRL trainer in `_trl_trainer` and may refuse settings in [`_unsupported_problems`].
     """
+
+    _trl_trainer = None  # the TRL trainer class this mixin is placed before (its constructor's signature)
 
     def __init__(self, *args, **kwargs):
-        bound = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs)
+        bound = inspect.signature(self._trl_trainer.__init__).bind(self, *args, **kwargs)
         self._curriculum = _find_curriculum(bound.arguments.get("callbacks"))
         training_args, dataset = bound.arguments.get("args"), bound.arguments.get("train_dataset")
         environment_owns_data = dataset is None and bound.arguments.get("environment_factory") is not None
         if self._curriculum is not None and training_args is not None:  # fail before loading anything
-            validate_schedule_geometry(self._curriculum, training_args, dataset, environment_owns_data)
+            self._validate(training_args, dataset, environment_owns_data)
         self._temperature_cells: list = []
-        with _trl.record_fused_lm_head_temperature(self._temperature_cells), \
-                _trl.reference_from_instance(bound.arguments.get("model")):
+        with _trl.record_fused_lm_head_temperature(self._temperature_cells, self._trl_module), \
+                _trl.reference_from_instance(bound.arguments.get("model"), self._trl_module):
             super().__init__(*args, **kwargs)
         self._prompt_stream = None
         self._prompt_report = None
@@ -136,8 +110,8 @@ class CurriculumGRPOTrainer(GRPOHooks, GRPOTrainer):
         self._reset_round_state()
         if self._curriculum is None:
             return
-        if training_args is None:  # GRPOTrainer built default args from the model name
-            validate_schedule_geometry(self._curriculum, self.args, self.train_dataset)
+        if training_args is None:  # the TRL trainer built default args from the model name
+            self._validate(self.args, self.train_dataset)
         self._curriculum._trainer = self
         if environment_owns_data:  # TRL's placeholder holds one round at its own G: make it hold one at the smallest
             smallest = self._curriculum.schedule.num_generations_values[0]
@@ -154,6 +128,15 @@ class CurriculumGRPOTrainer(GRPOHooks, GRPOTrainer):
         if self.args.max_steps > 0:
             self._curriculum.resolve(self.args.max_steps)  # stage ends are known: check them now
         self._apply(self._curriculum.initial_setting())
+
+    def _validate(self, args, dataset, environment_owns_data: bool = False) -> None:
+        """Refuse what this trainer does not support ([`_unsupported_problems`]), then check the geometry."""
+        raise_if_any(self._unsupported_problems(args), context=type(self).__name__)
+        validate_schedule_geometry(self._curriculum, args, dataset, environment_owns_data)
+
+    def _unsupported_problems(self, args) -> list[Problem]:
+        """The curriculum's stages (and `args`) this trainer cannot train, one [`Problem`] each: none here."""
+        return []
 
     def _curriculum_active(self) -> bool:
         return self._curriculum is not None
@@ -425,3 +408,74 @@ class CurriculumGRPOTrainer(GRPOHooks, GRPOTrainer):
             if sizes and self.accelerator.is_main_process:
                 tracking.log_histogram(self.args, "curriculum/num_generations_per_prompt", sizes, self.state.global_step)
         super().log(logs, start_time)
+
+
+class CurriculumGRPOTrainer(CurriculumTrainerMixin, GRPOHooks, GRPOTrainer):
+    """
+    [`~trl.GRPOTrainer`] whose `num_generations` (G) and sampling temperature follow a [`CurriculumCallback`].
+
+    Same constructor as [`~trl.GRPOTrainer`]. With a [`CurriculumCallback`] in `callbacks`, every setting the schedule
+    can reach is validated against the batch geometry here, before any step; then each generation round uses the
+    setting the schedule gives for the optimizer step it starts at. Without one, it trains exactly like
+    [`~trl.GRPOTrainer`].
+
+    At a switch:
+    - the generation batch stays `generation_batch_size` completions (memory is constant), so a round holds
+      `generation_batch_size / G` prompts, each repeated G times in a row, split over processes like TRL's sampler
+      (a per-prompt stage gives each prompt its own G, the groups adding up to the generation batch, with advantages
+      computed per real group);
+    - the new temperature reaches generation (transformers, continuous batching, vLLM) and the fused LM head that
+      computes the policy's and the reference model's log-probabilities, so log-probs are always computed at the
+      temperature the samples were drawn with;
+    - every process applies the same setting at the same round (checked at each round in multi-process runs).
+
+    Rounds sampled in increments ([`grpo_curriculum.training.round.Round`]), each increment one TRL generation and
+    scoring pass (every completion scored once), merged into the round TRL trains on with each group whole and
+    contiguous and its advantages computed over all its completions:
+    - a top-up stage (`Adaptive(policy="top_up")`): a pilot of `pilot` completions for each of the round's prompts,
+      then increments from [`grpo_curriculum.core.sampling.top_up_increment`] (the groups whose rewards are all equal
+      first) until the round holds `generation_batch_size` completions;
+    - dynamic sampling (`Stage(dynamic_sampling=DynamicSampling(max_rounds, on_limit))`, DAPO): rounds of new
+      prompts at the stage's G until `generation_batch_size / G` groups are informative (two finite rewards at least,
+      not all equal) or `max_rounds` rounds were sampled; the batch holds the first informative
+      groups. A batch still short after `max_rounds` rounds is filled up with all-equal groups whose tokens are out
+      of the loss (`on_limit="mask"`, the default: the loss and `num_items_in_batch` of the informative groups
+      alone for the token-normalised losses `dapo`, `bnpo`, `cispo` and `vespo`), stops training with an error
+      (`"error"`, verl's behaviour), or is filled up with all-equal groups trained as TRL trains its zero-std groups
+      (`"fill"`: advantage 0, their tokens in the loss normalisation). Groups sampled and not trained on are counted
+      (`curriculum/dropped`): their prompts were seen in the pass and are not drawn again in it.
+
+    `num_generations` and `temperature` in `args` are overridden by the first stage; evaluation keeps G fixed at
+    `num_generations_eval or num_generations` from `args` and samples and scores at the temperature of the stage in
+    force at that step. Checkpoints hold the curriculum's state ([`grpo_curriculum.training.checkpoint`]).
+    """
+
+    _trl_trainer = GRPOTrainer
+
+
+class CurriculumRLOOTrainer(CurriculumTrainerMixin, RLOOHooks, RLOOTrainer):
+    """
+    [`~trl.RLOOTrainer`] whose `num_generations` (G) and sampling temperature follow a [`CurriculumCallback`].
+
+    Same constructor as [`~trl.RLOOTrainer`], and the same curriculum, checkpoints and log keys as
+    [`CurriculumGRPOTrainer`]; without a [`CurriculumCallback`] in `callbacks` it trains exactly like
+    [`~trl.RLOOTrainer`]. At a switch every round holds `generation_batch_size / G` prompts, each repeated G times in
+    a row, and RLOO's leave-one-out advantage is computed over those groups at the round's G; the new temperature
+    reaches generation and the fused LM head of the policy and the reference model (whose log-probabilities also give
+    RLOO's KL penalty, subtracted from the rewards when `beta > 0`).
+
+    Supported stages: fixed G and temperature, stage schedules, temperature ramps, and adaptive G and temperature for
+    the whole round (`Adaptive(policy="hysteresis")` or `"success_rate"`). Refused at construction, each with its
+    fix ([`grpo_curriculum.core.rloo.rloo_problems`]): per-prompt G and top-up (groups of several sizes in a round),
+    dynamic sampling (rounds merged from several passes), comparison modes other than `"all"`, and `use_vllm`. Needs
+    TRL 1.16 (the package's other TRL releases are supported by [`CurriculumGRPOTrainer`] only).
+    """
+
+    _trl_trainer = RLOOTrainer
+
+    def __init__(self, *args, **kwargs):
+        _trl.require_rloo_trl()  # before anything is loaded
+        super().__init__(*args, **kwargs)
+
+    def _unsupported_problems(self, args) -> list[Problem]:
+        return rloo_problems(self._curriculum.schedule.stages, use_vllm=bool(getattr(args, "use_vllm", False)))

@@ -1,0 +1,63 @@
+"""
+What a curriculum on TRL's `RLOOTrainer` supports (`CurriculumRLOOTrainer`, and a recipe's `trainer: rloo`).
+
+`RLOOTrainer` computes its leave-one-out advantage, `r - (sum - r) / (n - 1)` (its KL to the reference folded into each
+reward first when `beta > 0`), over `rewards.view(-1, num_generations)`: one G for the whole round. A stage that
+trains one G a round (fixed, a stage schedule, a temperature ramp, an adaptive `hysteresis` or `success_rate` policy)
+runs on it as it is. The stages whose rounds hold groups of several sizes, or are merged from several generation
+passes, would need the leave-one-out baseline over each group's own size, which is not implemented for RLOO: they are
+refused, each with the fix. So are comparison modes (they zero advantages that RLOO's reward-side KL also lives in) and
+vLLM generation, neither of them tested with RLOO yet.
+"""
+
+from __future__ import annotations
+
+from .errors import Problem
+
+_USE_GRPO = "or train this curriculum with CurriculumGRPOTrainer"
+
+
+def rloo_problems(stages, at: str = "stages", use_vllm: bool = False, vllm_key: str = "use_vllm") -> list[Problem]:
+    """
+    The stages (and settings) of a curriculum that `CurriculumRLOOTrainer` refuses, one [`Problem`] each.
+
+    Args:
+        stages (`list[Stage]`): The curriculum's stages.
+        at (`str`, *optional*, defaults to `"stages"`): The key path of the stages in the messages
+            (`"curriculum.stages"` for a recipe).
+        use_vllm (`bool`, *optional*, defaults to `False`): The run's `use_vllm`.
+        vllm_key (`str`, *optional*, defaults to `"use_vllm"`): Its key path in the messages.
+    """
+    problems = []
+    for i, stage in enumerate(stages):
+        policy = None if stage.adaptive is None else stage.adaptive.policy
+        if policy == "per_prompt":
+            problems.append(Problem(
+                f"{at}[{i}].adaptive.policy", policy, "is not supported with RLOOTrainer: a per-prompt round holds "
+                "groups of several sizes, and RLOO's leave-one-out baseline is computed over one G for the whole round",
+                f"give this stage one G a round (num_generations, or policy hysteresis or success_rate), {_USE_GRPO} "
+                "for per_prompt"))  # fmt: skip
+        elif policy == "top_up":
+            problems.append(Problem(
+                f"{at}[{i}].adaptive.policy", policy, "is not supported with RLOOTrainer: a top-up round is merged "
+                "from several generation passes into groups of several sizes, and RLOO's leave-one-out baseline is computed "
+                "over one G for the whole round",
+                f"give this stage one G a round (num_generations, or policy hysteresis or success_rate), {_USE_GRPO} "
+                "for top_up"))  # fmt: skip
+        if stage.dynamic_sampling is not None:
+            problems.append(Problem(
+                f"{at}[{i}].dynamic_sampling", stage.dynamic_sampling, "is not supported with RLOOTrainer: a round "
+                "sampled until enough groups are informative is merged from several generation passes, whose "
+                "advantages would be recomputed GRPO's way, not with RLOO's leave-one-out baseline",
+                f"remove dynamic_sampling from this stage, {_USE_GRPO} for dynamic sampling"))  # fmt: skip
+        if stage.comparison is not None and stage.comparison.mode != "all":
+            problems.append(Problem(
+                f"{at}[{i}].comparison.mode", stage.comparison.mode, "is not supported with RLOOTrainer yet: a "
+                "comparison zeroes the advantages it leaves out, and RLOO's advantages also carry its KL penalty "
+                "(beta) as a reward; this is not tested",
+                f"remove comparison from this stage (or use mode all), {_USE_GRPO} for comparisons"))  # fmt: skip
+    if use_vllm:
+        problems.append(Problem(
+            vllm_key, use_vllm, "is not supported with CurriculumRLOOTrainer yet: its switches of G and temperature "
+            "are tested with transformers generation only", f"set use_vllm to false, {_USE_GRPO} with vLLM"))  # fmt: skip
+    return problems
