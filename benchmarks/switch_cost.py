@@ -24,31 +24,30 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RECIPE = """model_name_or_path: builtin:tiny
-dataset_name: builtin:echo
-dataset_num_prompts: 256
-reward_funcs: [grpo_curriculum.demo.tasks:echo_reward]
-use_cpu: true
-bf16: false
-activation_checkpointing: false
-report_to: []
-seed: 0
-per_device_train_batch_size: 8   # 2 processes: generation batch 16, G 4: 4 prompts a round
-max_completion_length: 4
-learning_rate: 2.0e-3
-logging_steps: 1
-save_strategy: "no"
-"""
-ENGINES = {"DDP": "", "FSDP2": "fsdp: true\nfsdp_config: {version: 2}\n"}
+# The shipped demo recipe (the built-in tiny model on the echo task) without its curriculum, on 2 processes: generation
+# batch 16 at G 4, 4 prompts a round; no warm start, no checkpoints.
+OVERRIDES = {"num_processes": 2, "per_device_train_batch_size": 8, "warm_start_steps": 0, "save_strategy": "no"}
 
 
-def stages(steps: int, switching: bool) -> str:
+def base_recipe(steps: int) -> dict:
+    import yaml
+
+    recipe = yaml.safe_load((ROOT / "recipes" / "demo.yaml").read_text())
+    recipe.pop("curriculum"), recipe.pop("output_dir")
+    return {**recipe, **OVERRIDES, "max_steps": steps}
+
+
+ENGINES = {"DDP": {}, "FSDP2": {"fsdp": True, "fsdp_config": {"version": 2}}}
+
+
+def stages(steps: int, switching: bool) -> list[dict]:
+    """G 4 throughout: at temperature 1.0, or switching between 1.0 and 0.9 every two steps."""
     if not switching:
-        return "curriculum:\n  stages:\n    - {num_generations: 4, temperature: 1.0}\n"
-    lines = [f"    - {{num_generations: 4, temperature: {1.0 if i % 2 == 0 else 0.9}, until_step: {end}}}"
-             for i, end in enumerate(range(2, steps, 2))]  # fmt: skip
-    last = 1.0 if len(lines) % 2 == 0 else 0.9
-    return "curriculum:\n  stages:\n" + "\n".join(lines) + f"\n    - {{num_generations: 4, temperature: {last}}}\n"
+        return [{"num_generations": 4, "temperature": 1.0}]
+    ends = list(range(2, steps, 2))
+    temperatures = [1.0 if i % 2 == 0 else 0.9 for i in range(len(ends) + 1)]
+    return [{"num_generations": 4, "temperature": t, **({"until_step": ends[i]} if i < len(ends) else {})}
+            for i, t in enumerate(temperatures)]
 
 
 def run(out: Path, engine: str, switching: bool, steps: int, repeat: int) -> dict:
@@ -56,7 +55,8 @@ def run(out: Path, engine: str, switching: bool, steps: int, repeat: int) -> dic
     folder = out / name
     folder.mkdir(parents=True)
     recipe = folder / "recipe.yaml"
-    recipe.write_text(RECIPE + f"max_steps: {steps}\n" + ENGINES[engine] + stages(steps, switching))
+    recipe.write_text(json.dumps({**base_recipe(steps), **ENGINES[engine],
+                                  "curriculum": {"stages": stages(steps, switching)}}))  # JSON is YAML
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline",
            "HF_HUB_OFFLINE": "1"}  # fmt: skip
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
