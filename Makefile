@@ -25,7 +25,7 @@ DS_VENV := .venv-deepspeed
 .PHONY: test test-slow test-deepspeed mutations demo check-recipes bench clean compat
 
 # Setup takes minutes on a fresh machine: each phase says what it does, and pip prints a line per package.
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml tests/constraints.txt
 	@echo "[1/4] creating the virtual environment $(VENV)"
 	python3 -m venv $(VENV)
 	@echo "[2/4] upgrading pip"
@@ -33,7 +33,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo "[3/4] installing $(TORCH) (the largest download)"
 	$(PY) -m pip install "$(TORCH)"
 	@echo "[4/4] installing grpo-curriculum with its test dependencies (trl, transformers, wandb, peft, ...)"
-	$(PY) -m pip install -e ".[test]"
+	$(PY) -m pip install -e ".[test]" -c tests/constraints.txt
 	touch $@
 
 test: $(VENV)/.installed

@@ -18,6 +18,17 @@ def test_shipped_snapshot_is_what_the_installed_trl_generates():
     assert render(describe_trl()) == SNAPSHOT.read_text(encoding="utf-8")
 
 
+def test_make_test_installs_the_releases_the_snapshot_is_generated_from():
+    """`make test` pins TRL and transformers (tests/constraints.txt): a release on the registry newer than the
+    snapshot's turned a fresh clone's CI red (transformers 5.25.0 against a 5.24.0 snapshot) with no change at all."""
+    import json
+    import re
+
+    pins = dict(re.findall(r"^(trl|transformers)==(\S+)$", (ROOT / "tests" / "constraints.txt").read_text(), re.M))
+    snapshot = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+    assert pins == {"trl": snapshot["trl"], "transformers": snapshot["transformers"]}
+
+
 def test_snapshot_is_read_without_importing_trl():
     code = ("import sys; from grpo_curriculum.config.trl_fields import trl_fields; fields = trl_fields(); "
             "assert fields['per_device_train_batch_size'] == {'owner': 'GRPOConfig', 'type': ['int'], 'default': 8}; "
