@@ -27,6 +27,7 @@ import errno
 import json
 import logging
 import os
+import secrets
 import socket
 import stat
 import time
@@ -163,7 +164,7 @@ def _create(path: str, record: dict, fcntl) -> int:
     unlocked and no existing file, link or hard link is ever opened for writing. Raises `FileExistsError` when
     `path` exists.
     """
-    temporary = f"{path}.{os.getpid()}.tmp"
+    temporary = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"  # a new name: never one a killed command left
     fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
         try:
