@@ -2,10 +2,10 @@
 The TRL releases this version of grpo-curriculum is tested with, checked when the package is imported.
 
 The seam, `grpo_curriculum.training._trl*`, adapts to the differences between them by feature (it looks the method or
-attribute up); this module only states the range, read from the installed TRL's metadata without importing it (importing TRL
-takes seconds and pulls in torch; `grpo-curriculum check` imports neither). A TRL outside the range fails at once,
-with one message naming the range, rather than deep in a training round (uncaught: that one line and exit status 2,
-not a traceback). `GRPO_CURRICULUM_ANY_TRL=1` (or `true`, `yes`, `on`) turns that into a warning, to try a newer TRL
+attribute up); this module only states the range, read from the installed TRL's metadata without importing it
+(importing TRL takes seconds and pulls in torch; `grpo-curriculum check` imports neither). A TRL outside the range
+fails at once, with one message naming the range, rather than deep in a training round (uncaught: that one line and
+exit status 2, not a traceback; in an interactive session, the line). `GRPO_CURRICULUM_ANY_TRL=1` (or `true`, `yes`, `on`) turns that into a warning, to try a newer TRL
 at one's own risk: `_trl.py` then raises [`UnsupportedTRLError`] where an internal it relies on is missing.
 
 Keep `TRL_RANGE` equal to the `trl` requirement in `pyproject.toml` (a test compares them).
@@ -80,12 +80,15 @@ class TRLRangeError(ImportError):
 
 def _one_line(previous):
     """A `sys.excepthook` that ends the program with one line and exit status 2 when [`TRLRangeError`] reaches
-    the top level uncaught (a script, the `grpo-curriculum` command), instead of the import's traceback."""
+    the top level uncaught (a script, the `grpo-curriculum` command), instead of the import's traceback; in an
+    interactive session it prints the line and the session goes on."""
 
     def hook(kind, value, traceback):
         if not isinstance(value, TRLRangeError):
             return previous(kind, value, traceback)
         print(f"grpo-curriculum: error: {value}", file=sys.stderr)
+        if hasattr(sys, "ps1") or sys.flags.interactive:  # a REPL goes on after an uncaught exception: so does it here
+            return None
         sys.stderr.flush()
         os._exit(2)  # as the commands exit for malformed input; nothing was started yet
 

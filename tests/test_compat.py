@@ -58,9 +58,10 @@ def test_importing_the_package_on_an_unsupported_trl_fails_at_once_with_one_line
         assert allowed.returncode == 0 and allowed.stdout.split() == ["imported", "False"], allowed.stderr
         assert unsupported_trl_message("1.17.0") in allowed.stderr
     assert import_with_trl("1.17.0", GRPO_CURRICULUM_ANY_TRL="0").returncode == 2
-    caught = subprocess.run([sys.executable, "-c", "import importlib.metadata as m, sys; m.version = lambda n: '1.13.0'"
-                             "\ntry:\n import grpo_curriculum\nexcept ImportError as e: print('caught', type(e).__mro__[1]"
-                             ".__name__)\nraise KeyError('other')"], capture_output=True, text=True, cwd=ROOT,
+    script = ("import importlib.metadata as m, sys; m.version = lambda n: '1.13.0'\n"
+              "try:\n import grpo_curriculum\nexcept ImportError as e: print('caught', type(e).__mro__[1].__name__)\n"
+              "raise KeyError('other')")
+    caught = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)  # fmt: skip
     assert caught.stdout.split() == ["caught", "ImportError"]  # an ImportError a script can catch
     assert caught.returncode == 1 and caught.stderr.splitlines()[-1] == "KeyError: 'other'"  # others untouched
@@ -79,3 +80,11 @@ def test_trl_1_15_on_a_cpu_is_refused_before_training_naming_1_14_and_1_16(versi
         assert why.startswith(f"TRL {version} cannot train on a CPU") and "1.14 and 1.16" in why
     supported = import_with_trl("1.15.0")
     assert supported.returncode == 0 and supported.stdout.split() == ["imported", "False"], supported.stderr
+
+
+def test_an_interactive_session_survives_an_import_on_an_unsupported_trl():
+    """The one-line hook exits with status 2 for a script; a REPL must go on (it would have been killed)."""
+    done = subprocess.run([sys.executable, "-i", "-c", FAKE_TRL_VERSION, "1.13.0"], input="print('still here')\n",
+                          capture_output=True, text=True, cwd=ROOT, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONSTARTUP": ""})  # fmt: skip
+    assert "still here" in done.stdout and "grpo-curriculum: error: grpo-curriculum supports" in done.stderr
