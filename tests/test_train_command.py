@@ -166,6 +166,9 @@ def test_a_recipe_and_its_overrides_mean_what_they_mean_in_trl_grpo(tmp_path):
     assert (theirs.pop("num_generations"), theirs.pop("temperature")) == (8, 1.0)  # the recipe's top level
     if "activation_checkpointing" not in theirs:  # transformers < 5.23: `trl grpo` drops the recipe's new name unread
         assert (ours.pop("gradient_checkpointing"), theirs.pop("gradient_checkpointing")) == (False, True)
+    if theirs.get("logging_dir") != ours.get("logging_dir"):  # transformers < 5 stamps the default with the second
+        stamped = re.compile(re.escape(str(tmp_path / "out" / "runs")) + r"/\w{3}\d{2}_\d{2}-\d{2}-\d{2}_")
+        assert stamped.match(ours.pop("logging_dir")) and stamped.match(theirs.pop("logging_dir"))
     assert ours == theirs and ours["run_name"] == "2024" and ours["seed"] == 7 and ours["save_strategy"] == "no"
 
 
