@@ -33,6 +33,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="/work/study-out", help="output folder (runs/ and the reports)")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--tune-on", nargs="+", choices=list(TASKS), default=None,
+                        help="tasks whose tuning seeds choose the defaults (default: --tasks); their tuning runs are "
+                             "run too")  # fmt: skip
     parser.add_argument("--reported", type=int, default=REPORTED, help="reported seeds 0, 1, ...")
     parser.add_argument("--tuning", type=int, default=TUNING, help=f"tuning seeds {TUNING_SEED_BASE}, ...")
     parser.add_argument("--extra", nargs="*", default=[], choices=ARMS, help="more arms on the reported seeds")
@@ -61,11 +64,12 @@ def main(argv=None) -> int:
         print(f"wall time {(time.perf_counter() - start) / 60:.1f} min", flush=True)
     elif not options.report_only:
         start = time.perf_counter()
-        run_jobs([(out, task, seed, arms, options.steps, options.points) for task in options.tasks for seed in tuning],
-                 options.jobs)  # fmt: skip
+        tune_on = options.tune_on or options.tasks
+        run_jobs([(out, task, seed, arms, options.steps, options.points)
+                  for task in dict.fromkeys([*options.tasks, *tune_on]) for seed in tuning], options.jobs)  # fmt: skip
         runs = load_runs(out)
-        chosen_arms, default = {}, defaults(runs, options.tasks, tuning)
-        print(f"defaults chosen on tuning seeds {tuning} over {options.tasks}: {default}", flush=True)
+        chosen_arms, default = {}, defaults(runs, tune_on, tuning)
+        print(f"defaults chosen on tuning seeds {tuning} over {tune_on}: {default}", flush=True)
         for task in options.tasks:
             chosen = choose(runs, task, tuning)
             print(f"{task}: chosen on tuning seeds {tuning}: {chosen}", flush=True)

@@ -17,8 +17,9 @@ import time
 import warnings
 from pathlib import Path
 
-from .tasks import (CANDIDATES, MAX_COMPLETION_LENGTH, REWARD_FLIP, TEMPERATURE, ExactAnswer, GenerationCounter,
-                    Probe, budget_callback, curriculum_groups, evaluator, warm_model)
+from .tasks import (CANDIDATES, GRADED, MAX_COMPLETION_LENGTH, REWARD_FLIP, TEMPERATURE, ExactAnswer,
+                    GenerationCounter, Probe, budget_callback, curriculum_groups, evaluator, success_histogram,
+                    warm_model)
 
 GENERATION_BATCH = 128
 LEARNING_RATE = 1e-3  # chosen on tuning seeds 100, 101 (docs/study.md): every static arm and rule rose at it
@@ -31,13 +32,20 @@ DYNAMIC_ROUNDS = 4  # max_rounds of a `dynamic_gN` arm (`dynamic_gN_r2`: 2)
 MODES = {  # mode: its variants (arm names), the first one the library's default when the study began
     "static": [f"static_g{g}" for g in CANDIDATES],
     "per_prompt": ["per_prompt", "per_prompt_variance", "per_prompt_nodefer", "per_prompt_stream",
-                   "per_prompt_stream_uniform", "per_prompt_stream_hard"],
+                   "per_prompt_stream_uniform", "per_prompt_stream_hard", "per_prompt_skip", "per_prompt_skip_wide"],
     "top_up": ["top_up", "top_up_p16"],
     "dynamic": ["dynamic_g4", "dynamic_g8", "dynamic_g16", "dynamic_g4_r2", "dynamic_g8_r2"],
     # coarse to fine comparisons (issue 29) at the G of the reference static arm the tuning seeds chose (16)
     "comparison": ["comparison_extremes_g16", "comparison_margin_g16"],
 }
 ARMS = [arm for arms in MODES.values() for arm in arms]
+SKIP_ARMS = {  # the fixed-kind check's best knobs (benchmarks/study/fixed_kinds.py), explicit
+    # `per_prompt_skip`: the stream's next prompts (lookahead 0), settled ones skipped with GRESO's probabilities
+    "per_prompt_skip": {"weight": "hard", "lookahead": 0, "defer": True, "skip_target": 0.05},
+    # `per_prompt_skip_wide`: 32 prompts a round (mean G 4) chosen from a window of 64, settled ones skipped
+    "per_prompt_skip_wide": {"weight": "hard", "lookahead": 32, "defer": True, "skip_target": 0.05,
+                             "mean_generations": 4},
+}
 
 
 def mode_of(arm: str) -> str:
@@ -51,6 +59,9 @@ def arm_stages(arm: str):
     t = TEMPERATURE
     if arm.startswith("static_g"):
         return [Stage(num_generations=int(arm.removeprefix("static_g")), temperature=t)]
+    if arm in SKIP_ARMS:  # issue 37: GRESO's skipping of settled prompts (`defer`) on top of the per-prompt knapsack
+        return [Stage(temperature=t, name=arm, adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt",
+                                                                 **SKIP_ARMS[arm]))]  # fmt: skip
     if arm.startswith("per_prompt"):
         weight = {"per_prompt_variance": "variance", "per_prompt_stream_uniform": "uniform",
                   "per_prompt_stream_hard": "hard"}.get(arm, "knapsack")
@@ -98,7 +109,8 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict,
     budget = steps * generation_batch
     model, tokenizer = copy.deepcopy(warm["model"]), warm["tokenizer"]
     counter = GenerationCounter(model)
-    reward = ExactAnswer(tokenizer, flip=reward_flip, seed=seed)
+    reward = ExactAnswer(tokenizer, flip=reward_flip, seed=seed, graded=task in GRADED)
+    start_histogram = success_histogram(model, warm)
     recorder = budget_callback(evaluator(warm, reward), counter, budget, points)
     common = dict(temperature=TEMPERATURE, max_completion_length=MAX_COMPLETION_LENGTH, learning_rate=learning_rate,
                   lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
@@ -137,6 +149,7 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict,
         "task": task, "arm": arm, "seed": seed, "budget": budget, "steps": trainer.state.global_step,
         "generated": counter.count, "eval": recorder.points, "probe": probe.summary(),
         "deferred": deferred[-1] if deferred else 0,
+        "success_histogram": {"start": start_histogram, "end": success_histogram(model, warm)},
         "logged": logged,
         "train_time": recorder.train_time, "eval_time": recorder.eval_time, "run_time": time.perf_counter() - start,
     }  # fmt: skip

@@ -12,6 +12,7 @@ share, where the completions went by exact-success bin.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import statistics
@@ -154,12 +155,21 @@ def meets_rule(runs: list[dict], task: str, arm: str, tuning: list[int]) -> bool
     the static G of its mean G (the same budget). Other modes have no rule (true).
     """
     mode, probe = mode_of(arm), _tuning_probe(runs, task, arm, tuning)
-    if mode == "per_prompt":
-        return probe["deferred"] == 0 and probe["rare_G"] >= probe["mean_G"]
+    if mode == "per_prompt":  # issue 37: the fixed-kind rules (deferral allowed), and rare prompts not starved here
+        return fixed_kind_ok(arm) and probe["rare_G"] >= probe["mean_G"]
     if mode == "top_up":
         static = f"static_g{min(CANDIDATES, key=lambda c: abs(c - probe['mean_G']))}"
         return probe["informative"] > _tuning_probe(runs, task, static, tuning)["informative"]
     return True
+
+
+@functools.cache
+def fixed_kind_ok(arm: str) -> bool:
+    """Whether a per-prompt arm's rule meets every fixed-kind rule ([`fixed_kinds.checks`])."""
+    from .arms import arm_stages
+    from .fixed_kinds import checks
+
+    return all(c["ok"] for c in checks(arm_stages(arm)[0].adaptive).values())
 
 
 def defaults(runs: list[dict], tasks: list[str], tuning: list[int]) -> dict[str, str]:

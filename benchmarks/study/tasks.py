@@ -12,6 +12,14 @@ weighted to levels 1-2 until level 2's exact success at the training temperature
   start (a long tail of hard prompts, the regime where Knapsack RL and GRESO report their gains);
 - `prefix_noisy`: `prefix_levels` (the same prompts and warm start a seed) with every training reward flipped with
   probability 0.1 (`REWARD_FLIP`); the exact evaluation stays noise-free.
+- `prefix_settled` (issue 37: the regime of real RLVR data, where many groups have zero variance): a third of the
+  training prompts are level 0 (`"echo zero : ... ="`, answered by `<eos>` alone; the warm start includes them, and
+  solves them), a quarter (`IMPOSSIBLE`) are impossible, their reward always 0 (a wrong reference answer), the rest
+  are levels 1-4 in equal shares, as in `prefix_levels` (level 4 mostly rare-success after the warm start, and
+  learnable). Evaluation: levels 1-4 in equal shares (`EVAL_WEIGHTS`), the same metric as `prefix_levels`.
+- `prefix_graded`: `prefix_levels` with partial credit (`GRADED`): the share of the answer's k + 1 tokens (its words
+  and `<eos>`) right at their positions, so rewards are not Bernoulli and a comparison has something to rank. The
+  exact evaluation is the exact-answer probability, as on every task.
 
 Evaluation: the exact probability that the policy, sampling at `EVAL_TEMPERATURE`, answers a held-out prompt
 correctly (teacher forcing over the answer tokens and `<eos>`: [`answer_probability`]), averaged over `EVAL_PROMPTS`
@@ -48,15 +56,25 @@ TASKS = {  # name: (description, level weights of training / eval prompts, warm-
                     "hard after the warm start)", (1, 1, 3, 5), (8, 8, 1, 1), 300),
     "prefix_noisy": ("prefix_levels with every training reward flipped with probability 0.1 (the exact evaluation "
                      "is noise-free)", (1, 1, 1, 1), (8, 8, 1, 1), 300),
+    "prefix_settled": ("settled prompts: a third solved (level 0: answer <eos>), a quarter impossible (reward always "
+                       "0), the rest levels 1-4 of prefix_levels", (16, 5, 5, 5, 5), (4, 8, 8, 1, 1), 300),
+    "prefix_graded": ("prefix_levels with partial credit: the share of the answer's tokens right at their positions",
+                      (1, 1, 1, 1), (8, 8, 1, 1), 300),
 }  # fmt: skip
 REWARD_FLIP = {"prefix_noisy": 0.1}  # a task's training rewards are flipped with this probability
+IMPOSSIBLE = {"prefix_settled": 0.25}  # the share of a task's training prompts whose reward is always 0
+GRADED = {"prefix_graded"}  # tasks with partial credit
+EVAL_WEIGHTS = {"prefix_settled": (0, 1, 1, 1, 1)}  # a task's evaluation level weights, when not its training ones
 
 
-def level_dataset(task: str, num_prompts: int, seed: int, weights: tuple[int, ...]):
+def level_dataset(task: str, num_prompts: int, seed: int, weights: tuple[int, ...], impossible: float = 0.0):
     """
-    Prompts of `task` whose level k is drawn with `weights`; columns `prompt`, `target`, `level`. `prefix_levels`:
-    `"echo k : w1 ... w4 ="` (k a digit word), answer the first k words. The words to copy sit at the same distance
-    from the answer at every level, so copying transfers from level to level and only where to stop is new.
+    Prompts of `task` whose level k is drawn with `weights` (levels 1, 2, ...; 0, 1, ... when `weights` has
+    `MAX_LEVEL + 1` entries); columns `prompt`, `target`, `level`, `solvable`.
+    `prefix_levels`: `"echo k : w1 ... w4 ="` (k a digit word), answer the first k words. The words to copy sit at the
+    same distance from the answer at every level, so copying transfers from level to level and only where to stop is
+    new. `impossible`: the share of prompts (drawn after the others, so the solvable ones are the same prompts as
+    without) whose reward is always 0 (`solvable` False).
     """
     from datasets import Dataset
 
@@ -65,25 +83,29 @@ def level_dataset(task: str, num_prompts: int, seed: int, weights: tuple[int, ..
     rng = random.Random(seed)
     rows = {"prompt": [], "target": [], "level": []}
     for _ in range(num_prompts):
-        level = rng.choices(range(1, len(weights) + 1), weights=weights)[0]
+        first = int(len(weights) <= MAX_LEVEL)
+        level = rng.choices(range(first, first + len(weights)), weights=weights)[0]
         words = [rng.choice(WORDS) for _ in range(MAX_LEVEL)]
         rows["prompt"].append(f"echo {DIGITS[level]} : " + " ".join(words) + " =")
         rows["target"].append(" ".join(words[:level]))
         rows["level"].append(level)
+    unsolvable = set(random.Random(seed + 7).sample(range(num_prompts), round(impossible * num_prompts)))
+    rows["solvable"] = [i not in unsolvable for i in range(num_prompts)]
     return Dataset.from_dict(rows)
 
 
 class ExactAnswer:
     """
     The reward: 1.0 when the completion's tokens are exactly the target's and `<eos>`, else 0.0, so the correct answer
-    is one token sequence and its probability can be computed exactly. `observer(prompts, target, rewards)`, when set,
-    sees every call (the mechanism probe).
+    is one token sequence and its probability can be computed exactly; `graded`: the share of the answer's tokens
+    right at their positions (partial credit). A prompt whose `solvable` is False always gets 0.
+    `observer(prompts, target, rewards, solvable)`, when set, sees every call (the mechanism probe).
     """
 
     __name__ = "exact_answer"
 
-    def __init__(self, tokenizer, flip: float = 0.0, seed: int = 0):
-        self.tokenizer, self.observer, self._ids = tokenizer, None, {}
+    def __init__(self, tokenizer, flip: float = 0.0, seed: int = 0, graded: bool = False):
+        self.tokenizer, self.observer, self._ids, self.graded = tokenizer, None, {}, graded
         self.flip, self._rng = flip, random.Random(seed)  # a noisy reward: each one flipped with probability `flip`
 
     def answer_ids(self, target: str) -> list[int]:
@@ -91,12 +113,20 @@ class ExactAnswer:
             self._ids[target] = self.tokenizer(target).input_ids + [self.tokenizer.eos_token_id]
         return self._ids[target]
 
-    def __call__(self, prompts, completions, completion_ids, target, **kwargs) -> list[float]:
-        rewards = [float(list(ids) == self.answer_ids(t)) for ids, t in zip(completion_ids, target, strict=True)]
+    def credit(self, ids, target: str) -> float:
+        answer = self.answer_ids(target)
+        if not self.graded:
+            return float(list(ids) == answer)
+        return sum(a == b for a, b in zip(ids, answer)) / len(answer)
+
+    def __call__(self, prompts, completions, completion_ids, target, solvable=None, **kwargs) -> list[float]:
+        solvable = [True] * len(target) if solvable is None else list(solvable)
+        rewards = [self.credit(ids, t) if ok else 0.0
+                   for ids, t, ok in zip(completion_ids, target, solvable, strict=True)]  # fmt: skip
         if self.flip:
             rewards = [1.0 - r if self._rng.random() < self.flip else r for r in rewards]
         if self.observer is not None:
-            self.observer(prompts, target, rewards)
+            self.observer(prompts, target, rewards, solvable)
         return rewards
 
 
@@ -130,29 +160,31 @@ class Probe:
         self.bins = [[0, 0, 0] for _ in SUCCESS_BINS[1:]]  # per bin: groups, completions, informative completions
         self._pending = {}  # by-prompt mode: prompt -> (target, rewards so far), in first-seen order
 
-    def __call__(self, prompts, target, rewards) -> None:
+    def __call__(self, prompts, target, rewards, solvable) -> None:
         if self.group_rows is None:
-            for prompt, t, r in zip(prompts, target, rewards, strict=True):
-                self._pending.setdefault(prompt, (t, []))[1].append(r)
-            if sum(len(r) for _, r in self._pending.values()) < self.round_size:
+            for prompt, t, r, ok in zip(prompts, target, rewards, solvable, strict=True):
+                self._pending.setdefault(prompt, (t, ok, []))[2].append(r)
+            if sum(len(r) for *_, r in self._pending.values()) < self.round_size:
                 return
             pending, self._pending = self._pending, {}
-            prompts = [p for p, (_, r) in pending.items() for _ in r]
-            target = [t for t, r in pending.values() for _ in r]
-            rewards = [v for _, r in pending.values() for v in r]
-            sizes = [len(r) for _, r in pending.values()]
+            prompts = [p for p, (*_, r) in pending.items() for _ in r]
+            target = [t for t, _, r in pending.values() for _ in r]
+            solvable = [ok for _, ok, r in pending.values() for _ in r]
+            rewards = [v for *_, r in pending.values() for v in r]
+            sizes = [len(r) for *_, r in pending.values()]
             starts = [sum(sizes[:i]) for i in range(len(sizes))]
             groups = [list(range(start, start + size)) for start, size in zip(starts, sizes, strict=True)]
         else:
             groups = self.group_rows(len(rewards))
-        self._count(prompts, target, rewards, groups)
+        self._count(prompts, target, rewards, solvable, groups)
 
-    def _count(self, prompts, target, rewards, groups) -> None:
+    def _count(self, prompts, target, rewards, solvable, groups) -> None:
         tokenizer = self.reward.tokenizer
         heads = [rows[0] for rows in groups]
         prompt_ids = [tokenizer(prompts[i]).input_ids for i in heads]
         answer_ids = [self.reward.answer_ids(target[i]) for i in heads]
         probabilities = answer_probability(self.model, prompt_ids, answer_ids, TEMPERATURE)
+        probabilities = [p if solvable[i] else 0.0 for p, i in zip(probabilities, heads, strict=True)]  # training's
         for rows, p in zip(groups, probabilities, strict=True):
             values = [rewards[i] for i in rows]
             informative = len(rows) if max(values) != min(values) else 0
@@ -204,8 +236,25 @@ def warm_model(task: str, seed: int) -> dict:
     while steps < max_steps and statistics.fmean(answer_probability(model, *check_ids, TEMPERATURE)) < gate:
         warm_start(model, tokenizer, warm, steps=WARM_CHUNK, seed=seed * 1000 + steps)
         steps += WARM_CHUNK
-    return {"model": model, "tokenizer": tokenizer, "train": level_dataset(task, TRAIN_PROMPTS, seed, weights),
-            "held_out": level_dataset(task, EVAL_PROMPTS, EVAL_PROMPT_SEED, weights), "warm_steps": steps}
+    train = level_dataset(task, TRAIN_PROMPTS, seed, weights, IMPOSSIBLE.get(task, 0.0))
+    return {"model": model, "tokenizer": tokenizer, "train": train,
+            "held_out": level_dataset(task, EVAL_PROMPTS, EVAL_PROMPT_SEED, EVAL_WEIGHTS.get(task, weights)),
+            "warm_steps": steps}
+
+
+def success_histogram(model, warm: dict) -> list[float]:
+    """
+    The share of the training prompts in each bin of `SUCCESS_BINS` of their exact training success (the probability
+    of the exact answer at the training temperature; 0 for an impossible prompt).
+    """
+    tokenizer, train = warm["tokenizer"], warm["train"]
+    p = answer_probability(model, [tokenizer(x).input_ids for x in train["prompt"]],
+                           [tokenizer(t).input_ids + [tokenizer.eos_token_id] for t in train["target"]], TEMPERATURE)
+    p = [v if ok else 0.0 for v, ok in zip(p, train["solvable"], strict=True)]
+    counts = [0] * (len(SUCCESS_BINS) - 1)
+    for v in p:
+        counts[next(i for i, edge in enumerate(SUCCESS_BINS[1:]) if v <= edge)] += 1
+    return [c / len(p) for c in counts]
 
 
 def evaluator(warm: dict, reward: ExactAnswer):
