@@ -13,8 +13,8 @@ from grpo_curriculum import Adaptive, CurriculumError, CurriculumRLOOTrainer, Dy
 from grpo_curriculum.core.comparison import Comparison
 from grpo_curriculum.demo.tasks import echo_reward
 
-from .conftest import RoundRecorder, assert_whole_groups, indexed_dataset, per_prompt_stages
-from .test_trainer import _spy_generation, check_logps, make_trainer, train_history
+from .conftest import RoundRecorder, assert_whole_groups, group_runs, indexed_dataset, per_prompt_stages
+from .test_trainer import _naive_logps, _spy_generation, check_logps, make_trainer, train_history
 
 CLOCK = {"step_time"}  # wall-clock seconds: the one logged value two runs cannot share
 
@@ -165,15 +165,155 @@ def test_resume_continues_the_schedule_and_the_adaptive_policy_exactly(tmp_path)
     assert any(line["grad_norm"] > 0 for line in train_history(full)[4:])
 
 
+def leave_one_out_reference(rewards, sizes, normalize):
+    """RLOO's advantages with each group of its own size, in plain python: `r - (sum - r) / (n - 1)` per group, then
+    (`normalize`) standardised over the round with the Bessel-corrected std."""
+    advantages, start = [], 0
+    for n in sizes:
+        group = rewards[start : start + n]
+        advantages += [r - (sum(group) - r) / (n - 1) for r in group]
+        start += n
+    if normalize:
+        mean = sum(advantages) / len(advantages)
+        std = (sum((a - mean) ** 2 for a in advantages) / (len(advantages) - 1)) ** 0.5
+        advantages = [(a - mean) / (std + 1e-4) for a in advantages]
+    return advantages
+
+
+def spy_rounds_with_kl(trainer) -> list[dict]:
+    """Each training round: its group sizes, the advantages RLOO trains on, and each row's sequence KL (policy minus
+    reference log-probabilities at the round's temperature, summed over the completion mask) computed naively."""
+    seen, original = [], trainer._generate_and_score_completions
+
+    def generate_and_score(inputs):
+        output = original(inputs)
+        if trainer.model.training:
+            kl = [0.0] * len(output["advantages"])
+            if trainer.beta:
+                ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+                mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+                keep, t = output["completion_ids"].size(1), trainer.temperature
+                policy, reference = (_naive_logps(m, ids, mask, keep, t) for m in (trainer.model, trainer.ref_model))
+                kl = ((policy - reference) * output["completion_mask"]).sum(-1).tolist()
+            seen.append({"sizes": list(trainer._round.sizes), "advantages": output["advantages"].tolist(), "kl": kl,
+                         "logged": list(trainer._logs["advantages"])[-len(kl):]})  # fmt: skip
+        return output
+
+    trainer._generate_and_score_completions = generate_and_score
+    return seen
+
+
+@pytest.mark.parametrize(("model", "beta", "normalize"), [("tiny_model_dir", 0.1, False), ("tiny_gpt2_dir", 0.1, True),
+                                                          ("tiny_model_dir", 0.0, True)],
+                         ids=["llama-kl", "gpt2-kl-normalized", "llama-normalized"])  # fmt: skip
+def test_per_prompt_rounds_get_leave_one_out_advantages_over_each_groups_own_size(tmp_path, model, beta, normalize,
+                                                                                   request, wanted_by_index):
+    """
+    A per-prompt stage on RLOO: each round holds whole contiguous groups of one prompt, of several sizes (each prompt
+    wants 2, 4 or 8 by its index), and every row's advantage is RLOO's leave-one-out advantage over its own group's
+    size, computed here in plain python from the rewards and a naive KL (`beta > 0`: `reward - beta x KL` first;
+    `normalize_advantages` over the round). A leave-one-out over groups of one nominal G gives other advantages.
+    """
+    wanted_by_index(lambda index: (2, 4, 8)[index % 3])
+
+    def by_row_or_settled(prompts, completions, idx, **kwargs):  # a prompt with index % 4 == 3: all rewards equal
+        return [float(i) if i % 4 == 3 else i + 0.25 * j for j, i in enumerate(idx)]
+
+    trainer, recorder = rloo_trainer(tmp_path, per_prompt_stages(defer=False), model=request.getfixturevalue(model),
+                                     recorder=RoundRecorder(by_row_or_settled), beta=beta, max_steps=4,
+                                     normalize_advantages=normalize, per_device_train_batch_size=16,
+                                     shuffle_dataset=False)  # fmt: skip
+    rounds = spy_rounds_with_kl(trainer)
+    trainer.train()
+    assert [r["sizes"] for r in rounds] == [[2, 4, 8, 2], [4, 8, 2, 2], [8, 2, 4, 2], [2, 4, 8, 2]]
+    for call, round_ in zip(recorder.calls, rounds, strict=True):
+        sizes = round_["sizes"]
+        assert group_runs(call["idx"]) == sizes  # whole contiguous groups, one prompt each
+        rewards = [r - beta * kl for r, kl in zip(by_row_or_settled(None, None, call["idx"]), round_["kl"])]
+        expected = leave_one_out_reference(rewards, sizes, normalize)
+        assert round_["advantages"] == pytest.approx(expected, abs=2e-4)
+        assert round_["logged"] == round_["advantages"]  # TRL's completion log holds the advantages trained on
+        naive = leave_one_out_reference(rewards, [4] * 4, normalize)  # `view(-1, G)` at the round's mean G
+        assert max(abs(a - b) for a, b in zip(naive, expected)) > 0.1
+    assert any(abs(a) > 0.1 for r in rounds for a in r["advantages"])
+    history = train_history(trainer)
+    assert [h["curriculum/num_generations"] for h in history] == [4.0] * 4  # 16 completions over 4 prompts
+    if not beta:  # RLOO's metric: the share of groups (not rows) whose reward std is 0
+        for h, call, round_ in zip(history, recorder.calls, rounds, strict=True):
+            starts = [sum(round_["sizes"][:g]) for g in range(len(round_["sizes"]))]
+            assert h["frac_reward_zero_std"] == sum(call["idx"][s] % 4 == 3 for s in starts) / len(starts)
+        assert any(h["frac_reward_zero_std"] > 0 for h in history)
+    assert all(h["grad_norm"] > 0 for h in history)
+
+
+def test_leave_one_out_advantages_equal_rloo_on_equal_groups_and_handle_unscored_rows():
+    """The seam's per-group computation on groups of one G gives RLOO's own (the `view(-1, G)` formula of TRL 1.16,
+    NaN-aware); an unscored row (NaN) is out of its group's baseline and gets 0; a group of one row gets 0."""
+    from trl.trainer.utils import nanstd
+
+    from grpo_curriculum.training.advantages import leave_one_out_advantages
+
+    torch.manual_seed(0)
+    rewards = torch.randn(24)
+    rewards[5] = torch.nan
+    for normalize in (False, True):
+        grouped = rewards.view(-1, 4)  # TRL 1.16's RLOOTrainer, verbatim
+        counts = (~torch.isnan(grouped)).sum(dim=1, keepdim=True)
+        expected = rewards - ((torch.nansum(grouped, dim=1, keepdim=True) - grouped) / (counts - 1)).view(-1)
+        if normalize:
+            expected = (expected - torch.nanmean(expected)) / (nanstd(expected) + 1e-4)
+        got, std = leave_one_out_advantages(rewards, [4] * 6, normalize)
+        torch.testing.assert_close(got, torch.nan_to_num(expected, nan=0.0), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(std, nanstd(grouped, dim=1), rtol=1e-6, atol=1e-6)
+    got, std = leave_one_out_advantages(torch.tensor([1.0, 2.0, 4.0, 7.0]), [3, 1], False)
+    assert got.tolist() == [1.0 - 3.0, 2.0 - 2.5, 4.0 - 1.5, 0.0] and std[1] == 0
+    with pytest.raises(ValueError, match="add up to 5, not the 4 rewards"):
+        leave_one_out_advantages(torch.zeros(4), [3, 2])
+
+
+def test_per_prompt_resume_on_rloo_is_exact(tmp_path):
+    """
+    A per-prompt RLOO run (two steps a round) resumed from a checkpoint between rounds trains the rounds of the run
+    that never stopped (prompts, group sizes, completions) with the same log lines (losses, grad norms, rewards, KL)
+    bit for bit. Resumed from one inside a round, it regenerates that round's prompts and group sizes (its completions
+    are drawn again: the RNG is past the round's first sampling, as in TRL) and then the same prompts and sizes.
+    """
+    from .test_resume import DEFERRING, settled_or_mixed
+
+    overrides = dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=4,
+                     max_steps=16, save_strategy="steps", save_steps=1, shuffle_dataset=True, beta=0.05)  # fmt: skip
+    make = lambda name: rloo_trainer(tmp_path / name, per_prompt_stages((2, 4, 8), **DEFERRING),  # noqa: E731
+                                     recorder=RoundRecorder(settled_or_mixed), dataset=indexed_dataset(12),
+                                     **overrides)  # fmt: skip
+    full, full_recorder = make("full")
+    full.train()
+    expected = [(c["step"], tuple(c["sizes"]), tuple(c["idx"]), tuple(c["completions"])) for c in full_recorder.calls]
+    assert any(len(set(sizes)) > 1 for _, sizes, _, _ in expected) and full._curriculum.deferred_total > 0
+    clean = lambda trainer: [{k: v for k, v in line.items() if k not in CLOCK}  # noqa: E731
+                             for line in train_history(trainer)]  # fmt: skip
+
+    resumed, recorder = make("between-rounds")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-8"))
+    got = [(c["step"], tuple(c["sizes"]), tuple(c["idx"]), tuple(c["completions"])) for c in recorder.calls]
+    assert got == [r for r in expected if r[0] >= 8] and len(got) == 4
+    assert resumed._curriculum.deferred_total == full._curriculum.deferred_total
+    assert clean(resumed) == clean(full)
+
+    resumed, recorder = make("inside-a-round")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-9"))
+    got = [(c["step"], tuple(c["sizes"]), tuple(c["idx"])) for c in recorder.calls]
+    assert got[0][0] == 9 and [r[1:] for r in got] == [r[1:3] for r in expected if r[0] >= 8]  # step 8's round again
+    assert resumed._curriculum.deferred_total == full._curriculum.deferred_total
+
+
 @pytest.mark.parametrize(("stage", "key", "rule"), [
-    (per_prompt_stages()[0], "stages[0].adaptive.policy", "a per-prompt round holds groups of several sizes"),
     (Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4, 8), policy="top_up")),
      "stages[0].adaptive.policy", "a top-up round is merged from several generation passes"),
     (Stage(num_generations=4, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=3)),
      "stages[0].dynamic_sampling", "merged from several generation passes"),
     (Stage(num_generations=4, temperature=1.0, comparison=Comparison(mode="extremes")),
      "stages[0].comparison.mode", "RLOO's advantages also carry its KL penalty"),
-], ids=["per_prompt", "top_up", "dynamic_sampling", "comparison"])  # fmt: skip
+], ids=["top_up", "dynamic_sampling", "comparison"])  # fmt: skip
 def test_stages_rloo_cannot_train_are_refused_at_construction(tmp_path, stage, key, rule, monkeypatch):
     """One error naming the stage key, the rule and the fix, before TRL's `__init__` loads anything."""
     @functools.wraps(RLOOTrainer.__init__)  # the same signature, for the trainer to find the callback in

@@ -4,10 +4,11 @@ What a curriculum on TRL's `RLOOTrainer` supports (`CurriculumRLOOTrainer`, and 
 `RLOOTrainer` computes its leave-one-out advantage, `r - (sum - r) / (n - 1)` (its KL to the reference folded into each
 reward first when `beta > 0`), over `rewards.view(-1, num_generations)`: one G for the whole round. A stage that
 trains one G a round (fixed, a stage schedule, a temperature ramp, an adaptive `hysteresis` or `success_rate` policy)
-runs on it as it is. The stages whose rounds hold groups of several sizes, or are merged from several generation
-passes, would need the leave-one-out baseline over each group's own size, which is not implemented for RLOO: they are
-refused, each with the fix. So are comparison modes (they zero advantages that RLOO's reward-side KL also lives in) and
-vLLM generation, neither of them tested with RLOO yet.
+runs on it as it is. A per-prompt stage (`policy="per_prompt"`) holds groups of several sizes in one generation pass:
+its advantages are computed RLOO's way over each group's own size (the KL folded in first, `normalize_advantages`
+over the round). The stages whose rounds are merged from several generation passes (top-up, dynamic sampling) are
+refused, each with the fix: RLOO's round output (its per-sequence `old_logps`) is not merged. So are comparison modes
+(they zero advantages that RLOO's reward-side KL also lives in) and vLLM generation, not tested with RLOO yet.
 """
 
 from __future__ import annotations
@@ -31,24 +32,18 @@ def rloo_problems(stages, at: str = "stages", use_vllm: bool = False, vllm_key: 
     problems = []
     for i, stage in enumerate(stages):
         policy = None if stage.adaptive is None else stage.adaptive.policy
-        if policy == "per_prompt":
+        if policy == "top_up":
             problems.append(Problem(
-                f"{at}[{i}].adaptive.policy", policy, "is not supported with RLOOTrainer: a per-prompt round holds "
-                "groups of several sizes, and RLOO's leave-one-out baseline is computed over one G for the whole round",
-                f"give this stage one G a round (num_generations, or policy hysteresis or success_rate), {_USE_GRPO} "
-                "for per_prompt"))  # fmt: skip
-        elif policy == "top_up":
-            problems.append(Problem(
-                f"{at}[{i}].adaptive.policy", policy, "is not supported with RLOOTrainer: a top-up round is merged "
-                "from several generation passes into groups of several sizes, and RLOO's leave-one-out baseline is computed "
-                "over one G for the whole round",
-                f"give this stage one G a round (num_generations, or policy hysteresis or success_rate), {_USE_GRPO} "
-                "for top_up"))  # fmt: skip
+                f"{at}[{i}].adaptive.policy", policy, "is not supported with RLOOTrainer yet: a top-up round is merged "
+                "from several generation passes, and merging RLOO's round outputs (its per-sequence old_logps and KL "
+                "penalty) is not implemented",
+                f"give this stage one G a round (num_generations, or policy hysteresis or success_rate) or G per prompt "
+                f"(policy per_prompt), {_USE_GRPO} for top_up"))  # fmt: skip
         if stage.dynamic_sampling is not None:
             problems.append(Problem(
-                f"{at}[{i}].dynamic_sampling", stage.dynamic_sampling, "is not supported with RLOOTrainer: a round "
-                "sampled until enough groups are informative is merged from several generation passes, whose "
-                "advantages would be recomputed GRPO's way, not with RLOO's leave-one-out baseline",
+                f"{at}[{i}].dynamic_sampling", stage.dynamic_sampling, "is not supported with RLOOTrainer yet: a round "
+                "sampled until enough groups are informative is merged from several generation passes, and merging "
+                "RLOO's round outputs (its per-sequence old_logps and KL penalty) is not implemented",
                 f"remove dynamic_sampling from this stage, {_USE_GRPO} for dynamic sampling"))  # fmt: skip
         if stage.comparison is not None and stage.comparison.mode != "all":
             problems.append(Problem(

@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from ._trl import _unsupported, weighted_rewards
-from .advantages import frac_reward_zero_std, group_advantages
+from ._trl import _unsupported, reward_tensor, weighted_rewards
+from .advantages import frac_reward_zero_std, group_advantages, leave_one_out_advantages
 
 # The per-row tensors of TRL's round output (`_generate_and_score_completions`), with the side and value they are
 # padded with (`None`: the tokenizer's pad token). `advantages` and `num_items_in_batch` are recomputed for the round.
@@ -53,6 +53,8 @@ class IncrementRecords:
         self.logs: list[dict] = []
         self.rows: list[int] = []  # each increment's rows, every process
         self.scored = None  # the pass's `(rewards_per_func, completion_ids_list)`, from `_calculate_rewards`
+        self.logps: list = []  # the pass's per-token log-probabilities as computed (RLOO: policy, then reference)
+        self.pass_logps: list[list] = []  # per increment, its `logps`
         self.lengths: list[dict] = []  # per increment, this process's rows as `_generate` returned them (`generated`)
         self.user_metrics: list[dict] = []  # per increment, the `log_metric` values of this process (name: values)
         self._metric_lengths = {key: len(values) for key, values in trainer._metrics["train"].items()}
@@ -62,12 +64,13 @@ class IncrementRecords:
     @contextlib.contextmanager
     def increment(self):
         """Around one `_generate_and_score_completions` pass: its completion log goes to a log of its own."""
-        self.scored = None
+        self.scored, self.logps = None, []
         self.trainer._logs, self.trainer._increment_records = _completion_logs(), self
         try:
             yield
         finally:
             self.logs.append(self.trainer._logs)
+            self.pass_logps.append(self.logps)
             self.trainer._logs, self.trainer._increment_records = self._kept_logs, None
 
     def generated(self, prompt_ids, completion_ids, tool_mask) -> None:
@@ -158,6 +161,42 @@ def gather_objects(trainer, values: list) -> list:
     return gather_object(values) if trainer.accelerator.num_processes > 1 else list(values)
 
 
+def grpo_round_advantages(trainer, records: IncrementRecords, order: list[int], group_sizes: list[int]):
+    """
+    `GRPOTrainer`'s advantages of a round's trained rows (`order`: indices into the increments' rows, every process)
+    with each group of its own size ([`group_advantages`]), and TRL's `frac_reward_zero_std` for them.
+    """
+    rewards_per_func = torch.cat(records.rewards_per_func)
+    rewards_per_func = rewards_per_func[torch.tensor(order, device=rewards_per_func.device)]
+    args = (rewards_per_func, group_sizes, trainer.reward_weights, trainer.scale_rewards,
+            trainer.multi_objective_aggregation)  # fmt: skip
+    return group_advantages(*args), frac_reward_zero_std(*args)
+
+
+def rloo_round_advantages(trainer, records: IncrementRecords, order: list[int], group_sizes: list[int]):
+    """
+    `RLOOTrainer`'s advantages of a round's trained rows (`order`, as in [`grpo_round_advantages`]) with each group of
+    its own size ([`leave_one_out_advantages`]), and RLOO's `frac_reward_zero_std` for them (the share of groups whose
+    reward std is 0). Each row's reward is the one `RLOOTrainer._generate_and_score_completions` groups: weighted,
+    NaN where unscorable, clipped to `reward_clip_range`, and with `beta > 0` minus `beta` x its sequence KL, `(policy
+    - reference log-probabilities) x completion_mask` summed over tokens, from the log-probabilities the pass computed
+    (recorded by [`RLOOHooks`]), gathered from every process. `normalize_advantages` standardises over the trained rows.
+    """
+    rewards = reward_tensor(trainer, torch.cat(records.rewards_per_func))
+    if trainer.beta != 0.0:
+        kls = []
+        for output, logps in zip(records.outputs, records.pass_logps, strict=True):
+            if len(logps) != 2:
+                raise _unsupported(f"find RLOO's policy and reference log-probabilities of a generation pass "
+                                   f"({len(logps)} computed)")  # fmt: skip
+            kl = ((logps[0] - logps[1]) * output["completion_mask"]).sum(-1)
+            kls.append(trainer.accelerator.gather(kl))
+        rewards = rewards - trainer.beta * torch.cat(kls).to(rewards.device)
+    rewards = rewards[torch.tensor(order, device=rewards.device)]
+    advantages, std = leave_one_out_advantages(rewards, group_sizes, trainer.normalize_advantages)
+    return advantages, torch.isclose(std, torch.zeros_like(std)).float().mean().item()
+
+
 def finish_round(trainer, records: IncrementRecords, round_) -> dict:
     """
     The output TRL trains on for a sampled round ([`Round`]): a round of one pass as TRL returned it (with the
@@ -169,16 +208,13 @@ def finish_round(trainer, records: IncrementRecords, round_) -> dict:
         return merge_increments(trainer, records, round_.order(), round_.trained_sizes, masked)
     output, advantages = records.outputs[0], None
     if round_.mixed:  # TRL ran it with `num_generations = 1`: the advantages of the real groups
-        advantages = group_advantages(records.rewards_per_func[0], round_.sizes, trainer.reward_weights,
-                                      trainer.scale_rewards, trainer.multi_objective_aggregation)  # fmt: skip
+        advantages, zero_std = trainer._round_advantages(records, list(range(records.rows[0])), round_.sizes)
         local = len(output["advantages"])
         start = trainer.accelerator.process_index * local
         output["advantages"] = advantages[start : start + local].to(output["advantages"].device)
         metrics = trainer._metrics["train"]
         if metrics.get("frac_reward_zero_std"):  # TRL's, computed for the real groups (TRL saw groups of 1)
-            metrics["frac_reward_zero_std"][-1] = frac_reward_zero_std(
-                records.rewards_per_func[0], round_.sizes, trainer.reward_weights, trainer.scale_rewards,
-                trainer.multi_objective_aggregation)  # fmt: skip
+            metrics["frac_reward_zero_std"][-1] = zero_std
     records.write_logs(list(range(records.rows[0])), advantages)
     return output
 
@@ -231,8 +267,7 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
         merged[key] = tensor[:, tensor.size(1) - keep :] if side == "left" else tensor[:, :keep]
     rewards_per_func = torch.cat(records.rewards_per_func)
     rewards_per_func = rewards_per_func[torch.tensor(order, device=rewards_per_func.device)]
-    advantages = group_advantages(rewards_per_func, group_sizes, trainer.reward_weights, trainer.scale_rewards,
-                                  trainer.multi_objective_aggregation)  # fmt: skip
+    advantages, zero_std = trainer._round_advantages(records, order, group_sizes)
     merged["advantages"] = advantages[rank * local : (rank + 1) * local].to(merged["prompt_ids"].device)
     if masked is not None and any(masked):
         keep = torch.tensor([not m for m in masked[rank * local : (rank + 1) * local]], dtype=torch.long,
@@ -251,9 +286,7 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
     _log_row_metrics(trainer, records, rows, torch.tensor(order, dtype=torch.long), merged)
     metrics = trainer._metrics["train"]
     if metrics.get("frac_reward_zero_std"):
-        metrics["frac_reward_zero_std"][-1] = frac_reward_zero_std(
-            rewards_per_func, group_sizes, trainer.reward_weights, trainer.scale_rewards,
-            trainer.multi_objective_aggregation)  # fmt: skip
+        metrics["frac_reward_zero_std"][-1] = zero_std
     records.write_logs(order, advantages)
     return merged
 

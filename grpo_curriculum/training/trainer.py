@@ -464,10 +464,14 @@ class CurriculumRLOOTrainer(CurriculumTrainerMixin, RLOOHooks, RLOOTrainer):
     reaches generation and the fused LM head of the policy and the reference model (whose log-probabilities also give
     RLOO's KL penalty, subtracted from the rewards when `beta > 0`).
 
-    Supported stages: fixed G and temperature, stage schedules, temperature ramps, and adaptive G and temperature for
-    the whole round (`Adaptive(policy="hysteresis")` or `"success_rate"`). Refused at construction, each with its
-    fix ([`grpo_curriculum.core.rloo.rloo_problems`]): per-prompt G and top-up (groups of several sizes in a round),
-    dynamic sampling (rounds merged from several passes), comparison modes other than `"all"`, and `use_vllm`. Needs
+    Supported stages: fixed G and temperature, stage schedules, temperature ramps, adaptive G and temperature for the
+    whole round (`Adaptive(policy="hysteresis")` or `"success_rate"`), and per-prompt G (`"per_prompt"`): a round
+    of whole contiguous groups of several sizes adding up to the generation batch, each row's advantage RLOO's
+    leave-one-out `r - (sum - r) / (n - 1)` over its own group's size `n` (the KL penalty subtracted from the rewards
+    first when `beta > 0`, `normalize_advantages` over the round, as `RLOOTrainer` does;
+    [`grpo_curriculum.training._trl_merge.rloo_round_advantages`]). Refused at construction, each with its fix
+    ([`grpo_curriculum.core.rloo.rloo_problems`]): top-up and dynamic sampling (rounds merged from several passes),
+    comparison modes other than `"all"`, and `use_vllm`. Needs
     TRL 1.16 (the package's other TRL releases are supported by [`CurriculumGRPOTrainer`] only).
     """
 
