@@ -8,7 +8,9 @@ runs on it as it is. A per-prompt stage (`policy="per_prompt"`) holds groups of 
 its advantages are computed RLOO's way over each group's own size (the KL folded in first, `normalize_advantages`
 over the round). The stages whose rounds are merged from several generation passes (top-up, dynamic sampling) are
 refused, each with the fix: RLOO's round output (its per-sequence `old_logps`) is not merged. So are comparison modes
-(they zero advantages that RLOO's reward-side KL also lives in) and vLLM generation, not tested with RLOO yet.
+(they zero advantages that RLOO's reward-side KL also lives in). vLLM generation (server and colocate modes) follows
+G and temperature at each switch as with `GRPOTrainer` (one server request per distinct group size in a per-prompt
+round): `RLOOTrainer` samples through the same `VLLMGeneration`.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ def rloo_problems(stages, at: str = "stages", use_vllm: bool = False, vllm_key: 
         stages (`list[Stage]`): The curriculum's stages.
         at (`str`, *optional*, defaults to `"stages"`): The key path of the stages in the messages
             (`"curriculum.stages"` for a recipe).
-        use_vllm (`bool`, *optional*, defaults to `False`): The run's `use_vllm`.
-        vllm_key (`str`, *optional*, defaults to `"use_vllm"`): Its key path in the messages.
+        use_vllm (`bool`, *optional*, defaults to `False`), vllm_key (`str`, *optional*): The run's `use_vllm` and
+            its key path. Accepted for the callers written when vLLM was refused: vLLM generation (server and colocate
+            modes) is supported since, and refuses nothing.
     """
     problems = []
     for i, stage in enumerate(stages):
@@ -51,8 +54,4 @@ def rloo_problems(stages, at: str = "stages", use_vllm: bool = False, vllm_key: 
                 "comparison zeroes the advantages it leaves out, and RLOO's advantages also carry its KL penalty "
                 "(beta) as a reward; this is not tested",
                 f"remove comparison from this stage (or use mode all), {_USE_GRPO} for comparisons"))  # fmt: skip
-    if use_vllm:
-        problems.append(Problem(
-            vllm_key, use_vllm, "is not supported with CurriculumRLOOTrainer yet: its switches of G and temperature "
-            "are tested with transformers generation only", f"set use_vllm to false, {_USE_GRPO} with vLLM"))  # fmt: skip
     return problems

@@ -471,7 +471,9 @@ class CurriculumRLOOTrainer(CurriculumTrainerMixin, RLOOHooks, RLOOTrainer):
     first when `beta > 0`, `normalize_advantages` over the round, as `RLOOTrainer` does;
     [`grpo_curriculum.training._trl_merge.rloo_round_advantages`]). Refused at construction, each with its fix
     ([`grpo_curriculum.core.rloo.rloo_problems`]): top-up and dynamic sampling (rounds merged from several passes),
-    comparison modes other than `"all"`, and `use_vllm`. Needs
+    and comparison modes other than `"all"`. vLLM generation (`use_vllm`, server and colocate modes) follows each
+    switch as in [`CurriculumGRPOTrainer`]: the requests' `n` and temperature (server mode: one request per distinct
+    group size of a per-prompt round), the sampling parameters' temperature (colocate). Needs
     TRL 1.16 (the package's other TRL releases are supported by [`CurriculumGRPOTrainer`] only).
     """
 
@@ -482,4 +484,4 @@ class CurriculumRLOOTrainer(CurriculumTrainerMixin, RLOOHooks, RLOOTrainer):
         super().__init__(*args, **kwargs)
 
     def _unsupported_problems(self, args) -> list[Problem]:
-        return rloo_problems(self._curriculum.schedule.stages, use_vllm=bool(getattr(args, "use_vllm", False)))
+        return rloo_problems(self._curriculum.schedule.stages)
