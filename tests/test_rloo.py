@@ -188,15 +188,20 @@ def spy_rounds_with_kl(trainer) -> list[dict]:
     def generate_and_score(inputs):
         output = original(inputs)
         if trainer.model.training:
+            ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+            mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+            keep, t = output["completion_ids"].size(1), trainer.temperature
+            policy = _naive_logps(trainer.model, ids, mask, keep, t) * output["completion_mask"]
             kl = [0.0] * len(output["advantages"])
             if trainer.beta:
-                ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
-                mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-                keep, t = output["completion_ids"].size(1), trainer.temperature
-                policy, reference = (_naive_logps(m, ids, mask, keep, t) for m in (trainer.model, trainer.ref_model))
-                kl = ((policy - reference) * output["completion_mask"]).sum(-1).tolist()
+                reference = _naive_logps(trainer.ref_model, ids, mask, keep, t) * output["completion_mask"]
+                kl = (policy - reference).sum(-1).tolist()
             seen.append({"sizes": list(trainer._round.sizes), "advantages": output["advantages"].tolist(), "kl": kl,
-                         "logged": list(trainer._logs["advantages"])[-len(kl):]})  # fmt: skip
+                         "logged": list(trainer._logs["advantages"])[-len(kl):], "round": trainer._round,
+                         "old_logps": output["old_logps"].tolist(), "policy_logps": policy.sum(-1).tolist(),
+                         "tokens": int(output["completion_mask"].sum()),
+                         "prompts": trainer._tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True),
+                         "prompt_widths": output["prompt_mask"].sum(1).tolist()})  # fmt: skip
         return output
 
     trainer._generate_and_score_completions = generate_and_score
@@ -271,6 +276,92 @@ def test_leave_one_out_advantages_equal_rloo_on_equal_groups_and_handle_unscored
         leave_one_out_advantages(torch.zeros(4), [3, 2])
 
 
+@pytest.mark.parametrize(("model", "normalize"), [("tiny_model_dir", False), ("tiny_gpt2_dir", True)],
+                         ids=["llama", "gpt2-normalized"])  # fmt: skip
+def test_top_up_rounds_merge_rloo_outputs_with_leave_one_out_advantages(tmp_path, model, normalize, request):
+    """
+    Top-up on RLOO: each round (a pilot of 2 a prompt, then more for the all-equal groups) is merged into whole
+    contiguous groups of several sizes; `old_logps` (the policy's sequence log-probability RLOO's ratio divides by) and
+    each row's KL describe the rows as trained on, their prompts padded to the round's widest (the second increment,
+    all short prompts, was padded narrower: GPT-2's absolute positions give other log-probabilities); the advantages
+    are RLOO's leave-one-out over each group's own size of `reward - beta x KL`, and TRL's `kl` metric is the mean
+    per-token KL of the trained rows.
+    """
+    from .test_increments import KindReward, kind_rewards, mixed_length_dataset, top_up
+
+    trainer, recorder = rloo_trainer(tmp_path, top_up(prompts=5), model=request.getfixturevalue(model),
+                                     recorder=RoundRecorder(KindReward()), beta=0.1, normalize_advantages=normalize,
+                                     max_steps=3, per_device_train_batch_size=16, dataset=mixed_length_dataset(),
+                                     shuffle_dataset=False)  # fmt: skip
+    rounds = spy_rounds_with_kl(trainer)
+    dataset = trainer.train_dataset
+    trainer.train()
+    assert len(rounds) == 3
+    for r in rounds:
+        round_ = r["round"]
+        assert len(round_.increments) == 2 and sum(round_.sizes) == 16 and len(set(round_.sizes)) > 1
+        assert group_runs(r["prompts"]) == round_.sizes  # whole, contiguous, in group order
+        assert r["prompts"] == [dataset[i]["prompt"] for i, n in zip(round_.prompts, round_.sizes) for _ in range(n)]
+        assert len(set(r["prompt_widths"])) > 1  # short and long prompts in one round
+        assert r["old_logps"] == pytest.approx(r["policy_logps"], abs=1e-4)
+        rewards = [x for i, n in zip(round_.prompts, round_.sizes) for x in kind_rewards(i % 4, n)]
+        rewards = [x - 0.1 * kl for x, kl in zip(rewards, r["kl"], strict=True)]
+        assert r["advantages"] == pytest.approx(leave_one_out_reference(rewards, round_.sizes, normalize), abs=2e-4)
+        assert r["logged"] == r["advantages"]
+    history = train_history(trainer)
+    for h, r in zip(history, rounds, strict=True):
+        assert h["kl"] == pytest.approx(sum(r["kl"]) / r["tokens"], abs=1e-5)
+        assert h["curriculum/increments"] == 2 and h["curriculum/generated"] == 16
+    assert all(h["grad_norm"] > 0 for h in history)
+
+
+def test_dynamic_sampling_on_rloo_trains_the_informative_groups_of_several_passes(tmp_path, tiny_gpt2_dir):
+    """
+    Dynamic sampling on RLOO (GPT-2, `beta > 0`): generation batch 8 at G 2, half the prompts all-equal, so each round
+    is two passes whose informative groups (odd prompts) are kept, whole and contiguous; the first pass's prompts are
+    short, the second's long, so the kept rows' `old_logps` and KL are computed again at the merged padding; the
+    advantages are RLOO's leave-one-out of `reward - beta x KL` over the kept groups.
+    """
+    from .test_increments import half_constant, mixed_length_dataset
+
+    stages = [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=4,
+                                                                                          on_limit="fill"))]  # fmt: skip
+    trainer, recorder = rloo_trainer(tmp_path, stages, model=tiny_gpt2_dir, recorder=RoundRecorder(half_constant),
+                                     beta=0.1, max_steps=2, dataset=mixed_length_dataset(lambda i: i // 4 % 2 == 1),
+                                     shuffle_dataset=False)  # fmt: skip
+    rounds = spy_rounds_with_kl(trainer)
+    dataset = trainer.train_dataset
+    trainer.train()
+    for r, first in zip(rounds, (0, 8), strict=True):
+        round_ = r["round"]
+        assert round_.prompts == list(range(first, first + 8)) and round_.trained == [1, 3, 5, 7]
+        assert r["prompts"] == [dataset[first + g]["prompt"] for g in (1, 3, 5, 7) for _ in range(2)]
+        assert len(set(r["prompt_widths"])) > 1
+        assert r["old_logps"] == pytest.approx(r["policy_logps"], abs=1e-4)
+        rewards = [float(j) - 0.1 * kl for j, kl in zip([0, 1] * 4, r["kl"], strict=True)]  # odd prompts: by row
+        assert r["advantages"] == pytest.approx(leave_one_out_reference(rewards, [2] * 4, False), abs=2e-4)
+    history = train_history(trainer)
+    assert [h["curriculum/dropped"] for h in history] == [4, 4]
+    for h, r in zip(history, rounds, strict=True):
+        assert h["kl"] == pytest.approx(sum(r["kl"]) / r["tokens"], abs=1e-5)
+
+
+def test_dynamic_sampling_on_rloo_at_its_limit_fills_the_batch(tmp_path):
+    """`on_limit="fill"`, every group all equal (`beta = 0`): after `max_rounds` passes the batch holds the first
+    groups, trained as RLOO trains all-equal groups (advantage 0, every row in the loss)."""
+    stages = [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=3,
+                                                                                          on_limit="fill"))]  # fmt: skip
+    trainer, recorder = rloo_trainer(tmp_path, stages, recorder=RoundRecorder(), max_steps=1, beta=0.0,
+                                     shuffle_dataset=False)  # fmt: skip
+    rounds = spy_rounds_with_kl(trainer)
+    trainer.train()  # the recorder's reward is the prompt index: every group all equal
+    assert [len(c["idx"]) for c in recorder.calls] == [8, 8, 8]
+    assert rounds[0]["round"].trained == [0, 1, 2, 3] and rounds[0]["round"].masked is None
+    assert rounds[0]["advantages"] == [0.0] * 8
+    history = train_history(trainer)
+    assert history[0]["curriculum/dropped"] == 8 and history[0]["frac_reward_zero_std"] == 1.0
+
+
 def test_per_prompt_resume_on_rloo_is_exact(tmp_path):
     """
     A per-prompt RLOO run (two steps a round) resumed from a checkpoint between rounds trains the rounds of the run
@@ -307,13 +398,11 @@ def test_per_prompt_resume_on_rloo_is_exact(tmp_path):
 
 
 @pytest.mark.parametrize(("stage", "key", "rule"), [
-    (Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4, 8), policy="top_up")),
-     "stages[0].adaptive.policy", "a top-up round is merged from several generation passes"),
     (Stage(num_generations=4, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=3)),
-     "stages[0].dynamic_sampling", "merged from several generation passes"),
+     "stages[0].dynamic_sampling.on_limit", "RLOOTrainer's loss has no such mask"),
     (Stage(num_generations=4, temperature=1.0, comparison=Comparison(mode="extremes")),
      "stages[0].comparison.mode", "RLOO's advantages also carry its KL penalty"),
-], ids=["top_up", "dynamic_sampling", "comparison"])  # fmt: skip
+], ids=["dynamic_sampling_mask", "comparison"])  # fmt: skip
 def test_stages_rloo_cannot_train_are_refused_at_construction(tmp_path, stage, key, rule, monkeypatch):
     """One error naming the stage key, the rule and the fix, before TRL's `__init__` loads anything."""
     @functools.wraps(RLOOTrainer.__init__)  # the same signature, for the trainer to find the callback in
@@ -326,6 +415,14 @@ def test_stages_rloo_cannot_train_are_refused_at_construction(tmp_path, stage, k
     message = str(error.value)
     assert key.replace("[0]", "[1]") in message and rule in message, message
     assert "CurriculumGRPOTrainer" in message and "CurriculumRLOOTrainer" in message
+    if "on_limit" in key:
+        assert "set on_limit to fill" in message and "or error" in message
+
+
+def test_dynamic_sampling_with_on_limit_fill_or_error_is_accepted(tmp_path):
+    for on_limit in ("fill", "error"):
+        stage = Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(on_limit=on_limit))
+        rloo_trainer(tmp_path / on_limit, [stage], max_steps=1)
 
 
 def test_the_callback_on_plain_rloo_refuses_to_train(tmp_path):

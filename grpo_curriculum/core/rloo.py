@@ -4,11 +4,12 @@ What a curriculum on TRL's `RLOOTrainer` supports (`CurriculumRLOOTrainer`, and 
 `RLOOTrainer` computes its leave-one-out advantage, `r - (sum - r) / (n - 1)` (its KL to the reference folded into each
 reward first when `beta > 0`), over `rewards.view(-1, num_generations)`: one G for the whole round. A stage that
 trains one G a round (fixed, a stage schedule, a temperature ramp, an adaptive `hysteresis` or `success_rate` policy)
-runs on it as it is. A per-prompt stage (`policy="per_prompt"`) holds groups of several sizes in one generation pass:
-its advantages are computed RLOO's way over each group's own size (the KL folded in first, `normalize_advantages`
-over the round). The stages whose rounds are merged from several generation passes (top-up, dynamic sampling) are
-refused, each with the fix: RLOO's round output (its per-sequence `old_logps`) is not merged. So are comparison modes
-(they zero advantages that RLOO's reward-side KL also lives in). vLLM generation (server and colocate modes) follows
+runs on it as it is. A per-prompt stage (`policy="per_prompt"`) holds groups of several sizes in one generation pass,
+and a top-up stage (`policy="top_up"`) or dynamic sampling merges several passes into one round (RLOO's `old_logps`
+and KL computed again when the merge moves a row's prompt): their advantages are computed RLOO's way over each
+group's own size (the KL folded in first, `normalize_advantages` over the round). Refused, each with the fix:
+dynamic sampling's `on_limit="mask"` (it takes rows out of the loss with a loss mask RLOO's loss does not have), and
+comparison modes (they zero advantages that RLOO's reward-side KL also lives in). vLLM generation (server and colocate modes) follows
 G and temperature at each switch as with `GRPOTrainer` (one server request per distinct group size in a per-prompt
 round): `RLOOTrainer` samples through the same `VLLMGeneration`.
 """
@@ -34,20 +35,13 @@ def rloo_problems(stages, at: str = "stages", use_vllm: bool = False, vllm_key: 
     """
     problems = []
     for i, stage in enumerate(stages):
-        policy = None if stage.adaptive is None else stage.adaptive.policy
-        if policy == "top_up":
+        if stage.dynamic_sampling is not None and stage.dynamic_sampling.on_limit == "mask":
             problems.append(Problem(
-                f"{at}[{i}].adaptive.policy", policy, "is not supported with RLOOTrainer yet: a top-up round is merged "
-                "from several generation passes, and merging RLOO's round outputs (its per-sequence old_logps and KL "
-                "penalty) is not implemented",
-                f"give this stage one G a round (num_generations, or policy hysteresis or success_rate) or G per prompt "
-                f"(policy per_prompt), {_USE_GRPO} for top_up"))  # fmt: skip
-        if stage.dynamic_sampling is not None:
-            problems.append(Problem(
-                f"{at}[{i}].dynamic_sampling", stage.dynamic_sampling, "is not supported with RLOOTrainer yet: a round "
-                "sampled until enough groups are informative is merged from several generation passes, and merging "
-                "RLOO's round outputs (its per-sequence old_logps and KL penalty) is not implemented",
-                f"remove dynamic_sampling from this stage, {_USE_GRPO} for dynamic sampling"))  # fmt: skip
+                f"{at}[{i}].dynamic_sampling.on_limit", "mask", "is not supported with RLOOTrainer: a batch still "
+                "short of informative groups after max_rounds is filled up with groups whose tokens are taken out of "
+                "the loss by TRL's loss mask (tool_mask), and RLOOTrainer's loss has no such mask",
+                f"set on_limit to fill (the filled-up groups trained as RLOO trains them) or error (stop), "
+                f"{_USE_GRPO} for on_limit mask"))  # fmt: skip
         if stage.comparison is not None and stage.comparison.mode != "all":
             problems.append(Problem(
                 f"{at}[{i}].comparison.mode", stage.comparison.mode, "is not supported with RLOOTrainer yet: a "

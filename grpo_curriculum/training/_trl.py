@@ -45,9 +45,10 @@ subtracting `beta` x the sequence KL (policy minus reference log-probabilities a
 reward. A round of mixed group sizes runs with `num_generations = 1` (TRL then gives every row advantage 0) and its
 advantages are recomputed RLOO's way per real group (`_trl_merge.rloo_round_advantages`), the KL from the policy's and
 reference model's per-token log-probabilities the pass computed (`_get_per_token_logps_and_entropies`, called in that
-order; recorded by `RLOOHooks`) and RLOO's output's `completion_mask`. Merged rounds (top-up, dynamic sampling) are
-not used with it: its output's `old_logps` is not merged (`grpo_curriculum.core.rloo` refuses the stages that make
-them).
+order; recorded by `RLOOHooks`) and RLOO's output's `completion_mask`. A merged round (top-up, dynamic sampling) also
+merges RLOO's per-row `old_logps` (a 1-D tensor, no padding), computing it and the KL again when the merge moves a
+prompt; RLOO's output has no `num_items_in_batch` and no loss mask (`tool_mask`), so a round that masks rows
+(dynamic sampling's `on_limit="mask"`) is not used with it (`grpo_curriculum.core.rloo` refuses it).
 """
 
 from __future__ import annotations

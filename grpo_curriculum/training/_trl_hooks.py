@@ -41,10 +41,10 @@ class GRPOHooks:
         """`(prompt_ids, completion_ids, tool_mask)` of what `_generate` returned (`GRPOTrainer`: its first three)."""
         return result[:3]
 
-    def _round_advantages(self, records, order, group_sizes):
+    def _round_advantages(self, records, order, group_sizes, sequence_kl=None):
         """The advantages of a round's trained rows with each group of its own size, and TRL's zero-std share for
         them: `GRPOTrainer`'s ([`grpo_round_advantages`])."""
-        return grpo_round_advantages(self, records, order, group_sizes)
+        return grpo_round_advantages(self, records, order, group_sizes, sequence_kl)
 
     def _generate_and_score_completions(self, inputs):
         if not (self._curriculum_active() and is_training(self)):
@@ -139,9 +139,9 @@ class RLOOHooks(GRPOHooks):
     the KL to the reference subtracted from each reward first) is computed by `RLOOTrainer` for a round of one G. A
     round of mixed group sizes (per-prompt G) runs TRL's pass with `num_generations = 1`; its advantages are then
     recomputed RLOO's way over each real group ([`rloo_round_advantages`]), from the KL of the log-probabilities the
-    pass computed, recorded here ([`_get_per_token_logps_and_entropies`]). Rounds merged from several increments
-    (top-up, dynamic sampling) are not implemented for RLOO (its output's `old_logps` is not merged):
-    `CurriculumRLOOTrainer` refuses the stages that make them.
+    pass computed, recorded here ([`_get_per_token_logps_and_entropies`]). A round merged from several increments
+    (top-up, dynamic sampling) is merged as for GRPO ([`merge_increments`]: RLOO's `old_logps` and KL computed again
+    where a prompt is re-padded), with the same advantages.
     """
 
     _trl_module = RLOO_MODULE
@@ -151,9 +151,9 @@ class RLOOHooks(GRPOHooks):
         prompt_ids, completion_ids = result[:2]
         return prompt_ids, completion_ids, None
 
-    def _round_advantages(self, records, order, group_sizes):
+    def _round_advantages(self, records, order, group_sizes, sequence_kl=None):
         """`RLOOTrainer`'s leave-one-out advantages over each real group ([`rloo_round_advantages`])."""
-        return rloo_round_advantages(self, records, order, group_sizes)
+        return rloo_round_advantages(self, records, order, group_sizes, sequence_kl)
 
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
         # In a training pass, `_generate_and_score_completions` computes the policy's log-probabilities, then (beta > 0)

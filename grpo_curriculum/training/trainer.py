@@ -465,13 +465,15 @@ class CurriculumRLOOTrainer(CurriculumTrainerMixin, RLOOHooks, RLOOTrainer):
     RLOO's KL penalty, subtracted from the rewards when `beta > 0`).
 
     Supported stages: fixed G and temperature, stage schedules, temperature ramps, adaptive G and temperature for the
-    whole round (`Adaptive(policy="hysteresis")` or `"success_rate"`), and per-prompt G (`"per_prompt"`): a round
-    of whole contiguous groups of several sizes adding up to the generation batch, each row's advantage RLOO's
-    leave-one-out `r - (sum - r) / (n - 1)` over its own group's size `n` (the KL penalty subtracted from the rewards
-    first when `beta > 0`, `normalize_advantages` over the round, as `RLOOTrainer` does;
+    whole round (`Adaptive(policy="hysteresis")` or `"success_rate"`), per-prompt G (`"per_prompt"`), top-up
+    (`"top_up"`) and dynamic sampling (`on_limit` `"fill"` or `"error"`). A round of whole contiguous groups of
+    several sizes (one pass, or merged from several as for [`CurriculumGRPOTrainer`], RLOO's `old_logps` and KL
+    computed again where the merge re-pads a prompt) gets each row's advantage as RLOO's leave-one-out
+    `r - (sum - r) / (n - 1)` over its own group's size `n` (the KL penalty subtracted from the rewards first when
+    `beta > 0`, `normalize_advantages` over the round, as `RLOOTrainer` does;
     [`grpo_curriculum.training._trl_merge.rloo_round_advantages`]). Refused at construction, each with its fix
-    ([`grpo_curriculum.core.rloo.rloo_problems`]): top-up and dynamic sampling (rounds merged from several passes),
-    and comparison modes other than `"all"`. vLLM generation (`use_vllm`, server and colocate modes) follows each
+    ([`grpo_curriculum.core.rloo.rloo_problems`]): dynamic sampling's `on_limit="mask"` (RLOO's loss has no loss
+    mask) and comparison modes other than `"all"`. vLLM generation (`use_vllm`, server and colocate modes) follows each
     switch as in [`CurriculumGRPOTrainer`]: the requests' `n` and temperature (server mode: one request per distinct
     group size of a per-prompt round), the sampling parameters' temperature (colocate). Needs
     TRL 1.16 (the package's other TRL releases are supported by [`CurriculumGRPOTrainer`] only).
