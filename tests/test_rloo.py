@@ -315,6 +315,29 @@ def test_top_up_rounds_merge_rloo_outputs_with_leave_one_out_advantages(tmp_path
     assert all(h["grad_norm"] > 0 for h in history)
 
 
+def test_one_increment_top_up_on_rloo_trains_like_plain_rloo(tmp_path, tiny_gpt2_dir):
+    """Pilot = largest = 4: every group is full after the pilot, the round is one pass, and the run is plain
+    `RLOOTrainer`'s at G 4 (`beta > 0`): the same rounds, outputs and log lines bit for bit."""
+    from .test_increments import top_up
+
+    overrides = dict(num_generations=4, temperature=0.9, max_steps=3, seed=3, beta=0.05, model=tiny_gpt2_dir)
+    runs = []
+    for cls, stages in [(RLOOTrainer, None), (CurriculumRLOOTrainer, top_up((4,), pilot=4, prompts=2,
+                                                                            temperature=0.9))]:  # fmt: skip
+        trainer, recorder = rloo_trainer(tmp_path / cls.__name__, stages, cls=cls, recorder=RoundRecorder(by_row),
+                                         **overrides)  # fmt: skip
+        outputs = spy_rounds(trainer)
+        trainer.train()
+        lines = [{k: v for k, v in h.items() if not k.startswith("curriculum/") and k not in CLOCK}
+                 for h in train_history(trainer)]  # fmt: skip
+        runs.append(([(c["idx"], c["completions"]) for c in recorder.calls], outputs, lines))
+    (plain_rounds, plain_outputs, plain_lines), (rounds, outputs, lines) = runs
+    assert rounds == plain_rounds and len(rounds) == 3
+    for plain, ours in zip(plain_outputs, outputs, strict=True):
+        assert plain.keys() == ours.keys() and all(torch.equal(plain[k], ours[k]) for k in plain)
+    assert lines == plain_lines
+
+
 def test_dynamic_sampling_on_rloo_trains_the_informative_groups_of_several_passes(tmp_path, tiny_gpt2_dir):
     """
     Dynamic sampling on RLOO (GPT-2, `beta > 0`): generation batch 8 at G 2, half the prompts all-equal, so each round
