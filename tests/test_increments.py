@@ -408,14 +408,15 @@ def test_merged_rounds_with_several_iterations_and_steps_per_generation(tmp_path
     assert bool((output["prompt_mask"].cumsum(1) > 0).eq(output["prompt_mask"].bool()).all())  # left-padded
 
 
+@pytest.mark.parametrize("cls", [CurriculumGRPOTrainer, CurriculumRLOOTrainer], ids=["grpo", "rloo"])
 @pytest.mark.parametrize("mode", ["server", "colocate"])
-def test_vllm_is_asked_once_per_increment(tmp_path, mode, request):
+def test_vllm_is_asked_once_per_increment(tmp_path, mode, request, cls):
     """Server mode: one request an increment, `n` = the pilot, the prompts of the groups it grows in group order;
     colocate mode: one `generate` call an increment, every row of it. Completions come back to their own groups."""
     from .test_vllm import make_vllm_trainer, prompt_ids_of
 
     engine = request.getfixturevalue(f"fake_vllm_{mode}")
-    trainer, recorder, dataset = make_vllm_trainer(tmp_path, top_up(prompts=5), mode, max_steps=2,
+    trainer, recorder, dataset = make_vllm_trainer(tmp_path, top_up(prompts=5), mode, cls=cls, max_steps=2,
                                                    per_device_train_batch_size=16, shuffle_dataset=False)  # fmt: skip
     rounds = record_outputs(trainer)
     trainer.train()  # every reward is the prompt's index: every group all equal, the first three grow
