@@ -207,7 +207,8 @@ def rloo_round_advantages(trainer, records: IncrementRecords, order: list[int], 
     rewards = rewards[torch.tensor(order, device=rewards.device)]
     if trainer.beta != 0.0:
         if sequence_kl is None:
-            sequence_kl = rloo_sequence_kl(trainer, records)[torch.tensor(order)]
+            sequence_kl = rloo_sequence_kl(trainer, records)
+            sequence_kl = sequence_kl[torch.tensor(order, device=sequence_kl.device)]
         rewards = rewards - trainer.beta * sequence_kl.to(rewards.device)
     advantages, std = leave_one_out_advantages(rewards, group_sizes, trainer.normalize_advantages)
     return advantages, torch.isclose(std, torch.zeros_like(std)).float().mean().item()
@@ -247,6 +248,8 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
     gives other log-probabilities), the policy's and reference model's log-probabilities are computed again for the
     round, as TRL computes them for one pass; the vLLM importance-sampling ratio is computed from them by TRL's
     formula. Rows `masked` (one flag a row of `order`) are out of the loss: their `tool_mask`, TRL's loss mask, is 0.
+    `RLOOTrainer`'s output merges the same way, its per-row `old_logps` gathered and re-sliced (and computed again with
+    the KL when a prompt moves); it has no loss mask, so it cannot have rows `masked`.
     """
     accelerator = trainer.accelerator
     outputs = records.outputs
@@ -313,7 +316,8 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
     metrics = trainer._metrics["train"]
     if rloo and trainer.beta != 0.0 and metrics.get("kl"):  # RLOO's: the mean per-token KL of the trained rows
         if sequence_kl is None:
-            sequence_kl = rloo_sequence_kl(trainer, records)[torch.tensor(order)]
+            sequence_kl = rloo_sequence_kl(trainer, records)
+            sequence_kl = sequence_kl[torch.tensor(order, device=sequence_kl.device)]
         tokens = accelerator.gather(merged["completion_mask"].sum(1)).sum()
         metrics["kl"][-1] = (sequence_kl.sum() / tokens.clamp(min=1.0)).item()
     if metrics.get("frac_reward_zero_std"):
