@@ -20,7 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 # The scenarios of tests/distributed_run.py, trained in turn by one `torchrun --nproc_per_node 2` launch.
-TORCHRUN_MODES = ("stages", "adaptive", "per_prompt", "increments", "colocate_tp")
+TORCHRUN_MODES = ("stages", "adaptive", "per_prompt", "increments", "rloo", "colocate_tp")
 
 
 @pytest.fixture(scope="session")

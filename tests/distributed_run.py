@@ -4,11 +4,12 @@ tests/test_distributed.py and tests/test_vllm_tp.py.
 
     distributed_run.py OUTPUT_DIR MODE [MODE ...]
 
-For each mode in turn (`stages`, `adaptive`, `per_prompt`, `increments`), in the same two processes, trains the tiny
-model with that curriculum and writes, per rank, what each generation round looked like to
+For each mode in turn (`stages`, `adaptive`, `per_prompt`, `increments`, `rloo`), in the same two processes, trains
+the tiny model with that curriculum and writes, per rank, what each generation round looked like to
 `OUTPUT_DIR/MODE/rankR.json`: the step, the G and temperature in force, the rows' prompt indices and this rank's
 rewards (`increments`: a top-up stage then a dynamic-sampling one, and each round's increments and the rows this rank
-trained on). Mode `colocate_tp` runs tests/colocate_tp_run.py (for tests/test_vllm_tp.py); it installs a fake
+trained on; `rloo`: `CurriculumRLOOTrainer` through two stage switches into a per-prompt stage, and each round's
+group sizes and the advantages this rank trains on). Mode `colocate_tp` runs tests/colocate_tp_run.py (for tests/test_vllm_tp.py); it installs a fake
 `vllm` for good, so it comes last. One launch for every mode spares the suite a launcher and two workers (each
 importing torch, transformers and TRL) per mode.
 """
@@ -17,11 +18,13 @@ import json
 import os
 import sys
 
+from trl import RLOOConfig
+
 from grpo_curriculum import DynamicSampling, Stage
 from grpo_curriculum.core.adaptive import Adaptive
 from grpo_curriculum.training.callback import CurriculumCallback
 from grpo_curriculum.demo.tasks import build_model, build_tokenizer
-from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
+from grpo_curriculum.training.trainer import CurriculumGRPOTrainer, CurriculumRLOOTrainer
 from tests.conftest import RoundRecorder, grpo_args, indexed_dataset, per_prompt_stages
 
 
@@ -34,6 +37,10 @@ def rank_dependent_reward(prompts, completions, **kwargs):
 
 
 def stages_for(mode: str):
+    if mode == "rloo":  # G 4, then G 16 (a group spans both processes), then G per prompt
+        return [Stage(num_generations=4, temperature=0.7, until_step=2),
+                Stage(num_generations=16, temperature=1.2, until_step=4),
+                *per_prompt_stages((2, 4, 8), temperature=1.0, lookahead=2, defer=True)]
     if mode == "increments":  # top-up rounds (pilot 2, groups of up to 4), then dynamic sampling at G 2
         return [Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4), policy="top_up"), until_step=3),
                 Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=3))]
@@ -53,18 +60,21 @@ def stages_for(mode: str):
 def train(output_dir: str, mode: str) -> None:
     recorder = RoundRecorder(reward_fn=rank_dependent_reward)
     stages = stages_for(mode)
-    trainer = CurriculumGRPOTrainer(
+    rloo = mode == "rloo"  # RLOO without its KL penalty (beta 0): the advantages follow from the rewards alone
+    trainer = (CurriculumRLOOTrainer if rloo else CurriculumGRPOTrainer)(
         model=build_model(),
         processing_class=build_tokenizer(),
         reward_funcs=recorder,
-        args=grpo_args(output_dir, per_device_train_batch_size=8 if mode == "per_prompt" else 4,
-                       num_generations=8 if mode == "per_prompt" else 2,  # TRL's loader: 16 / 8 prompts a batch
-                       max_steps={"stages": 6, "adaptive": 10, "increments": 6}.get(mode, 12), shuffle_dataset=True),
-        train_dataset=indexed_dataset(8 if mode == "per_prompt" else 48),
+        args=grpo_args(output_dir, RLOOConfig if rloo else None,
+                       per_device_train_batch_size=8 if mode in ("per_prompt", "rloo") else 4,
+                       num_generations=8 if mode in ("per_prompt", "rloo") else 2,  # TRL's loader: 16 / 8 prompts
+                       max_steps={"stages": 6, "adaptive": 10, "increments": 6}.get(mode, 12),
+                       shuffle_dataset=True, **({"beta": 0.0} if rloo else {})),
+        train_dataset=indexed_dataset(8 if mode in ("per_prompt", "rloo") else 48),
         callbacks=[CurriculumCallback(stages)],
     )
     recorder.trainer = trainer
-    rounds = record_rounds(trainer) if mode == "increments" else []
+    rounds = record_rounds(trainer) if mode in ("increments", "rloo") else []
     trainer.train()
     rank = trainer.accelerator.process_index
     history = [
@@ -90,7 +100,7 @@ def record_rounds(trainer) -> list[dict]:
                        "sizes": round_.sizes, "trained": round_.trained,
                        "rows": tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True),
                        "advantages": output["advantages"].tolist(),
-                       "num_items_in_batch": int(output["num_items_in_batch"]),
+                       "num_items_in_batch": int(output.get("num_items_in_batch", -1)),  # (RLOO has none: -1)
                        "loss_tokens": int((output["completion_mask"] * output.get("tool_mask", 1)).sum()),
                        })  # fmt: skip
         return output

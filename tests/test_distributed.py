@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import assert_whole_groups, group_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,3 +106,36 @@ def test_rounds_in_increments_agree_and_keep_groups_whole_across_ranks(torchrun_
     assert all(len(increments) > 1 and sum(sizes) == 8 for _, increments, sizes, _ in top_up)
     assert any(trained is not None for *_, trained in dynamic)  # some groups dropped, the kept ones redistributed
     assert ranks[0]["history"] == ranks[1]["history"]
+
+
+def test_rloo_switches_and_per_prompt_rounds_agree_across_ranks(torchrun_scenarios):
+    """
+    `CurriculumRLOOTrainer` on two ranks that score their rows differently, through G 4, G 16 (the group spans both
+    ranks) and a per-prompt stage: both ranks apply the same setting and build the same rounds at every step, log the
+    same lines and switches, and each trains on its half of a round of whole contiguous groups whose advantages
+    (rank 0's rows, then rank 1's) are RLOO's leave-one-out over each group's own size, from the gathered rewards.
+    """
+    from .test_rloo import leave_one_out_reference
+
+    ranks = torchrun_scenarios("rloo")
+    settings = [[(c["step"], c["num_generations"], c["temperature"], c["sizes"]) for c in rank["calls"]]
+                for rank in ranks]  # fmt: skip
+    assert settings[0] == settings[1] and len(settings[0]) == 12
+    assert [(step, t) for step, _, t, _ in settings[0]] == [(0, 0.7), (1, 0.7), (2, 1.2), (3, 1.2)] + [
+        (step, 1.0) for step in range(4, 12)]  # fmt: skip
+    assert ranks[0]["switches"] == ranks[1]["switches"] and len(ranks[0]["switches"]) == 2
+    assert ranks[0]["history"] == ranks[1]["history"] and len(ranks[0]["history"]) == 12
+    assert ranks[0]["deferred_total"] == ranks[1]["deferred_total"]
+    rounds = [(a, b, ca, cb) for a, b, ca, cb in zip(ranks[0]["rounds"], ranks[1]["rounds"], ranks[0]["calls"],
+                                                     ranks[1]["calls"], strict=True)]  # fmt: skip
+    assert [r[0]["sizes"] for r in rounds[:4]] == [[4] * 4, [4] * 4, [16], [16]]
+    assert any(len(set(r[0]["sizes"])) > 1 for r in rounds[4:])  # some per-prompt round mixes group sizes
+    for a, b, call_a, call_b in rounds:
+        assert a["sizes"] == b["sizes"] and a["prompts"] == b["prompts"]
+        assert len(call_a["idx"]) == len(call_b["idx"]) == 8
+        assert len(set(a["prompts"])) == len(a["prompts"])  # distinct prompts: each run of one prompt is one group
+        assert group_runs(call_a["idx"] + call_b["idx"]) == a["sizes"]  # whole contiguous groups, across the ranks
+        rewards = [1.0] * 8 + [float(len(c) % 2) for c in call_b["completions"]]  # as each rank scored its rows
+        expected = leave_one_out_reference(rewards, a["sizes"], normalize=False)
+        assert a["advantages"] + b["advantages"] == pytest.approx(expected, abs=1e-6)
+    assert any(abs(x) > 0 for a, b, *_ in rounds for x in a["advantages"] + b["advantages"])

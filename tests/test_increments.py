@@ -14,7 +14,8 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
-from grpo_curriculum import Adaptive, CurriculumCallback, CurriculumGRPOTrainer, DynamicSampling, Stage
+from grpo_curriculum import (Adaptive, CurriculumCallback, CurriculumGRPOTrainer, CurriculumRLOOTrainer, DynamicSampling,
+                             Stage)
 from grpo_curriculum.demo.tasks import build_tokenizer, echo_dataset
 
 from .conftest import RoundRecorder, group_runs, grpo_args, indexed_dataset
@@ -407,14 +408,15 @@ def test_merged_rounds_with_several_iterations_and_steps_per_generation(tmp_path
     assert bool((output["prompt_mask"].cumsum(1) > 0).eq(output["prompt_mask"].bool()).all())  # left-padded
 
 
+@pytest.mark.parametrize("cls", [CurriculumGRPOTrainer, CurriculumRLOOTrainer], ids=["grpo", "rloo"])
 @pytest.mark.parametrize("mode", ["server", "colocate"])
-def test_vllm_is_asked_once_per_increment(tmp_path, mode, request):
+def test_vllm_is_asked_once_per_increment(tmp_path, mode, request, cls):
     """Server mode: one request an increment, `n` = the pilot, the prompts of the groups it grows in group order;
     colocate mode: one `generate` call an increment, every row of it. Completions come back to their own groups."""
     from .test_vllm import make_vllm_trainer, prompt_ids_of
 
     engine = request.getfixturevalue(f"fake_vllm_{mode}")
-    trainer, recorder, dataset = make_vllm_trainer(tmp_path, top_up(prompts=5), mode, max_steps=2,
+    trainer, recorder, dataset = make_vllm_trainer(tmp_path, top_up(prompts=5), mode, cls=cls, max_steps=2,
                                                    per_device_train_batch_size=16, shuffle_dataset=False)  # fmt: skip
     rounds = record_outputs(trainer)
     trainer.train()  # every reward is the prompt's index: every group all equal, the first three grow
@@ -442,8 +444,11 @@ def settled_or_mixed(prompts, completions, idx, **kwargs):
     return [1.0 if i % 3 == 0 else 0.0 if i % 3 == 1 else float(j % 2) for j, i in enumerate(idx)]
 
 
-@pytest.mark.parametrize("stages", [top_up(prompts=4), dynamic(g=2, max_rounds=3)], ids=["top_up", "dynamic"])
-def test_resume_inside_a_round_replays_it(tmp_path, stages):
+@pytest.mark.parametrize(("stages", "cls"), [(top_up(prompts=4), CurriculumGRPOTrainer),
+                                             (dynamic(g=2, max_rounds=3), CurriculumGRPOTrainer),
+                                             (top_up(prompts=4), CurriculumRLOOTrainer)],
+                         ids=["top_up", "dynamic", "rloo-top_up"])  # fmt: skip
+def test_resume_inside_a_round_replays_it(tmp_path, stages, cls):
     """
     A checkpoint inside a round (TRL regenerates the round at the resume): the round's prompts and pilot are replayed
     from where the stream stood at its start; with rewards that depend on the prompts only, its later increments,
@@ -453,7 +458,7 @@ def test_resume_inside_a_round_replays_it(tmp_path, stages):
     overrides = dict(save_strategy="steps", save_steps=1, shuffle_dataset=True, per_device_train_batch_size=4,
                      gradient_accumulation_steps=2, steps_per_generation=4, max_steps=8)  # fmt: skip
     make = lambda name: make_trainer(tmp_path / name, stages, recorder=RoundRecorder(settled_or_mixed),  # noqa: E731
-                                     dataset=indexed_dataset(24), **overrides)  # fmt: skip
+                                     dataset=indexed_dataset(24), cls=cls, **overrides)  # fmt: skip
     full, full_recorder = make("full")
     full.train()  # rounds at steps 0, 2, 4, 6: checkpoint-3 is inside the round started at step 2
     expected = [(c["step"], tuple(c["idx"])) for c in full_recorder.calls]

@@ -13,8 +13,8 @@ from grpo_curriculum import Adaptive, CurriculumError, CurriculumRLOOTrainer, Dy
 from grpo_curriculum.core.comparison import Comparison
 from grpo_curriculum.demo.tasks import echo_reward
 
-from .conftest import RoundRecorder, assert_whole_groups, indexed_dataset, per_prompt_stages
-from .test_trainer import _spy_generation, check_logps, make_trainer, train_history
+from .conftest import RoundRecorder, assert_whole_groups, group_runs, indexed_dataset, per_prompt_stages
+from .test_trainer import _naive_logps, _spy_generation, check_logps, make_trainer, train_history
 
 CLOCK = {"step_time"}  # wall-clock seconds: the one logged value two runs cannot share
 
@@ -165,15 +165,267 @@ def test_resume_continues_the_schedule_and_the_adaptive_policy_exactly(tmp_path)
     assert any(line["grad_norm"] > 0 for line in train_history(full)[4:])
 
 
+def leave_one_out_reference(rewards, sizes, normalize):
+    """RLOO's advantages with each group of its own size, in plain python: `r - (sum - r) / (n - 1)` per group, then
+    (`normalize`) standardised over the round with the Bessel-corrected std."""
+    advantages, start = [], 0
+    for n in sizes:
+        group = rewards[start : start + n]
+        advantages += [r - (sum(group) - r) / (n - 1) for r in group]
+        start += n
+    if normalize:
+        mean = sum(advantages) / len(advantages)
+        std = (sum((a - mean) ** 2 for a in advantages) / (len(advantages) - 1)) ** 0.5
+        advantages = [(a - mean) / (std + 1e-4) for a in advantages]
+    return advantages
+
+
+def spy_rounds_with_kl(trainer) -> list[dict]:
+    """Each training round: its group sizes, the advantages RLOO trains on, and each row's sequence KL (policy minus
+    reference log-probabilities at the round's temperature, summed over the completion mask) computed naively."""
+    seen, original = [], trainer._generate_and_score_completions
+
+    def generate_and_score(inputs):
+        output = original(inputs)
+        if trainer.model.training:
+            ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+            mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+            keep, t = output["completion_ids"].size(1), trainer.temperature
+            policy = _naive_logps(trainer.model, ids, mask, keep, t) * output["completion_mask"]
+            kl = [0.0] * len(output["advantages"])
+            if trainer.beta:
+                reference = _naive_logps(trainer.ref_model, ids, mask, keep, t) * output["completion_mask"]
+                kl = (policy - reference).sum(-1).tolist()
+            seen.append({"sizes": list(trainer._round.sizes), "advantages": output["advantages"].tolist(), "kl": kl,
+                         "logged": list(trainer._logs["advantages"])[-len(kl):], "round": trainer._round,
+                         "old_logps": output["old_logps"].tolist(), "policy_logps": policy.sum(-1).tolist(),
+                         "tokens": int(output["completion_mask"].sum()),
+                         "prompts": trainer._tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True),
+                         "prompt_widths": output["prompt_mask"].sum(1).tolist()})  # fmt: skip
+        return output
+
+    trainer._generate_and_score_completions = generate_and_score
+    return seen
+
+
+@pytest.mark.parametrize(("model", "beta", "normalize"), [("tiny_model_dir", 0.1, False), ("tiny_gpt2_dir", 0.1, True),
+                                                          ("tiny_model_dir", 0.0, True)],
+                         ids=["llama-kl", "gpt2-kl-normalized", "llama-normalized"])  # fmt: skip
+def test_per_prompt_rounds_get_leave_one_out_advantages_over_each_groups_own_size(tmp_path, model, beta, normalize,
+                                                                                   request, wanted_by_index):
+    """
+    A per-prompt stage on RLOO: each round holds whole contiguous groups of one prompt, of several sizes (each prompt
+    wants 2, 4 or 8 by its index), and every row's advantage is RLOO's leave-one-out advantage over its own group's
+    size, computed here in plain python from the rewards and a naive KL (`beta > 0`: `reward - beta x KL` first;
+    `normalize_advantages` over the round). A leave-one-out over groups of one nominal G gives other advantages.
+    """
+    wanted_by_index(lambda index: (2, 4, 8)[index % 3])
+
+    def by_row_or_settled(prompts, completions, idx, **kwargs):  # a prompt with index % 4 == 3: all rewards equal
+        return [float(i) if i % 4 == 3 else i + 0.25 * j for j, i in enumerate(idx)]
+
+    trainer, recorder = rloo_trainer(tmp_path, per_prompt_stages(defer=False), model=request.getfixturevalue(model),
+                                     recorder=RoundRecorder(by_row_or_settled), beta=beta, max_steps=4,
+                                     normalize_advantages=normalize, per_device_train_batch_size=16,
+                                     shuffle_dataset=False)  # fmt: skip
+    rounds = spy_rounds_with_kl(trainer)
+    trainer.train()
+    assert [r["sizes"] for r in rounds] == [[2, 4, 8, 2], [4, 8, 2, 2], [8, 2, 4, 2], [2, 4, 8, 2]]
+    for call, round_ in zip(recorder.calls, rounds, strict=True):
+        sizes = round_["sizes"]
+        assert group_runs(call["idx"]) == sizes  # whole contiguous groups, one prompt each
+        rewards = [r - beta * kl for r, kl in zip(by_row_or_settled(None, None, call["idx"]), round_["kl"])]
+        expected = leave_one_out_reference(rewards, sizes, normalize)
+        assert round_["advantages"] == pytest.approx(expected, abs=2e-4)
+        assert round_["logged"] == round_["advantages"]  # TRL's completion log holds the advantages trained on
+        naive = leave_one_out_reference(rewards, [4] * 4, normalize)  # `view(-1, G)` at the round's mean G
+        assert max(abs(a - b) for a, b in zip(naive, expected)) > 0.1
+    assert any(abs(a) > 0.1 for r in rounds for a in r["advantages"])
+    history = train_history(trainer)
+    assert [h["curriculum/num_generations"] for h in history] == [4.0] * 4  # 16 completions over 4 prompts
+    if not beta:  # RLOO's metric: the share of groups (not rows) whose reward std is 0
+        for h, call, round_ in zip(history, recorder.calls, rounds, strict=True):
+            starts = [sum(round_["sizes"][:g]) for g in range(len(round_["sizes"]))]
+            assert h["frac_reward_zero_std"] == sum(call["idx"][s] % 4 == 3 for s in starts) / len(starts)
+        assert any(h["frac_reward_zero_std"] > 0 for h in history)
+    assert all(h["grad_norm"] > 0 for h in history)
+
+
+def test_leave_one_out_advantages_equal_rloo_on_equal_groups_and_handle_unscored_rows():
+    """The seam's per-group computation on groups of one G gives RLOO's own (the `view(-1, G)` formula of TRL 1.16,
+    NaN-aware); an unscored row (NaN) is out of its group's baseline and gets 0; a group of one row gets 0."""
+    from trl.trainer.utils import nanstd
+
+    from grpo_curriculum.training.advantages import leave_one_out_advantages
+
+    torch.manual_seed(0)
+    rewards = torch.randn(24)
+    rewards[5] = torch.nan
+    for normalize in (False, True):
+        grouped = rewards.view(-1, 4)  # TRL 1.16's RLOOTrainer, verbatim
+        counts = (~torch.isnan(grouped)).sum(dim=1, keepdim=True)
+        expected = rewards - ((torch.nansum(grouped, dim=1, keepdim=True) - grouped) / (counts - 1)).view(-1)
+        if normalize:
+            expected = (expected - torch.nanmean(expected)) / (nanstd(expected) + 1e-4)
+        got, std = leave_one_out_advantages(rewards, [4] * 6, normalize)
+        torch.testing.assert_close(got, torch.nan_to_num(expected, nan=0.0), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(std, nanstd(grouped, dim=1), rtol=1e-6, atol=1e-6)
+    got, std = leave_one_out_advantages(torch.tensor([1.0, 2.0, 4.0, 7.0]), [3, 1], False)
+    assert got.tolist() == [1.0 - 3.0, 2.0 - 2.5, 4.0 - 1.5, 0.0] and std[1] == 0
+    with pytest.raises(ValueError, match="add up to 5, not the 4 rewards"):
+        leave_one_out_advantages(torch.zeros(4), [3, 2])
+
+
+@pytest.mark.parametrize(("model", "normalize"), [("tiny_model_dir", False), ("tiny_gpt2_dir", True)],
+                         ids=["llama", "gpt2-normalized"])  # fmt: skip
+def test_top_up_rounds_merge_rloo_outputs_with_leave_one_out_advantages(tmp_path, model, normalize, request):
+    """
+    Top-up on RLOO: each round (a pilot of 2 a prompt, then more for the all-equal groups) is merged into whole
+    contiguous groups of several sizes; `old_logps` (the policy's sequence log-probability RLOO's ratio divides by) and
+    each row's KL describe the rows as trained on, their prompts padded to the round's widest (the second increment,
+    all short prompts, was padded narrower: GPT-2's absolute positions give other log-probabilities); the advantages
+    are RLOO's leave-one-out over each group's own size of `reward - beta x KL`, and TRL's `kl` metric is the mean
+    per-token KL of the trained rows.
+    """
+    from .test_increments import KindReward, kind_rewards, mixed_length_dataset, top_up
+
+    trainer, recorder = rloo_trainer(tmp_path, top_up(prompts=5), model=request.getfixturevalue(model),
+                                     recorder=RoundRecorder(KindReward()), beta=0.1, normalize_advantages=normalize,
+                                     max_steps=3, per_device_train_batch_size=16, dataset=mixed_length_dataset(),
+                                     shuffle_dataset=False)  # fmt: skip
+    rounds = spy_rounds_with_kl(trainer)
+    dataset = trainer.train_dataset
+    trainer.train()
+    assert len(rounds) == 3
+    for r in rounds:
+        round_ = r["round"]
+        assert len(round_.increments) == 2 and sum(round_.sizes) == 16 and len(set(round_.sizes)) > 1
+        assert group_runs(r["prompts"]) == round_.sizes  # whole, contiguous, in group order
+        assert r["prompts"] == [dataset[i]["prompt"] for i, n in zip(round_.prompts, round_.sizes) for _ in range(n)]
+        assert len(set(r["prompt_widths"])) > 1  # short and long prompts in one round
+        assert r["old_logps"] == pytest.approx(r["policy_logps"], abs=1e-4)
+        rewards = [x for i, n in zip(round_.prompts, round_.sizes) for x in kind_rewards(i % 4, n)]
+        rewards = [x - 0.1 * kl for x, kl in zip(rewards, r["kl"], strict=True)]
+        assert r["advantages"] == pytest.approx(leave_one_out_reference(rewards, round_.sizes, normalize), abs=2e-4)
+        assert r["logged"] == r["advantages"]
+    history = train_history(trainer)
+    for h, r in zip(history, rounds, strict=True):
+        assert h["kl"] == pytest.approx(sum(r["kl"]) / r["tokens"], abs=1e-5)
+        assert h["curriculum/increments"] == 2 and h["curriculum/generated"] == 16
+    assert all(h["grad_norm"] > 0 for h in history)
+
+
+def test_one_increment_top_up_on_rloo_trains_like_plain_rloo(tmp_path, tiny_gpt2_dir):
+    """Pilot = largest = 4: every group is full after the pilot, the round is one pass, and the run is plain
+    `RLOOTrainer`'s at G 4 (`beta > 0`): the same rounds, outputs and log lines bit for bit."""
+    from .test_increments import top_up
+
+    overrides = dict(num_generations=4, temperature=0.9, max_steps=3, seed=3, beta=0.05, model=tiny_gpt2_dir)
+    runs = []
+    for cls, stages in [(RLOOTrainer, None), (CurriculumRLOOTrainer, top_up((4,), pilot=4, prompts=2,
+                                                                            temperature=0.9))]:  # fmt: skip
+        trainer, recorder = rloo_trainer(tmp_path / cls.__name__, stages, cls=cls, recorder=RoundRecorder(by_row),
+                                         **overrides)  # fmt: skip
+        outputs = spy_rounds(trainer)
+        trainer.train()
+        lines = [{k: v for k, v in h.items() if not k.startswith("curriculum/") and k not in CLOCK}
+                 for h in train_history(trainer)]  # fmt: skip
+        runs.append(([(c["idx"], c["completions"]) for c in recorder.calls], outputs, lines))
+    (plain_rounds, plain_outputs, plain_lines), (rounds, outputs, lines) = runs
+    assert rounds == plain_rounds and len(rounds) == 3
+    for plain, ours in zip(plain_outputs, outputs, strict=True):
+        assert plain.keys() == ours.keys() and all(torch.equal(plain[k], ours[k]) for k in plain)
+    assert lines == plain_lines
+
+
+def test_dynamic_sampling_on_rloo_trains_the_informative_groups_of_several_passes(tmp_path, tiny_gpt2_dir):
+    """
+    Dynamic sampling on RLOO (GPT-2, `beta > 0`): generation batch 8 at G 2, half the prompts all-equal, so each round
+    is two passes whose informative groups (odd prompts) are kept, whole and contiguous; the first pass's prompts are
+    short, the second's long, so the kept rows' `old_logps` and KL are computed again at the merged padding; the
+    advantages are RLOO's leave-one-out of `reward - beta x KL` over the kept groups.
+    """
+    from .test_increments import half_constant, mixed_length_dataset
+
+    stages = [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=4,
+                                                                                          on_limit="fill"))]  # fmt: skip
+    trainer, recorder = rloo_trainer(tmp_path, stages, model=tiny_gpt2_dir, recorder=RoundRecorder(half_constant),
+                                     beta=0.1, max_steps=2, dataset=mixed_length_dataset(lambda i: i // 4 % 2 == 1),
+                                     shuffle_dataset=False)  # fmt: skip
+    rounds = spy_rounds_with_kl(trainer)
+    dataset = trainer.train_dataset
+    trainer.train()
+    for r, first in zip(rounds, (0, 8), strict=True):
+        round_ = r["round"]
+        assert round_.prompts == list(range(first, first + 8)) and round_.trained == [1, 3, 5, 7]
+        assert r["prompts"] == [dataset[first + g]["prompt"] for g in (1, 3, 5, 7) for _ in range(2)]
+        assert len(set(r["prompt_widths"])) > 1
+        assert r["old_logps"] == pytest.approx(r["policy_logps"], abs=1e-4)
+        rewards = [float(j) - 0.1 * kl for j, kl in zip([0, 1] * 4, r["kl"], strict=True)]  # odd prompts: by row
+        assert r["advantages"] == pytest.approx(leave_one_out_reference(rewards, [2] * 4, False), abs=2e-4)
+    history = train_history(trainer)
+    assert [h["curriculum/dropped"] for h in history] == [4, 4]
+    for h, r in zip(history, rounds, strict=True):
+        assert h["kl"] == pytest.approx(sum(r["kl"]) / r["tokens"], abs=1e-5)
+
+
+def test_dynamic_sampling_on_rloo_at_its_limit_fills_the_batch(tmp_path):
+    """`on_limit="fill"`, every group all equal (`beta = 0`): after `max_rounds` passes the batch holds the first
+    groups, trained as RLOO trains all-equal groups (advantage 0, every row in the loss)."""
+    stages = [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=3,
+                                                                                          on_limit="fill"))]  # fmt: skip
+    trainer, recorder = rloo_trainer(tmp_path, stages, recorder=RoundRecorder(), max_steps=1, beta=0.0,
+                                     shuffle_dataset=False)  # fmt: skip
+    rounds = spy_rounds_with_kl(trainer)
+    trainer.train()  # the recorder's reward is the prompt index: every group all equal
+    assert [len(c["idx"]) for c in recorder.calls] == [8, 8, 8]
+    assert rounds[0]["round"].trained == [0, 1, 2, 3] and rounds[0]["round"].masked is None
+    assert rounds[0]["advantages"] == [0.0] * 8
+    history = train_history(trainer)
+    assert history[0]["curriculum/dropped"] == 8 and history[0]["frac_reward_zero_std"] == 1.0
+
+
+def test_per_prompt_resume_on_rloo_is_exact(tmp_path):
+    """
+    A per-prompt RLOO run (two steps a round) resumed from a checkpoint between rounds trains the rounds of the run
+    that never stopped (prompts, group sizes, completions) with the same log lines (losses, grad norms, rewards, KL)
+    bit for bit. Resumed from one inside a round, it regenerates that round's prompts and group sizes (its completions
+    are drawn again: the RNG is past the round's first sampling, as in TRL) and then the same prompts and sizes.
+    """
+    from .test_resume import DEFERRING, settled_or_mixed
+
+    overrides = dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=4,
+                     max_steps=16, save_strategy="steps", save_steps=1, shuffle_dataset=True, beta=0.05)  # fmt: skip
+    make = lambda name: rloo_trainer(tmp_path / name, per_prompt_stages((2, 4, 8), **DEFERRING),  # noqa: E731
+                                     recorder=RoundRecorder(settled_or_mixed), dataset=indexed_dataset(12),
+                                     **overrides)  # fmt: skip
+    full, full_recorder = make("full")
+    full.train()
+    expected = [(c["step"], tuple(c["sizes"]), tuple(c["idx"]), tuple(c["completions"])) for c in full_recorder.calls]
+    assert any(len(set(sizes)) > 1 for _, sizes, _, _ in expected) and full._curriculum.deferred_total > 0
+    clean = lambda trainer: [{k: v for k, v in line.items() if k not in CLOCK}  # noqa: E731
+                             for line in train_history(trainer)]  # fmt: skip
+
+    resumed, recorder = make("between-rounds")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-8"))
+    got = [(c["step"], tuple(c["sizes"]), tuple(c["idx"]), tuple(c["completions"])) for c in recorder.calls]
+    assert got == [r for r in expected if r[0] >= 8] and len(got) == 4
+    assert resumed._curriculum.deferred_total == full._curriculum.deferred_total
+    assert clean(resumed) == clean(full)
+
+    resumed, recorder = make("inside-a-round")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-9"))
+    got = [(c["step"], tuple(c["sizes"]), tuple(c["idx"])) for c in recorder.calls]
+    assert got[0][0] == 9 and [r[1:] for r in got] == [r[1:3] for r in expected if r[0] >= 8]  # step 8's round again
+    assert resumed._curriculum.deferred_total == full._curriculum.deferred_total
+
+
 @pytest.mark.parametrize(("stage", "key", "rule"), [
-    (per_prompt_stages()[0], "stages[0].adaptive.policy", "a per-prompt round holds groups of several sizes"),
-    (Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4, 8), policy="top_up")),
-     "stages[0].adaptive.policy", "a top-up round is merged from several generation passes"),
     (Stage(num_generations=4, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=3)),
-     "stages[0].dynamic_sampling", "merged from several generation passes"),
+     "stages[0].dynamic_sampling.on_limit", "RLOOTrainer's loss has no such mask"),
     (Stage(num_generations=4, temperature=1.0, comparison=Comparison(mode="extremes")),
      "stages[0].comparison.mode", "RLOO's advantages also carry its KL penalty"),
-], ids=["per_prompt", "top_up", "dynamic_sampling", "comparison"])  # fmt: skip
+], ids=["dynamic_sampling_mask", "comparison"])  # fmt: skip
 def test_stages_rloo_cannot_train_are_refused_at_construction(tmp_path, stage, key, rule, monkeypatch):
     """One error naming the stage key, the rule and the fix, before TRL's `__init__` loads anything."""
     @functools.wraps(RLOOTrainer.__init__)  # the same signature, for the trainer to find the callback in
@@ -186,12 +438,17 @@ def test_stages_rloo_cannot_train_are_refused_at_construction(tmp_path, stage, k
     message = str(error.value)
     assert key.replace("[0]", "[1]") in message and rule in message, message
     assert "CurriculumGRPOTrainer" in message and "CurriculumRLOOTrainer" in message
+    if "on_limit" in key:
+        assert "set on_limit to fill" in message and "or error" in message
 
 
-def test_vllm_is_refused_and_the_callback_on_plain_rloo_refuses_to_train(tmp_path):
-    with pytest.raises(CurriculumError, match=r"(?s)use_vllm.*set use_vllm to false, or train this curriculum with "
-                                              r"CurriculumGRPOTrainer"):  # fmt: skip
-        rloo_trainer(tmp_path, [Stage(num_generations=2, temperature=1.0)], use_vllm=True)
+def test_dynamic_sampling_with_on_limit_fill_or_error_is_accepted(tmp_path):
+    for on_limit in ("fill", "error"):
+        stage = Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(on_limit=on_limit))
+        rloo_trainer(tmp_path / on_limit, [stage], max_steps=1)
+
+
+def test_the_callback_on_plain_rloo_refuses_to_train(tmp_path):
     trainer, recorder = rloo_trainer(tmp_path, [Stage(num_generations=2, temperature=1.0)], cls=RLOOTrainer,
                                      beta=0.0)  # (plain RLOOTrainer cannot rebuild an in-memory model as reference)
     with pytest.raises(RuntimeError, match="CurriculumRLOOTrainer"):

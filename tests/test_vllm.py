@@ -10,7 +10,8 @@ from __future__ import annotations
 from grpo_curriculum import Stage
 from grpo_curriculum.training.callback import CurriculumCallback
 from grpo_curriculum.demo.tasks import build_model, build_tokenizer
-from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
+from grpo_curriculum.training.trainer import CurriculumGRPOTrainer, CurriculumRLOOTrainer
+from trl import RLOOConfig
 
 import pytest
 
@@ -26,17 +27,25 @@ from .fake_vllm import (  # noqa: F401 - fixtures
 MAX_COMPLETION_LENGTH = 6
 
 
-def make_vllm_trainer(tmp_path, stages, mode, **overrides):
+# Both trainers sample through TRL's `VLLMGeneration`; RLOO with `beta = 0`, so that its rewards (the prompt's index)
+# carry no KL penalty and groups of one prompt have zero std, as GRPO's.
+TRAINERS = pytest.mark.parametrize("cls", [CurriculumGRPOTrainer, CurriculumRLOOTrainer], ids=["grpo", "rloo"])
+
+
+def make_vllm_trainer(tmp_path, stages, mode, cls=CurriculumGRPOTrainer, **overrides):
     recorder = RoundRecorder()
     dataset = indexed_dataset()
     vllm = dict(use_vllm=True, vllm_mode=mode, max_completion_length=MAX_COMPLETION_LENGTH)
     if mode == "server":
         vllm["vllm_server_base_url"] = FakeVLLMServer.base_url
-    trainer = CurriculumGRPOTrainer(
+    rloo = cls is CurriculumRLOOTrainer
+    if rloo:
+        vllm["beta"] = 0.0
+    trainer = cls(
         model=build_model(),
         processing_class=build_tokenizer(),
         reward_funcs=recorder,
-        args=grpo_args(tmp_path, **{**vllm, **overrides}),
+        args=grpo_args(tmp_path, RLOOConfig if rloo else None, **{**vllm, **overrides}),
         train_dataset=dataset,
         callbacks=[CurriculumCallback(stages)],
     )
@@ -72,8 +81,9 @@ THREE_STAGES = [
 ]
 
 
-def test_server_mode_requests_follow_the_schedule(tmp_path, fake_vllm_server):
-    trainer, recorder, dataset = make_vllm_trainer(tmp_path, THREE_STAGES, "server", max_steps=6)
+@TRAINERS
+def test_server_mode_requests_follow_the_schedule(tmp_path, fake_vllm_server, cls):
+    trainer, recorder, dataset = make_vllm_trainer(tmp_path, THREE_STAGES, "server", cls=cls, max_steps=6)
     trainer.train()
 
     expected = [(2, 0.7)] * 2 + [(4, 1.0)] * 2 + [(8, 1.2)] * 2
@@ -86,7 +96,8 @@ def test_server_mode_requests_follow_the_schedule(tmp_path, fake_vllm_server):
         # Deduplicated with the new stride: each unique prompt once, in group order.
         assert request.prompts == prompt_ids_of(dataset, call["idx"][::g])
         assert request.max_tokens == MAX_COMPLETION_LENGTH
-        assert request.payload["return_token_ids"] is True and request.payload["logprobs"] == 0
+        assert request.payload["return_token_ids"] is True
+        assert request.payload["logprobs"] == (None if cls is CurriculumRLOOTrainer else 0)  # RLOO asks for none
         assert_completions_in_group_order(call, dataset, n_per_request=g)
     # Rewards are the prompt index: TRL grouped rewards by the same G as the completions.
     assert all(h["frac_reward_zero_std"] == 1.0 for h in train_history(trainer))
@@ -100,9 +111,10 @@ def test_server_mode_requests_follow_the_schedule(tmp_path, fake_vllm_server):
     assert fake_vllm_server.communicator_inits[0]["world_size"] == 2
 
 
-def test_colocate_mode_sampling_params_follow_the_schedule(tmp_path, fake_vllm_colocate):
+@TRAINERS
+def test_colocate_mode_sampling_params_follow_the_schedule(tmp_path, fake_vllm_colocate, cls):
     stages = [Stage(num_generations=2, temperature=0.7, until_step=2), Stage(num_generations=8, temperature=1.2)]
-    trainer, recorder, dataset = make_vllm_trainer(tmp_path, stages, "colocate", max_steps=4)
+    trainer, recorder, dataset = make_vllm_trainer(tmp_path, stages, "colocate", cls=cls, max_steps=4)
     trainer.train()
 
     expected = [(2, 0.7)] * 2 + [(8, 1.2)] * 2
@@ -128,10 +140,10 @@ def test_colocate_mode_sampling_params_follow_the_schedule(tmp_path, fake_vllm_c
 # --- per-prompt rounds: groups of different sizes ---------------------------------------------------------------
 
 
-def mixed_round_trainer(tmp_path, mode, wanted_by_index, **overrides):
+def mixed_round_trainer(tmp_path, mode, wanted_by_index, cls=CurriculumGRPOTrainer, **overrides):
     wanted_by_index(lambda index: (2, 4)[index % 2])
     trainer, recorder, dataset = make_vllm_trainer(
-        tmp_path, per_prompt_stages((2, 4), defer=False), mode, max_steps=3, per_device_train_batch_size=12,
+        tmp_path, per_prompt_stages((2, 4), defer=False), mode, cls=cls, max_steps=3, per_device_train_batch_size=12,
         num_generations=4, shuffle_dataset=False, **overrides,
     )  # fmt: skip
     sizes = []
@@ -146,11 +158,12 @@ def mixed_round_trainer(tmp_path, mode, wanted_by_index, **overrides):
     return trainer, recorder, dataset, sizes
 
 
-@pytest.mark.parametrize("seed", [None, 7])
-def test_server_mode_sends_each_group_size_as_one_request(tmp_path, fake_vllm_server, wanted_by_index, seed):
+@pytest.mark.parametrize(("cls", "seed"), [(CurriculumGRPOTrainer, None), (CurriculumGRPOTrainer, 7),
+                                           (CurriculumRLOOTrainer, None)], ids=["grpo", "grpo-seed", "rloo"])
+def test_server_mode_sends_each_group_size_as_one_request(tmp_path, fake_vllm_server, wanted_by_index, cls, seed):
     """A round of G 2 and G 4 groups: one request per size with n = that size, completions back in group order."""
     extra = {"generation_kwargs": {"seed": seed}} if seed is not None else {}
-    trainer, recorder, dataset, sizes = mixed_round_trainer(tmp_path, "server", wanted_by_index, **extra)
+    trainer, recorder, dataset, sizes = mixed_round_trainer(tmp_path, "server", wanted_by_index, cls=cls, **extra)
     trainer.train()
     assert sizes == [[2, 4, 2, 4]] * 3  # prompts 0-3, 4-7, 8-11 in order: even indices want 2, odd ones 4
     requests = iter(fake_vllm_server.generation_requests)
@@ -176,8 +189,9 @@ def test_server_mode_sends_each_group_size_as_one_request(tmp_path, fake_vllm_se
     assert [h["curriculum/num_generations"] for h in train_history(trainer)] == [3] * 3
 
 
-def test_colocate_mode_samples_every_row_of_a_mixed_round(tmp_path, fake_vllm_colocate, wanted_by_index):
-    trainer, recorder, dataset, sizes = mixed_round_trainer(tmp_path, "colocate", wanted_by_index)
+@TRAINERS
+def test_colocate_mode_samples_every_row_of_a_mixed_round(tmp_path, fake_vllm_colocate, wanted_by_index, cls):
+    trainer, recorder, dataset, sizes = mixed_round_trainer(tmp_path, "colocate", wanted_by_index, cls=cls)
     trainer.train()
     calls = fake_vllm_colocate.generate_calls
     assert [c.sampling_params.n for c in calls] == [1, 1, 1]

@@ -4,10 +4,14 @@ What a curriculum on TRL's `RLOOTrainer` supports (`CurriculumRLOOTrainer`, and 
 `RLOOTrainer` computes its leave-one-out advantage, `r - (sum - r) / (n - 1)` (its KL to the reference folded into each
 reward first when `beta > 0`), over `rewards.view(-1, num_generations)`: one G for the whole round. A stage that
 trains one G a round (fixed, a stage schedule, a temperature ramp, an adaptive `hysteresis` or `success_rate` policy)
-runs on it as it is. The stages whose rounds hold groups of several sizes, or are merged from several generation
-passes, would need the leave-one-out baseline over each group's own size, which is not implemented for RLOO: they are
-refused, each with the fix. So are comparison modes (they zero advantages that RLOO's reward-side KL also lives in) and
-vLLM generation, neither of them tested with RLOO yet.
+runs on it as it is. A per-prompt stage (`policy="per_prompt"`) holds groups of several sizes in one generation pass,
+and a top-up stage (`policy="top_up"`) or dynamic sampling merges several passes into one round (RLOO's `old_logps`
+and KL computed again when the merge moves a row's prompt): their advantages are computed RLOO's way over each
+group's own size (the KL folded in first, `normalize_advantages` over the round). Refused, each with the fix:
+dynamic sampling's `on_limit="mask"` (it takes rows out of the loss with a loss mask RLOO's loss does not have), and
+comparison modes (they zero advantages that RLOO's reward-side KL also lives in). vLLM generation (server and colocate modes) follows
+G and temperature at each switch as with `GRPOTrainer` (one server request per distinct group size in a per-prompt
+round): `RLOOTrainer` samples through the same `VLLMGeneration`.
 """
 
 from __future__ import annotations
@@ -25,39 +29,23 @@ def rloo_problems(stages, at: str = "stages", use_vllm: bool = False, vllm_key: 
         stages (`list[Stage]`): The curriculum's stages.
         at (`str`, *optional*, defaults to `"stages"`): The key path of the stages in the messages
             (`"curriculum.stages"` for a recipe).
-        use_vllm (`bool`, *optional*, defaults to `False`): The run's `use_vllm`.
-        vllm_key (`str`, *optional*, defaults to `"use_vllm"`): Its key path in the messages.
+        use_vllm (`bool`, *optional*, defaults to `False`), vllm_key (`str`, *optional*): The run's `use_vllm` and
+            its key path. Accepted for the callers written when vLLM was refused: vLLM generation (server and colocate
+            modes) is supported since, and refuses nothing.
     """
     problems = []
     for i, stage in enumerate(stages):
-        policy = None if stage.adaptive is None else stage.adaptive.policy
-        if policy == "per_prompt":
+        if stage.dynamic_sampling is not None and stage.dynamic_sampling.on_limit == "mask":
             problems.append(Problem(
-                f"{at}[{i}].adaptive.policy", policy, "is not supported with RLOOTrainer: a per-prompt round holds "
-                "groups of several sizes, and RLOO's leave-one-out baseline is computed over one G for the whole round",
-                f"give this stage one G a round (num_generations, or policy hysteresis or success_rate), {_USE_GRPO} "
-                "for per_prompt"))  # fmt: skip
-        elif policy == "top_up":
-            problems.append(Problem(
-                f"{at}[{i}].adaptive.policy", policy, "is not supported with RLOOTrainer: a top-up round is merged "
-                "from several generation passes into groups of several sizes, and RLOO's leave-one-out baseline is computed "
-                "over one G for the whole round",
-                f"give this stage one G a round (num_generations, or policy hysteresis or success_rate), {_USE_GRPO} "
-                "for top_up"))  # fmt: skip
-        if stage.dynamic_sampling is not None:
-            problems.append(Problem(
-                f"{at}[{i}].dynamic_sampling", stage.dynamic_sampling, "is not supported with RLOOTrainer: a round "
-                "sampled until enough groups are informative is merged from several generation passes, whose "
-                "advantages would be recomputed GRPO's way, not with RLOO's leave-one-out baseline",
-                f"remove dynamic_sampling from this stage, {_USE_GRPO} for dynamic sampling"))  # fmt: skip
+                f"{at}[{i}].dynamic_sampling.on_limit", "mask", "is not supported with RLOOTrainer: a batch still "
+                "short of informative groups after max_rounds is filled up with groups whose tokens are taken out of "
+                "the loss by TRL's loss mask (tool_mask), and RLOOTrainer's loss has no such mask",
+                f"set on_limit to fill (the filled-up groups trained as RLOO trains them) or error (stop), "
+                f"{_USE_GRPO} for on_limit mask"))  # fmt: skip
         if stage.comparison is not None and stage.comparison.mode != "all":
             problems.append(Problem(
                 f"{at}[{i}].comparison.mode", stage.comparison.mode, "is not supported with RLOOTrainer yet: a "
                 "comparison zeroes the advantages it leaves out, and RLOO's advantages also carry its KL penalty "
                 "(beta) as a reward; this is not tested",
                 f"remove comparison from this stage (or use mode all), {_USE_GRPO} for comparisons"))  # fmt: skip
-    if use_vllm:
-        problems.append(Problem(
-            vllm_key, use_vllm, "is not supported with CurriculumRLOOTrainer yet: its switches of G and temperature "
-            "are tested with transformers generation only", f"set use_vllm to false, {_USE_GRPO} with vLLM"))  # fmt: skip
     return problems

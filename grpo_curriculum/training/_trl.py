@@ -42,8 +42,13 @@ all of the above holds for it, except: `_generate` returns `(prompt_ids, complet
 no tool mask); `__init__` calls the `add_fused_lm_head` and `create_model_from_path` of its own module
 (`RLOO_MODULE`); and its advantage is the leave-one-out baseline over `rewards.view(-1, num_generations)`, after
 subtracting `beta` x the sequence KL (policy minus reference log-probabilities at the round's temperature) from each
-reward. Rounds of mixed group sizes and merged rounds, whose advantages `_trl_merge` recomputes GRPO's way, are
-therefore not used with it (`grpo_curriculum.core.rloo` refuses the stages that make them).
+reward. A round of mixed group sizes runs with `num_generations = 1` (TRL then gives every row advantage 0) and its
+advantages are recomputed RLOO's way per real group (`_trl_merge.rloo_round_advantages`), the KL from the policy's and
+reference model's per-token log-probabilities the pass computed (`_get_per_token_logps_and_entropies`, called in that
+order; recorded by `RLOOHooks`) and RLOO's output's `completion_mask`. A merged round (top-up, dynamic sampling) also
+merges RLOO's per-row `old_logps` (a 1-D tensor, no padding), computing it and the KL again when the merge moves a
+prompt; RLOO's output has no `num_items_in_batch` and no loss mask (`tool_mask`), so a round that masks rows
+(dynamic sampling's `on_limit="mask"`) is not used with it (`grpo_curriculum.core.rloo` refuses it).
 """
 
 from __future__ import annotations
@@ -226,13 +231,18 @@ def weighted_rewards(trainer, rewards_per_func) -> list[float]:
     to `reward_clip_range` where the trainer has one (`RLOOTrainer`). RLOO's KL penalty is not in them: the
     curriculum's signals are about the task's rewards.
     """
+    return reward_tensor(trainer, rewards_per_func).tolist()
+
+
+def reward_tensor(trainer, rewards_per_func):
+    """[`weighted_rewards`] as a tensor, computed as `RLOOTrainer` (and `GRPOTrainer`) compute them."""
     weights = trainer.reward_weights.to(rewards_per_func.device).unsqueeze(0)
     rewards = (rewards_per_func * weights).nansum(dim=1)
     rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
     clip = getattr(trainer, "reward_clip_range", None)
     if clip:
         rewards = rewards.clamp(min=clip[0], max=clip[1])
-    return rewards.tolist()
+    return rewards
 
 
 def refuse_infinite_rewards(trainer, rewards_per_func) -> None:

@@ -10,7 +10,7 @@ from ._trl import (GRPO_MODULE, RLOO_MODULE, apply_comparison, is_training, refu
                    set_num_generations, weighted_rewards)
 from ._trl_checkpoint import (checkpoint_dir, curriculum_state_before_trainer_state, load_trainer_state_first,
                               record_checkpoint)
-from ._trl_merge import IncrementRecords, finish_round
+from ._trl_merge import IncrementRecords, finish_round, grpo_round_advantages, rloo_round_advantages
 from .checkpoint import CheckpointWriteError
 
 class GRPOHooks:
@@ -40,6 +40,11 @@ class GRPOHooks:
     def _generated_rows(result) -> tuple:
         """`(prompt_ids, completion_ids, tool_mask)` of what `_generate` returned (`GRPOTrainer`: its first three)."""
         return result[:3]
+
+    def _round_advantages(self, records, order, group_sizes, sequence_kl=None):
+        """The advantages of a round's trained rows with each group of its own size, and TRL's zero-std share for
+        them: `GRPOTrainer`'s ([`grpo_round_advantages`])."""
+        return grpo_round_advantages(self, records, order, group_sizes, sequence_kl)
 
     def _generate_and_score_completions(self, inputs):
         if not (self._curriculum_active() and is_training(self)):
@@ -130,10 +135,13 @@ class RLOOHooks(GRPOHooks):
     - `_generate` returns `(prompt_ids, completion_ids, completions)`: RLOO has no tool loop, hence no tool mask;
     - `__init__` calls the `add_fused_lm_head` and `create_model_from_path` of `trl.trainer.rloo_trainer`.
 
-    The leave-one-out advantage (`(sum - r) / (n - 1)` over `rewards.view(-1, num_generations)`, with `beta > 0` the
-    KL to the reference subtracted from each reward first) is computed by `RLOOTrainer` for the round's one G: rounds
-    of mixed group sizes and rounds merged from several increments (whose advantages [`finish_round`] recomputes
-    GRPO's way) are not implemented for it, and `CurriculumRLOOTrainer` refuses the stages that make them.
+    The leave-one-out advantage (`r - (sum - r) / (n - 1)` over `rewards.view(-1, num_generations)`, with `beta > 0`
+    the KL to the reference subtracted from each reward first) is computed by `RLOOTrainer` for a round of one G. A
+    round of mixed group sizes (per-prompt G) runs TRL's pass with `num_generations = 1`; its advantages are then
+    recomputed RLOO's way over each real group ([`rloo_round_advantages`]), from the KL of the log-probabilities the
+    pass computed, recorded here ([`_get_per_token_logps_and_entropies`]). A round merged from several increments
+    (top-up, dynamic sampling) is merged as for GRPO ([`merge_increments`]: RLOO's `old_logps` and KL computed again
+    where a prompt is re-padded), with the same advantages.
     """
 
     _trl_module = RLOO_MODULE
@@ -142,3 +150,16 @@ class RLOOHooks(GRPOHooks):
     def _generated_rows(result) -> tuple:
         prompt_ids, completion_ids = result[:2]
         return prompt_ids, completion_ids, None
+
+    def _round_advantages(self, records, order, group_sizes, sequence_kl=None):
+        """`RLOOTrainer`'s leave-one-out advantages over each real group ([`rloo_round_advantages`])."""
+        return rloo_round_advantages(self, records, order, group_sizes, sequence_kl)
+
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+        # In a training pass, `_generate_and_score_completions` computes the policy's log-probabilities, then (beta > 0)
+        # the reference model's: recorded, for the KL penalty of a round whose advantages are recomputed.
+        result = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        records = self._increment_records
+        if records is not None and is_training(self):
+            records.logps.append(result[0])
+        return result

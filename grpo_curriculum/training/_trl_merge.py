@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from ._trl import _unsupported, weighted_rewards
-from .advantages import frac_reward_zero_std, group_advantages
+from ._trl import _unsupported, reward_tensor
+from .advantages import frac_reward_zero_std, group_advantages, leave_one_out_advantages
 
 # The per-row tensors of TRL's round output (`_generate_and_score_completions`), with the side and value they are
 # padded with (`None`: the tokenizer's pad token). `advantages` and `num_items_in_batch` are recomputed for the round.
@@ -27,6 +27,9 @@ _ROW_TENSORS = {
     "ref_per_token_logps": ("right", 0.0),
     "sampling_per_token_logps": ("right", 0.0),
 }
+# The per-row values of RLOO's round output: the policy's sequence log-probability, recomputed with the round's
+# log-probabilities when the merge moves a row's prompt.
+_ROW_VECTORS = ("old_logps",)
 _RECOMPUTED = ("advantages", "num_items_in_batch", "importance_sampling_ratio")
 
 
@@ -53,6 +56,8 @@ class IncrementRecords:
         self.logs: list[dict] = []
         self.rows: list[int] = []  # each increment's rows, every process
         self.scored = None  # the pass's `(rewards_per_func, completion_ids_list)`, from `_calculate_rewards`
+        self.logps: list = []  # the pass's per-token log-probabilities as computed (RLOO: policy, then reference)
+        self.pass_logps: list[list] = []  # per increment, its `logps`
         self.lengths: list[dict] = []  # per increment, this process's rows as `_generate` returned them (`generated`)
         self.user_metrics: list[dict] = []  # per increment, the `log_metric` values of this process (name: values)
         self._metric_lengths = {key: len(values) for key, values in trainer._metrics["train"].items()}
@@ -62,12 +67,13 @@ class IncrementRecords:
     @contextlib.contextmanager
     def increment(self):
         """Around one `_generate_and_score_completions` pass: its completion log goes to a log of its own."""
-        self.scored = None
+        self.scored, self.logps = None, []
         self.trainer._logs, self.trainer._increment_records = _completion_logs(), self
         try:
             yield
         finally:
             self.logs.append(self.trainer._logs)
+            self.pass_logps.append(self.logps)
             self.trainer._logs, self.trainer._increment_records = self._kept_logs, None
 
     def generated(self, prompt_ids, completion_ids, tool_mask) -> None:
@@ -158,6 +164,56 @@ def gather_objects(trainer, values: list) -> list:
     return gather_object(values) if trainer.accelerator.num_processes > 1 else list(values)
 
 
+def grpo_round_advantages(trainer, records: IncrementRecords, order: list[int], group_sizes: list[int],
+                          sequence_kl=None):
+    """
+    `GRPOTrainer`'s advantages of a round's trained rows (`order`: indices into the increments' rows, every process)
+    with each group of its own size ([`group_advantages`]), and TRL's `frac_reward_zero_std` for them
+    (`sequence_kl`: unused, GRPO's KL is in its loss).
+    """
+    rewards_per_func = torch.cat(records.rewards_per_func)
+    rewards_per_func = rewards_per_func[torch.tensor(order, device=rewards_per_func.device)]
+    args = (rewards_per_func, group_sizes, trainer.reward_weights, trainer.scale_rewards,
+            trainer.multi_objective_aggregation)  # fmt: skip
+    return group_advantages(*args), frac_reward_zero_std(*args)
+
+
+def rloo_sequence_kl(trainer, records: IncrementRecords):
+    """
+    Each row's sequence KL as `RLOOTrainer._generate_and_score_completions` computes it for its pass, `(policy -
+    reference log-probabilities) x completion_mask` summed over tokens, from the log-probabilities the pass computed
+    (recorded by [`RLOOHooks`]): every increment's rows, every process, in row order.
+    """
+    kls = []
+    for output, logps in zip(records.outputs, records.pass_logps, strict=True):
+        if len(logps) != 2:
+            raise _unsupported(f"find RLOO's policy and reference log-probabilities of a generation pass "
+                               f"({len(logps)} computed)")  # fmt: skip
+        kls.append(trainer.accelerator.gather(((logps[0] - logps[1]) * output["completion_mask"]).sum(-1)))
+    return torch.cat(kls)
+
+
+def rloo_round_advantages(trainer, records: IncrementRecords, order: list[int], group_sizes: list[int],
+                          sequence_kl=None):
+    """
+    `RLOOTrainer`'s advantages of a round's trained rows (`order`, as in [`grpo_round_advantages`]) with each group of
+    its own size ([`leave_one_out_advantages`]), and RLOO's `frac_reward_zero_std` for them (the share of groups whose
+    reward std is 0). Each row's reward is the one `RLOOTrainer._generate_and_score_completions` groups: weighted,
+    NaN where unscorable, clipped to `reward_clip_range`, and with `beta > 0` minus `beta` x its sequence KL:
+    `sequence_kl` (the trained rows', in `order`, when the merge computed the log-probabilities again), else each
+    pass's own ([`rloo_sequence_kl`]). `normalize_advantages` standardises over the trained rows.
+    """
+    rewards = reward_tensor(trainer, torch.cat(records.rewards_per_func))
+    rewards = rewards[torch.tensor(order, device=rewards.device)]
+    if trainer.beta != 0.0:
+        if sequence_kl is None:
+            sequence_kl = rloo_sequence_kl(trainer, records)
+            sequence_kl = sequence_kl[torch.tensor(order, device=sequence_kl.device)]
+        rewards = rewards - trainer.beta * sequence_kl.to(rewards.device)
+    advantages, std = leave_one_out_advantages(rewards, group_sizes, trainer.normalize_advantages)
+    return advantages, torch.isclose(std, torch.zeros_like(std)).float().mean().item()
+
+
 def finish_round(trainer, records: IncrementRecords, round_) -> dict:
     """
     The output TRL trains on for a sampled round ([`Round`]): a round of one pass as TRL returned it (with the
@@ -169,16 +225,13 @@ def finish_round(trainer, records: IncrementRecords, round_) -> dict:
         return merge_increments(trainer, records, round_.order(), round_.trained_sizes, masked)
     output, advantages = records.outputs[0], None
     if round_.mixed:  # TRL ran it with `num_generations = 1`: the advantages of the real groups
-        advantages = group_advantages(records.rewards_per_func[0], round_.sizes, trainer.reward_weights,
-                                      trainer.scale_rewards, trainer.multi_objective_aggregation)  # fmt: skip
+        advantages, zero_std = trainer._round_advantages(records, list(range(records.rows[0])), round_.sizes)
         local = len(output["advantages"])
         start = trainer.accelerator.process_index * local
         output["advantages"] = advantages[start : start + local].to(output["advantages"].device)
         metrics = trainer._metrics["train"]
         if metrics.get("frac_reward_zero_std"):  # TRL's, computed for the real groups (TRL saw groups of 1)
-            metrics["frac_reward_zero_std"][-1] = frac_reward_zero_std(
-                records.rewards_per_func[0], round_.sizes, trainer.reward_weights, trainer.scale_rewards,
-                trainer.multi_objective_aggregation)  # fmt: skip
+            metrics["frac_reward_zero_std"][-1] = zero_std
     records.write_logs(list(range(records.rows[0])), advantages)
     return output
 
@@ -195,10 +248,12 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
     gives other log-probabilities), the policy's and reference model's log-probabilities are computed again for the
     round, as TRL computes them for one pass; the vLLM importance-sampling ratio is computed from them by TRL's
     formula. Rows `masked` (one flag a row of `order`) are out of the loss: their `tool_mask`, TRL's loss mask, is 0.
+    `RLOOTrainer`'s output merges the same way, its per-row `old_logps` gathered and re-sliced (and computed again with
+    the KL when a prompt moves); it has no loss mask, so it cannot have rows `masked`.
     """
     accelerator = trainer.accelerator
     outputs = records.outputs
-    unknown = set().union(*outputs) - set(_ROW_TENSORS) - set(_RECOMPUTED)
+    unknown = set().union(*outputs) - set(_ROW_TENSORS) - set(_ROW_VECTORS) - set(_RECOMPUTED)
     if unknown:
         raise _unsupported(f"merge the increments of a round whose outputs hold {sorted(unknown)} (image inputs)")
     num_processes, rank = accelerator.num_processes, accelerator.process_index
@@ -229,31 +284,44 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
         parts = [_pad_width(part, width, side, value) for part in parts]
         tensor = torch.cat(parts)[mine.to(parts[0].device)]
         merged[key] = tensor[:, tensor.size(1) - keep :] if side == "left" else tensor[:, :keep]
+    for key in _ROW_VECTORS:
+        if outputs[0].get(key) is not None:
+            merged[key] = torch.cat([accelerator.gather(out[key]) for out in outputs])[mine.to(outputs[0][key].device)]
+    rloo = "old_logps" in merged  # RLOO's output: its KL penalty lives in the rewards, no loss mask of its own
+    if rloo and masked is not None and any(masked):
+        raise _unsupported("mask rows out of the loss of an RLOO round (RLOO's output has no loss mask)")
     rewards_per_func = torch.cat(records.rewards_per_func)
     rewards_per_func = rewards_per_func[torch.tensor(order, device=rewards_per_func.device)]
-    advantages = group_advantages(rewards_per_func, group_sizes, trainer.reward_weights, trainer.scale_rewards,
-                                  trainer.multi_objective_aggregation)  # fmt: skip
+    # Every process decides alike (the forward passes may be collective: FSDP, ZeRO-3).
+    sequence_kl = None  # RLOO: the trained rows' sequence KL at the round's padding, every process, `order`
+    if any(bool((widths[share] != width).any()) for share, width in zip(shares, prompt_widths)):
+        local_kl = _recompute_logps(trainer, merged)
+        if local_kl is not None:
+            sequence_kl = accelerator.gather(local_kl)
+    advantages, zero_std = trainer._round_advantages(records, order, group_sizes, sequence_kl)
     merged["advantages"] = advantages[rank * local : (rank + 1) * local].to(merged["prompt_ids"].device)
     if masked is not None and any(masked):
         keep = torch.tensor([not m for m in masked[rank * local : (rank + 1) * local]], dtype=torch.long,
                             device=merged["completion_mask"].device)  # fmt: skip
         tool_mask = merged.get("tool_mask", torch.ones_like(merged["completion_mask"]))
         merged["tool_mask"] = tool_mask * keep.unsqueeze(1)
-    loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1)
-    merged["num_items_in_batch"] = accelerator.gather(loss_mask.sum()).sum()
-    # Every process decides alike (the forward passes may be collective: FSDP, ZeRO-3).
-    if any(bool((widths[share] != width).any()) for share, width in zip(shares, prompt_widths)):
-        _recompute_logps(trainer, merged)
+    if "num_items_in_batch" in outputs[0]:  # (GRPO's; RLOO's loss has no such normaliser)
+        loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1)
+        merged["num_items_in_batch"] = accelerator.gather(loss_mask.sum()).sum()
     if outputs[0].get("importance_sampling_ratio") is not None:
         merged["importance_sampling_ratio"] = importance_sampling_ratio(trainer, merged)
     records.merge_metrics()
     _log_reward_metrics(trainer, rewards_per_func)
     _log_row_metrics(trainer, records, rows, torch.tensor(order, dtype=torch.long), merged)
     metrics = trainer._metrics["train"]
+    if rloo and trainer.beta != 0.0 and metrics.get("kl"):  # RLOO's: the mean per-token KL of the trained rows
+        if sequence_kl is None:
+            sequence_kl = rloo_sequence_kl(trainer, records)
+            sequence_kl = sequence_kl[torch.tensor(order, device=sequence_kl.device)]
+        tokens = accelerator.gather(merged["completion_mask"].sum(1)).sum()
+        metrics["kl"][-1] = (sequence_kl.sum() / tokens.clamp(min=1.0)).item()
     if metrics.get("frac_reward_zero_std"):
-        metrics["frac_reward_zero_std"][-1] = frac_reward_zero_std(
-            rewards_per_func, group_sizes, trainer.reward_weights, trainer.scale_rewards,
-            trainer.multi_objective_aggregation)  # fmt: skip
+        metrics["frac_reward_zero_std"][-1] = zero_std
     records.write_logs(order, advantages)
     return merged
 
@@ -359,31 +427,47 @@ def _pad_width(tensor, width: int, side: str, value):
     return torch.cat([padding, tensor] if side == "left" else [tensor, padding], dim=1)
 
 
-def _recompute_logps(trainer, output: dict) -> None:
-    """The policy's (`old_per_token_logps`) and reference model's log-probabilities of `output`'s rows, computed as
-    `GRPOTrainer._generate_and_score_completions` computes them, at the rows' merged padding."""
-    if output.get("old_per_token_logps") is None and output.get("ref_per_token_logps") is None:
-        return
+def _recompute_logps(trainer, output: dict):
+    """
+    The policy's and reference model's log-probabilities of `output`'s rows, computed as the trainer's
+    `_generate_and_score_completions` computes them, at the rows' merged padding: `GRPOTrainer`'s
+    `old_per_token_logps` and `ref_per_token_logps`; `RLOOTrainer`'s `old_logps` (the policy's, summed over the
+    completion mask), returning each row's sequence KL (`(policy - reference) x completion_mask` summed) when `beta > 0`
+    (`None` otherwise, and for GRPO).
+    """
+    rloo = output.get("old_logps") is not None
+    policy = rloo or output.get("old_per_token_logps") is not None
+    reference = (rloo and trainer.beta != 0.0) or output.get("ref_per_token_logps") is not None
+    if not (policy or reference):
+        return None
     from trl.models.utils import disable_gradient_checkpointing
     from trl.trainer.utils import use_adapter
 
     ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
     mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
     keep, batch_size = output["completion_ids"].size(1), trainer.args.per_device_train_batch_size
+    old = ref = None
     with torch.no_grad(), disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs):
-        if output.get("old_per_token_logps") is not None:
-            output["old_per_token_logps"] = trainer._get_per_token_logps_and_entropies(
-                trainer.model, ids, mask, keep, batch_size=batch_size)[0]  # fmt: skip
-        if output.get("ref_per_token_logps") is not None:
+        if policy:
+            old = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep,
+                                                             batch_size=batch_size)[0]  # fmt: skip
+        if reference:
             if trainer.ref_model is not None:
-                logps = trainer._get_per_token_logps_and_entropies(trainer.ref_model, ids, mask, keep,
-                                                                   batch_size=batch_size)[0]  # fmt: skip
+                ref = trainer._get_per_token_logps_and_entropies(trainer.ref_model, ids, mask, keep,
+                                                                 batch_size=batch_size)[0]  # fmt: skip
             else:
                 model = trainer.accelerator.unwrap_model(trainer.model)
                 with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-                    logps = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep,
-                                                                       batch_size=batch_size)[0]  # fmt: skip
-            output["ref_per_token_logps"] = logps
+                    ref = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep,
+                                                                     batch_size=batch_size)[0]  # fmt: skip
+    if not rloo:
+        if old is not None:
+            output["old_per_token_logps"] = old
+        if ref is not None:
+            output["ref_per_token_logps"] = ref
+        return None
+    output["old_logps"] = (old * output["completion_mask"]).sum(1)
+    return None if ref is None else ((old - ref) * output["completion_mask"]).sum(-1)
 
 
 def _log_reward_metrics(trainer, rewards_per_func) -> None:
@@ -394,6 +478,9 @@ def _log_reward_metrics(trainer, rewards_per_func) -> None:
     for i, name in enumerate(trainer.reward_func_names):
         metrics[f"rewards/{name}/mean"][-1] = torch.nanmean(rewards_per_func[:, i]).item()
         metrics[f"rewards/{name}/std"][-1] = nanstd(rewards_per_func[:, i]).item()
-    rewards = torch.tensor(weighted_rewards(trainer, rewards_per_func))
+    # As TRL logs them: weighted, NaN where unscorable, before RLOO's `reward_clip_range`.
+    weights = trainer.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+    rewards = (rewards_per_func * weights).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
     metrics["reward"][-1] = torch.nanmean(rewards).item()
     metrics["reward_std"][-1] = nanstd(rewards).item()

@@ -100,3 +100,41 @@ def _batch_std(rewards):
     if rewards.numel() < 2:
         return torch.zeros_like(rewards)
     return _segment_nanstd(rewards, torch.zeros_like(rewards, dtype=torch.long), 1)[0].expand_as(rewards)
+
+
+def leave_one_out_advantages(rewards, group_sizes: list[int], normalize: bool = False):
+    """
+    The advantages `RLOOTrainer._generate_and_score_completions` computes, with each group of its own size `n`: a
+    row's reward minus the mean of its group's other scorable rewards, `r - (sum - r) / (n_scorable - 1)` (NaN-aware:
+    an unscorable row, NaN, is out of its group's sum and count; a group with one scorable row gives NaN). A group of
+    one row gets advantage 0, as TRL gives `num_generations = 1`. With `normalize` (RLOO's `normalize_advantages`) the
+    advantages are standardised over the whole round, `(a - nanmean) / (nanstd + 1e-4)`; NaN advantages are then 0.
+
+    Args:
+        rewards (`torch.Tensor`): One reward a row, as RLOO groups them: weighted, clipped, its KL penalty already
+            subtracted when `beta > 0`, NaN where every reward function left the row unscored; every process, in row
+            order.
+        group_sizes (`list[int]`): Each group's size, in row order (they add up to the rows).
+        normalize (`bool`): RLOO's `normalize_advantages`.
+
+    Returns:
+        `tuple[torch.Tensor, torch.Tensor]`: Each row's advantage, and each group's reward std (TRL's `nanstd`; 0 for
+        a group of one row), from which RLOO logs `frac_reward_zero_std` (the share of groups whose std is 0).
+    """
+    device = rewards.device
+    num_groups = len(group_sizes)
+    if sum(group_sizes) != rewards.numel():
+        raise ValueError(f"group sizes {group_sizes} add up to {sum(group_sizes)}, not the {rewards.numel()} rewards")
+    sizes = torch.tensor(group_sizes, device=device)
+    group = torch.repeat_interleave(torch.arange(num_groups, device=device), sizes)
+    scorable = (~torch.isnan(rewards)).to(rewards.dtype)
+    sums = torch.zeros(num_groups, dtype=rewards.dtype, device=device).index_add_(0, group, rewards.nan_to_num(0.0))
+    counts = torch.zeros(num_groups, dtype=rewards.dtype, device=device).index_add_(0, group, scorable)
+    advantages = rewards - (sums[group] - rewards) / (counts[group] - 1)
+    single = (sizes == 1)[group]
+    advantages = torch.where(single, torch.zeros_like(advantages), advantages)
+    if normalize:
+        advantages = (advantages - torch.nanmean(advantages)) / (_batch_std(advantages)[:1] + 1e-4)
+    std = _segment_nanstd(rewards, group, num_groups)
+    std = torch.where(sizes == 1, torch.zeros_like(std), std)
+    return torch.nan_to_num(advantages, nan=0.0), std

@@ -464,10 +464,18 @@ class CurriculumRLOOTrainer(CurriculumTrainerMixin, RLOOHooks, RLOOTrainer):
     reaches generation and the fused LM head of the policy and the reference model (whose log-probabilities also give
     RLOO's KL penalty, subtracted from the rewards when `beta > 0`).
 
-    Supported stages: fixed G and temperature, stage schedules, temperature ramps, and adaptive G and temperature for
-    the whole round (`Adaptive(policy="hysteresis")` or `"success_rate"`). Refused at construction, each with its
-    fix ([`grpo_curriculum.core.rloo.rloo_problems`]): per-prompt G and top-up (groups of several sizes in a round),
-    dynamic sampling (rounds merged from several passes), comparison modes other than `"all"`, and `use_vllm`. Needs
+    Supported stages: fixed G and temperature, stage schedules, temperature ramps, adaptive G and temperature for the
+    whole round (`Adaptive(policy="hysteresis")` or `"success_rate"`), per-prompt G (`"per_prompt"`), top-up
+    (`"top_up"`) and dynamic sampling (`on_limit` `"fill"` or `"error"`). A round of whole contiguous groups of
+    several sizes (one pass, or merged from several as for [`CurriculumGRPOTrainer`], RLOO's `old_logps` and KL
+    computed again where the merge re-pads a prompt) gets each row's advantage as RLOO's leave-one-out
+    `r - (sum - r) / (n - 1)` over its own group's size `n` (the KL penalty subtracted from the rewards first when
+    `beta > 0`, `normalize_advantages` over the round, as `RLOOTrainer` does;
+    [`grpo_curriculum.training._trl_merge.rloo_round_advantages`]). Refused at construction, each with its fix
+    ([`grpo_curriculum.core.rloo.rloo_problems`]): dynamic sampling's `on_limit="mask"` (RLOO's loss has no loss
+    mask) and comparison modes other than `"all"`. vLLM generation (`use_vllm`, server and colocate modes) follows each
+    switch as in [`CurriculumGRPOTrainer`]: the requests' `n` and temperature (server mode: one request per distinct
+    group size of a per-prompt round), the sampling parameters' temperature (colocate). Needs
     TRL 1.16 (the package's other TRL releases are supported by [`CurriculumGRPOTrainer`] only).
     """
 
@@ -478,4 +486,4 @@ class CurriculumRLOOTrainer(CurriculumTrainerMixin, RLOOHooks, RLOOTrainer):
         super().__init__(*args, **kwargs)
 
     def _unsupported_problems(self, args) -> list[Problem]:
-        return rloo_problems(self._curriculum.schedule.stages, use_vllm=bool(getattr(args, "use_vllm", False)))
+        return rloo_problems(self._curriculum.schedule.stages)
