@@ -329,6 +329,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     from ..config.engines import engine_notes
     from ..config.environment import environment_problems
     from ..config.recipe import load_recipe, run_geometry, starting_num_generations, training_geometry
+    from ..config.trl_fields import TRAINERS
     from ..core.curriculum import is_curriculum_file, load_curriculum
 
     overrides = {name: getattr(args, name) for name in [*GEOMETRY_FLAGS, "num_generations"]}
@@ -350,9 +351,10 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
         start, top = starting_num_generations(recipe, geometry), recipe.training.get("num_generations")
         raise_if_any(environment_problems(recipe, geometry, start), f"{recipe.path}: {geometry.describe()}")
         if "num_generations" in recipe.raw and args.num_generations is None and top != start:
-            unused = (f"top-level num_generations: {top} is not used (the curriculum sets G; GRPOConfig gets the "
-                      f"first stage's, {start}): remove it")
-        lines.append(f"recipe: {recipe.path} ({recipe.model_name_or_path}, dataset {recipe.dataset_name})")
+            unused = (f"top-level num_generations: {top} is not used (the curriculum sets G; "
+                      f"{TRAINERS[recipe.trainer]} gets the first stage's, {start}): remove it")
+        trainer = "" if recipe.trainer == "grpo" else f", trainer {recipe.trainer}: {TRAINERS[recipe.trainer]}"
+        lines.append(f"recipe: {recipe.path} ({recipe.model_name_or_path}, dataset {recipe.dataset_name}{trainer})")
         lines += engine_notes(recipe.training)
     else:
         num_processes = overrides.pop("num_processes", None)
