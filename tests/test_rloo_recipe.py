@@ -128,3 +128,19 @@ def test_trainer_rloo_on_another_trl_release_is_refused_by_check_and_train(tmp_p
         assert main(argv) == 2
         assert "needs TRL 1.16" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_sweep_arms_train_with_the_recipes_trainer_and_rloo_refusals_name_the_arm(tmp_path, capsys):
+    from grpo_curriculum.cli.sweep.child import arm_recipe
+    from grpo_curriculum.cli.sweep.table import Arm
+
+    raw = yaml.safe_load(RLOO_DEMO.read_text())
+    arm = Arm("g4", [{"num_generations": 4, "temperature": 0.8}], num_generations=4, temperature=0.8)
+    assert arm_recipe(str(RLOO_DEMO), raw, arm, seed=1).trainer == "rloo"  # what the arm's run builds its trainer from
+    out = tmp_path / "sweep"
+    assert main(["sweep", "rloo-demo", "--arms", "g4", "per_prompt", "--max-steps", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "1 of 2 arms refused, nothing was run" in err and "Traceback" not in err
+    assert "arm per_prompt (--arms per_prompt): curriculum.stages[0].adaptive.policy = 'per_prompt': is not " \
+           "supported with RLOOTrainer" in err
+    assert not out.exists()
