@@ -144,3 +144,20 @@ def test_sweep_arms_train_with_the_recipes_trainer_and_rloo_refusals_name_the_ar
     assert "arm per_prompt (--arms per_prompt): curriculum.stages[0].adaptive.policy = 'per_prompt': is not " \
            "supported with RLOOTrainer" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("edit", "refused"), [
+    ({}, True),  # GRPOConfig's beta: 0
+    ({"trainer": "rloo"}, False),  # RLOOConfig's: 0.05, a reference model
+    ({"trainer": "rloo", "beta": 0.0}, True),
+    ({"beta": 0.04}, False),
+])
+def test_sync_ref_model_needs_beta_read_from_the_trainers_defaults(edit, refused):
+    """Both trainers refuse `sync_ref_model` without a reference model, after the model has loaded: said up front."""
+    data = {**BASE, "sync_ref_model": True, **edit}
+    if not refused:
+        assert parse_recipe(data).training["sync_ref_model"] is True
+        return
+    (found,) = problems(data)
+    assert found.startswith("sync_ref_model = True: needs a reference model, which the trainer builds only when")
+    assert ("the trainer's default" in found) == ("beta" not in edit)
