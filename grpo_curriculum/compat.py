@@ -54,6 +54,19 @@ def unsupported_trl_message(version: str) -> str | None:
             "at your own risk).")  # fmt: skip
 
 
+RLOO_TRL = (1, 16)
+"""The TRL release `CurriculumRLOOTrainer` (a recipe's `trainer: rloo`) is built and tested against."""
+
+
+def rloo_trl_problem(version: str | None) -> str | None:
+    """Why `CurriculumRLOOTrainer` cannot run on TRL `version` (`None`: not installed), or `None` when it can."""
+    wanted = ".".join(map(str, RLOO_TRL))
+    if version is not None and _release(version) == RLOO_TRL:
+        return None
+    return (f"needs TRL {wanted} (CurriculumRLOOTrainer relies on RLOOTrainer's internals as TRL {wanted} has them); "
+            f"the installed TRL is {version or 'none'}")
+
+
 TRUTHY = ("1", "true", "yes", "on", "y", "t")
 """Values of [`ANY_TRL_VARIABLE`] that allow any TRL (case-insensitive), as most tools read a boolean variable."""
 

@@ -65,11 +65,14 @@ def test_every_recipe_validates_and_passes_check(path, capsys):
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
 def test_every_recipe_builds_a_grpo_config(path, tmp_path):
-    """TRL accepts every recipe's training kwargs (bf16 off: this machine may have no GPU)."""
-    from trl import GRPOConfig
+    """TRL accepts every recipe's training kwargs (bf16 off: this machine may have no GPU), as its trainer's config
+    (`GRPOConfig`, or `RLOOConfig` for `trainer: rloo`)."""
+    import trl
+
+    from grpo_curriculum.config.trl_fields import TRAINERS
 
     recipe = load_recipe(str(path))
-    config = GRPOConfig(**{**recipe.training, "output_dir": str(tmp_path), "bf16": False})
+    config = getattr(trl, TRAINERS[recipe.trainer])(**{**recipe.training, "output_dir": str(tmp_path), "bf16": False})
     assert config.num_generations == recipe.curriculum.stages[0].num_generations
 
 
@@ -111,6 +114,10 @@ def test_gsm8k_recipe():
 # --- malformed recipes -------------------------------------------------------------------------------------------
 
 CASES = {
+    "rloo_refusals": [("loss_type", "use `trainer: grpo`"), ("scale_rewards", "not of RLOOConfig"),
+                      ("curriculum.stages[1].adaptive.policy", "is not supported with RLOOTrainer"),
+                      ("curriculum.stages[2].comparison.mode", "is not supported with RLOOTrainer")],
+    "trainer_typo": [("trainer", "did you mean `rloo`?"), ("normalize_advantages", "use `trainer: rloo`")],
     "typo_top_level": [("num_generation", "did you mean `num_generations`?"),
                        ("learning_rat", "did you mean `learning_rate`?"),
                        ("per-device-train-batch-size", "did you mean `per_device_train_batch_size`?")],

@@ -29,3 +29,17 @@ def test_check_mode_reports_a_stale_file(tmp_path, capsys):
     assert reference.main([str(stale), "--check"]) == 1
     assert reference.main([str(stale)]) == 0
     assert reference.main([str(stale), "--check"]) == 0
+
+
+def test_reference_lists_rloo_config_differences_and_refusals(monkeypatch):
+    """`trainer: rloo`: RLOOConfig's own fields and defaults, GRPO's fields it lacks, and what `rloo_problems` refuses
+    (asked of it: lifting a refusal there makes this file stale, not wrong)."""
+    import grpo_curriculum.core.rloo as rloo
+
+    text = reference.render().split("## `trainer: rloo`")[1]
+    assert "| `normalize_advantages` | true or false | `False` | RLOOConfig only |" in text
+    assert "| `beta` |" in text and "| `0.05` | GRPOConfig's: `0.0` |" in text and "`loss_type`" in text
+    assert "refuses a stage of `adaptive.policy: per_prompt`, a stage of `adaptive.policy: top_up`" in text
+    assert "and `use_vllm: true`" in text
+    monkeypatch.setattr(rloo, "rloo_problems", lambda stages, use_vllm=False, **kwargs: [])
+    assert "`trainer: rloo` also refuses none of the stages" in reference.render()

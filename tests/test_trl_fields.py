@@ -40,10 +40,11 @@ def test_other_versions_introspect_the_live_classes(monkeypatch):
     monkeypatch.setattr(module, "_version", lambda package: "0.0.0")
     trl_fields.cache_clear()
     try:
-        live = trl_fields()
+        live, live_rloo = trl_fields(), trl_fields("rloo")
     finally:
         trl_fields.cache_clear()
-    assert "trl" in sys.modules and live == json.loads(SNAPSHOT.read_text(encoding="utf-8"))["fields"]
+    snapshot = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+    assert "trl" in sys.modules and live == snapshot["fields"] and live_rloo == snapshot["rloo_fields"]
 
 
 def test_regenerate_and_check(tmp_path, monkeypatch, capsys):
@@ -56,18 +57,34 @@ def test_regenerate_and_check(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize(
-    "name, owner, types, default",
+    "trainer, name, owner, types, default",
     [
-        ("eval_strategy", "GRPOConfig", [{"choice": ["no", "steps", "epoch"]}], "no"),  # `IntervalStrategy | str`
-        ("report_to", "GRPOConfig", ["null", "str", "list[str]"], "none"),
-        ("num_generations", "GRPOConfig", ["int", "null"], 8),
-        ("accelerator_config", "GRPOConfig", ["dict", "str", "null"], None),
-        ("dtype", "ModelConfig", [{"choice": ["auto", "bfloat16", "float16", "float32"]}, "null"], "float32"),
-        ("dataset_train_split", "ScriptArguments", ["str"], "train"),
+        ("grpo", "eval_strategy", "GRPOConfig", [{"choice": ["no", "steps", "epoch"]}], "no"),  # an enum | str
+        ("grpo", "report_to", "GRPOConfig", ["null", "str", "list[str]"], "none"),
+        ("grpo", "num_generations", "GRPOConfig", ["int", "null"], 8),
+        ("grpo", "beta", "GRPOConfig", ["float"], 0.0),
+        ("grpo", "accelerator_config", "GRPOConfig", ["dict", "str", "null"], None),
+        ("grpo", "dtype", "ModelConfig", [{"choice": ["auto", "bfloat16", "float16", "float32"]}, "null"], "float32"),
+        ("grpo", "dataset_train_split", "ScriptArguments", ["str"], "train"),
+        ("rloo", "num_generations", "RLOOConfig", ["int", "null"], 2),  # RLOOConfig's own defaults
+        ("rloo", "beta", "RLOOConfig", ["float"], 0.05),
+        ("rloo", "normalize_advantages", "RLOOConfig", ["bool"], False),
+        ("rloo", "reward_clip_range", "RLOOConfig", ["list[float]", "null"], None),  # `tuple[float, float] | None`
+        ("rloo", "eval_strategy", "RLOOConfig", [{"choice": ["no", "steps", "epoch"]}], "no"),
+        ("rloo", "dtype", "ModelConfig", [{"choice": ["auto", "bfloat16", "float16", "float32"]}, "null"], "float32"),
     ],
 )
-def test_field_types(name, owner, types, default):
-    assert trl_fields()[name] == {"owner": owner, "type": types, "default": default}
+def test_field_types(trainer, name, owner, types, default):
+    assert trl_fields(trainer)[name] == {"owner": owner, "type": types, "default": default}
+
+
+def test_each_trainer_has_only_its_config_class_fields():
+    """GRPO's loss options are not RLOOConfig fields, RLOO's are not GRPOConfig's; the shared ones are both's."""
+    grpo, rloo = trl_fields("grpo"), trl_fields("rloo")
+    assert {"loss_type", "scale_rewards", "delta"} <= set(grpo) - set(rloo)
+    assert set(rloo) - set(grpo) == {"normalize_advantages", "reward_clip_range"}
+    assert all(spec["owner"] != "GRPOConfig" for spec in rloo.values())
+    assert trl_fields() is grpo and rloo["learning_rate"]["owner"] == "RLOOConfig"
 
 
 def test_a_renamed_field_reads_as_the_installed_transformers_names_it(monkeypatch):
@@ -87,6 +104,6 @@ def test_a_renamed_field_reads_as_the_installed_transformers_names_it(monkeypatc
     older = {name: spec for name, spec in fields.items() if not name.startswith("activation_checkpointing")}
     assert field_name("activation_checkpointing_kwargs", older) == "gradient_checkpointing_kwargs"
     assert field_name("per_device_train_batch_size", older) == "per_device_train_batch_size"
-    monkeypatch.setattr(recipe_module, "trl_fields", lambda: older)
+    monkeypatch.setattr(recipe_module, "trl_fields", lambda trainer="grpo": older)
     recipe = load_recipe("demo")
     assert recipe.training["gradient_checkpointing"] is False and "activation_checkpointing" not in recipe.raw

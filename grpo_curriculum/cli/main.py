@@ -3,8 +3,9 @@ The `grpo-curriculum` command.
 
 - `check [RECIPE] [--num-processes N] [...]`: the batch geometry, every valid `num_generations`, and a verdict with
   fixes for each stage, before anything is loaded. RECIPE may also be a file holding only a `curriculum:` mapping.
-- `train RECIPE [--key value ...]`: train a recipe, with overrides read as `trl grpo` reads them (launch with
-  `accelerate launch` for several processes), printing the stage plan, each switch, the resume and a per-stage table.
+- `train RECIPE [--key value ...]`: train a recipe (`trainer: rloo`: with `CurriculumRLOOTrainer`), with overrides
+  read as `trl grpo` reads them (launch with `accelerate launch` for several processes), printing the stage plan,
+  each switch, the resume and a per-stage table.
 - `demo [--recipe RECIPE] [--out DIR] [--max-steps N]`: a few-minute CPU run of the built-in task, into a new folder.
 - `sweep RECIPE [--num-generations 4 8 16] [--temperatures T ...] [--curriculum] [--max-steps N] [--seeds K]
   [--out DIR]`: train the recipe once per G (and seed) with everything else fixed, and compare the arms on a held-out
@@ -107,8 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
           help="check this G instead of the recipe's stages (TRL's default: 8)")
 
     train = commands.add_parser(
-        "train", help="train a recipe", description="Train a recipe. Overrides follow it as `--key value` (any "
-        "recipe key, read as on `trl grpo`'s command line, e.g. `--max_steps 10 --output_dir runs/x`). Launch with "
+        "train", help="train a recipe", description="Train a recipe (with CurriculumGRPOTrainer, or "
+        "CurriculumRLOOTrainer and RLOOConfig for a recipe's `trainer: rloo`). Overrides follow it as `--key value` "
+        "(any recipe key, read as on `trl grpo`'s command line, e.g. `--max_steps 10 --output_dir runs/x`). Launch "
+        "with "
         "`accelerate launch -m grpo_curriculum.cli train ...` (or `torchrun ... -m grpo_curriculum.cli train ...`) "
         "for several processes; shipped launch configs: examples/multi_gpu/accelerate_2gpu.yaml (DDP), "
         "examples/distributed/accelerate_fsdp2.yaml (FSDP2), accelerate_zero2.yaml and accelerate_zero3.yaml "
@@ -329,6 +332,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     from ..config.engines import engine_notes
     from ..config.environment import environment_problems
     from ..config.recipe import load_recipe, run_geometry, starting_num_generations, training_geometry
+    from ..config.trl_fields import TRAINERS
     from ..core.curriculum import is_curriculum_file, load_curriculum
 
     overrides = {name: getattr(args, name) for name in [*GEOMETRY_FLAGS, "num_generations"]}
@@ -350,9 +354,10 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
         start, top = starting_num_generations(recipe, geometry), recipe.training.get("num_generations")
         raise_if_any(environment_problems(recipe, geometry, start), f"{recipe.path}: {geometry.describe()}")
         if "num_generations" in recipe.raw and args.num_generations is None and top != start:
-            unused = (f"top-level num_generations: {top} is not used (the curriculum sets G; GRPOConfig gets the "
-                      f"first stage's, {start}): remove it")
-        lines.append(f"recipe: {recipe.path} ({recipe.model_name_or_path}, dataset {recipe.dataset_name})")
+            unused = (f"top-level num_generations: {top} is not used (the curriculum sets G; "
+                      f"{TRAINERS[recipe.trainer]} gets the first stage's, {start}): remove it")
+        trainer = "" if recipe.trainer == "grpo" else f", trainer {recipe.trainer}: {TRAINERS[recipe.trainer]}"
+        lines.append(f"recipe: {recipe.path} ({recipe.model_name_or_path}, dataset {recipe.dataset_name}{trainer})")
         lines += engine_notes(recipe.training)
     else:
         num_processes = overrides.pop("num_processes", None)

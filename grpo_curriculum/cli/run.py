@@ -240,19 +240,21 @@ def model_arguments(model_args, args, loads_model: bool) -> dict:
 
 def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=(), split=None, **settings):
     """
-    `CurriculumGRPOTrainer` for a validated recipe, its `GRPOConfig` and `ModelConfig` built by TRL's parser (see
-    [`~config.arguments.trl_arguments`]) with `settings` (and `output_dir`, when given) on top (`split`: see [`build_run`]).
+    `CurriculumGRPOTrainer` (`CurriculumRLOOTrainer` for `trainer: rloo`) for a validated recipe, its `GRPOConfig`
+    (`RLOOConfig`) and `ModelConfig` built by TRL's parser (see [`~config.arguments.trl_arguments`]) with `settings`
+    (and `output_dir`, when given) on top (`split`: see [`build_run`]).
     """
     from ..config.arguments import trl_arguments
     from ..core.curriculum import curriculum_options
     from ..training.callback import CurriculumCallback
-    from ..training.trainer import CurriculumGRPOTrainer
+    from ..training.trainer import CurriculumGRPOTrainer, CurriculumRLOOTrainer
 
     settings.update({"output_dir": output_dir} if output_dir is not None else {})
     args, model_args = trl_arguments(recipe, launch_geometry(recipe), **settings)
     model, tokenizer, dataset, eval_dataset, rewards = build_run(recipe, split)
     routed = model_arguments(model_args, args, loads_model=isinstance(model, str))
-    return CurriculumGRPOTrainer(
+    trainer = CurriculumRLOOTrainer if recipe.trainer == "rloo" else CurriculumGRPOTrainer
+    return trainer(
         model=model,
         reward_funcs=rewards,
         args=args,
@@ -632,7 +634,8 @@ def _train_output(args) -> dict:
 
 
 def train_main(args) -> int:
-    """`grpo-curriculum train RECIPE [--key value ...]`: run a recipe with `CurriculumGRPOTrainer`."""
+    """`grpo-curriculum train RECIPE [--key value ...]`: run a recipe with `CurriculumGRPOTrainer` (or, for
+    `trainer: rloo`, `CurriculumRLOOTrainer`)."""
     from ..training.checkpoint import CheckpointWriteError
     from .progress import announce, split_output_flags
 
@@ -640,12 +643,12 @@ def train_main(args) -> int:
         args.overrides, getattr(args, "log_every", None), getattr(args, "verbose", False))
     from ..core.loading import find_recipe, read_yaml
 
-    read_yaml(find_recipe(args.recipe))  # a missing or unreadable recipe is said at once, before the slow imports
+    data, _ = read_yaml(find_recipe(args.recipe))  # a missing or unreadable recipe is said at once, before the imports
     announce("train")
-    from ..config.arguments import RecipeParser
+    from ..config.arguments import command_line_overrides
     from ..config.recipe import load_recipe
 
-    given = RecipeParser().overrides(args.overrides)  # read as `trl grpo` reads them
+    given = command_line_overrides(args.overrides, data)  # read as `trl grpo` (`trl rloo`) reads them
     recipe = load_recipe(args.recipe, given)
     raise_if_any(unused_override_problems(recipe, given), context=f"recipe {recipe.path}")
     validate_for_launch(recipe)
@@ -814,7 +817,8 @@ def _print_start(recipe_path: str, trainer, why: str) -> None:
 
     from ..training.engines import engine
 
-    print(f"recipe: {recipe_path}")
+    name = type(trainer).__name__
+    print(f"recipe: {recipe_path}" + (f" (trainer: {name})" if name != "CurriculumGRPOTrainer" else ""))
     print(f"geometry: {BatchGeometry.from_args(trainer.args).describe()}")
     print(f"engine: {engine(trainer)}")
     print(f"torch threads: {torch.get_num_threads()} ({why})", flush=True)

@@ -1,6 +1,7 @@
 """
 The arguments of `grpo-curriculum train`, parsed by TRL's own [`~trl.TrlParser`] as `trl grpo --config RECIPE --key
-value ...` parses them: the recipe's keys are the defaults, each override is read by its field's type (`--max_steps 10`
+value ...` parses them (with `RLOOConfig` instead of `GRPOConfig` for a recipe's `trainer: rloo`, as `trl rloo` would):
+the recipe's keys are the defaults, each override is read by its field's type (`--max_steps 10`
 an integer, `--use_peft` true, `--save_strategy no` a string, `--lora_target_modules q_proj v_proj` a list). Before any
 config is built, [`~config.recipe.load_recipe`] (what `grpo-curriculum check` runs) names every problem at once.
 """
@@ -8,15 +9,17 @@ config is built, [`~config.recipe.load_recipe`] (what `grpo-curriculum check` ru
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import trl
 from trl import GRPOConfig, ModelConfig, TrlParser
 from trl.scripts.grpo import GRPOScriptArguments
 
 from ..core.errors import MISSING, CurriculumError, Problem
 from ..core.geometry import BatchGeometry
 from .recipe import Recipe, starting_num_generations
-from .trl_fields import field_name, trl_fields
+from .trl_fields import TRAINERS, field_name, trl_fields
 
 
 @dataclass
@@ -29,12 +32,15 @@ class RecipeArguments(GRPOScriptArguments):
         dataset_num_prompts (`int`, *optional*): Prompts of a built-in dataset (default 256).
         dataset_prompt_column (`str`, *optional*, defaults to `"prompt"`): Dataset column holding the prompt.
         warm_start_steps (`int`, *optional*, defaults to `0`): Supervised steps of the built-in model before RL.
+        trainer (`str`, *optional*, defaults to `"grpo"`): `grpo` or `rloo` (checked with the recipe, see
+            [`~config.trainers`]).
     """
 
     num_processes: int | None = field(default=None, metadata={"help": "World size the recipe was written for."})
     dataset_num_prompts: int | None = field(default=None, metadata={"help": "Prompts of a built-in dataset."})
     dataset_prompt_column: str = field(default="prompt", metadata={"help": "Dataset column holding the prompt."})
     warm_start_steps: int = field(default=0, metadata={"help": "Supervised steps of `builtin:tiny` before RL."})
+    trainer: str = field(default="grpo", metadata={"help": "`grpo` (GRPOTrainer) or `rloo` (RLOOTrainer)."})
 
 
 @dataclass
@@ -45,11 +51,17 @@ class CurriculumArguments:
 
 
 class RecipeParser(TrlParser):
-    """A [`~trl.TrlParser`] for `grpo-curriculum train` whose usage errors are [`CurriculumError`]s."""
+    """
+    A [`~trl.TrlParser`] for `grpo-curriculum train` whose usage errors are [`CurriculumError`]s, reading the training
+    keys as fields of `trainer`'s config class ([`~config.trl_fields.TRAINERS`]: `GRPOConfig`, `RLOOConfig`).
+    """
 
-    def __init__(self):
-        super().__init__((RecipeArguments, GRPOConfig, ModelConfig, CurriculumArguments),
+    def __init__(self, trainer: str = "grpo"):
+        super().__init__((RecipeArguments, getattr(trl, TRAINERS[trainer]), ModelConfig, CurriculumArguments),
                          prog="grpo-curriculum train RECIPE")
+        for action in self._actions:  # `tuple[float, float]`: HfArgumentParser would read one string's characters
+            if action.dest == "reward_clip_range":
+                action.nargs, action.type = 2, float
 
     def error(self, message: str):
         raise CurriculumError([Problem("command line", MISSING, message, "write overrides as on `trl grpo`'s "
@@ -81,11 +93,25 @@ class RecipeParser(TrlParser):
         return given
 
 
+def command_line_overrides(args: list[str], data) -> dict:
+    """
+    [`RecipeParser.overrides`] of `args`, read with the config class of the trainer they (`--trainer`) or else the
+    recipe mapping `data` name (an invalid one: `GRPOConfig`'s, and the recipe check names it).
+    """
+    trainer = data.get("trainer") if isinstance(data, Mapping) else None
+    for i, token in enumerate(args):
+        key, equals, text = token.partition("=")
+        if key == "--trainer":
+            trainer = text if equals else args[i + 1] if i + 1 < len(args) else None
+    return RecipeParser(trainer if isinstance(trainer, str) and trainer in TRAINERS else "grpo").overrides(args)
+
+
 def trl_arguments(recipe: Recipe, geometry: BatchGeometry, **settings) -> tuple[GRPOConfig, ModelConfig]:
     """
-    The `GRPOConfig` and `ModelConfig` of a validated recipe (`settings` on top), as [`~trl.TrlParser`] builds them
-    for `trl grpo --config`. `num_generations` and `temperature` are the curriculum's first ones (see
-    [`~config.recipe.starting_num_generations`] for a per-prompt first stage on `geometry`).
+    The `GRPOConfig` (`RLOOConfig` for `trainer: rloo`) and `ModelConfig` of a validated recipe (`settings` on top),
+    as [`~trl.TrlParser`] builds them for `trl grpo --config`. `num_generations` and `temperature` are the
+    curriculum's first ones (see [`~config.recipe.starting_num_generations`] for a per-prompt first stage on
+    `geometry`).
     Activation checkpointing, on by TRL's default, is set under the installed transformers' name (from 5.23:
     `activation_checkpointing`, no FutureWarning; before: `gradient_checkpointing`).
 
@@ -94,10 +120,10 @@ def trl_arguments(recipe: Recipe, geometry: BatchGeometry, **settings) -> tuple[
     """
     config = {**recipe.raw, **recipe.training, **settings}
     if "gradient_checkpointing" not in config:
-        config.setdefault(field_name("activation_checkpointing", trl_fields()), True)
+        config.setdefault(field_name("activation_checkpointing", trl_fields(recipe.trainer)), True)
     config["num_generations"] = starting_num_generations(recipe, geometry)
     config["temperature"] = recipe.curriculum.stages[0].temperature_at(0.0)
-    parser = RecipeParser()
+    parser = RecipeParser(recipe.trainer)
     parser.set_defaults_with_config(**config)
     try:
         _, training_args, model_args, _ = parser.parse_args_into_dataclasses([])

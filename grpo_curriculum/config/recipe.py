@@ -9,6 +9,8 @@ fields such as `model_name_or_path`, `ScriptArguments` fields such as `dataset_n
 - `dataset_num_prompts`: how many prompts a built-in dataset (`builtin:echo`, `builtin:count`) holds;
 - `dataset_prompt_column`: the dataset column holding the prompt, renamed to `prompt` (e.g. `question` for GSM8K);
 - `warm_start_steps`: supervised steps given to the built-in model (`builtin:tiny`) before RL (default 0);
+- `trainer`: `grpo` (the default) or `rloo`: TRL's `RLOOTrainer` and `RLOOConfig`, whose fields the recipe's TRL keys
+  are then checked against ([`~config.trainers`]);
 - `curriculum`: a mapping with `stages:`, a list of [`Stage`] fields.
 
 ```yaml
@@ -47,7 +49,8 @@ from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_bat
 from ..core.rules import COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, Rule, check, integer, is_int, suggest, unknown_keys
 from ..core.schedule import Stage, StageSchedule, stage_problems
 from .builtins import BUILTIN, DATASET_NAMES, MODEL_NAMES, TINY_MODEL
-from .trl_fields import CLASSES, field_name, trl_fields
+from .trl_fields import CLASSES, TRAINERS, field_name, trl_fields
+from .trainers import TRAINER, other_trainer_problems, recipe_trainer, trainer_problems
 from .engines import engine_problems
 from .trl_ranges import ranged_rule, related_problems
 
@@ -59,6 +62,7 @@ RECIPE_RULES = {  # the recipe's own keys besides `reward_funcs` and `curriculum
     "dataset_num_prompts": dataclasses.replace(COUNT, fix="e.g. `dataset_num_prompts: 256`"),
     "warm_start_steps": integer(0, MAX_STEPS, fix="e.g. `warm_start_steps: 20`"),
     "dataset_prompt_column": Rule("str", low=1, why="a column name", fix="e.g. `dataset_prompt_column: question`"),
+    "trainer": TRAINER,
 }
 RECIPE_KEYS = ("reward_funcs", *RECIPE_RULES, "curriculum")
 # Paths in a recipe, `~` expanded once, up front (transformers expands `output_dir` when it writes; the folder checks
@@ -87,13 +91,16 @@ class Recipe:
         reward_funcs (`list[str]`): Import paths of the reward functions (see [`import_reward`]).
         num_processes (`int` or `None`): World size the recipe was written for.
         warm_start_steps (`int`): Supervised warm-start steps for the built-in model.
-        training (`dict`): `GRPOConfig` keyword arguments. When the recipe does not set `num_generations` or
-            `temperature`, they are the first stage's, so that `GRPOConfig` accepts the geometry the run starts in.
+        training (`dict`): `GRPOConfig` (or `RLOOConfig`, see `trainer`) keyword arguments. When the recipe does not
+            set `num_generations` or `temperature`, they are the first stage's, so that `GRPOConfig` accepts the
+            geometry the run starts in.
         model (`dict`): Other `ModelConfig` keyword arguments given (e.g. `dtype`).
         curriculum ([`StageSchedule`]): The stages; without a `curriculum:` mapping, one stage at the recipe's
             `num_generations` and `temperature` (TRL's defaults when unset).
         raw (`dict`): The mapping that was validated (file contents with the overrides applied).
         script (`dict`): Other `ScriptArguments` given (`dataset_test_split`, `dataset_streaming`, ...).
+        trainer (`str`): `"grpo"` (`CurriculumGRPOTrainer`, `GRPOConfig`) or `"rloo"` (`CurriculumRLOOTrainer`,
+            `RLOOConfig`).
     """
 
     path: str | None
@@ -111,6 +118,7 @@ class Recipe:
     script: dict = field(default_factory=dict)
     warm_start_steps: int = 0
     dataset_prompt_column: str = "prompt"
+    trainer: str = "grpo"
 
 
 # --- TRL's fields ------------------------------------------------------------------------------------------------
@@ -215,7 +223,8 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
                                        f"{kind}", "write one setting per line, e.g. `model_name_or_path: ...`")],
                               context)
     data = {**data, **{str(k).replace("-", "_"): v for k, v in (overrides or {}).items()}}
-    fields = trl_fields()
+    trainer = recipe_trainer(data)  # (an invalid one: said with the recipe's own keys, checked as grpo meanwhile)
+    fields = trl_fields(trainer)
     data = {field_name(key, fields) if isinstance(key, str) else key: value for key, value in data.items()}
     data.update({key: os.path.expanduser(data[key]) for key in PATH_KEYS if isinstance(data.get(key), str)})
     parts = {part: {} for part in CLASSES.values()}
@@ -231,7 +240,9 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
             parts[CLASSES[fields[key]["owner"]]][key] = value
         elif key not in RECIPE_KEYS:
             unknown[key] = value
-    problems += unknown_keys(unknown, [*fields, *RECIPE_KEYS], None, "a recipe key (a field of GRPOConfig, "
+    found, unknown = other_trainer_problems(unknown, trainer, data.get("trainer"))
+    problems += found
+    problems += unknown_keys(unknown, [*fields, *RECIPE_KEYS], None, f"a recipe key (a field of {TRAINERS[trainer]}, "
                              f"ModelConfig or ScriptArguments, or one of {list(RECIPE_KEYS)})",
                              "remove it, or check its spelling against TRL's docs")
     training, model, script = parts["training"], parts["model"], parts["script"]
@@ -279,6 +290,8 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         found = stage_problems(values, key="")
         problems += found
         schedule = None if found else StageSchedule([Stage(**values)])
+    use_vllm = training.get("use_vllm") is True and "use_vllm" not in refused
+    problems += trainer_problems(trainer, data.get("curriculum"), schedule, use_vllm)
     max_steps = training.get("max_steps")
     steps = is_int(max_steps) and max_steps > 0 and "max_steps" not in refused  # (refused: its range said so)
     steps_problems = STEPS.problems("max_steps", max_steps) if steps else []
@@ -299,7 +312,7 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         dataset_num_prompts=num_prompts, reward_funcs=list(data["reward_funcs"]),
         num_processes=data.get("num_processes"), training=training, model=model, curriculum=schedule, raw=data,
         script=script, warm_start_steps=warm_start,
-        dataset_prompt_column=data.get("dataset_prompt_column") or "prompt",
+        dataset_prompt_column=data.get("dataset_prompt_column") or "prompt", trainer=trainer,
     )
 
 
@@ -322,15 +335,16 @@ def load_recipe(path: str, overrides: dict | None = None) -> Recipe:
     return _parse(data, path, overrides, problems)
 
 
-def training_geometry(training: Mapping, num_processes: int | None = None) -> BatchGeometry:
+def training_geometry(training: Mapping, num_processes: int | None = None, trainer: str = "grpo") -> BatchGeometry:
     """
-    The batch geometry of `GRPOConfig(**training)` on `num_processes` processes (1 when `None`), with TRL's defaults
-    for the fields not given. The eval fields are set only when evaluation runs (`eval_strategy` other than `"no"`).
+    The batch geometry of `GRPOConfig(**training)` (`RLOOConfig` for `trainer: rloo`) on `num_processes` processes (1
+    when `None`), with TRL's defaults for the fields not given. The eval fields are set only when evaluation runs
+    (`eval_strategy` other than `"no"`).
 
     Raises:
         [`CurriculumError`]: listing every invalid geometry value.
     """
-    fields = trl_fields()
+    fields = trl_fields(trainer)
     value = {name: training.get(name, fields[name]["default"]) for name in (
         "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size",
         "eval_strategy", "per_device_eval_batch_size", "num_generations", "num_generations_eval")}
@@ -352,7 +366,8 @@ def geometry_of(recipe: Recipe, num_processes: int | None = None) -> BatchGeomet
     Raises:
         [`CurriculumError`]: listing every invalid geometry value.
     """
-    return training_geometry(recipe.training, recipe.num_processes if num_processes is None else num_processes)
+    return training_geometry(recipe.training, recipe.num_processes if num_processes is None else num_processes,
+                             recipe.trainer)
 
 
 def starting_num_generations(recipe: Recipe, geometry: BatchGeometry) -> int:
@@ -377,8 +392,8 @@ def run_geometry(recipe: Recipe, num_processes: int | None = None) -> BatchGeome
     G `GRPOConfig` gets ([`starting_num_generations`]), as in TRL.
     """
     n = recipe.num_processes if num_processes is None else num_processes
-    start = starting_num_generations(recipe, training_geometry(recipe.training, n))
-    return training_geometry({**recipe.training, "num_generations": start}, n)
+    start = starting_num_generations(recipe, training_geometry(recipe.training, n, recipe.trainer))
+    return training_geometry({**recipe.training, "num_generations": start}, n, recipe.trainer)
 
 
 def import_reward(path: str, key: str = "reward_funcs") -> Callable:

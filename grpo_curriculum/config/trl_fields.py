@@ -1,12 +1,16 @@
 """
-The fields of TRL's `GRPOConfig`, `ModelConfig` and `ScriptArguments` (name, type, default, choices), which a recipe's
-top-level keys are checked against, without importing TRL.
+The fields of TRL's `GRPOConfig` (or, for a recipe's `trainer: rloo`, `RLOOConfig`), `ModelConfig` and
+`ScriptArguments` (name, type, default, choices), which a recipe's top-level keys are checked against, without
+importing TRL.
 
 Importing TRL's config classes takes seconds (they pull in torch and transformers), so the package ships a snapshot,
 `trl_fields.json`, generated from the installed TRL and keyed by the versions of TRL and transformers (`GRPOConfig`
 inherits `transformers.TrainingArguments`). [`trl_fields`] uses it when both installed versions match, read with
 `importlib.metadata` (no import), and introspects the live classes otherwise. A test regenerates the snapshot from the
-installed TRL and compares it with the shipped file, so an upgrade fails loudly until it is regenerated:
+installed TRL and compares it with the shipped file, so an upgrade fails loudly until it is regenerated. It holds one
+field set a trainer ([`TRAINERS`]): `"fields"` for `GRPOConfig`, `"rloo_fields"` for `RLOOConfig` (whose defaults
+differ, e.g. `num_generations` 2 and `beta` 0.05, and which lacks GRPO's loss options and has `normalize_advantages`
+and `reward_clip_range`):
 
 ```bash
 python -m grpo_curriculum.config.trl_fields          # rewrite grpo_curriculum/trl_fields.json from the installed TRL
@@ -14,12 +18,12 @@ python -m grpo_curriculum.config.trl_fields --check  # exit 1 when the shipped f
 ```
 
 Types are written in a small vocabulary that [`~core.rules.Rule`] reads: a list of alternatives, each one of
-`"bool"`, `"int"`, `"float"`, `"str"`, `"null"`, `"dict"`, `"list"`, `"list[str]"`, `"list[float]"`, `"any"` (not
-checked here; TRL checks it when the config is built) or `{"choice": [...]}` (an enum's values, a `Literal`, the
-field's `choices` metadata, or for a `str` field whose values the code that reads it lists, those: see
-[`derived_choices`]). `lr_scheduler_kwargs` also has `"keywords"`: scheduler -> the keyword names its function takes
-from it (see [`scheduler_keywords`]), and a field typed `str | list[E]` (an enum `E`: `debug`) `"words"`, the values
-of `E` its list (or its string, one of them) may hold.
+`"bool"`, `"int"`, `"float"`, `"str"`, `"null"`, `"dict"`, `"list"`, `"list[str]"`, `"list[float]"` (a list or a
+tuple of them: `reward_clip_range`), `"any"` (not checked here; TRL checks it when the config is built) or
+`{"choice": [...]}` (an enum's values, a `Literal`, the field's `choices` metadata, or for a `str` field whose values
+the code that reads it lists, those: see [`derived_choices`]). `lr_scheduler_kwargs` also has `"keywords"`: scheduler
+-> the keyword names its function takes from it (see [`scheduler_keywords`]), and a field typed `str | list[E]` (an
+enum `E`: `debug`) `"words"`, the values of `E` its list (or its string, one of them) may hold.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ import typing
 from pathlib import Path
 
 SNAPSHOT = Path(__file__).with_name("trl_fields.json")
-CLASSES = {"GRPOConfig": "training", "ModelConfig": "model", "ScriptArguments": "script"}
+TRAINERS = {"grpo": "GRPOConfig", "rloo": "RLOOConfig"}
+"""A recipe's `trainer` -> the TRL config class its training keys are fields of (`grpo`, the default, first)."""
+SHARED = {"ModelConfig": "model", "ScriptArguments": "script"}
+CLASSES = {**dict.fromkeys(TRAINERS.values(), "training"), **SHARED}
 """TRL's config classes a recipe's keys belong to, and the [`Recipe`] attribute each one's values go to."""
 
 _SIMPLE = {bool: "bool", int: "int", float: "float", str: "str", type(None): "null", dict: "dict", list: "list"}
@@ -55,8 +62,8 @@ def _alternatives(tp) -> list:
         return [{"choice": list(args)}]
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return [{"choice": [member.value for member in tp]}]
-    if origin is list and args and args[0] in (str, float):
-        return [f"list[{_SIMPLE[args[0]]}]"]
+    if origin in (list, tuple) and args and args[0] in (str, float) and all(a in (args[0], ...) for a in args):
+        return [f"list[{_SIMPLE[args[0]]}]"]  # (a tuple: YAML and TRL's parser give a list)
     return [_SIMPLE.get(origin or tp, "any")]
 
 
@@ -184,20 +191,38 @@ def scheduler_keywords() -> dict[str, list[str] | None]:
     return keywords
 
 
+def fields_key(trainer: str) -> str:
+    """The snapshot's key of a trainer's field set: `"fields"` for `grpo`, `"rloo_fields"` for `rloo`."""
+    return "fields" if trainer == "grpo" else f"{trainer}_fields"
+
+
 def describe_trl() -> dict:
     """
     Introspect the installed TRL's config classes.
 
     Returns:
-        `dict`: `{"trl": version, "transformers": version, "fields": {name: {"owner", "type", "default"}}}`, the
-        fields in TRL's order (a name in several classes belongs to the last, as [`CLASSES`] lists them).
+        `dict`: `{"trl": version, "transformers": version, "fields": {name: {"owner", "type", "default"}},
+        "rloo_fields": {...}}`, one field set a trainer of [`TRAINERS`] that the installed TRL has: its config class,
+        `ModelConfig` and `ScriptArguments`, in TRL's order (a name in several classes belongs to the last).
     """
+    import trl
+
+    derived, keywords = derived_choices(), scheduler_keywords()
+    snapshot = {"trl": _version("trl"), "transformers": _version("transformers")}
+    for trainer, config in TRAINERS.items():
+        if hasattr(trl, config):
+            snapshot[fields_key(trainer)] = _describe_classes([config, *SHARED], derived, keywords)
+    return snapshot
+
+
+def _describe_classes(names: list[str], derived: dict, keywords: dict) -> dict:
+    """The fields of TRL's config classes `names` (see [`describe_trl`])."""
     import dataclasses
 
     import trl
 
-    fields, derived = {}, derived_choices()
-    for name in CLASSES:
+    fields = {}
+    for name in names:
         cls = getattr(trl, name)
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
@@ -218,8 +243,8 @@ def describe_trl() -> dict:
             if words:  # `debug: str | list[DebugOption]`: a list of them, or one of them
                 fields[f.name]["words"] = words
     if "lr_scheduler_kwargs" in fields:
-        fields["lr_scheduler_kwargs"]["keywords"] = scheduler_keywords()
-    return {"trl": _version("trl"), "transformers": _version("transformers"), "fields": fields}
+        fields["lr_scheduler_kwargs"]["keywords"] = keywords
+    return fields
 
 
 def _version(package: str) -> str | None:
@@ -230,17 +255,27 @@ def _version(package: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=1)
-def trl_fields() -> dict[str, dict]:
-    """
-    The fields of TRL's config classes: `{name: {"owner": class name, "type": [alternatives], "default": value}}`.
-
-    Read from the shipped snapshot when the installed TRL and transformers are the versions it was generated from,
-    else from the live classes (which imports TRL: seconds instead of milliseconds).
-    """
+def _snapshot() -> dict:
+    """The shipped snapshot when the installed TRL and transformers are the versions it was generated from, else
+    the live classes' (which imports TRL: seconds instead of milliseconds)."""
     snapshot = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
     if (snapshot["trl"], snapshot["transformers"]) == (_version("trl"), _version("transformers")):
-        return snapshot["fields"]
-    return describe_trl()["fields"]
+        return snapshot
+    return describe_trl()
+
+
+def trl_fields(trainer: str = "grpo") -> dict[str, dict]:
+    """
+    The fields a recipe of `trainer` ([`TRAINERS`]) may set: `{name: {"owner": class name, "type": [alternatives],
+    "default": value}}`, those of its TRL config class (`GRPOConfig`, `RLOOConfig`), `ModelConfig` and
+    `ScriptArguments`. A TRL without the trainer's class (an old release, which `trainer: rloo` is refused on) gives
+    `GRPOConfig`'s.
+    """
+    snapshot = _snapshot()
+    return snapshot.get(fields_key(trainer), snapshot["fields"])
+
+
+trl_fields.cache_clear = _snapshot.cache_clear  # (read the snapshot, or the live classes, again)
 
 
 # transformers 5.23 renamed `TrainingArguments.gradient_checkpointing[_kwargs]` to `activation_checkpointing[_kwargs]`
@@ -257,9 +292,12 @@ def field_name(key: str, fields: dict) -> str:
 
 def render(snapshot: dict) -> str:
     """The snapshot as written to `trl_fields.json`: one field a line, so a TRL upgrade reads as a short diff."""
-    lines = [f"{json.dumps(name)}: {json.dumps(spec, sort_keys=True)}" for name, spec in snapshot["fields"].items()]
+    sections = []
+    for key in [fields_key(trainer) for trainer in TRAINERS if fields_key(trainer) in snapshot]:
+        lines = [f"{json.dumps(name)}: {json.dumps(spec, sort_keys=True)}" for name, spec in snapshot[key].items()]
+        sections.append(f'{json.dumps(key)}: {{\n' + ",\n".join(lines) + "\n}")
     head = f'{{"trl": {json.dumps(snapshot["trl"])}, "transformers": {json.dumps(snapshot["transformers"])}, '
-    return head + '"fields": {\n' + ",\n".join(lines) + "\n}}\n"
+    return head + ", ".join(sections) + "}\n"
 
 
 def write_generated(path: Path, text: str, check: bool, stale: str, wrote: str = "") -> int:

@@ -318,6 +318,18 @@ def related_problems(training: Mapping, fields: Mapping) -> list[Problem]:
                 problems.append(Problem("load_best_model_at_end", True, f"needs `save_steps` ({every:g}) to be a "
                                         f"multiple of `eval_steps` ({checked:g})",
                                         f"e.g. `save_steps: {checked:g}`"))
+    if value("sync_ref_model") is True and value("beta") == 0:  # the trainer refuses it once the model has loaded
+        default = "" if "beta" in training else ", the trainer's default"
+        problems.append(Problem("sync_ref_model", True, f"needs a reference model, which the trainer builds only when "
+                                f"`beta` > 0 (beta is 0{default})", "set `beta` above 0 (e.g. `beta: 0.04`), or "
+                                "`sync_ref_model: false`"))
+    clip = training.get("reward_clip_range")  # RLOOConfig's: RLOOTrainer runs `rewards.clamp(clip[0], clip[1])`
+    if isinstance(clip, (list, tuple)) and (len(clip) != 2 or not all(map(math.isfinite, clip)) or clip[0] > clip[1]):
+        swapped = len(clip) == 2 and all(map(math.isfinite, clip))  # torch's clamp would set every reward to `high`
+        problems.append(Problem("reward_clip_range", clip, "must be two finite numbers [low, high] with low <= high "
+                                "(RLOOTrainer clamps each reward to them)",
+                                f"e.g. `reward_clip_range: {[clip[1], clip[0]] if swapped else [-1.0, 1.0]}`, or "
+                                "remove it (no clipping)"))
     low, high = value("entropy_coef_min"), value("entropy_coef_max")
     if is_number(low) and is_number(high) and low > high:
         problems.append(Problem("entropy_coef_min", low, f"must be at most entropy_coef_max ({high})",

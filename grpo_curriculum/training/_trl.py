@@ -86,7 +86,7 @@ def _unsupported(what: str) -> UnsupportedTRLError:
     )
 
 
-RLOO_TRL = (1, 16)  # the TRL release `CurriculumRLOOTrainer` is built and tested against
+from ..compat import RLOO_TRL  # noqa: E402  (the TRL release `CurriculumRLOOTrainer` is built and tested against)
 
 
 def require_rloo_trl() -> None:
