@@ -115,8 +115,8 @@ def test_gsm8k_recipe():
 
 CASES = {
     "rloo_refusals": [("loss_type", "use `trainer: grpo`"), ("scale_rewards", "not of RLOOConfig"),
-                      ("curriculum.stages[1].adaptive.policy", "is not supported with RLOOTrainer"),
-                      ("curriculum.stages[2].comparison.mode", "is not supported with RLOOTrainer")],
+                      ("curriculum.stages[2].comparison.mode", "is not supported with RLOOTrainer"),
+                      ("curriculum.stages[3].dynamic_sampling.on_limit", "on_limit")],
     "trainer_typo": [("trainer", "did you mean `rloo`?"), ("normalize_advantages", "use `trainer: rloo`")],
     "typo_top_level": [("num_generation", "did you mean `num_generations`?"),
                        ("learning_rat", "did you mean `learning_rate`?"),

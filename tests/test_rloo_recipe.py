@@ -84,13 +84,13 @@ def test_every_problem_at_once_rloo_refusals_included():
               {"num_generations": 4, "temperature": 1.0, "comparison": {"mode": "extremes"}}]
     found = problems({**BASE, "trainer": "rloo", "use_vllm": True, "delta": 2.0, "curriculum": {"stages": stages}})
     keys = [text.split(" ")[0].rstrip(":") for text in found]
-    assert keys == ["delta", "curriculum.stages[3].temperature", "curriculum.stages[1].adaptive.policy",
-                    "curriculum.stages[2].dynamic_sampling", "curriculum.stages[4].comparison.mode", "use_vllm"], found
-    assert "fix: set use_vllm to false" in found[-1]
+    # per_prompt and use_vllm are supported on RLOO; dynamic sampling's default on_limit (mask) is not
+    assert keys == ["delta", "curriculum.stages[3].temperature", "curriculum.stages[2].dynamic_sampling.on_limit",
+                    "curriculum.stages[4].comparison.mode"], found
+    assert not any("use_vllm" in text for text in found)
     stages[3]["temperature"] = 1.0  # every stage valid: the same refusals, from the whole schedule
     found = problems({**BASE, "trainer": "rloo", "curriculum": {"stages": stages}})
-    assert [text.split(" ")[0] for text in found] == ["curriculum.stages[1].adaptive.policy",
-                                                      "curriculum.stages[2].dynamic_sampling",
+    assert [text.split(" ")[0] for text in found] == ["curriculum.stages[2].dynamic_sampling.on_limit",
                                                       "curriculum.stages[4].comparison.mode"]
     assert parse_recipe({**BASE, "curriculum": {"stages": stages}}).trainer == "grpo"  # GRPO trains them all
 
@@ -138,10 +138,10 @@ def test_sweep_arms_train_with_the_recipes_trainer_and_rloo_refusals_name_the_ar
     arm = Arm("g4", [{"num_generations": 4, "temperature": 0.8}], num_generations=4, temperature=0.8)
     assert arm_recipe(str(RLOO_DEMO), raw, arm, seed=1).trainer == "rloo"  # what the arm's run builds its trainer from
     out = tmp_path / "sweep"
-    assert main(["sweep", "rloo-demo", "--arms", "g4", "per_prompt", "--max-steps", "2", "--out", str(out)]) == 2
+    assert main(["sweep", "rloo-demo", "--arms", "g4", "dynamic", "--max-steps", "2", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "1 of 2 arms refused, nothing was run" in err and "Traceback" not in err
-    assert "arm per_prompt (--arms per_prompt): curriculum.stages[0].adaptive.policy = 'per_prompt': is not " \
+    assert "arm dynamic (--arms dynamic): curriculum.stages[0].dynamic_sampling.on_limit = 'mask': is not " \
            "supported with RLOOTrainer" in err
     assert not out.exists()
 
