@@ -1,6 +1,7 @@
 """
-The defaults the study chose (issue 25, `benchmarks/study/` on its tuning seeds): per-prompt rounds take the next
-prompts of the stream in order (`lookahead` 0) and defer none (`defer` False); dynamic sampling draws at most
+The defaults the study chose (issue 25, `benchmarks/study/` on its tuning seeds; issue 37 on five tasks, one with
+settled prompts): per-prompt rounds take the next prompts of the stream in order (`lookahead` 0) and skip settled ones
+with GRESO's probabilities (`defer` True, `skip_target` 0.05; issue 25 had chosen no deferral); dynamic sampling draws at most
 `max_rounds` 2 generation rounds; a top-up round holds `generation_batch_size // max(2 * pilot, largest // 2)` prompts
 (16 at the study's batch 128 with candidates 2-16: its arm `top_up_p16`). A checkpoint written with the earlier
 defaults never resumes under the new ones silently.
@@ -22,15 +23,15 @@ from grpo_curriculum.training.checkpoint import LEGACY_DEFAULTS, knob_defaults
 
 def test_the_defaults_are_the_studys():
     adaptive = Adaptive((2, 4, 8, 16), policy="per_prompt")
-    assert (adaptive.lookahead, adaptive.defer) == (0, False)
+    assert (adaptive.lookahead, adaptive.defer, adaptive.skip_target) == (0, True, 0.05)
     assert DynamicSampling().max_rounds == 2
     assert adaptive.weight == "hard"
-    assert knob_defaults() == {"lookahead": 0, "defer": False, "weight": "hard", "max_rounds": 2,
+    assert knob_defaults() == {"lookahead": 0, "defer": True, "weight": "hard", "skip_target": 0.05, "max_rounds": 2,
                                "top_up_prompts": "largest_half"}
     assert LEGACY_DEFAULTS == {"lookahead": 2, "defer": True, "weight": "knapsack",  # of checkpoints without a record
-                               "max_rounds": 4, "top_up_prompts": "pilot_half"}
+                               "max_rounds": 4, "top_up_prompts": "pilot_half", "skip_target": 0.25}
     defaults = {field.name: field.default for field in dataclasses.fields(Adaptive)}
-    assert (defaults["lookahead"], defaults["defer"]) == (0, False)
+    assert (defaults["lookahead"], defaults["defer"], defaults["skip_target"]) == (0, True, 0.05)
 
 
 def test_the_default_top_up_round_is_the_studys():
@@ -61,14 +62,17 @@ def per_prompt_round(**knobs):
     return policy.allocator.prompts, policy.allocator.plan([], iter(range(100)), epoch=0)
 
 
-def test_a_default_per_prompt_round_takes_the_next_prompts_in_order_and_defers_none():
+def test_a_default_per_prompt_round_takes_the_next_prompts_in_order_skipping_settled_ones():
     prompts, plan = per_prompt_round()
-    assert prompts == 23
-    assert plan.taken == tuple(range(23)) and plan.read == 23  # the stream's next 23, in order: none waits
-    assert plan.left == () and plan.deferred == 0  # the settled prompts 0-11 included (their G is what is chosen)
-    assert sum(plan.sizes) == 128 and len(plan.sizes) == 23
-    assert max(plan.sizes[12:]) > min(plan.sizes[:12])  # the choice left: the settled prompts get the least G
-    # The knobs set explicitly still compare and defer, as before (the earlier defaults).
+    assert prompts == 23 and plan.left == ()  # none waits for the next round
+    assert plan.deferred > 0 and plan.read == 23 + plan.deferred  # settled prompts skipped, the next ones read
+    assert plan.taken == tuple(sorted(plan.taken)) and len(plan.taken) == 23  # the rest, in stream order
+    assert sum(plan.sizes) == 128
+    # The knobs of issue 25's default written out: no prompt skipped, the settled ones get the least G.
+    _, kept = per_prompt_round(defer=False, skip_target=0.25)
+    assert kept.taken == tuple(range(23)) and kept.read == 23 and kept.deferred == 0
+    assert max(kept.sizes[12:]) > min(kept.sizes[:12])
+    # The earlier knobs set explicitly still compare and defer, as before.
     _, before = per_prompt_round(lookahead=2, defer=True)
     assert before.deferred > 0 and before.taken != tuple(range(23))
 
@@ -78,6 +82,9 @@ def stages(per_prompt=None, dynamic=None):
     return [Stage(temperature=1.0, until_step=4,
                   adaptive=Adaptive((2, 4, 8), policy="per_prompt", **(per_prompt or {}))),
             Stage(num_generations=4, temperature=1.0, dynamic_sampling=DynamicSampling(**(dynamic or {})))]
+
+
+LEGACY = {"lookahead": 2, "weight": "knapsack", "skip_target": 0.25}  # the per-prompt knobs of version 5, written out
 
 
 def dynamic_setting(max_rounds):
@@ -93,26 +100,25 @@ def test_a_state_of_the_earlier_defaults_is_refused_where_a_stage_relies_on_toda
     changed = defaults_changed(stages(), legacy)
     assert isinstance(changed, DefaultsChanged)
     message = str(changed)
-    assert ("other defaults (lookahead 2, defer true, weight knapsack, max_rounds 4, top-up prompts generation_batch_size // "
-            "(2 * pilot))") in message  # every default the checkpoint differs in (no top-up stage here)
-    assert "prompts" not in changed.fix
-    assert "stage 0 has lookahead 0 (today's default; the checkpoint's: 2), defer false" in message
+    assert ("other defaults (lookahead 2, weight knapsack, skip_target 0.25, max_rounds 4, top-up prompts "
+            "generation_batch_size // (2 * pilot))") in message  # every default the checkpoint differs in
+    assert "prompts" not in changed.fix and "defer" not in changed.fix  # defer: true then and now
+    assert "stage 0 has lookahead 0 (today's default; the checkpoint's: 2), weight hard" in message
     assert "stage 1 has max_rounds 2 (today's default; the checkpoint's: 4)" in message
-    assert "stage 0's `adaptive`: `lookahead: 2, defer: true, weight: knapsack`" in changed.fix
+    assert "stage 0's `adaptive`: `lookahead: 2, weight: knapsack, skip_target: 0.25`" in changed.fix
     assert "stage 1's `dynamic_sampling`: `max_rounds: 4`" in changed.fix
     # The earlier defaults written out, or values no default ever had: the same rule then and now.
-    assert defaults_changed(stages({"lookahead": 2, "defer": True, "weight": "knapsack"}, {"max_rounds": 4}), legacy) is None
-    assert defaults_changed(stages({"lookahead": 5, "defer": True, "weight": "knapsack"}, {"max_rounds": 3}), legacy) is None
-    only_defer = defaults_changed(stages({"lookahead": 5, "weight": "knapsack"}, {"max_rounds": 4}), legacy)
-    assert "stage 0 has defer false" in str(only_defer) and "lookahead" not in only_defer.fix
+    assert defaults_changed(stages({**LEGACY, "defer": True}, {"max_rounds": 4}), legacy) is None
+    assert defaults_changed(stages({**LEGACY, "lookahead": 5}, {"max_rounds": 3}), legacy) is None
+    only_skip = defaults_changed(stages({"lookahead": 5, "weight": "knapsack"}, {"max_rounds": 4}), legacy)
+    assert "stage 0 has skip_target 0.05" in str(only_skip) and "lookahead" not in only_skip.fix
     # A dynamic stage the state shows running: with today's value it ran with it; with the earlier default, not.
-    assert defaults_changed(stages({"lookahead": 2, "defer": True, "weight": "knapsack"}),
-                             {"current": dynamic_setting(2), "switches": []}) is None
-    ran_4 = defaults_changed(stages({"lookahead": 2, "defer": True, "weight": "knapsack"}), {"current": dynamic_setting(4), "switches": []})
+    assert defaults_changed(stages(LEGACY), {"current": dynamic_setting(2), "switches": []}) is None
+    ran_4 = defaults_changed(stages(LEGACY), {"current": dynamic_setting(4), "switches": []})
     assert "max_rounds 2 (today's default; the checkpoint's: 4, and it ran this stage with 4)" in str(ran_4)
     switch = {"step": 4, "round": 4, "from": {"stage": 0, "num_generations": None, "temperature": 1.0},
               "to": dynamic_setting(3), "reason": "stage 1 starts"}
-    ran_3 = defaults_changed(stages({"lookahead": 2, "defer": True, "weight": "knapsack"}), {"current": None, "switches": [switch]})
+    ran_3 = defaults_changed(stages(LEGACY), {"current": None, "switches": [switch]})
     assert "it ran this stage with 3" in str(ran_3) and "stage 1's `dynamic_sampling`: `max_rounds: 3`" in ran_3.fix
 
 
@@ -124,7 +130,7 @@ def test_a_state_written_now_resumes_under_any_knobs():
         assert defaults_changed(stages(knobs), now) is None
 
 
-@pytest.mark.parametrize("knob", ["lookahead", "defer", "max_rounds"])
+@pytest.mark.parametrize("knob", ["lookahead", "skip_target", "max_rounds"])
 def test_a_state_of_other_defaults_compares_knob_by_knob(knob):
     """A state that records other defaults: only the knobs that differ count."""
     recorded = {**knob_defaults(), knob: LEGACY_DEFAULTS[knob]}
@@ -138,13 +144,14 @@ def test_a_knob_a_state_does_not_record_has_its_legacy_default():
     """The first version-6 states recorded lookahead, defer and max_rounds but not the top-up round size: they ran
     the earlier rule. A per-prompt and dynamic-sampling run is not affected; a top-up one is."""
     first_6 = {"current": None, "switches": [], "defaults": {"lookahead": 0, "defer": False, "max_rounds": 2}}
-    weight = defaults_changed(stages(), first_6)  # they ran the per-prompt weight knapsack
-    assert "stage 0 has weight hard (today's default; the checkpoint's: knapsack)" in str(weight)
-    assert "stage 0's `adaptive`: `weight: knapsack`" in weight.fix
-    assert defaults_changed(stages({"weight": "knapsack"}), first_6) is None
+    weight = defaults_changed(stages(), first_6)  # they ran the per-prompt weight knapsack (and skip_target 0.25)
+    assert "weight hard (today's default; the checkpoint's: knapsack)" in str(weight)
+    assert "stage 0's `adaptive`: `defer: false, weight: knapsack, skip_target: 0.25`" in weight.fix
+    assert defaults_changed(stages({"weight": "knapsack", "defer": False, "skip_target": 0.25}), first_6) is None
     changed = defaults_changed(top_up_stages(), first_6, 128)
     assert changed is not None
-    assert "other defaults (weight knapsack, top-up prompts generation_batch_size // (2 * pilot))" in str(changed)
+    assert ("other defaults (defer false, weight knapsack, skip_target 0.25, top-up prompts generation_batch_size // "
+            "(2 * pilot))") in str(changed)
     assert "stage 0's `adaptive`: `prompts: 32`" in changed.fix
 
 

@@ -151,12 +151,12 @@ def _tuning_probe(runs: list[dict], task: str, arm: str, tuning: list[int]) -> d
 def meets_rule(runs: list[dict], task: str, arm: str, tuning: list[int]) -> bool:
     """
     Issue 25's rule of an arm's mode, on a task's tuning seeds (see [`rule_checks`] for the reported seeds):
-    per-prompt gives rare-success prompts at least its mean G and defers none; top-up's informative share is above
+    per-prompt gives rare-success prompts at least its mean G (deferring none, until issue 37); top-up's informative share is above
     the static G of its mean G (the same budget). Other modes have no rule (true).
     """
     mode, probe = mode_of(arm), _tuning_probe(runs, task, arm, tuning)
-    if mode == "per_prompt":  # issue 37: the fixed-kind rules (deferral allowed), and rare prompts not starved here
-        return fixed_kind_ok(arm) and probe["rare_G"] >= probe["mean_G"]
+    if mode == "per_prompt":  # issue 37: rare prompts not starved here (deferral allowed); see also `fixed_kind_met`
+        return probe["rare_G"] >= probe["mean_G"]
     if mode == "top_up":
         static = f"static_g{min(CANDIDATES, key=lambda c: abs(c - probe['mean_G']))}"
         return probe["informative"] > _tuning_probe(runs, task, static, tuning)["informative"]
@@ -164,20 +164,24 @@ def meets_rule(runs: list[dict], task: str, arm: str, tuning: list[int]) -> bool
 
 
 @functools.cache
-def fixed_kind_ok(arm: str) -> bool:
-    """Whether a per-prompt arm's rule meets every fixed-kind rule ([`fixed_kinds.checks`])."""
+def fixed_kind_met(arm: str) -> int:
+    """How many of the fixed-kind rules ([`fixed_kinds.checks`]) an adaptive arm's rule meets (0 for other arms)."""
     from .arms import arm_stages
-    from .fixed_kinds import checks
+    from .fixed_kinds import RULES, checks
 
-    return all(c["ok"] for c in checks(arm_stages(arm)[0].adaptive).values())
+    adaptive = arm_stages(arm)[0].adaptive
+    if adaptive is None or adaptive.policy not in RULES:
+        return 0
+    return sum(c["ok"] for c in checks(adaptive).values())
 
 
 def defaults(runs: list[dict], tasks: list[str], tuning: list[int]) -> dict[str, str]:
     """
     Per adaptive mode, the one default the library ships, chosen on the tuning seeds only: among the variants that
-    meet the mode's rule on every task ([`meets_rule`]; all of them when none does), the one with the largest AUC
-    difference to each task's reference (its tuning seeds' mean AUC minus the reference's), averaged over the tasks.
-    A variant missing a tuning seed of some task is not a candidate.
+    meet the mode's rule on every task ([`meets_rule`]; all of them when none does), the one meeting the most
+    fixed-kind rules ([`fixed_kind_met`]: issue 37's constraints, which no variant may meet in full), then with the
+    largest AUC difference to each task's reference (its tuning seeds' mean AUC minus the reference's), averaged over
+    the tasks. A variant missing a tuning seed of some task is not a candidate.
     """
     per_task = {}
     for task in tasks:
@@ -195,8 +199,8 @@ def defaults(runs: list[dict], tasks: list[str], tuning: list[int]) -> dict[str,
                   if per_task and all(a in d for d in per_task.values())}  # fmt: skip
         ruled = {a: v for a, v in scores.items() if all(meets_rule(runs, t, a, tuning) for t in per_task)}
         scores = ruled or scores
-        if scores:
-            out[mode] = max(scores, key=scores.get)
+        if scores:  # the most fixed-kind rules met first (issue 37: constraints), then the AUC
+            out[mode] = max(scores, key=lambda a: (fixed_kind_met(a), scores[a]))
     return out
 
 

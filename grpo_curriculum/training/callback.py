@@ -119,7 +119,7 @@ def _stage_knobs(stage: Stage) -> tuple[str, dict] | None:
     `("dynamic_sampling", {...})` for dynamic sampling, else `None`."""
     if stage.adaptive is not None and stage.adaptive.per_prompt:
         return "adaptive", {"lookahead": stage.adaptive.lookahead, "defer": stage.adaptive.defer,
-                            "weight": stage.adaptive.weight}
+                            "weight": stage.adaptive.weight, "skip_target": stage.adaptive.skip_target}
     if stage.top_up is not None:
         return "adaptive", {"top_up_prompts": TopUp.PROMPTS_RULE if stage.top_up.prompts is None else None}
     if stage.dynamic_sampling is not None:

@@ -52,12 +52,12 @@ PER_PROMPT_SINCE = 4  # the value-maximising per-prompt rule: earlier per-prompt
 REQUIRED = ("version", "global_step", "micro_step", "callback", "stream", "round_start_stream", "round_plan",
             "geometry", "prompt_report")  # fmt: skip
 LEGACY_DEFAULTS = {"lookahead": 2, "defer": True, "weight": "knapsack", "max_rounds": 4,
-                   "top_up_prompts": "pilot_half"}
+                   "top_up_prompts": "pilot_half", "skip_target": 0.25}
 """The defaults of the knobs in [`knob_defaults`] that a state without `callback.defaults` (version 5 and before) was
 written with: per-prompt `lookahead`, `defer` and `weight`, dynamic sampling's `max_rounds`, and the rule of a top-up
 round's default size (`"pilot_half"`: `generation_batch_size // (2 * pilot)` prompts). A knob a state's
 `callback.defaults` does not record has its value here (the first version-6 states recorded no `weight` and no
-`top_up_prompts`)."""
+`top_up_prompts`; none before issue 37 recorded `skip_target`, 0.25 until then)."""
 MAX_FILE_BYTES = 1 << 30
 """Largest file read back, in bytes (1 GiB; the curriculum files of a 50k-prompt checkpoint take under 1 MB)."""
 MAX_STATE_BYTES = 32 << 20
@@ -114,7 +114,8 @@ def describe_write_error(folder: str, cause: BaseException) -> str:
 
 def knob_defaults() -> dict:
     """
-    This version's defaults of the knobs whose defaults changed (per-prompt `lookahead`, `defer` and `weight`, dynamic
+    This version's defaults of the knobs whose defaults changed (per-prompt `lookahead`, `defer`, `weight` and
+    `skip_target`, dynamic
     sampling's `max_rounds`, the rule of a top-up round's default size, `top_up_prompts`): a checkpoint records them
     (`callback.defaults`), so that a run resumed by a version with other defaults can tell a knob its recipe left at
     the default from one it set (see [`~training.callback.CurriculumCallback.load_state_dict`]).
@@ -126,7 +127,8 @@ def knob_defaults() -> dict:
 
     adaptive = {field.name: field.default for field in fields(Adaptive)}
     return {"lookahead": adaptive["lookahead"], "defer": adaptive["defer"], "weight": adaptive["weight"],
-            "max_rounds": DynamicSampling().max_rounds, "top_up_prompts": TopUp.PROMPTS_RULE}
+            "skip_target": adaptive["skip_target"], "max_rounds": DynamicSampling().max_rounds,
+            "top_up_prompts": TopUp.PROMPTS_RULE}
 
 
 def atomic_write(path: str | os.PathLike, write, binary: bool = False) -> None:
