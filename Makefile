@@ -22,7 +22,7 @@ COMPAT_PINS := "trl==$(TRL)" $(if $(TRANSFORMERS),"transformers==$(TRANSFORMERS)
 # its CPU communication op is compiled on first use (~2 min, needs a C++ compiler and ninja), then cached.
 DS_VENV := .venv-deepspeed
 
-.PHONY: test test-slow test-deepspeed mutations demo check-recipes bench clean compat
+.PHONY: test test-slow test-deepspeed mutations demo check-recipes bench study-peers clean compat
 
 # Setup takes minutes on a fresh machine: each phase says what it does, and pip prints a line per package.
 $(VENV)/.installed: pyproject.toml tests/constraints.txt
@@ -68,6 +68,11 @@ check-recipes: $(VENV)/.installed
 bench: $(VENV)/.installed  # the overhead, then every part of the study once (`--quick`, docs/study.md)
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/study --quick
+
+# `make study-peers`: the published peers the study runs as arms (mode `peer`, `--extra trl_cgrpo`; docs/study.md),
+# benchmark-only, never a dependency of the package. trl-cgrpo 0.2.0 pins trl<1.15 but trains with TRL 1.16: --no-deps.
+study-peers: $(VENV)/.installed
+	$(PY) -m pip install --no-deps "trl-cgrpo==0.2.0"
 
 $(COMPAT_VENV)/.installed: pyproject.toml
 	@test -n "$(TRL)" || { echo "usage: make compat TRL=1.14.2 [TRANSFORMERS=4.57.6] (a release of each)"; exit 2; }

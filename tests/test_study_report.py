@@ -58,9 +58,29 @@ def test_a_rerun_skips_the_runs_already_on_disk(tmp_path, monkeypatch):
 
 
 def test_every_arm_of_the_study_builds_its_stages():
-    for arm in arms.ARMS:
+    for arm in arms.LIBRARY_ARMS:
         stages = arms.arm_stages(arm)
         assert stages and all(stage.temperature == arms.TEMPERATURE for stage in stages)
     assert [arm for mode, names in arms.MODES.items() for arm in names] == arms.ARMS
+    assert arms.LIBRARY_ARMS == [a for a in arms.ARMS if arms.mode_of(a) not in arms.PEER_MODES]
     with pytest.raises(ValueError, match="unknown arm"):
-        arms.arm_stages("cgrpo")  # the first study's peer arm, retired with it
+        arms.arm_stages("cgrpo")  # the first study's peer arm, retired with it (now `trl_cgrpo`, mode `peer`)
+    with pytest.raises(ValueError, match="peer arm"):
+        arms.arm_stages("trl_cgrpo")  # another package's trainer: no stages
+
+
+def test_a_missing_peer_package_fails_with_its_install_command(monkeypatch):
+    monkeypatch.setattr(arms.importlib.util, "find_spec", lambda name: None)
+    assert arms.peer_missing("static_g4") is None
+    assert arms.peer_missing("trl_cgrpo") == "pip install --no-deps trl-cgrpo==0.2.0"
+    with pytest.raises(ImportError, match=r"pip install --no-deps trl-cgrpo==0\.2\.0"):
+        arms.run_arm("prefix_settled", "trl_cgrpo", 0, 1, 1, warm={})  # before any training
+
+
+def test_cgrpo_calibration_answers_are_what_its_extractor_reads():
+    """Level 0's answer is `<eos>` alone (decoded ""), an impossible prompt's reference is never decoded."""
+    data = arms.cgrpo_calibration("prefix_settled", 0)
+    assert len(data) == arms.CGRPO_CALIBRATION and sum(not ok for ok in data["solvable"]) == 8
+    for target, ok, answer in zip(data["target"], data["solvable"], data["answer"], strict=True):
+        assert answer == (arms.cgrpo_answer(target) if ok else arms.CGRPO_UNSOLVABLE)
+    assert arms.cgrpo_answer(" ") == arms.CGRPO_EOS and arms.cgrpo_answer("red cat") == "red cat"

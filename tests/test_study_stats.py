@@ -131,6 +131,22 @@ def test_one_default_a_mode_is_chosen_over_every_task_on_the_tuning_seeds():
     assert summary["preregistered"] == ["static_g4", "per_prompt"]  # the defaults (top_up has no reported runs)
 
 
+def test_a_peer_arm_is_never_chosen_but_is_reported_as_an_extra_arm():
+    """trl_cgrpo (mode `peer`) ahead of every arm, even on the tuning seeds: not a default, an extra row."""
+    runs = _runs(lambda seed: [0.5, 0.7, 0.8, 0.85])
+    runs += [_stand_in_run("trl_cgrpo", seed, [0.5, 0.95, 0.96, 0.97], 70) for seed in TUNING + REPORTED]
+    assert "peer" not in stats.choose(runs, "prefix_levels", TUNING)
+    default = stats.defaults(runs, ["prefix_levels"], TUNING)
+    assert "trl_cgrpo" not in default.values()
+    summary = stats.summarise(runs, "prefix_levels", TUNING, REPORTED, default, extra=["trl_cgrpo"])
+    assert "trl_cgrpo" not in summary["preregistered"] and summary["rows"]["trl_cgrpo"]["auc_diff_ci"][0] > 0
+    verdict = report.verdict_json({"prefix_levels": summary}, "cmd", TUNING, {})
+    arm = verdict["tasks"]["prefix_levels"]["arms"]["trl_cgrpo"]
+    assert (arm["mode"], arm["role"], arm["verdict"]) == ("peer", "extra", "better")
+    measured = stats.targets({"prefix_levels": summary})["tasks"]["prefix_levels"]
+    assert "trl_cgrpo" not in measured["wins"] + measured["auc_above_0"]  # the product targets: the library's modes
+
+
 def test_a_default_must_meet_its_modes_rule_on_the_tuning_seeds_when_a_variant_does():
     """top_up_p16 has the smaller AUC but raises the informative share over static G 4 (its mean G); top_up not."""
     runs = _runs(lambda seed: [0.5, 0.7, 0.8, 0.85])

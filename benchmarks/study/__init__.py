@@ -9,6 +9,9 @@ seeds a task and `TUNING` separate tuning seeds on which the reference static G 
     python benchmarks/study --report-only --out /work/study-out  # the report from the finished runs
     python benchmarks/study --quick                          # every part once, in a temporary folder (`make bench`)
 
+The peer arm `trl_cgrpo` (the published trl-cgrpo 0.2.0, mode `peer`: never tuned nor a default, an extra row against
+the reference) needs `pip install --no-deps trl-cgrpo==0.2.0` (`make study-peers`) and runs with `--extra trl_cgrpo`.
+
 Results: `benchmarks/results/study2.{md,json}`, `verdict.json`, `study2_TASK.png` (`--results` copies them there);
 the analysis is docs/study.md.
 """

@@ -16,8 +16,8 @@ import argparse  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-from study.arms import (ARMS, MODES, POINTS, REPORTED, STEPS, TUNING, TUNING_SEED_BASE, load_runs,  # noqa: E402
-                        run_jobs)
+from study.arms import (ARMS, LIBRARY_ARMS, MODES, PEER_MODES, POINTS, REPORTED, STEPS, TUNING,  # noqa: E402
+                        TUNING_SEED_BASE, load_runs, peer_missing, run_jobs)
 from study.report import report  # noqa: E402
 from study.stats import choose, defaults  # noqa: E402
 from study.tasks import TASKS  # noqa: E402
@@ -26,7 +26,8 @@ from study.tasks import TASKS  # noqa: E402
 # 4 steps of 128 completions, 2 evaluations: every part of the instrument once (no verdict: one seed). Both seeds run
 # every arm at once, one process each, so the reported phase need not wait for the tuning phase's choice.
 QUICK = {"tasks": ["prefix_levels"], "tuning": 1, "reported": 1, "steps": 4, "points": 2,
-         "arms": ["static_g4", "static_g8", *(arms[0] for mode, arms in MODES.items() if mode not in ("static",))]}
+         "arms": ["static_g4", "static_g8", *(arms[0] for mode, arms in MODES.items()
+                                              if mode not in ("static", *PEER_MODES))]}  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -38,7 +39,8 @@ def main(argv=None) -> int:
                              "run too")  # fmt: skip
     parser.add_argument("--reported", type=int, default=REPORTED, help="reported seeds 0, 1, ...")
     parser.add_argument("--tuning", type=int, default=TUNING, help=f"tuning seeds {TUNING_SEED_BASE}, ...")
-    parser.add_argument("--extra", nargs="*", default=[], choices=ARMS, help="more arms on the reported seeds")
+    parser.add_argument("--extra", nargs="*", default=[], choices=ARMS,
+                        help="more arms on the reported seeds (the only way to run a peer arm, e.g. trl_cgrpo)")
     parser.add_argument("--steps", type=int, default=STEPS, help="budget in steps of 128 completions")
     parser.add_argument("--points", type=int, default=POINTS, help="evaluations after step 0")
     parser.add_argument("--jobs", type=int, default=2, help="processes in parallel (one torch thread each)")
@@ -47,7 +49,11 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="every part once, in a temporary folder: "
                         + ", ".join(f"{k} {v}" for k, v in QUICK.items()))  # fmt: skip
     options = parser.parse_args(argv)
-    arms = ARMS
+    missing = {arm: install for arm in options.extra if (install := peer_missing(arm))}
+    if missing and not options.report_only:
+        parser.error("; ".join(f"the peer arm {arm} needs its package: {install} (or `make study-peers`)"
+                               for arm, install in missing.items()))  # fmt: skip
+    arms = LIBRARY_ARMS  # the tuning phase's: the peer arms are never tuned nor a default
     if options.quick:
         options.out = tempfile.mkdtemp(prefix="study-quick-")
         options.tasks, options.tuning, options.reported = QUICK["tasks"], QUICK["tuning"], QUICK["reported"]

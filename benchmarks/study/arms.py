@@ -4,10 +4,16 @@ each mode the library's default before the study chose); every arm of a (task, s
 and prompt order, at temperature `TEMPERATURE`, the same learning rate and the same budget of *generated*
 completions (`steps x GENERATION_BATCH`). Each run's record is written to `OUT/runs/TASK__SEED__ARM.json` as it
 finishes; a rerun skips those that exist (the warm start of a (task, seed) is recomputed: it is deterministic).
+
+Peer arms (`PEER_MODES`: another package's trainer, benchmark-only, not a dependency of the package) are never tuned
+nor chosen as a default; they run on the reported seeds with `--extra` and appear in the report as extra arms against
+the reference. `trl_cgrpo`: the published `trl-cgrpo` 0.2.0 (`pip install --no-deps trl-cgrpo==0.2.0`, or
+`make study-peers`; it pins TRL < 1.15 but trains with TRL 1.16).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -17,9 +23,9 @@ import time
 import warnings
 from pathlib import Path
 
-from .tasks import (CANDIDATES, GRADED, MAX_COMPLETION_LENGTH, REWARD_FLIP, TEMPERATURE, ExactAnswer,
-                    GenerationCounter, Probe, budget_callback, curriculum_groups, evaluator, success_histogram,
-                    warm_model)
+from .tasks import (CANDIDATES, GRADED, IMPOSSIBLE, MAX_COMPLETION_LENGTH, REWARD_FLIP, TASKS, TEMPERATURE,
+                    ExactAnswer, GenerationCounter, Probe, budget_callback, curriculum_groups, evaluator,
+                    level_dataset, success_histogram, warm_model)
 
 GENERATION_BATCH = 128
 LEARNING_RATE = 1e-3  # chosen on tuning seeds 100, 101 (docs/study.md): every static arm and rule rose at it
@@ -37,8 +43,33 @@ MODES = {  # mode: its variants (arm names), the first one the library's default
     "dynamic": ["dynamic_g4", "dynamic_g8", "dynamic_g16", "dynamic_g4_r2", "dynamic_g8_r2"],
     # coarse to fine comparisons (issue 29) at the G of the reference static arm the tuning seeds chose (16)
     "comparison": ["comparison_extremes_g16", "comparison_margin_g16"],
+    # another package's trainer on the same budget, warm start, prompts, temperature, learning rate and evaluation
+    # (`PEER_MODES`: never tuned, never a default; `--extra` only)
+    "peer": ["trl_cgrpo"],
 }
+PEER_MODES = ("peer",)
 ARMS = [arm for arms in MODES.values() for arm in arms]
+LIBRARY_ARMS = [arm for mode, arms in MODES.items() if mode not in PEER_MODES for arm in arms]  # the tuning phase's
+PEER_PACKAGES = {"trl_cgrpo": ("trl_cgrpo", "pip install --no-deps trl-cgrpo==0.2.0")}  # arm: (module, install)
+# `trl_cgrpo` (trl-cgrpo 0.2.0's `CGRPOTrainer`): each prompt is sampled along `budget_grid` = CANDIDATES (2, 4, 8, 16:
+# the study's candidates; its default grid adds 32) and stops at the first budget whose split-conformal set of its
+# answers is a singleton; a stopped prompt's group is padded to width 16 with masked rows that are never generated (not
+# counted: it generates through `model.generate`, so `GenerationCounter` counts what it generates). Its geometry knob
+# is the prompts a step (rows = prompts x 16): `CGRPO_MEAN_G` 8 gives 16 prompts, 256 rows, i.e. the study's round of
+# 128 completions at a mean G of 8 (`top_up_p16`'s geometry; trl-cgrpo's mean G on `prefix_levels` in the first study
+# was 8.0, and 8.1 on `prefix_settled` seed 0's first steps), so a step generates 32-256 completions, and the run stops
+# at the first step that reaches the budget of generated completions, like the others (up to one step, 256, past it).
+# Everything else is its default: `score` "aps" (its score for tasks with a comparable final answer; the answer is the
+# completion's text, [`cgrpo_answer`]), `delta` None (from the calibration solve rate + `delta_margin` 0.05),
+# `recalibrate_every` 50 steps, `calibration_batch_size` (a call's rows = a step's), the whole calibration set
+# (`CGRPO_CALIBRATION` prompts of the task's mix, seeded apart from the training and held-out prompts). Its calibration
+# rollouts (`CGRPO_CALIBRATION` x 16 a calibration) are generated completions: counted in the budget and recorded apart
+# (`calibration`). The probe sees each step's groups without their padding ([`cgrpo_groups`]): the same as the others'.
+CGRPO_MEAN_G = 8
+CGRPO_CALIBRATION = 32  # calibration prompts (512 completions a calibration, 8% of the 6,144 budget)
+CALIBRATION_PROMPT_SEED = 20_000
+CGRPO_EOS = "<eos>"  # the answer of a level-0 prompt (`<eos>` alone decodes to ""; trl-cgrpo drops "" as unparsed)
+CGRPO_UNSOLVABLE = "<unsolvable>"  # an impossible prompt's reference answer: never decoded, as its reward is never 1
 SKIP_ARMS = {  # the fixed-kind check's best knobs (benchmarks/study/fixed_kinds.py), explicit
     # `per_prompt_skip`: the stream's next prompts (lookahead 0), settled ones skipped with GRESO's probabilities
     "per_prompt_skip": {"weight": "hard", "lookahead": 0, "defer": True, "skip_target": 0.05},
@@ -52,10 +83,18 @@ def mode_of(arm: str) -> str:
     return next(mode for mode, arms in MODES.items() if arm in arms)
 
 
+def peer_missing(arm: str) -> str | None:
+    """The install command of a peer arm whose package is not importable; `None` when it is, or for a library arm."""
+    module, install = PEER_PACKAGES.get(arm, (None, None))
+    return None if module is None or importlib.util.find_spec(module) is not None else install
+
+
 def arm_stages(arm: str):
     """The stages of an arm of this study (the rule variants of `MODES`)."""
     from grpo_curriculum import Adaptive, DynamicSampling, Stage
 
+    if arm in PEER_PACKAGES:
+        raise ValueError(f"{arm!r} is a peer arm (another package's trainer, run by `run_arm`): it has no stages")
     t = TEMPERATURE
     if arm.startswith("static_g"):
         return [Stage(num_generations=int(arm.removeprefix("static_g")), temperature=t)]
@@ -97,13 +136,17 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict,
             max_grad_norm: float | None = None, reward_flip: float = 0.0) -> dict:  # fmt: skip
     """
     Train one arm from the warm start to `steps x generation_batch` generated completions; its record. `stages`: the
-    arm's stages when not [`arm_stages`]'s; `max_grad_norm`: the gradient
+    arm's stages when not [`arm_stages`]'s (a peer arm has none: ignored); `max_grad_norm`: the gradient
     clipping norm (`None`: the `GRPOConfig` default); `reward_flip`: each training reward is flipped with this
-    probability (a noisy reward; the evaluation stays exact).
+    probability (a noisy reward; the evaluation stays exact). A peer arm's record adds `calibration` (`trl_cgrpo`: the
+    completions its calibrations generated, part of `generated`).
     """
     import copy
 
     from transformers import PrinterCallback
+
+    if install := peer_missing(arm):
+        raise ImportError(f"the study's arm `{arm}` needs its package: {install} (or `make study-peers`)")
 
     start = time.perf_counter()
     budget = steps * generation_batch
@@ -123,17 +166,23 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict,
         from grpo_curriculum.training.callback import CurriculumCallback
         from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
-        stages = arm_stages(arm) if stages is None else stages
-        args = GRPOConfig(output_dir=output_dir, per_device_train_batch_size=generation_batch, max_steps=steps,
-                          num_generations=stages[0].num_generations, **common)  # fmt: skip
-        trainer = CurriculumGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
-                                        train_dataset=warm["train"],
-                                        callbacks=[CurriculumCallback(stages), recorder])  # fmt: skip
-        groups = curriculum_groups(trainer)
+        calibration = None
+        if arm == "trl_cgrpo":
+            trainer, calibration = cgrpo_trainer(task, seed, model, tokenizer, reward, recorder, counter, output_dir,
+                                                 budget, generation_batch, warm["train"], common)  # fmt: skip
+            groups, increments = cgrpo_groups(trainer), False  # one reward call a step: its groups, padding left out
+        else:
+            stages = arm_stages(arm) if stages is None else stages
+            args = GRPOConfig(output_dir=output_dir, per_device_train_batch_size=generation_batch, max_steps=steps,
+                              num_generations=stages[0].num_generations, **common)  # fmt: skip
+            trainer = CurriculumGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
+                                            train_dataset=warm["train"],
+                                            callbacks=[CurriculumCallback(stages), recorder])  # fmt: skip
+            groups = curriculum_groups(trainer)
+            # rounds sampled in increments: the probe groups rows by prompt
+            increments = any(st.dynamic_sampling is not None
+                             or (st.adaptive is not None and st.adaptive.policy == "top_up") for st in stages)
         trainer.remove_callback(PrinterCallback)
-        # rounds sampled in increments: the probe groups rows by prompt
-        increments = any(st.dynamic_sampling is not None
-                         or (st.adaptive is not None and st.adaptive.policy == "top_up") for st in stages)
         probe = Probe(model, reward, None if increments else groups, round_size=generation_batch)
         reward.observer = probe
         trainer.train()
@@ -145,6 +194,14 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict,
               "dropped": sum(h.get("curriculum/dropped", 0) for h in lines),
               "increments": statistics.fmean(h.get("curriculum/increments", 1) for h in lines) if lines else math.nan,
               "informative_steps": sum(share >= 1 - 1e-9 for share in shares) / len(shares) if shares else math.nan}
+    peer = {}
+    if calibration is not None:  # trl_cgrpo: its calibration completions (in `generated`) and its own logs
+        mean_k = [h["cgrpo/mean_k"] for h in history if "cgrpo/mean_k" in h]
+        peer = {"calibration": calibration[0]}
+        logged.update({"mean_k": statistics.fmean(mean_k) if mean_k else math.nan,
+                       "delta": [h["cgrpo/delta"] for h in history if "cgrpo/delta" in h],
+                       "calibration_solve_rate": [h["cgrpo/calibration_solve_rate"] for h in history
+                                                  if "cgrpo/calibration_solve_rate" in h]})  # fmt: skip
     return {
         "task": task, "arm": arm, "seed": seed, "budget": budget, "steps": trainer.state.global_step,
         "generated": counter.count, "eval": recorder.points, "probe": probe.summary(),
@@ -152,7 +209,68 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict,
         "success_histogram": {"start": start_histogram, "end": success_histogram(model, warm)},
         "logged": logged,
         "train_time": recorder.train_time, "eval_time": recorder.eval_time, "run_time": time.perf_counter() - start,
+        **peer,
     }  # fmt: skip
+
+
+def cgrpo_calibration(task: str, seed: int):
+    """
+    trl_cgrpo's calibration prompts: `CGRPO_CALIBRATION` prompts of the task's training mix (impossible ones included),
+    seeded apart from the training and held-out prompts; column `answer`: the reference answer as its
+    `answer_extractor` ([`cgrpo_answer`]) decodes it (`CGRPO_UNSOLVABLE` for an impossible prompt).
+    """
+    weights = TASKS[task][1]
+    data = level_dataset(task, CGRPO_CALIBRATION, CALIBRATION_PROMPT_SEED + seed, weights, IMPOSSIBLE.get(task, 0.0))
+    answers = [cgrpo_answer(t) if ok else CGRPO_UNSOLVABLE for t, ok in zip(data["target"], data["solvable"],
+                                                                            strict=True)]  # fmt: skip
+    return data.add_column("answer", answers)
+
+
+def cgrpo_answer(text: str) -> str:
+    """trl_cgrpo's `answer_extractor`: a completion's answer is its whole text (`CGRPO_EOS` for `<eos>` alone). It sees
+    text decoded without special tokens, so a completion that holds another special token (`<pad>`, `<unk>`, `<bos>`)
+    between the right words reads as right, where the reward's token comparison says wrong (rare)."""
+    return text.strip() or CGRPO_EOS
+
+
+def cgrpo_groups(trainer):
+    """Group rows of a `CGRPOTrainer` batch: blocks of `num_generations`, less the rows it padded (never generated)."""
+
+    def rows(n: int) -> list[list[int]]:
+        width, padded = trainer.num_generations, trainer._padded_rows or [False] * n
+        return [[i for i in range(s, s + width) if not padded[i]] for s in range(0, n, width)]
+
+    return rows
+
+
+def cgrpo_trainer(task, seed, model, tokenizer, reward, recorder, counter, output_dir, budget, generation_batch, train,
+                  common):  # fmt: skip
+    """The `trl_cgrpo` arm's trainer (knobs: the comment at `CGRPO_MEAN_G`) and its calibration count (a one-item
+    list: the completions its calibrations generated, counted at `model.generate`)."""
+    try:
+        from trl_cgrpo import CGRPOConfig, CGRPOTrainer
+    except ImportError as error:
+        raise ImportError(f"the study's arm `trl_cgrpo` needs trl-cgrpo 0.2.0: {PEER_PACKAGES['trl_cgrpo'][1]} "
+                          "(or `make study-peers`)") from error  # fmt: skip
+    width, prompts = max(CANDIDATES), generation_batch // CGRPO_MEAN_G
+    args = CGRPOConfig(output_dir=output_dir, budget_grid=list(CANDIDATES),
+                       per_device_train_batch_size=prompts * width,  # rows: padded to width 16, not all generated
+                       max_steps=budget // (prompts * min(CANDIDATES)) + 1,  # the budget stops it first
+                       **common)  # fmt: skip
+    trainer = CGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=train,
+                           processing_class=tokenizer, calibration_dataset=cgrpo_calibration(task, seed),
+                           answer_extractor=cgrpo_answer, callbacks=[recorder])  # fmt: skip
+    calibration, calibrate = [0], trainer.calibrate
+
+    def counted_calibrate():  # on the instance: the peer calls `self.calibrate()`
+        before = counter.count
+        try:
+            return calibrate()
+        finally:
+            calibration[0] += counter.count - before
+
+    trainer.calibrate = counted_calibrate
+    return trainer, calibration
 
 
 def run_path(out: Path, task: str, seed: int, arm: str) -> Path:
@@ -178,8 +296,7 @@ def run_job(job: tuple) -> list[str]:
     warm_time = time.perf_counter() - t0
     done = []
     for arm in arms:
-        run = run_arm(task, arm, seed, steps, points, warm, stages=arm_stages(arm),
-                      reward_flip=REWARD_FLIP.get(task, 0.0))
+        run = run_arm(task, arm, seed, steps, points, warm, reward_flip=REWARD_FLIP.get(task, 0.0))
         run["warm_time"], run["warm_steps"] = warm_time, warm["warm_steps"]
         path = run_path(out, task, seed, arm)
         atomic_write(path, lambda f, run=run: json.dump(run, f, separators=(",", ":")))

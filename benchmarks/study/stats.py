@@ -19,7 +19,7 @@ import statistics
 
 from common import mean_std  # benchmarks/common.py
 
-from .arms import ARMS, MODES, mode_of
+from .arms import ARMS, MODES, PEER_MODES, mode_of
 from .tasks import CANDIDATES, SUCCESS_BINS
 
 RISE_SEED_STDS = 3.0  # a task counts as learnable when every arm's mean gain is this many stds of the seeds' gains
@@ -123,9 +123,12 @@ def auc(run: dict) -> float:
 
 
 def choose(runs: list[dict], task: str, tuning: list[int]) -> dict[str, str]:
-    """Per mode, the variant with the largest mean AUC on the tuning seeds (`static`: the reference)."""
+    """Per mode, the variant with the largest mean AUC on the tuning seeds (`static`: the reference); never a peer
+    arm (`PEER_MODES`)."""
     chosen = {}
     for mode, arms in MODES.items():
+        if mode in PEER_MODES:
+            continue
         scores = {}
         for arm in arms:
             values = [auc(r) for r in runs if r["task"] == task and r["arm"] == arm and r["seed"] in tuning]
@@ -181,7 +184,7 @@ def defaults(runs: list[dict], tasks: list[str], tuning: list[int]) -> dict[str,
     meet the mode's rule on every task ([`meets_rule`]; all of them when none does), the one meeting the most
     fixed-kind rules ([`fixed_kind_met`]: issue 37's constraints, which no variant may meet in full), then with the
     largest AUC difference to each task's reference (its tuning seeds' mean AUC minus the reference's), averaged over
-    the tasks. A variant missing a tuning seed of some task is not a candidate.
+    the tasks. A variant missing a tuning seed of some task is not a candidate, nor is a peer arm (`PEER_MODES`).
     """
     per_task = {}
     for task in tasks:
@@ -193,7 +196,7 @@ def defaults(runs: list[dict], tasks: list[str], tuning: list[int]) -> dict[str,
         per_task[task] = {arm: m - means[chosen["static"]] for arm, m in means.items()}
     out = {}
     for mode, arms in MODES.items():
-        if mode == "static":
+        if mode == "static" or mode in PEER_MODES:
             continue
         scores = {a: statistics.fmean(d[a] for d in per_task.values()) for a in arms
                   if per_task and all(a in d for d in per_task.values())}  # fmt: skip
