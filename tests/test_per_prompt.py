@@ -189,7 +189,7 @@ def test_bad_per_prompt_settings_fail_before_any_step(tmp_path):
         with pytest.raises(CurriculumError, match=match):
             Adaptive((2, 4), policy="per_prompt", **knobs)
     with pytest.raises(CurriculumError, match="only applies with `policy: per_prompt`"):
-        Adaptive((2, 4), policy="success_rate", defer=True)  # `defer` set away from its default (false)
+        Adaptive((2, 4), policy="success_rate", defer=False)  # `defer` set away from its default (true)
     with pytest.raises(CurriculumError, match="only applies with `policy: per_prompt`"):
         Adaptive((2, 4), policy="hysteresis", weight="variance")
 

@@ -30,7 +30,7 @@ STAGES = [
     Stage(num_generations=4, temperature=1.1, until_step=7),
     Stage(num_generations=8, temperature=1.3),
 ]
-DEFERRING = dict(lookahead=2, defer=True)  # per-prompt rounds that compare and defer prompts (opt-in since issue 25)
+DEFERRING = dict(lookahead=2, defer=True)  # per-prompt rounds that compare and defer prompts
 
 
 def rounds(recorder):
@@ -579,8 +579,8 @@ def test_a_waiting_position_must_lie_below_the_stream_position(per_prompt_run, t
 def test_a_checkpoint_of_the_earlier_defaults_resumes_only_with_them(per_prompt_run, tmp_path):
     """
     A checkpoint written before the study's defaults (version 5, no `callback.defaults`) ran a per-prompt stage that
-    left `lookahead` and `defer` out with lookahead 2 and deferral on. Resumed with a recipe that leaves them at
-    today's defaults (0, false) the rule would switch mid-run: the resume stops before any step, naming the knobs and
+    left its knobs out with lookahead 2, weight knapsack and skip_target 0.25. Resumed with a recipe that leaves them
+    at today's defaults (0, hard, 0.05) the rule would switch mid-run: the resume stops before any step, naming the knobs and
     the recipe lines that continue the run as it ran; with those lines it resumes.
     """
     checkpoint = tmp_path / "checkpoint-2"
@@ -588,7 +588,8 @@ def test_a_checkpoint_of_the_earlier_defaults_resumes_only_with_them(per_prompt_
     path = checkpoint / "curriculum_state.json"
     state = json.loads(path.read_text())
     assert state["version"] == 6 and state["callback"]["defaults"] == {
-        "lookahead": 0, "defer": False, "max_rounds": 2, "top_up_prompts": "largest_half", "weight": "hard"}
+        "lookahead": 0, "defer": True, "max_rounds": 2, "top_up_prompts": "largest_half", "weight": "hard",
+        "skip_target": 0.05}
     del state["callback"]["defaults"]
     path.write_text(json.dumps({**state, "version": 5}))
     trainer, recorder = make_trainer(tmp_path / "today", per_prompt_stages((2, 4, 8)), dataset=indexed_dataset(12),
@@ -597,14 +598,14 @@ def test_a_checkpoint_of_the_earlier_defaults_resumes_only_with_them(per_prompt_
         trainer.train(resume_from_checkpoint=str(checkpoint))
     text = str(error.value)
     assert text.startswith(f"{path} does not fit this run: the checkpoint was written by a grpo-curriculum version "
-                           "with other defaults (lookahead 2, defer true, weight knapsack, max_rounds 4, top-up "
-                           "prompts generation_batch_size // (2 * pilot))")
-    assert "stage 0 has lookahead 0 (today's default; the checkpoint's: 2), defer false" in text
+                           "with other defaults (lookahead 2, weight knapsack, skip_target 0.25, max_rounds 4, "
+                           "top-up prompts generation_batch_size // (2 * pilot))")
+    assert "stage 0 has lookahead 0 (today's default; the checkpoint's: 2), weight hard" in text
     assert "Fix: to continue the run as it was written, set these knobs in the recipe to what it ran with " \
-           "(stage 0's `adaptive`: `lookahead: 2, defer: true, weight: knapsack`" in text
+           "(stage 0's `adaptive`: `lookahead: 2, weight: knapsack, skip_target: 0.25`" in text
     assert recorder.calls == []
     trainer, recorder = make_trainer(tmp_path / "as-written", per_prompt_stages((2, 4, 8), **DEFERRING,
-                                                                                weight="knapsack"),
+                                                                                weight="knapsack", skip_target=0.25),
                                      recorder=RoundRecorder(settled_or_mixed), dataset=indexed_dataset(12),
                                      max_steps=4)  # fmt: skip
     trainer.train(resume_from_checkpoint=str(checkpoint))

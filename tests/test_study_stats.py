@@ -158,10 +158,14 @@ def test_a_default_must_meet_its_modes_rule_on_the_tuning_seeds_when_a_variant_d
         if run["arm"] == "top_up_p16":
             run["probe"]["informative"] = 35
     assert stats.defaults(runs, ["prefix_levels"], TUNING)["top_up"] == "top_up"
-    for run in runs:  # a deferring per-prompt variant does not meet its rule; per_prompt_variance (no deferral) does
+    for run in runs:  # a per-prompt variant whose rare-success prompts get less than its mean G does not meet its rule
         if run["arm"] == "per_prompt":
-            run["deferred"] = 4
+            run["probe"]["bins"] = [[25, 50, 40]] + [[0, 0, 0]] * 4 + [[5, 50, 10]]  # G 2 there, mean G 3.3
     assert stats.defaults(runs, ["prefix_levels"], TUNING)["per_prompt"] == "per_prompt_variance"
+    # Among those that meet it, the most fixed-kind rules met come first (issue 37), then the AUC.
+    runs += [_stand_in_run("per_prompt_skip", seed, [0.5, 0.55, 0.6, 0.65], 50) for seed in TUNING]
+    assert stats.fixed_kind_met("per_prompt_skip") == 2 > stats.fixed_kind_met("per_prompt_variance") == 1
+    assert stats.defaults(runs, ["prefix_levels"], TUNING)["per_prompt"] == "per_prompt_skip"
 
 
 def test_the_targets_and_the_rules_are_measured_on_the_defaults():

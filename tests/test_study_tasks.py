@@ -71,7 +71,7 @@ def test_the_probe_counts_a_round_sampled_in_increments_by_its_whole_groups(warm
              ([a, a, c, c], [0.0, 1.0, 1.0, 1.0]),  # a becomes informative, c stays all equal
              ([c, c], [1.0, 1.0])]  # c at 6, the round holds 12
     for i, (prompts, rewards) in enumerate(calls):
-        probe(prompts, [targets[p] for p in prompts], rewards)
+        probe(prompts, [targets[p] for p in prompts], rewards, [True] * len(prompts))
         assert probe.completions == (12 if i == 2 else 0)  # nothing counted before the round is in
     assert probe.summary()["informative"] == 4 + 2  # a (4 completions) and b (2); c (6) never informative
     assert sum(bin_[0] for bin_ in probe.bins) == 3 and sum(bin_[1] for bin_ in probe.bins) == 12
