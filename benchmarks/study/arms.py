@@ -46,8 +46,11 @@ MODES = {  # mode: its variants (arm names), the first one the library's default
     # another package's trainer on the same budget, warm start, prompts, temperature, learning rate and evaluation
     # (`PEER_MODES`: never tuned, never a default; `--extra` only)
     "peer": ["trl_cgrpo"],
+    # issue 39's row: TRL's RLOOTrainer (`CurriculumRLOOTrainer`, RLOOConfig's defaults: beta 0.05, no advantage
+    # normalisation) at static G and with the library's per-prompt default; never tuned, never a default
+    "rloo": ["rloo_static_g4", "rloo_static_g8", "rloo_per_prompt"],
 }
-PEER_MODES = ("peer",)
+PEER_MODES = ("peer", "rloo")
 ARMS = [arm for arms in MODES.values() for arm in arms]
 LIBRARY_ARMS = [arm for mode, arms in MODES.items() if mode not in PEER_MODES for arm in arms]  # the tuning phase's
 PEER_PACKAGES = {"trl_cgrpo": ("trl_cgrpo", "pip install --no-deps trl-cgrpo==0.2.0")}  # arm: (module, install)
@@ -96,6 +99,9 @@ def arm_stages(arm: str):
     if arm in PEER_PACKAGES:
         raise ValueError(f"{arm!r} is a peer arm (another package's trainer, run by `run_arm`): it has no stages")
     t = TEMPERATURE
+    if arm == "rloo_per_prompt":  # the library's per-prompt default (no knob set)
+        return [Stage(temperature=t, name=arm, adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt"))]
+    arm = arm.removeprefix("rloo_")  # `rloo_static_gN`: static_gN's stages on RLOO
     if arm.startswith("static_g"):
         return [Stage(num_generations=int(arm.removeprefix("static_g")), temperature=t)]
     if arm in SKIP_ARMS:  # issue 37: GRESO's skipping of settled prompts (`defer`) on top of the per-prompt knapsack
@@ -173,11 +179,17 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict,
             groups, increments = cgrpo_groups(trainer), False  # one reward call a step: its groups, padding left out
         else:
             stages = arm_stages(arm) if stages is None else stages
-            args = GRPOConfig(output_dir=output_dir, per_device_train_batch_size=generation_batch, max_steps=steps,
-                              num_generations=stages[0].num_generations, **common)  # fmt: skip
-            trainer = CurriculumGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
-                                            train_dataset=warm["train"],
-                                            callbacks=[CurriculumCallback(stages), recorder])  # fmt: skip
+            config, trainer_class = GRPOConfig, CurriculumGRPOTrainer
+            if arm.startswith("rloo_"):
+                from trl import RLOOConfig
+
+                from grpo_curriculum import CurriculumRLOOTrainer
+
+                config, trainer_class = RLOOConfig, CurriculumRLOOTrainer
+            args = config(output_dir=output_dir, per_device_train_batch_size=generation_batch, max_steps=steps,
+                          num_generations=stages[0].num_generations, **common)  # fmt: skip
+            trainer = trainer_class(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
+                                    train_dataset=warm["train"], callbacks=[CurriculumCallback(stages), recorder])
             groups = curriculum_groups(trainer)
             # rounds sampled in increments: the probe groups rows by prompt
             increments = any(st.dynamic_sampling is not None

@@ -88,6 +88,9 @@ def verdict_json(summaries: dict, command: str, tuning: list[int], extra: dict) 
                              "auc_diff_median": post["auc_diff_median"], "auc_diff_ci": list(post["auc_diff_ci"]),
                              "ratio90_median": finite(post["ratio90_median"]),
                              "ratio90_ci": [finite(v) for v in post["ratio90_ci"]]}} if post else {}),
+                         "auc_over_train_seconds_diff_median": finite(row["auc_time_diff_median"]),
+                         "auc_over_train_seconds_diff_ci": [finite(v) for v in row["auc_time_diff_ci"]],
+                         "success_histogram_end": row["hist_end"],
                          "train_time_s_mean": statistics.fmean(row["train_time"])}  # fmt: skip
         tasks[task] = {"generation_batch": GENERATION_BATCH, "reported_seeds": s["seeds"], "tuning_seeds": tuning,
                        "reference": s["reference"], "chosen_variants": s["chosen"], "defaults": s["defaults"],
@@ -96,6 +99,8 @@ def verdict_json(summaries: dict, command: str, tuning: list[int], extra: dict) 
                        "best_arm_with_extras": s["best_all"] if s["best_all_halves"][0] == s["best_all_halves"][1]
                        else "undecided", "best_arm_with_extras_halves": s["best_all_halves"],
                        "post_hoc_reference": s["post_hoc_reference"],
+                       "success_bins": list(SUCCESS_BINS),
+                       "success_histogram_warm_start": s["rows"][s["reference"]]["hist_start"],
                        "arms": arms}  # fmt: skip
     return {"command": command, **extra, "targets": targets(summaries), "tasks": tasks}
 
@@ -158,18 +163,28 @@ def markdown(summaries: dict, meta: dict) -> str:
         for arm, t in s["tuning"].items():
             lines.append(f"- `{arm}`: AUC {fmt_ms(mean_std(t['auc']))}, {statistics.fmean(t['start']):.3f} -> "
                          f"{fmt_ms(mean_std(t['final']))}, informative {statistics.fmean(t['informative']):.2f}")
+        hist = s["rows"][s["reference"]]
+        if hist["hist_start"] is not None:
+            edges = [f"{a:g}-{b:g}" for a, b in zip(SUCCESS_BINS, SUCCESS_BINS[1:])]
+            lines += ["", "Training prompts per exact training success (0: an impossible prompt), mean over the "
+                      f"reported seeds: at the warm start "
+                      + ", ".join(f"{e}: {v:.2f}" for e, v in zip(edges, hist["hist_start"], strict=True))
+                      + f"; after the reference `{s['reference']}` "
+                      + ", ".join(f"{e}: {v:.2f}" for e, v in zip(edges, hist["hist_end"], strict=True)) + "."]
         lines += ["", f"Reported seeds {s['seeds']} (halves {s['halves'][0]} / {s['halves'][1]}):", "",
                   "| arm | verdict | AUC - ref: median [90% CI] | halves (sign) | to 90% of ref's gain: median "
-                  "[90% CI] | AUC | start -> final | worst final | rise (seed-stds) | stalled / below start | "
-                  "informative share (x ref) | completions on success <= 0.2 (G there) | mean G | train s a run |",
-                  "|" + "---|" * 14]  # fmt: skip
+                  "[90% CI] | AUC over train s - ref: median [90% CI] | AUC | start -> final | worst final | "
+                  "rise (seed-stds) | stalled / below start | informative share (x ref) | completions on success "
+                  "<= 0.2 (G there) | mean G | train s a run |",
+                  "|" + "---|" * 15]  # fmt: skip
         for arm, row in s["rows"].items():
             ci, rci = row["auc_diff_ci"], row["ratio90_ci"]
             lines.append(
                 f"| `{arm}` | {verdict_word(row, arm == s['reference'])} | {row['auc_diff_median']:+.4f} "
                 f"[{ci[0]:+.4f}, {ci[1]:+.4f}] | {row['half_signs'][0]:+d} / {row['half_signs'][1]:+d} | "
                 f"{fmt_r(row['ratio90_median'])} [{fmt_r(rci[0])}, {fmt_r(rci[1])}] | "
-                f"{fmt_ms(mean_std(row['auc']), 4)} | "
+                f"{row['auc_time_diff_median']:+.4f} [{row['auc_time_diff_ci'][0]:+.4f}, "
+                f"{row['auc_time_diff_ci'][1]:+.4f}] | {fmt_ms(mean_std(row['auc']), 4)} | "
                 f"{statistics.fmean(row['start']):.3f} -> {fmt_ms(mean_std(row['final']))} | "
                 f"{min(row['final']):.3f} | "
                 f"{row['rise_seed_stds']:.1f} | {len(row['stalled'])} / {len(row['below_start'])} | "

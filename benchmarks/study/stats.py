@@ -117,6 +117,11 @@ def curve(run: dict) -> tuple[list[float], list[float]]:
     return [p["completions"] for p in run["eval"]], [p["exact"] for p in run["eval"]]
 
 
+def time_curve(run: dict) -> tuple[list[float], list[float]]:
+    """The exact reward over training wall-clock seconds (evaluation excluded)."""
+    return [p["train_time"] for p in run["eval"]], [p["exact"] for p in run["eval"]]
+
+
 def auc(run: dict) -> float:
     xs, ys = curve(run)
     return area_under(xs, ys, run["budget"])
@@ -229,8 +234,8 @@ def finite(value: float) -> float | None:
 
 
 def arm_row(by: dict, arm: str, reference: str, seeds: list[int]) -> dict:
-    row = {k: [] for k in ("auc_diff", "ratio90", "start", "final", "gain", "informative", "train_time", "steps",
-                           "generated", "mean_G", "deferred")}  # fmt: skip
+    row = {k: [] for k in ("auc_diff", "auc_time_diff", "ratio90", "start", "final", "gain", "informative",
+                           "train_time", "steps", "generated", "mean_G", "deferred", "hist_start", "hist_end")}
     bins = [[0, 0, 0] for _ in SUCCESS_BINS[1:]]
     for seed in seeds:
         run, ref = by[(arm, seed)], by[(reference, seed)]
@@ -238,6 +243,13 @@ def arm_row(by: dict, arm: str, reference: str, seeds: list[int]) -> dict:
         target = ry[0] + 0.9 * (ry[-1] - ry[0])
         row["ratio90"].append(paired_ratio(first_reaching(xs, ys, target), first_reaching(rx, ry, target)))
         row["auc_diff"].append(area_under(xs, ys, run["budget"]) - area_under(rx, ry, ref["budget"]))
+        # over training seconds, up to the reference's time at its budget (an arm slower per completion pays)
+        horizon = time_curve(ref)[0][-1]
+        if horizon > 0:
+            row["auc_time_diff"].append(area_under(*time_curve(run), horizon) - area_under(*time_curve(ref), horizon))
+        if "success_histogram" in run:
+            row["hist_start"].append(run["success_histogram"]["start"])
+            row["hist_end"].append(run["success_histogram"]["end"])
         row["start"].append(ys[0])
         row["final"].append(ys[-1])
         row["gain"].append(ys[-1] - ys[0])
@@ -261,6 +273,12 @@ def arm_row(by: dict, arm: str, reference: str, seeds: list[int]) -> dict:
     row["rise_seed_stds"] = gain / gain_std if gain_std else math.inf
     row["auc_diff_median"], row["auc_diff_ci"] = median(row["auc_diff"]), bootstrap_interval(row["auc_diff"])
     row["ratio90_median"], row["ratio90_ci"] = median(row["ratio90"]), bootstrap_interval(row["ratio90"])
+    times = row["auc_time_diff"] or [math.nan]
+    row["auc_time_diff_median"] = median(times)
+    row["auc_time_diff_ci"] = bootstrap_interval(times) if row["auc_time_diff"] else (math.nan, math.nan)
+    for key in ("hist_start", "hist_end"):  # the share of the training prompts per success bin, mean over seeds
+        row[key] = [statistics.fmean(h[i] for h in row[key]) for i in range(len(SUCCESS_BINS) - 1)] if row[key] \
+            else None
     row["sign"] = verdict_sign(row["auc_diff"]) if arm != reference else 0
     return row
 
