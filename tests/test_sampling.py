@@ -344,9 +344,9 @@ def test_an_older_flat_first_top_up_checkpoint_reads_as_one_written_now(tmp_path
     now = _two_stages()
     now.setting_for_round(0), now.setting_for_round(1)
     written = json.loads(json.dumps(now.state_dict()))
-    assert written.pop("defaults") == {"lookahead": 0, "defer": False, "max_rounds": 2,  # recorded since version 6
+    assert written.pop("defaults") == {"lookahead": 0, "defer": True, "max_rounds": 2,  # recorded since version 6
                                        "top_up_prompts": "largest_half",  # (pilot 2, largest 4: the same rounds)
-                                       "weight": "hard"}
+                                       "weight": "hard", "skip_target": 0.05}  # skip_target: since issue 37
     assert written.pop("comparisons") == ["comparisons: all completions"] * 2  # recorded since issue 35
     assert state["callback"] == written  # as written now, switch records included
     assert callback.setting_for_round(2) == now.setting_for_round(2)
