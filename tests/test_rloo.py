@@ -230,12 +230,12 @@ def test_per_prompt_rounds_get_leave_one_out_advantages_over_each_groups_own_siz
                                      shuffle_dataset=False)  # fmt: skip
     rounds = spy_rounds_with_kl(trainer)
     trainer.train()
-    assert [r["sizes"] for r in rounds] == [[2, 4, 8, 2], [4, 8, 2, 2], [8, 2, 4, 2], [2, 4, 8, 2]]
+    sizes = [r["sizes"] for r in rounds]
+    assert sizes == [[2, 4, 8, 2], [4, 8, 2, 2], [8, 2, 4, 2], [2, 4, 8, 2]]
+    assert [group_runs(call["idx"]) for call in recorder.calls] == sizes  # whole contiguous groups, one prompt each
     for call, round_ in zip(recorder.calls, rounds, strict=True):
-        sizes = round_["sizes"]
-        assert group_runs(call["idx"]) == sizes  # whole contiguous groups, one prompt each
         rewards = [r - beta * kl for r, kl in zip(by_row_or_settled(None, None, call["idx"]), round_["kl"])]
-        expected = leave_one_out_reference(rewards, sizes, normalize)
+        expected = leave_one_out_reference(rewards, round_["sizes"], normalize)
         assert round_["advantages"] == pytest.approx(expected, abs=2e-4)
         assert round_["logged"] == round_["advantages"]  # TRL's completion log holds the advantages trained on
         naive = leave_one_out_reference(rewards, [4] * 4, normalize)  # `view(-1, G)` at the round's mean G
