@@ -70,7 +70,9 @@ def test_every_arm_of_the_study_builds_its_stages():
 
 
 def test_a_missing_peer_package_fails_with_its_install_command(monkeypatch):
-    monkeypatch.setattr(arms.importlib.util, "find_spec", lambda name: None)
+    find_spec = arms.importlib.util.find_spec  # only the peer's package is missing (transformers asks for others)
+    monkeypatch.setattr(arms.importlib.util, "find_spec", lambda name, *a: None if name == "trl_cgrpo" else
+                        find_spec(name, *a))
     assert arms.peer_missing("static_g4") is None
     assert arms.peer_missing("trl_cgrpo") == "pip install --no-deps trl-cgrpo==0.2.0"
     with pytest.raises(ImportError, match=r"pip install --no-deps trl-cgrpo==0\.2\.0"):

@@ -387,7 +387,17 @@ def targets(summaries: dict) -> dict:
                      and rows[a]["ratio90_median"] <= RATIO90_TARGET],
             "auc_above_0": [a for a in modes if rows[a]["auc_diff_ci"][0] > 0 and rows[a]["halves_agree"]],
             "losses": [a for a in modes if rows[a]["auc_diff_ci"][1] < 0],
+            # issue 37: against the best static G of the reported seeds (post hoc)
+            "reference_is_post_hoc_best": s["reference"] == s["post_hoc_reference"],
+            "post_hoc_wins": [a for a in modes if a in s["post_rows"] and s["post_rows"][a]["auc_diff_ci"][0] > 0
+                              and s["post_rows"][a]["ratio90_median"] <= RATIO90_TARGET],
+            "post_hoc_auc_above_0": [a for a in modes if a in s["post_rows"]
+                                     and s["post_rows"][a]["auc_diff_ci"][0] > 0],
+            "per_prompt_not_below_post_hoc": [a for a in modes if mode_of(a) == "per_prompt"
+                                              and (a not in s["post_rows"]
+                                                   or s["post_rows"][a]["auc_diff_ci"][1] >= 0)],
             **rule_checks(s)}  # fmt: skip
     return {"instrument_met": all(t["every_arm_rises"] and not t["halves_disagree"] for t in tasks.values()),
             "product_met": any(t["wins"] for t in tasks.values()) and not any(t["losses"] for t in tasks.values()),
+            "reference_matches_post_hoc": [sum(t["reference_is_post_hoc_best"] for t in tasks.values()), len(tasks)],
             "tasks": tasks}  # fmt: skip
