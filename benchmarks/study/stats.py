@@ -341,7 +341,8 @@ def rule_checks(s: dict) -> dict:
     """
     Issue 25's rules on one task (reported seeds). Per-prompt's default must not starve rare-success prompts: a
     static G gives every trained prompt the mean share of a round, so a rare-success prompt (exact success <= 0.2
-    when trained) must get at least its arm's mean G, and no prompt may be skipped (deferred). The raw share of
+    when trained) must get at least its arm's mean G (issue 25 also forbade skipping prompts; issue 37's default
+    skips settled ones, so deferrals are reported, not judged). The raw share of
     completions on those prompts is reported beside the reference's, but not judged: an arm that learns faster has
     fewer of them. Top-up's default must raise the informative share over the static G of its own mean G (the same
     budget), paired per seed, the 90% CI of the median difference above 0.
@@ -353,7 +354,7 @@ def rule_checks(s: dict) -> dict:
         size, deferred = statistics.fmean(row["mean_G"]), math.fsum(row["deferred"])
         out["per_prompt_rare"] = {"arm": per_prompt, "share": row["rare_share"], "reference_share": ref["rare_share"],
                                   "mean_G_there": finite(row["rare_G"]), "mean_G": size, "deferred": deferred,
-                                  "pass": deferred == 0 and row["rare_G"] >= size}  # fmt: skip
+                                  "pass": row["rare_G"] >= size}  # fmt: skip
     if top_up in rows:
         row = rows[top_up]
         size = statistics.fmean(row["mean_G"])
