@@ -188,13 +188,13 @@ def test_the_targets_and_the_rules_are_measured_on_the_defaults():
     informative = task["top_up_informative"]
     assert informative["static"] == "static_g4"  # top-up's mean G 4: the same budget as static G 4
     assert informative["diff_median"] == pytest.approx(-0.1) and not informative["pass"]
-    for run in runs:  # the same G everywhere: not starved, unless a prompt was deferred
+    for run in runs:  # the same G everywhere: not starved
         if run["arm"] == "per_prompt" and run["seed"] in REPORTED:
             run["probe"]["bins"] = [[10, 50, 20], [0, 0, 0], [0, 0, 0], [10, 50, 40], [0, 0, 0], [0, 0, 0]]
     fair = stats.summarise(runs, "prefix_levels", TUNING, REPORTED, default)
     assert stats.rule_checks(fair)["per_prompt_rare"]["pass"]
     runs[-1 - next(i for i, r in enumerate(reversed(runs)) if r["arm"] == "per_prompt")]["deferred"] = 3
-    assert not stats.rule_checks(stats.summarise(runs, "prefix_levels", TUNING, REPORTED, default))[
-        "per_prompt_rare"]["pass"]  # fmt: skip
+    skipped = stats.rule_checks(stats.summarise(runs, "prefix_levels", TUNING, REPORTED, default))["per_prompt_rare"]
+    assert skipped["pass"] and skipped["deferred"] == 3  # skipped prompts are reported, not judged (issue 37)
     text = "\n".join(report.targets_lines(measured, {"prefix_levels": summary}))
     assert "**missed**" in text and "STARVED" in text and "NOT raised" in text
