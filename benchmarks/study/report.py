@@ -106,6 +106,12 @@ def verdict_json(summaries: dict, command: str, tuning: list[int], extra: dict) 
                        "best_arm_with_extras": s["best_all"] if s["best_all_halves"][0] == s["best_all_halves"][1]
                        else "undecided", "best_arm_with_extras_halves": s["best_all_halves"],
                        "post_hoc_reference": s["post_hoc_reference"],
+                       "rloo_row": None if s["rloo"] is None else {
+                           "arm": s["rloo"]["arm"], "reference": s["rloo"]["reference"],
+                           "auc_diff_median": s["rloo"]["row"]["auc_diff_median"],
+                           "auc_diff_ci": list(s["rloo"]["row"]["auc_diff_ci"]),
+                           "ratio90_median": finite(s["rloo"]["row"]["ratio90_median"]),
+                           "halves_agree": s["rloo"]["half_signs"][0] == s["rloo"]["half_signs"][1]},
                        "success_bins": list(SUCCESS_BINS),
                        "success_histogram_warm_start": s["rows"][s["reference"]]["hist_start"],
                        "arms": arms}  # fmt: skip
@@ -198,6 +204,15 @@ def markdown(summaries: dict, meta: dict) -> str:
                 f"{fmt_ms(mean_std(row['informative']), 2)} ({row['informative_vs_reference']:.2f}x) | "
                 f"{row['rare_share']:.0%} ({row['rare_G']:.1f}) | {fmt_ms(mean_std(row['mean_G']), 1)} | "
                 f"{fmt_ms(mean_std(row['train_time']), 1)} |")  # fmt: skip
+        if s["rloo"] is not None:
+            r, row = s["rloo"], s["rloo"]["row"]
+            ci = row["auc_diff_ci"]
+            lines += ["", f"RLOO (issue 39): `{r['arm']}` against `{r['reference']}` (the RLOO static arm with the best "
+                      f"mean AUC on these seeds, post hoc): AUC {row['auc_diff_median']:+.4f} [{ci[0]:+.4f}, "
+                      f"{ci[1]:+.4f}], halves {r['half_signs'][0]:+d} / {r['half_signs'][1]:+d}, to 90% of its gain "
+                      f"{fmt_r(row['ratio90_median'])}, informative share "
+                      f"{statistics.fmean(row['informative']):.2f} vs "
+                      f"{statistics.fmean(s['rows'][r['reference']]['informative']):.2f}."]  # fmt: skip
         best = s["best"] if s["best_agree"] else "undecided"
         a, b = s["best_all_halves"]
         spread = min(s["rows"], key=lambda a: mean_std(s["rows"][a]["final"])[1])

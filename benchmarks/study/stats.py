@@ -324,6 +324,13 @@ def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int
     statics = [a for a in arms if a.startswith("static_g")]
     post = max(statics, key=lambda a: statistics.fmean(rows[a]["auc"]))
     post_rows = {a: arm_row(by, a, post, seeds) for a in arms if not a.startswith("static_g")}
+    # issue 39's row: RLOO's per-prompt default against the best RLOO static G of these seeds (post hoc)
+    rloo, rloo_statics = None, [a for a in arms if a.startswith("rloo_static_g")]
+    if "rloo_per_prompt" in arms and rloo_statics:
+        rloo_ref = max(rloo_statics, key=lambda a: statistics.fmean(rows[a]["auc"]))
+        rloo = {"arm": "rloo_per_prompt", "reference": rloo_ref,
+                "row": arm_row(by, "rloo_per_prompt", rloo_ref, seeds),
+                "half_signs": [arm_row(by, "rloo_per_prompt", rloo_ref, h)["sign"] for h in halves]}  # fmt: skip
     ref_informative = statistics.fmean(rows[reference]["informative"])
     for row in rows.values():
         row["informative_vs_reference"] = statistics.fmean(row["informative"]) / ref_informative
@@ -332,7 +339,7 @@ def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int
             "best": best({a: rows[a] for a in preregistered}), "best_halves": best_halves,
             "best_agree": best_halves[0] == best_halves[1], "preregistered": preregistered,
             "best_all": best(rows), "best_all_halves": best_all_halves, "post_hoc_reference": post,
-            "post_rows": post_rows,
+            "post_rows": post_rows, "rloo": rloo,
             "tuning": tuning_table(runs, task, tuning),
             "learns": all(r["rise_seed_stds"] >= RISE_SEED_STDS for r in rows.values())}  # fmt: skip
 
