@@ -13,6 +13,12 @@ from __future__ import annotations
 import torch
 
 
+def _group_index(group_sizes: list[int], device):
+    """Each row's group number, for groups of `group_sizes` rows in row order."""
+    return torch.repeat_interleave(torch.arange(len(group_sizes), device=device),
+                                   torch.tensor(group_sizes, device=device))
+
+
 def _segment_nanmean(values, group, num_groups: int):
     mask = ~torch.isnan(values)
     shape = (num_groups, *values.shape[1:])
@@ -67,7 +73,7 @@ def _advantages_and_std(rewards_per_func, group_sizes, reward_weights, scale_rew
     """Each row's advantage and the reward std TRL computes for it (for scaling, and to log the zero-std share)."""
     device = rewards_per_func.device
     num_groups = len(group_sizes)
-    group = torch.repeat_interleave(torch.arange(num_groups, device=device), torch.tensor(group_sizes, device=device))
+    group = _group_index(group_sizes, device)
     weights = reward_weights.to(device).unsqueeze(0)
     unscorable = torch.isnan(rewards_per_func).all(dim=1)
     if multi_objective_aggregation == "sum_then_normalize":
@@ -126,7 +132,7 @@ def leave_one_out_advantages(rewards, group_sizes: list[int], normalize: bool = 
     if sum(group_sizes) != rewards.numel():
         raise ValueError(f"group sizes {group_sizes} add up to {sum(group_sizes)}, not the {rewards.numel()} rewards")
     sizes = torch.tensor(group_sizes, device=device)
-    group = torch.repeat_interleave(torch.arange(num_groups, device=device), sizes)
+    group = _group_index(group_sizes, device)
     scorable = (~torch.isnan(rewards)).to(rewards.dtype)
     sums = torch.zeros(num_groups, dtype=rewards.dtype, device=device).index_add_(0, group, rewards.nan_to_num(0.0))
     counts = torch.zeros(num_groups, dtype=rewards.dtype, device=device).index_add_(0, group, scorable)
