@@ -129,7 +129,7 @@ def test_comparisons_follow_each_real_group_in_rounds_of_mixed_sizes(tmp_path, k
     """Per-prompt rounds (groups of 2, 4 and 8) and top-up rounds (merged increments): the kept rows are each real
     group's best and worst, the others get 0, and the kept ones keep the advantage of their whole group."""
     from grpo_curriculum import Adaptive
-    from grpo_curriculum.training.advantages import group_advantages
+    from grpo_curriculum.training.advantages import grpo_advantages
 
     if kind == "per_prompt":
         wanted_by_index(lambda index: (2, 4, 8)[index % 3])
@@ -146,7 +146,7 @@ def test_comparisons_follow_each_real_group_in_rounds_of_mixed_sizes(tmp_path, k
         round_ = trainer._round
         rewards, sizes = round_.group_rewards(round_.trained_groups)
         keep = torch.tensor(comparison_keep(rewards, sizes, "extremes"), dtype=torch.float32)
-        whole = group_advantages(torch.tensor(rewards).unsqueeze(1), sizes, torch.ones(1), "group")
+        whole = grpo_advantages(torch.tensor(rewards).unsqueeze(1), sizes, torch.ones(1), "group")[0]
         torch.testing.assert_close(output["advantages"].float(), whole * keep, atol=1e-5, rtol=1e-5)
         checked.append((sorted(set(sizes)), int(keep.sum()), len(keep)))
         return output

@@ -17,6 +17,7 @@ from trl import GRPOTrainer
 from grpo_curriculum import (Adaptive, CurriculumCallback, CurriculumGRPOTrainer, CurriculumRLOOTrainer, DynamicSampling,
                              Stage)
 from grpo_curriculum.demo.tasks import build_tokenizer, echo_dataset
+from grpo_curriculum.training.advantages import grpo_advantages
 
 from .conftest import RoundRecorder, group_runs, grpo_args, indexed_dataset
 from .fake_vllm import decode_fake_completion, fake_vllm_colocate, fake_vllm_server  # noqa: F401 - fixtures
@@ -290,6 +291,30 @@ def test_dynamic_sampling_at_its_limit_trains_the_informative_groups_undiluted(t
     merged, alone = losses["fill"]  # diluted by the fill-up groups' tokens: the same direction, smaller
     assert torch.nn.functional.cosine_similarity(merged, alone, dim=0) > 0.999
     assert merged.norm() < 0.9 * alone.norm()
+
+
+@pytest.mark.parametrize(("scale_rewards", "aggregation"), [
+    ("group", "sum_then_normalize"), ("batch", "sum_then_normalize"), ("group", "normalize_then_sum")])  # fmt: skip
+def test_masked_fill_up_groups_leave_the_informative_advantages_alone(tmp_path, scale_rewards, aggregation):
+    """
+    `on_limit: mask`: the fill-up groups (advantage 0, out of the loss) are out of every statistic of the trained
+    groups' advantages too: with the round's std (`scale_rewards: batch`) or `normalize_then_sum`'s round mean and std,
+    the informative rows' advantages are exactly those of the informative groups alone (issue 45: the fill-up rows
+    scaled them up).
+    """
+    stages = [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(max_rounds=2))]
+    trainer, _ = make_trainer(tmp_path, stages, recorder=RoundRecorder(one_of_four_informative), max_steps=1,
+                              shuffle_dataset=False, scale_rewards=scale_rewards,
+                              multi_objective_aggregation=aggregation)  # fmt: skip
+    rounds = record_outputs(trainer)
+    trainer.train()
+    (r,) = rounds
+    round_, advantages = r["round"], r["output"]["advantages"]
+    assert round_.trained == [0, 1, 2, 5] and round_.masked == [0, 2]  # groups 1 and 5 informative
+    rewards, sizes = round_.group_rewards([1, 5])
+    alone = grpo_advantages(torch.tensor(rewards).unsqueeze(1), sizes, torch.ones(1), scale_rewards, aggregation)[0]
+    assert torch.equal(advantages[[2, 3, 6, 7]], alone) and alone.abs().min() > 0.5
+    assert advantages[[0, 1, 4, 5]].tolist() == [0.0] * 4
 
 
 def loss_gradient(trainer, inputs):

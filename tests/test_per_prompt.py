@@ -16,7 +16,7 @@ from trl import GRPOTrainer
 
 from grpo_curriculum import Adaptive, CurriculumError, Stage
 from grpo_curriculum.demo.tasks import build_model, build_tokenizer
-from grpo_curriculum.training.advantages import group_advantages
+from grpo_curriculum.training.advantages import grpo_advantages
 
 from .conftest import RoundRecorder, group_runs, grpo_args, indexed_dataset, per_prompt_stages
 from .test_trainer import make_trainer, plain_and_curriculum, train_history
@@ -127,8 +127,8 @@ def test_group_advantages_equal_trl_on_equal_groups(tmp_path, aggregation, scale
     trainer.model.train()
     batch = next(iter(trainer.get_train_dataloader()))
     output = trainer._generate_and_score_completions(batch)
-    ours = group_advantages(captured["rewards_per_func"], [4] * 2, trainer.reward_weights, trainer.scale_rewards,
-                            trainer.multi_objective_aggregation)
+    ours = grpo_advantages(captured["rewards_per_func"], [4] * 2, trainer.reward_weights, trainer.scale_rewards,
+                           trainer.multi_objective_aggregation)[0]
     assert torch.isnan(captured["rewards_per_func"]).any()
     torch.testing.assert_close(ours, output["advantages"], atol=1e-5, rtol=1e-5)
 
@@ -206,9 +206,9 @@ def test_candidates_need_not_divide_the_batch(tmp_path, wanted_by_index):
 
 
 def test_variable_group_metrics_for_a_fake_trainer():
-    """`group_advantages` on hand-made rewards: NaN rows get 0, so do the rows of a single-valued group."""
+    """`grpo_advantages` on hand-made rewards: NaN rows get 0, so do the rows of a single-valued group."""
     rewards = torch.tensor([[1.0], [0.0], [float("nan")], [2.0], [2.0], [2.0], [5.0], [1.0]])
-    advantages = group_advantages(rewards, [3, 3, 2], torch.tensor([1.0]), "group", "sum_then_normalize")
+    advantages = grpo_advantages(rewards, [3, 3, 2], torch.tensor([1.0]), "group", "sum_then_normalize")[0]
     assert advantages[2] == 0 and advantages[3:6].tolist() == [0.0] * 3
     assert advantages[6].item() == pytest.approx(2 / (math.sqrt(8) + 1e-4))
 

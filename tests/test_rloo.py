@@ -251,31 +251,6 @@ def test_per_prompt_rounds_get_leave_one_out_advantages_over_each_groups_own_siz
     assert all(h["grad_norm"] > 0 for h in history)
 
 
-def test_leave_one_out_advantages_equal_rloo_on_equal_groups_and_handle_unscored_rows():
-    """The seam's per-group computation on groups of one G gives RLOO's own (the `view(-1, G)` formula of TRL 1.16,
-    NaN-aware); an unscored row (NaN) is out of its group's baseline and gets 0; a group of one row gets 0."""
-    from trl.trainer.utils import nanstd
-
-    from grpo_curriculum.training.advantages import leave_one_out_advantages
-
-    torch.manual_seed(0)
-    rewards = torch.randn(24)
-    rewards[5] = torch.nan
-    for normalize in (False, True):
-        grouped = rewards.view(-1, 4)  # TRL 1.16's RLOOTrainer, verbatim
-        counts = (~torch.isnan(grouped)).sum(dim=1, keepdim=True)
-        expected = rewards - ((torch.nansum(grouped, dim=1, keepdim=True) - grouped) / (counts - 1)).view(-1)
-        if normalize:
-            expected = (expected - torch.nanmean(expected)) / (nanstd(expected) + 1e-4)
-        got, std = leave_one_out_advantages(rewards, [4] * 6, normalize)
-        torch.testing.assert_close(got, torch.nan_to_num(expected, nan=0.0), rtol=1e-6, atol=1e-6)
-        torch.testing.assert_close(std, nanstd(grouped, dim=1), rtol=1e-6, atol=1e-6)
-    got, std = leave_one_out_advantages(torch.tensor([1.0, 2.0, 4.0, 7.0]), [3, 1], False)
-    assert got.tolist() == [1.0 - 3.0, 2.0 - 2.5, 4.0 - 1.5, 0.0] and std[1] == 0
-    with pytest.raises(ValueError, match="add up to 5, not the 4 rewards"):
-        leave_one_out_advantages(torch.zeros(4), [3, 2])
-
-
 @pytest.mark.parametrize(("model", "normalize"), [("tiny_model_dir", False), ("tiny_gpt2_dir", True)],
                          ids=["llama", "gpt2-normalized"])  # fmt: skip
 def test_top_up_rounds_merge_rloo_outputs_with_leave_one_out_advantages(tmp_path, model, normalize, request):
@@ -446,6 +421,16 @@ def test_dynamic_sampling_with_on_limit_fill_or_error_is_accepted(tmp_path):
     for on_limit in ("fill", "error"):
         stage = Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(on_limit=on_limit))
         rloo_trainer(tmp_path / on_limit, [stage], max_steps=1)
+
+
+def test_dynamic_sampling_of_one_round_trains_like_plain_rloo_whatever_on_limit(tmp_path):
+    """`max_rounds: 1` draws nothing again and masks nothing (plain RLOO), so `on_limit: mask` is accepted there and
+    `error` never stops a round of all-equal groups."""
+    for on_limit in ("mask", "error"):
+        stage = Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling(1, on_limit=on_limit))
+        trainer, _ = rloo_trainer(tmp_path / on_limit, [stage], max_steps=2)
+        trainer.train()
+        assert trainer.state.global_step == 2 and trainer._round.masked is None and trainer._round.trained is None
 
 
 def test_the_callback_on_plain_rloo_refuses_to_train(tmp_path):

@@ -43,7 +43,7 @@ no tool mask); `__init__` calls the `add_fused_lm_head` and `create_model_from_p
 (`RLOO_MODULE`); and its advantage is the leave-one-out baseline over `rewards.view(-1, num_generations)`, after
 subtracting `beta` x the sequence KL (policy minus reference log-probabilities at the round's temperature) from each
 reward. A round of mixed group sizes runs with `num_generations = 1` (TRL then gives every row advantage 0) and its
-advantages are recomputed RLOO's way per real group (`_trl_merge.rloo_round_advantages`), the KL from the policy's and
+advantages are recomputed RLOO's way per real group (`advantages.rloo_advantages`), the KL from the policy's and
 reference model's per-token log-probabilities the pass computed (`_get_per_token_logps_and_entropies`, called in that
 order; recorded by `RLOOHooks`) and RLOO's output's `completion_mask`. A merged round (top-up, dynamic sampling) also
 merges RLOO's per-row `old_logps` (a 1-D tensor, no padding), computing it and the KL again when the merge moves a
@@ -63,6 +63,7 @@ from datasets import Dataset
 
 from ..core.comparison import comparison_keep
 from ..core.errors import CurriculumError, Problem
+from .advantages import weighted_rewards
 from .stream import PromptStream
 
 logger = logging.getLogger("grpo_curriculum")
@@ -225,24 +226,14 @@ def completion_keys(trainer, completion_ids_list) -> list[int]:
     return gather_object(local) if trainer.accelerator.num_processes > 1 else local
 
 
-def weighted_rewards(trainer, rewards_per_func) -> list[float]:
+def round_rewards(trainer, rewards_per_func) -> list[float]:
     """
-    The round's rewards as TRL combines them (weighted sum; NaN where every reward function returned None), clamped
-    to `reward_clip_range` where the trainer has one (`RLOOTrainer`). RLOO's KL penalty is not in them: the
-    curriculum's signals are about the task's rewards.
+    The round's rewards as TRL combines them ([`~training.advantages.weighted_rewards`]: weighted sum; NaN where every
+    reward function returned None), clamped to `reward_clip_range` where the trainer has one (`RLOOTrainer`). RLOO's
+    KL penalty is not in them: the curriculum's signals are about the task's rewards.
     """
-    return reward_tensor(trainer, rewards_per_func).tolist()
-
-
-def reward_tensor(trainer, rewards_per_func):
-    """[`weighted_rewards`] as a tensor, computed as `RLOOTrainer` (and `GRPOTrainer`) compute them."""
-    weights = trainer.reward_weights.to(rewards_per_func.device).unsqueeze(0)
-    rewards = (rewards_per_func * weights).nansum(dim=1)
-    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
     clip = getattr(trainer, "reward_clip_range", None)
-    if clip:
-        rewards = rewards.clamp(min=clip[0], max=clip[1])
-    return rewards
+    return weighted_rewards(rewards_per_func, trainer.reward_weights, clip).tolist()
 
 
 def refuse_infinite_rewards(trainer, rewards_per_func) -> None:
@@ -388,7 +379,7 @@ def greedy_rewards(trainer, model, rows: list[dict], batch_size: int = 64) -> li
     The reward of one greedy completion for each of `rows` (dataset rows with a `prompt`), scored as TRL scores a
     training round: prompts tokenized by `_tokenize_prompts` (chat template and all), completions cut after the first
     EOS and decoded as in `_generate_and_score_completions` (assistant messages for conversational prompts), every
-    reward function called by `_calculate_rewards` with the rows' other columns, combined by [`weighted_rewards`].
+    reward function called by `_calculate_rewards` with the rows' other columns, combined by [`round_rewards`].
     Greedy decoding: no sampling noise, and the model's and the global RNG state are untouched.
     """
     from transformers import GenerationConfig
@@ -418,7 +409,7 @@ def greedy_rewards(trainer, model, rows: list[dict], batch_size: int = 64) -> li
             texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
             if is_conversational(batch[0]):
                 texts = [[{"role": "assistant", "content": text}] for text in texts]
-            rewards += weighted_rewards(trainer, trainer._calculate_rewards(batch, prompts, texts, completion_ids))
+            rewards += round_rewards(trainer, trainer._calculate_rewards(batch, prompts, texts, completion_ids))
     finally:
         model.train(was_training)
     return rewards

@@ -6,11 +6,11 @@ are implemented by `CurriculumGRPOTrainer` and `CurriculumRLOOTrainer` (their sh
 
 from __future__ import annotations
 
-from ._trl import (GRPO_MODULE, RLOO_MODULE, apply_comparison, is_training, refuse_infinite_rewards,
-                   set_num_generations, weighted_rewards)
+from ._trl import (GRPO_MODULE, RLOO_MODULE, apply_comparison, is_training, refuse_infinite_rewards, round_rewards,
+                   set_num_generations)
 from ._trl_checkpoint import (checkpoint_dir, curriculum_state_before_trainer_state, load_trainer_state_first,
                               record_checkpoint)
-from ._trl_merge import IncrementRecords, finish_round, grpo_round_advantages, rloo_round_advantages
+from ._trl_merge import IncrementRecords, finish_round
 from .checkpoint import CheckpointWriteError
 
 class GRPOHooks:
@@ -35,16 +35,12 @@ class GRPOHooks:
     _round = None  # the generation round in progress or last sampled ([`Round`])
     _increment_records = None  # while an increment is sampled: its [`IncrementRecords`]
     _trl_module = GRPO_MODULE  # the module whose `add_fused_lm_head` / `create_model_from_path` `__init__` calls
+    _estimator = "grpo"  # whose advantages a recomputed round gets ([`round_advantages`])
 
     @staticmethod
     def _generated_rows(result) -> tuple:
         """`(prompt_ids, completion_ids, tool_mask)` of what `_generate` returned (`GRPOTrainer`: its first three)."""
         return result[:3]
-
-    def _round_advantages(self, records, order, group_sizes, sequence_kl=None):
-        """The advantages of a round's trained rows with each group of its own size, and TRL's zero-std share for
-        them: `GRPOTrainer`'s ([`grpo_round_advantages`])."""
-        return grpo_round_advantages(self, records, order, group_sizes, sequence_kl)
 
     def _generate_and_score_completions(self, inputs):
         if not (self._curriculum_active() and is_training(self)):
@@ -62,7 +58,7 @@ class GRPOHooks:
                     output = super()._generate_and_score_completions(rows)
                 rewards_per_func, completion_ids = records.scored
                 records.add(output, rewards_per_func)
-                if not self._curriculum_increment_scored(round_, weighted_rewards(self, rewards_per_func),
+                if not self._curriculum_increment_scored(round_, round_rewards(self, rewards_per_func),
                                                          completion_ids):  # fmt: skip
                     break
         finally:
@@ -138,22 +134,19 @@ class RLOOHooks(GRPOHooks):
     The leave-one-out advantage (`r - (sum - r) / (n - 1)` over `rewards.view(-1, num_generations)`, with `beta > 0`
     the KL to the reference subtracted from each reward first) is computed by `RLOOTrainer` for a round of one G. A
     round of mixed group sizes (per-prompt G) runs TRL's pass with `num_generations = 1`; its advantages are then
-    recomputed RLOO's way over each real group ([`rloo_round_advantages`]), from the KL of the log-probabilities the
+    recomputed RLOO's way over each real group ([`round_advantages`]), from the KL of the log-probabilities the
     pass computed, recorded here ([`_get_per_token_logps_and_entropies`]). A round merged from several increments
     (top-up, dynamic sampling) is merged as for GRPO ([`merge_increments`]: RLOO's `old_logps` and KL computed again
     where a prompt is re-padded), with the same advantages.
     """
 
     _trl_module = RLOO_MODULE
+    _estimator = "rloo"
 
     @staticmethod
     def _generated_rows(result) -> tuple:
         prompt_ids, completion_ids = result[:2]
         return prompt_ids, completion_ids, None
-
-    def _round_advantages(self, records, order, group_sizes, sequence_kl=None):
-        """`RLOOTrainer`'s leave-one-out advantages over each real group ([`rloo_round_advantages`])."""
-        return rloo_round_advantages(self, records, order, group_sizes, sequence_kl)
 
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
         # In a training pass, `_generate_and_score_completions` computes the policy's log-probabilities, then (beta > 0)

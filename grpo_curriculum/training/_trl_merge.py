@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from ._trl import _unsupported, reward_tensor
-from .advantages import frac_reward_zero_std, group_advantages, leave_one_out_advantages
+from ._trl import _unsupported
+from .advantages import grpo_advantages, rloo_advantages, weighted_rewards
 
 # The per-row tensors of TRL's round output (`_generate_and_score_completions`), with the side and value they are
 # padded with (`None`: the tokenizer's pad token). `advantages` and `num_items_in_batch` are recomputed for the round.
@@ -164,25 +164,31 @@ def gather_objects(trainer, values: list) -> list:
     return gather_object(values) if trainer.accelerator.num_processes > 1 else list(values)
 
 
-def grpo_round_advantages(trainer, records: IncrementRecords, order: list[int], group_sizes: list[int],
-                          sequence_kl=None):
+def round_advantages(trainer, records: IncrementRecords, order: list[int], group_sizes: list[int],
+                     masked: list[bool] | None = None, sequence_kl=None) -> tuple:
     """
-    `GRPOTrainer`'s advantages of a round's trained rows (`order`: indices into the increments' rows, every process)
-    with each group of its own size ([`group_advantages`]), and TRL's `frac_reward_zero_std` for them
-    (`sequence_kl`: unused, GRPO's KL is in its loss).
+    The trainer's advantages of a round's trained rows (`order`: indices into the increments' rows, every process) with
+    each group of its own size, and TRL's `frac_reward_zero_std` for them: `GRPOTrainer`'s ([`grpo_advantages`]) or
+    `RLOOTrainer`'s ([`rloo_advantages`]), read from the trainer's settings. Rows `masked` (one flag a row of `order`)
+    have no part in them. RLOO's rewards carry `beta` x each row's sequence KL: `sequence_kl` (the trained rows', in
+    `order`, when the merge computed the log-probabilities again), else each pass's own ([`trained_sequence_kl`]).
     """
     rewards_per_func = torch.cat(records.rewards_per_func)
     rewards_per_func = rewards_per_func[torch.tensor(order, device=rewards_per_func.device)]
-    args = (rewards_per_func, group_sizes, trainer.reward_weights, trainer.scale_rewards,
-            trainer.multi_objective_aggregation)  # fmt: skip
-    return group_advantages(*args), frac_reward_zero_std(*args)
+    if trainer._estimator == "grpo":
+        return grpo_advantages(rewards_per_func, group_sizes, trainer.reward_weights, trainer.scale_rewards,
+                               trainer.multi_objective_aggregation, masked)  # fmt: skip
+    if trainer.beta != 0.0 and sequence_kl is None:
+        sequence_kl = trained_sequence_kl(trainer, records, order)
+    return rloo_advantages(rewards_per_func, group_sizes, trainer.reward_weights, trainer.reward_clip_range,
+                           trainer.beta, sequence_kl, trainer.normalize_advantages, masked)  # fmt: skip
 
 
-def rloo_sequence_kl(trainer, records: IncrementRecords):
+def trained_sequence_kl(trainer, records: IncrementRecords, order: list[int]):
     """
-    Each row's sequence KL as `RLOOTrainer._generate_and_score_completions` computes it for its pass, `(policy -
-    reference log-probabilities) x completion_mask` summed over tokens, from the log-probabilities the pass computed
-    (recorded by [`RLOOHooks`]): every increment's rows, every process, in row order.
+    Each trained row's sequence KL as `RLOOTrainer._generate_and_score_completions` computes it for its pass, `(policy
+    - reference log-probabilities) x completion_mask` summed over tokens, from the log-probabilities the pass computed
+    (recorded by [`RLOOHooks`]): the rows `order` of every increment's rows, every process.
     """
     kls = []
     for output, logps in zip(records.outputs, records.pass_logps, strict=True):
@@ -190,28 +196,8 @@ def rloo_sequence_kl(trainer, records: IncrementRecords):
             raise _unsupported(f"find RLOO's policy and reference log-probabilities of a generation pass "
                                f"({len(logps)} computed)")  # fmt: skip
         kls.append(trainer.accelerator.gather(((logps[0] - logps[1]) * output["completion_mask"]).sum(-1)))
-    return torch.cat(kls)
-
-
-def rloo_round_advantages(trainer, records: IncrementRecords, order: list[int], group_sizes: list[int],
-                          sequence_kl=None):
-    """
-    `RLOOTrainer`'s advantages of a round's trained rows (`order`, as in [`grpo_round_advantages`]) with each group of
-    its own size ([`leave_one_out_advantages`]), and RLOO's `frac_reward_zero_std` for them (the share of groups whose
-    reward std is 0). Each row's reward is the one `RLOOTrainer._generate_and_score_completions` groups: weighted,
-    NaN where unscorable, clipped to `reward_clip_range`, and with `beta > 0` minus `beta` x its sequence KL:
-    `sequence_kl` (the trained rows', in `order`, when the merge computed the log-probabilities again), else each
-    pass's own ([`rloo_sequence_kl`]). `normalize_advantages` standardises over the trained rows.
-    """
-    rewards = reward_tensor(trainer, torch.cat(records.rewards_per_func))
-    rewards = rewards[torch.tensor(order, device=rewards.device)]
-    if trainer.beta != 0.0:
-        if sequence_kl is None:
-            sequence_kl = rloo_sequence_kl(trainer, records)
-            sequence_kl = sequence_kl[torch.tensor(order, device=sequence_kl.device)]
-        rewards = rewards - trainer.beta * sequence_kl.to(rewards.device)
-    advantages, std = leave_one_out_advantages(rewards, group_sizes, trainer.normalize_advantages)
-    return advantages, torch.isclose(std, torch.zeros_like(std)).float().mean().item()
+    kls = torch.cat(kls)
+    return kls[torch.tensor(order, device=kls.device)]
 
 
 def finish_round(trainer, records: IncrementRecords, round_) -> dict:
@@ -225,7 +211,7 @@ def finish_round(trainer, records: IncrementRecords, round_) -> dict:
         return merge_increments(trainer, records, round_.order(), round_.trained_sizes, masked)
     output, advantages = records.outputs[0], None
     if round_.mixed:  # TRL ran it with `num_generations = 1`: the advantages of the real groups
-        advantages, zero_std = trainer._round_advantages(records, list(range(records.rows[0])), round_.sizes)
+        advantages, zero_std = round_advantages(trainer, records, list(range(records.rows[0])), round_.sizes)
         local = len(output["advantages"])
         start = trainer.accelerator.process_index * local
         output["advantages"] = advantages[start : start + local].to(output["advantages"].device)
@@ -242,14 +228,14 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
     One round output from its increments' outputs: the rows `order` (indices into the increments' rows of every
     process, concatenated in increment order) in that order, each process taking its contiguous share, as if TRL had
     generated them in one pass. Every group is whole and contiguous; its advantages are computed over all its rows
-    ([`group_advantages`]); `num_items_in_batch`, the completion log and TRL's metrics describe the rows trained on.
-    Each process's rows are padded as TRL pads one pass: to the widest of its own rows' prompts (on the left) and
-    completions (rounded up to `pad_to_multiple_of`). When that moves a row's prompt (a model with absolute positions
-    gives other log-probabilities), the policy's and reference model's log-probabilities are computed again for the
-    round, as TRL computes them for one pass; the vLLM importance-sampling ratio is computed from them by TRL's
-    formula. Rows `masked` (one flag a row of `order`) are out of the loss: their `tool_mask`, TRL's loss mask, is 0.
-    `RLOOTrainer`'s output merges the same way, its per-row `old_logps` gathered and re-sliced (and computed again with
-    the KL when a prompt moves); it has no loss mask, so it cannot have rows `masked`.
+    ([`round_advantages`]; rows `masked` have no part in them); `num_items_in_batch`, the completion log and TRL's
+    metrics describe the rows trained on. Each process's rows are padded as TRL pads one pass: to the widest of its own
+    rows' prompts (on the left) and completions (rounded up to `pad_to_multiple_of`). When that moves a row's prompt (a
+    model with absolute positions gives other log-probabilities), the policy's and reference model's log-probabilities
+    are computed again for the round, as TRL computes them for one pass; the vLLM importance-sampling ratio is computed
+    from them by TRL's formula. Rows `masked` (one flag a row of `order`) are out of the loss: their `tool_mask`, TRL's
+    loss mask, is 0. `RLOOTrainer`'s output merges the same way, its per-row `old_logps` gathered and re-sliced (and
+    computed again with the KL when a prompt moves); it has no loss mask, so it cannot have rows `masked`.
     """
     accelerator = trainer.accelerator
     outputs = records.outputs
@@ -298,7 +284,9 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
         local_kl = _recompute_logps(trainer, merged)
         if local_kl is not None:
             sequence_kl = accelerator.gather(local_kl)
-    advantages, zero_std = trainer._round_advantages(records, order, group_sizes, sequence_kl)
+    if rloo and trainer.beta != 0.0 and sequence_kl is None:
+        sequence_kl = trained_sequence_kl(trainer, records, order)
+    advantages, zero_std = round_advantages(trainer, records, order, group_sizes, masked, sequence_kl)
     merged["advantages"] = advantages[rank * local : (rank + 1) * local].to(merged["prompt_ids"].device)
     if masked is not None and any(masked):
         keep = torch.tensor([not m for m in masked[rank * local : (rank + 1) * local]], dtype=torch.long,
@@ -315,9 +303,6 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
     _log_row_metrics(trainer, records, rows, torch.tensor(order, dtype=torch.long), merged)
     metrics = trainer._metrics["train"]
     if rloo and trainer.beta != 0.0 and metrics.get("kl"):  # RLOO's: the mean per-token KL of the trained rows
-        if sequence_kl is None:
-            sequence_kl = rloo_sequence_kl(trainer, records)
-            sequence_kl = sequence_kl[torch.tensor(order, device=sequence_kl.device)]
         tokens = accelerator.gather(merged["completion_mask"].sum(1)).sum()
         metrics["kl"][-1] = (sequence_kl.sum() / tokens.clamp(min=1.0)).item()
     if metrics.get("frac_reward_zero_std"):
@@ -478,9 +463,6 @@ def _log_reward_metrics(trainer, rewards_per_func) -> None:
     for i, name in enumerate(trainer.reward_func_names):
         metrics[f"rewards/{name}/mean"][-1] = torch.nanmean(rewards_per_func[:, i]).item()
         metrics[f"rewards/{name}/std"][-1] = nanstd(rewards_per_func[:, i]).item()
-    # As TRL logs them: weighted, NaN where unscorable, before RLOO's `reward_clip_range`.
-    weights = trainer.reward_weights.to(rewards_per_func.device).unsqueeze(0)
-    rewards = (rewards_per_func * weights).nansum(dim=1)
-    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    rewards = weighted_rewards(rewards_per_func, trainer.reward_weights)  # as TRL logs them: before any clipping
     metrics["reward"][-1] = torch.nanmean(rewards).item()
     metrics["reward_std"][-1] = nanstd(rewards).item()

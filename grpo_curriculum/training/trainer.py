@@ -471,7 +471,7 @@ class CurriculumRLOOTrainer(CurriculumTrainerMixin, RLOOHooks, RLOOTrainer):
     computed again where the merge re-pads a prompt) gets each row's advantage as RLOO's leave-one-out
     `r - (sum - r) / (n - 1)` over its own group's size `n` (the KL penalty subtracted from the rewards first when
     `beta > 0`, `normalize_advantages` over the round, as `RLOOTrainer` does;
-    [`grpo_curriculum.training._trl_merge.rloo_round_advantages`]). Refused at construction, each with its fix
+    [`grpo_curriculum.training.advantages.rloo_advantages`]). Refused at construction, each with its fix
     ([`grpo_curriculum.core.rloo.rloo_problems`]): dynamic sampling's `on_limit="mask"` (RLOO's loss has no loss
     mask) and comparison modes other than `"all"`. vLLM generation (`use_vllm`, server and colocate modes) follows each
     switch as in [`CurriculumGRPOTrainer`]: the requests' `n` and temperature (server mode: one request per distinct
