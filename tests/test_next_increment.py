@@ -46,8 +46,10 @@ DYNAMIC = {  # name: (rewards per group, G, batch, max_rounds, on_limit, increme
         ([EQUAL, MIXED, EQUAL, EQUAL], 2, 4, 2, "mask", 2, DynamicNext(trained=[0, 1], masked=[0])),
     "at the limit, short, fill: fill up unmasked":
         ([EQUAL, MIXED, EQUAL, EQUAL], 2, 4, 2, "fill", 2, DynamicNext(trained=[0, 1])),
-    "max_rounds 1, short, mask: the round as sampled, its zero-std group masked":
-        ([EQUAL, MIXED], 2, 4, 1, "mask", 1, DynamicNext(masked=[0])),
+    "max_rounds 1, short, mask: plain GRPO, nothing masked":
+        ([EQUAL, MIXED], 2, 4, 1, "mask", 1, DynamicNext()),
+    "max_rounds 1, every group all equal, error: plain GRPO, no error":
+        ([EQUAL, EQUAL], 2, 4, 1, "error", 1, DynamicNext()),
 }
 
 

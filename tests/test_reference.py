@@ -41,5 +41,5 @@ def test_reference_lists_rloo_config_differences_and_refusals(monkeypatch):
     assert "| `beta` |" in text and "| `0.05` | GRPOConfig's: `0.0` |" in text and "`loss_type`" in text
     assert "also refuses `dynamic_sampling` with `on_limit: mask` (its default) and a `comparison` of mode" in text
     assert "per_prompt" not in text.split("also refuses")[1] and "use_vllm" not in text.split("also refuses")[1]
-    monkeypatch.setattr(rloo, "rloo_problems", lambda stages, use_vllm=False, **kwargs: [])
+    monkeypatch.setattr(rloo, "rloo_problems", lambda stages, **kwargs: [])
     assert "`trainer: rloo` also refuses none of the stages" in reference.render()

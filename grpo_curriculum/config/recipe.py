@@ -290,8 +290,7 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         found = stage_problems(values, key="")
         problems += found
         schedule = None if found else StageSchedule([Stage(**values)])
-    use_vllm = training.get("use_vllm") is True and "use_vllm" not in refused
-    problems += trainer_problems(trainer, data.get("curriculum"), schedule, use_vllm)
+    problems += trainer_problems(trainer, data.get("curriculum"), schedule)
     max_steps = training.get("max_steps")
     steps = is_int(max_steps) and max_steps > 0 and "max_steps" not in refused  # (refused: its range said so)
     steps_problems = STEPS.problems("max_steps", max_steps) if steps else []

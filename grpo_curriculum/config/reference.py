@@ -76,7 +76,7 @@ def refused_with_rloo() -> list[str]:
         probe = None if stage is None else _stage(stage)
         if stage is not None and probe is None:
             raise ValueError(f"RLOO_PROBES: {stage} is not a valid stage")
-        if rloo_problems([] if probe is None else [probe], use_vllm=stage is None):
+        if probe is not None and rloo_problems([probe]):
             refused.append(what)
     return refused
 

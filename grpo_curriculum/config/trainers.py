@@ -48,10 +48,10 @@ def other_trainer_problems(unknown: Mapping, trainer: str, given) -> tuple[list[
     return problems, rest
 
 
-def trainer_problems(trainer: str, curriculum, schedule, use_vllm) -> list[Problem]:
+def trainer_problems(trainer: str, curriculum, schedule) -> list[Problem]:
     """
-    What `trainer` refuses in a recipe: for `rloo`, a TRL other than 1.16, the curriculum's stages that
-    `CurriculumRLOOTrainer` refuses and `use_vllm: true`. `schedule` is the validated curriculum, or `None` when some
+    What `trainer` refuses in a recipe: for `rloo`, a TRL other than 1.16 and the curriculum's stages that
+    `CurriculumRLOOTrainer` refuses. `schedule` is the validated curriculum, or `None` when some
     stage is invalid: then each stage that is valid on its own is checked (`curriculum`: the recipe's mapping).
     """
     if trainer != "rloo":
@@ -61,14 +61,14 @@ def trainer_problems(trainer: str, curriculum, schedule, use_vllm) -> list[Probl
     problems = [Problem("trainer", trainer, why, f"install it (`pip install 'trl=={wanted}.*'`), or use "
                         "`trainer: grpo`")] if why else []
     if schedule is not None:
-        return problems + rloo_problems(schedule.stages, at="curriculum.stages", use_vllm=use_vllm)
+        return problems + rloo_problems(schedule.stages, at="curriculum.stages")
     stages = curriculum.get("stages") if isinstance(curriculum, Mapping) else None
     for i, stage in enumerate(stages if isinstance(stages, list) else []):
         one = _stage(stage)
         at = f"curriculum.stages[{i}]"
         problems += [Problem(p.key.replace("curriculum.stages[0]", at, 1), p.value, p.rule, p.fix)
                      for p in ([] if one is None else rloo_problems([one], at="curriculum.stages"))]
-    return problems + rloo_problems([], use_vllm=use_vllm)
+    return problems
 
 
 def _stage(stage):

@@ -64,6 +64,8 @@ def dynamic_next(groups_rewards: Sequence[Sequence[float]], num_generations: int
     Raises:
         `RuntimeError`: at `max_rounds` with too few informative groups under `on_limit: error`.
     """
+    if dynamic.max_rounds == 1:  # nothing drawn again, nothing dropped or masked: plain GRPO
+        return DynamicNext()
     needed = batch // num_generations
     informative = [g for g, group in enumerate(groups_rewards) if is_informative(group)]
     if len(informative) < needed and not dynamic.at_limit(increments):

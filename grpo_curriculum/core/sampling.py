@@ -62,8 +62,9 @@ class DynamicSampling:
             Generation rounds drawn at most for one training batch (verl/DAPO's `max_num_gen_batches`); each round
             costs one generation batch of completions; at most [`MAX_ROUNDS`]. `0` (no limit, verl's
             `max_num_gen_batches: 0`) is refused: a dataset with too few informative prompts would never end a round.
-            `1`: nothing is drawn again, plain GRPO. The default 2 is the study's choice (docs/dynamic_sampling.md; 4
-            before). Each further round drawn logs a line with the count, so a round that keeps drawing is visible.
+            `1`: nothing is drawn again, dropped or masked (`on_limit` has no effect), plain GRPO. The default 2 is the
+            study's choice (docs/dynamic_sampling.md; 4 before). Each further round drawn logs a line with the count,
+            so a round that keeps drawing is visible.
         on_limit (`str`, *optional*, defaults to `"mask"`):
             A batch still short of informative groups after `max_rounds` rounds:
             - `"mask"`: trains on its informative groups only. It is filled up to the batch with all-equal groups
