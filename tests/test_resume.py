@@ -395,6 +395,8 @@ SWITCH = {"step": 3, "round": 3, "from": {"stage": 0, "num_generations": 2, "tem
         (set_array("prompt_report.seen", values=[1, 2]), r"prompt_report: must hold arrays of one length"),
         (set_array("prompt_report.slots", values=[[1, 2]]), r"prompt_report\.slots = .*: must be a one-dimension"),
         (set_path("callback.defaults.top_up_prompts", "half"), r"callback\.defaults\.top_up_prompts = 'half': must "),
+        (set_path("callback.defaults.skip_target", 7),
+         r"callback\.defaults\.skip_target = 7: must be a number in \[0, 1\)"),
         # Issue 35: values the recipe and the dataset the run resumes with cannot use.
         (set_path("stream.position", 49), r"stream\.position = 49: must be at most the dataset's 48 prompts"),
         (set_path("round_start_stream", {"epoch": 1, "position": 10**6}),
@@ -412,7 +414,8 @@ SWITCH = {"step": 3, "round": 3, "from": {"stage": 0, "num_generations": 2, "tem
     ],
     ids=["rounds-str", "stream-list", "switches-dict", "stage-7-of-3", "g-not-the-stage's", "nan-temperature",
          "tiny-temperature", "huge-epoch", "huge-round-start-epoch", "negative-position", "rounds-beyond-micro-steps",
-         "negative-count", "nan-mean", "lengths", "2d-slots", "unknown-top-up-rule", "position-past-the-dataset",
+         "negative-count", "nan-mean", "lengths", "2d-slots", "unknown-top-up-rule", "skip-target-7",
+         "position-past-the-dataset",
          "round-start-past-the-dataset", "injected-top-up", "injected-dynamic-sampling", "endless-dynamic-sampling",
          "too-many-switches", "two-switches-a-round"],
 )  # fmt: skip
@@ -610,6 +613,23 @@ def test_a_checkpoint_of_the_earlier_defaults_resumes_only_with_them(per_prompt_
                                      max_steps=4)  # fmt: skip
     trainer.train(resume_from_checkpoint=str(checkpoint))
     assert [c["step"] for c in recorder.calls] == [2, 3]
+
+
+@pytest.mark.parametrize(("defer", "refused"), [(True, True), (False, False)])
+def test_skip_target_counts_in_the_resume_guard_only_where_the_stage_defers(defer, refused):
+    """A state written before issue 37 (no `skip_target` among its defaults: 0.25 then) and a per-prompt stage left
+    at today's 0.05: refused where the stage defers (its deferral rate would change mid-run), accepted where it does
+    not (`skip_target` changes nothing there)."""
+    from grpo_curriculum.training.callback import defaults_changed
+    from grpo_curriculum.training.checkpoint import knob_defaults
+
+    saved = {name: value for name, value in knob_defaults().items() if name != "skip_target"}
+    stage = Stage(temperature=1.0, adaptive=Adaptive((2, 4, 8), policy="per_prompt", defer=defer))
+    changed = defaults_changed([stage], {"defaults": saved, "current": None, "switches": []})
+    assert (changed is not None) == refused
+    if refused:
+        assert "skip_target 0.05 (today's default; the checkpoint's: 0.25)" in str(changed)
+        assert "`skip_target: 0.25`" in changed.fix
 
 
 def test_a_top_up_checkpoint_of_the_earlier_round_size_resumes_only_with_it(tmp_path):

@@ -115,11 +115,13 @@ def _default_text(name: str, value) -> str:
 
 def _stage_knobs(stage: Stage) -> tuple[str, dict] | None:
     """The knobs of [`knob_defaults`] a stage uses, with where a recipe sets them: `("adaptive", {...})` for a
-    per-prompt stage or a top-up one (`top_up_prompts`: the default rule it uses, `None` when `prompts` is given),
-    `("dynamic_sampling", {...})` for dynamic sampling, else `None`."""
+    per-prompt stage (`skip_target` only where it defers) or a top-up one (`top_up_prompts`: the default rule it uses,
+    `None` when `prompts` is given), `("dynamic_sampling", {...})` for dynamic sampling, else `None`."""
     if stage.adaptive is not None and stage.adaptive.per_prompt:
-        return "adaptive", {"lookahead": stage.adaptive.lookahead, "defer": stage.adaptive.defer,
-                            "weight": stage.adaptive.weight, "skip_target": stage.adaptive.skip_target}
+        knobs = {"lookahead": stage.adaptive.lookahead, "defer": stage.adaptive.defer, "weight": stage.adaptive.weight}
+        if stage.adaptive.defer:  # `skip_target` sets the deferral's rate: without deferral it changes nothing
+            knobs["skip_target"] = stage.adaptive.skip_target
+        return "adaptive", knobs
     if stage.top_up is not None:
         return "adaptive", {"top_up_prompts": TopUp.PROMPTS_RULE if stage.top_up.prompts is None else None}
     if stage.dynamic_sampling is not None:

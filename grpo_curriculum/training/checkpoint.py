@@ -391,6 +391,7 @@ STATE_SCHEMA = {
                  "policy_stage?": Nullable(STEP), "policy": Nullable(_POLICY), "deferred_total?": STEP,
                  "defaults?": {"lookahead?": _LOOKAHEAD, "defer?": Rule("bool"),
                                "weight?": Rule("choice", choices=INFORMATION_WEIGHTS),
+                               "skip_target?": fraction(False, True),
                                "max_rounds?": integer(0, MAX_ROUNDS),
                                "top_up_prompts?": Rule("choice", choices=tuple(TOP_UP_PROMPTS_RULES))}},
     "stream": _STREAM,
