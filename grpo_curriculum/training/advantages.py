@@ -5,11 +5,12 @@ masked out of the loss or not, and the one place rewards are weighted ([`weighte
 
 Every formula is TRL 1.16's (`GRPOTrainer._generate_and_score_completions`,
 `RLOOTrainer._generate_and_score_completions`), op for op: the rewards are laid out as `(groups, G)` and reduced with
-`torch.nanmean` and TRL's own `nanstd` along the group dimension. A round whose groups share one size is laid out with
-TRL's `view(-1, G)`, so its advantages are TRL's, bit for bit; a round of mixed sizes is laid out with NaN in the
-places its smaller groups lack, which the NaN-aware reductions leave out, exactly as they leave out TRL's unscorable
-rows. Rows `masked` (dynamic sampling's fill-up groups, out of the loss) are out of every statistic and get advantage
-0. No scatter-adds: the same inputs give the same bits on every device.
+`torch.nanmean` and TRL's own `nanstd` along the group dimension, with NaN in the places a group smaller than the
+largest lacks, which the NaN-aware reductions leave out as they leave out TRL's unscorable rows. A round whose groups
+share one size has no such places: its layout is TRL's `view(-1, G)` and its advantages are TRL's, bit for bit
+(`tests/test_advantages.py` checks them against real `GRPOTrainer` and `RLOOTrainer` passes). Rows `masked` (dynamic
+sampling's fill-up groups, out of the loss) are out of every statistic and get advantage 0. No scatter-adds
+(`index_add_` is run-to-run nondeterministic on CUDA).
 """
 
 from __future__ import annotations
@@ -171,10 +172,8 @@ def _scatter(values, kept):
 
 
 def _grouped(values, sizes: list[int]):
-    """`values` (rows first) laid out `(groups, largest group, ...)`: TRL's `view(-1, G)` when every group has size G,
-    else NaN where a group has fewer rows."""
-    if len(set(sizes)) == 1:
-        return values.view(-1, sizes[0], *values.shape[1:])
+    """`values` (rows first) laid out `(groups, largest group, ...)`, NaN where a group has fewer rows: TRL's
+    `view(-1, G)` when every group has G rows."""
     group, position = _places(sizes, values.device)
     grouped = torch.full((len(sizes), max(sizes), *values.shape[1:]), torch.nan, dtype=values.dtype,
                          device=values.device)  # fmt: skip
@@ -184,16 +183,11 @@ def _grouped(values, sizes: list[int]):
 
 def _ungrouped(grouped, sizes: list[int]):
     """The rows of a `(groups, largest group, ...)` layout ([`_grouped`]), in row order."""
-    if len(set(sizes)) == 1:
-        return grouped.reshape(-1, *grouped.shape[2:])
-    group, position = _places(sizes, grouped.device)
-    return grouped[group, position]
+    return grouped[_places(sizes, grouped.device)]
 
 
 def _per_row(values, sizes: list[int]):
     """One value a group, repeated for each of its rows (TRL's `repeat_interleave(num_generations)`)."""
-    if len(set(sizes)) == 1:
-        return values.repeat_interleave(sizes[0], dim=0)
     return values.repeat_interleave(torch.tensor(sizes, device=values.device), dim=0)
 
 
