@@ -197,6 +197,15 @@ def test_deferral_draws_are_deterministic_and_follow_the_exploration_probability
     assert not any(allocator(size=2000, defer=False).deferred(slot, 1) for slot in range(10))
 
 
+def test_a_prompt_deferred_for_a_long_streak_still_comes_back():
+    """GRESO's floor: however long a prompt's zero-variance streak (an exploration probability of 0.5^40 ~ 1e-12), it is
+    kept in about `KEEP_FLOOR` (1%) of passes, so a prompt the policy outgrows is seen again and its streak can end."""
+    a = allocator(size=1)
+    a.stats.zero_streak[0] = 40
+    kept = [epoch for epoch in range(1, 3001) if not a.deferred(0, epoch)]
+    assert 15 <= len(kept) <= 50 and kept[0] < 400, (len(kept), kept[:3])  # 30 expected; the first within ~100
+
+
 def test_greso_skip_probabilities_move_towards_the_target():
     a = allocator()
     assert a.skip_probabilities() == {"skip_p_easy": 0.5, "skip_p_hard": 0.5}
