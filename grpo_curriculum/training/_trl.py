@@ -61,7 +61,6 @@ import logging
 import torch
 from datasets import Dataset
 
-from ..core.comparison import comparison_keep
 from ..core.errors import CurriculumError, Problem
 from .advantages import weighted_rewards
 from .stream import PromptStream
@@ -174,19 +173,6 @@ def set_num_generations(trainer, num_generations: int) -> None:
     trainer.num_generations = int(num_generations)
 
 
-def full_length_completions(trainer) -> bool:
-    """
-    Make transformers generation run every completion to `max_completion_length` (no early end of sequence): the most
-    memory a generation batch can take (`sweep --plan-memory` probes it). `False`, and nothing changed, with vLLM,
-    which generates outside the trainer.
-    """
-    if getattr(trainer, "use_vllm", False) or getattr(trainer, "generation_config", None) is None:
-        return False
-    trainer.generation_config.min_new_tokens = trainer.max_completion_length
-    trainer.generation_kwargs["min_new_tokens"] = trainer.max_completion_length
-    return True
-
-
 def set_temperature(trainer, temperature: float, cells: list) -> None:
     """Set the sampling temperature everywhere TRL reads it: generation, vLLM and the log-prob computation."""
     temperature = float(temperature)
@@ -276,32 +262,6 @@ def all_processes_agree(trainer, fingerprint: tuple) -> None:
         )
 
 
-def apply_comparison(trainer, output: dict, round_) -> None:
-    """
-    Zero the advantage of the trained rows that the round's comparison mode leaves out
-    ([`grpo_curriculum.core.comparison`]; a stage without `comparison`, or `mode: all`, leaves TRL's output as it is),
-    and log `curriculum/comparison_kept` (the share of the round's trained completions that keep their advantage) and
-    `curriculum/comparison_margin`. The rows stay in the batch (their tokens still count in the loss normaliser and
-    the KL term). The mode is a pure function of the step the round starts at, so a resumed run applies the same.
-    """
-    # The step the round started at: the generation step itself, or for a round regenerated after a resume from a
-    # checkpoint taken inside it, the optimizer steps before the round (the micro-steps already trained in it back).
-    phase = trainer._step % generation_round_length(trainer)
-    start_step = trainer.state.global_step - phase // trainer.args.gradient_accumulation_steps
-    mode, margin = trainer._curriculum.resolved.comparison_at(start_step)
-    if mode == "all":
-        return
-    rewards, sizes = round_.group_rewards(round_.trained_groups)
-    keep = comparison_keep(rewards, sizes, mode, margin)
-    advantages = output["advantages"]
-    start = trainer.accelerator.process_index * len(advantages)  # each process trains a contiguous share
-    mask = torch.tensor(keep[start : start + len(advantages)], dtype=advantages.dtype, device=advantages.device)
-    output["advantages"] = advantages * mask.view(-1, *([1] * (advantages.dim() - 1)))
-    trainer._metrics["train"]["curriculum/comparison_kept"].append(sum(keep) / len(keep))
-    if margin is not None:
-        trainer._metrics["train"]["curriculum/comparison_margin"].append(margin)
-
-
 def install_variable_group_requests(trainer) -> None:
     """
     In vLLM server mode (main process), make the first turn of a round of mixed group sizes send TRL's kind of
@@ -365,51 +325,3 @@ def new_prompt_stream(trainer) -> PromptStream:
     if isinstance(dataset, Dataset):
         dataset = trainer._remove_unused_columns(dataset, description="training")
     return PromptStream(dataset, shuffle=trainer.shuffle_dataset, seed=trainer.args.seed)
-
-
-def _eos_token_ids(trainer, tokenizer) -> list[int]:
-    """The tokens that end a completion: TRL >= 1.14 also ends it at every EOS the model's generation config declares
-    (`trainer.eos_token_ids`); earlier releases at the tokenizer's EOS only."""
-    eos_token_ids = getattr(trainer, "eos_token_ids", None)
-    return list(eos_token_ids) if eos_token_ids is not None else [tokenizer.eos_token_id]
-
-
-def greedy_rewards(trainer, model, rows: list[dict], batch_size: int = 64) -> list[float]:
-    """
-    The reward of one greedy completion for each of `rows` (dataset rows with a `prompt`), scored as TRL scores a
-    training round: prompts tokenized by `_tokenize_prompts` (chat template and all), completions cut after the first
-    EOS and decoded as in `_generate_and_score_completions` (assistant messages for conversational prompts), every
-    reward function called by `_calculate_rewards` with the rows' other columns, combined by [`round_rewards`].
-    Greedy decoding: no sampling noise, and the model's and the global RNG state are untouched.
-    """
-    from transformers import GenerationConfig
-    from trl.data_utils import is_conversational
-
-    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
-    eos_token_ids = _eos_token_ids(trainer, tokenizer)
-    config = GenerationConfig(do_sample=False, max_new_tokens=trainer.max_completion_length,
-                              pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_token_ids)  # fmt: skip
-    was_training, rewards = model.training, []
-    model.eval()
-    try:
-        for start in range(0, len(rows), batch_size):
-            batch = rows[start : start + batch_size]
-            prompts = [row["prompt"] for row in batch]
-            prompt_ids = trainer._tokenize_prompts(prompts)[0]
-            width = max(map(len, prompt_ids))  # left padding, as TRL pads prompts for generation
-            ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + list(p) for p in prompt_ids])
-            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids])
-            with torch.no_grad():
-                out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
-                                     generation_config=config)[:, width:].tolist()  # fmt: skip
-            completion_ids = []
-            for sequence in out:
-                ends = [i for i, token in enumerate(sequence) if token in eos_token_ids]
-                completion_ids.append(sequence[: ends[0] + 1] if ends else sequence)
-            texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-            if is_conversational(batch[0]):
-                texts = [[{"role": "assistant", "content": text}] for text in texts]
-            rewards += round_rewards(trainer, trainer._calculate_rewards(batch, prompts, texts, completion_ids))
-    finally:
-        model.train(was_training)
-    return rewards

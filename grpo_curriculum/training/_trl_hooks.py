@@ -6,11 +6,10 @@ are implemented by `CurriculumGRPOTrainer` and `CurriculumRLOOTrainer` (their sh
 
 from __future__ import annotations
 
-from ._trl import (GRPO_MODULE, RLOO_MODULE, apply_comparison, is_training, refuse_infinite_rewards, round_rewards,
-                   set_num_generations)
+from ._trl import GRPO_MODULE, RLOO_MODULE, is_training, refuse_infinite_rewards, round_rewards, set_num_generations
 from ._trl_checkpoint import (checkpoint_dir, curriculum_state_before_trainer_state, load_trainer_state_first,
                               record_checkpoint)
-from ._trl_merge import IncrementRecords, finish_round
+from ._trl_merge import IncrementRecords, apply_comparison, finish_round
 from .checkpoint import CheckpointWriteError
 
 class GRPOHooks:

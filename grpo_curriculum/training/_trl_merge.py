@@ -12,7 +12,8 @@ import math
 
 import torch
 
-from ._trl import _unsupported
+from ..core.comparison import comparison_keep
+from ._trl import _unsupported, generation_round_length
 from .advantages import grpo_advantages, rloo_advantages, weighted_rewards
 
 # The per-row tensors of TRL's round output (`_generate_and_score_completions`), with the side and value they are
@@ -220,6 +221,32 @@ def finish_round(trainer, records: IncrementRecords, round_) -> dict:
             metrics["frac_reward_zero_std"][-1] = zero_std
     records.write_logs(list(range(records.rows[0])), advantages)
     return output
+
+
+def apply_comparison(trainer, output: dict, round_) -> None:
+    """
+    Zero the advantage of the trained rows that the round's comparison mode leaves out
+    ([`grpo_curriculum.core.comparison`]; a stage without `comparison`, or `mode: all`, leaves TRL's output as it is),
+    and log `curriculum/comparison_kept` (the share of the round's trained completions that keep their advantage) and
+    `curriculum/comparison_margin`. The rows stay in the batch (their tokens still count in the loss normaliser and
+    the KL term). The mode is a pure function of the step the round starts at, so a resumed run applies the same.
+    """
+    # The step the round started at: the generation step itself, or for a round regenerated after a resume from a
+    # checkpoint taken inside it, the optimizer steps before the round (the micro-steps already trained in it back).
+    phase = trainer._step % generation_round_length(trainer)
+    start_step = trainer.state.global_step - phase // trainer.args.gradient_accumulation_steps
+    mode, margin = trainer._curriculum.resolved.comparison_at(start_step)
+    if mode == "all":
+        return
+    rewards, sizes = round_.group_rewards(round_.trained_groups)
+    keep = comparison_keep(rewards, sizes, mode, margin)
+    advantages = output["advantages"]
+    start = trainer.accelerator.process_index * len(advantages)  # each process trains a contiguous share
+    mask = torch.tensor(keep[start : start + len(advantages)], dtype=advantages.dtype, device=advantages.device)
+    output["advantages"] = advantages * mask.view(-1, *([1] * (advantages.dim() - 1)))
+    trainer._metrics["train"]["curriculum/comparison_kept"].append(sum(keep) / len(keep))
+    if margin is not None:
+        trainer._metrics["train"]["curriculum/comparison_margin"].append(margin)
 
 
 def merge_increments(trainer, records: IncrementRecords, order: list[int], group_sizes: list[int],
