@@ -17,7 +17,7 @@ from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_bat
 from ..core.next_increment import dynamic_next, top_up_next
 from ..core.rloo import rloo_problems
 from ..core.signals import is_informative, round_stats
-from . import _trl, _trl_checkpoint, tracking
+from . import _trl, _trl_checkpoint, _trl_vllm, tracking
 from ._trl_hooks import GRPOHooks, RLOOHooks
 from .callback import CurriculumCallback, DefaultsChanged, describe_g
 from .checkpoint import (RECIPE_FIX, STATE_FILE, CurriculumStateError, fit_problems, read_state, resume_checkpoint,
@@ -124,7 +124,7 @@ class CurriculumTrainerMixin:
         # The report counts a prompt the dataset repeats once, under its first row (the policies keep a row's own key).
         if self._curriculum.uncertain_prompts and self.accelerator.is_main_process:  # (the report's process)
             self._report_rows = first_rows(self._prompt_stream)
-        _trl.install_variable_group_requests(self)  # a no-op unless vLLM server mode
+        _trl_vllm.install_variable_group_requests(self)  # a no-op unless vLLM server mode
         if self.args.max_steps > 0:
             self._curriculum.resolve(self.args.max_steps)  # stage ends are known: check them now
         self._apply(self._curriculum.initial_setting())
