@@ -119,7 +119,7 @@ MUTATIONS = [
              "            pass",
              ("tests/test_increments.py", "-k", "replays_it and dynamic"),
              "a round regenerated after a resume logs curriculum/generated 0"),
-    Mutation("stage_table_counts_lines", "grpo_curriculum/cli/run.py",
+    Mutation("stage_table_counts_lines", "grpo_curriculum/cli/summary.py",
              "        steps, previous = max(step - previous, 1), step",
              "        steps, previous = 1, step",
              ("tests/test_run.py", "-k", "stage_table_counts"),

@@ -276,7 +276,6 @@ def test_the_module_train_help_tells_to_launch_runs_the_command(capsys):
 @pytest.fixture
 def fake_run(monkeypatch):
     calls = []
-    module = types.ModuleType("grpo_curriculum.cli.run")
 
     def entry(name):
         def function(args):
@@ -289,9 +288,10 @@ def fake_run(monkeypatch):
 
         return function
 
-    for name in ("train_main", "demo_main", "plot_main"):
-        setattr(module, name, entry(name))
-    monkeypatch.setitem(sys.modules, "grpo_curriculum.cli.run", module)
+    for name in ("train", "demo", "plot"):
+        module = types.ModuleType(f"grpo_curriculum.cli.{name}")
+        setattr(module, f"{name}_main", entry(f"{name}_main"))
+        monkeypatch.setitem(sys.modules, f"grpo_curriculum.cli.{name}", module)
     return calls
 
 

@@ -68,7 +68,7 @@ def test_resuming_another_folders_checkpoint_never_writes_over_a_full_output_dir
 def test_rotation_deletes_only_checkpoints_this_run_wrote(tmp_path):
     """transformers' `save_total_limit` rotation deletes every `checkpoint-*` folder in `output_dir`, oldest first
     (a glob: `checkpoint-1-keep` too); a run given a folder holding a user's checkpoints deleted them."""
-    from grpo_curriculum.cli.run import build_trainer
+    from grpo_curriculum.cli.build import build_trainer
     from grpo_curriculum.config.recipe import load_recipe
 
     out = tmp_path / "run"
@@ -210,7 +210,7 @@ def test_a_file_at_the_lock_path_that_is_not_a_lock_is_never_written_over(tmp_pa
 def test_without_out_a_demo_picks_a_folder_no_other_command_holds(tmp_path, monkeypatch):
     """Two `make demo` at once: the second writes runs/demo-2 instead of being refused for runs/demo."""
     from grpo_curriculum.cli.folders import hold_folder
-    from grpo_curriculum.cli.run import new_folder
+    from grpo_curriculum.cli.folders import new_folder
 
     monkeypatch.chdir(tmp_path)
     assert new_folder("runs/demo") == "runs/demo"

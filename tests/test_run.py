@@ -80,7 +80,7 @@ def test_per_prompt_demo_recipe_is_checked_and_its_summary_gives_the_g_distribut
 
 def test_torch_threads_one_for_the_tiny_model_and_the_free_cpus_for_another():
     from grpo_curriculum.config.recipe import load_recipe
-    from grpo_curriculum.cli.run import torch_threads
+    from grpo_curriculum.cli.launch import torch_threads
 
     tiny = load_recipe(ROOT / "recipes" / "demo.yaml")
     smollm2 = load_recipe(ROOT / "recipes" / "smollm2-arithmetic.yaml")
@@ -289,7 +289,7 @@ def test_stage_table_counts_optimizer_steps_and_generated_completions():
     1 lines), and its completions/s the completions generated: `curriculum/generated` where a stage samples in
     increments (dynamic sampling's extra rounds included), else a round's completions per step.
     """
-    from grpo_curriculum.cli.run import stage_summary
+    from grpo_curriculum.cli.summary import stage_summary
 
     def line(step, stage, **extra):
         return {"step": step, "curriculum/stage": stage, "curriculum/temperature": 1.0,
@@ -319,7 +319,7 @@ def test_stage_table_counts_optimizer_steps_and_generated_completions():
     ({"WORLD_SIZE": "x", "RANK": "5"}, ["WORLD_SIZE = 'x'"]),  # no relation drawn from a refused value
 ])
 def test_malformed_launcher_variables_are_named(environ, expected):
-    from grpo_curriculum.cli.run import launch_problems
+    from grpo_curriculum.cli.launch import launch_problems
 
     found = [str(problem) for problem in launch_problems(environ)]
     assert len(found) == len(expected) and all(text in line for text, line in zip(expected, found)), found

@@ -33,8 +33,8 @@ from ..core.errors import CurriculumError, GeometryError, Problem, list_text, pl
 from ..core.rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
 from ..core.sampling import DynamicSampling, TopUp
 from ..demo.models import MODELS, ModelFetchError
-from .sweep.table import DEFAULT_SEEDS
 from ..training.checkpoint import CurriculumStateError
+from .sweep.table import DEFAULT_SEEDS
 
 EXIT_STATUS = ("exit status: 0 done (check: every stage valid); 1 a well-formed recipe whose num_generations (a "
                "stage's, an adaptive candidate's or the eval one) does not fit the batch geometry; 2 malformed input "
@@ -440,7 +440,7 @@ def run_check(args: argparse.Namespace) -> int:
 # --- train, demo, plot -------------------------------------------------------------------------------------------
 
 
-def _dispatch(name: str, module: str = "run"):
+def _dispatch(name: str, module: str):
     def command(args: argparse.Namespace) -> int:
         try:
             run = importlib.import_module(f"{__package__}.{module}")
@@ -483,9 +483,9 @@ def run_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"check": run_check, "train": _dispatch("train_main"), "demo": _dispatch("demo_main"),
+COMMANDS = {"check": run_check, "train": _dispatch("train_main", "train"), "demo": _dispatch("demo_main", "demo"),
             "sweep": _dispatch("sweep_main", "sweep.command"),
-            "plot": _dispatch("plot_main"), "fetch-model": run_fetch_model, "recipes": run_recipes}
+            "plot": _dispatch("plot_main", "plot"), "fetch-model": run_fetch_model, "recipes": run_recipes}
 
 
 def main(argv: list[str] | None = None) -> int:
