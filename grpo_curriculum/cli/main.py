@@ -100,7 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
         "check", help="check a recipe's batch geometry and every stage's num_generations",
         description="Print the generation batch, every valid num_generations and each stage's verdict with fixes. "
         "Flags override the recipe; without a recipe they alone describe the geometry, as they do for a file holding "
-        "only a `curriculum:` mapping (what `CurriculumCallback.from_yaml` reads). " + EXIT_STATUS + ".")
+        "only a `curriculum:` mapping (what `CurriculumCallback.from_yaml` reads). With a recipe it also runs "
+        "`train`'s preflight: it loads the recipe's dataset (a few rows of its train split: columns, types, chat "
+        "template), imports and calls each reward function once on those rows with stand-in completions, and "
+        "validates reward_weights and generation_kwargs, in seconds; no model is loaded. " + EXIT_STATUS + ".")
     check.add_argument("recipe", nargs="?", type=_path, help=recipe_help + ", or a curriculum-only file")
     for name, help in GEOMETRY_FLAGS.items():
         _flag(check, name, type=_integer(COUNT), metavar="N", help=help)
@@ -353,6 +356,9 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
         geometry = run_geometry(recipe)  # as `train` runs it: evaluating at the G GRPOConfig gets
         start, top = starting_num_generations(recipe, geometry), recipe.training.get("num_generations")
         raise_if_any(environment_problems(recipe, geometry, start), f"{recipe.path}: {geometry.describe()}")
+        from .preflight import run_preflight
+
+        run_preflight(recipe)  # as `train` runs it: the dataset, the reward functions
         if "num_generations" in recipe.raw and args.num_generations is None and top != start:
             unused = (f"top-level num_generations: {top} is not used (the curriculum sets G; "
                       f"{TRAINERS[recipe.trainer]} gets the first stage's, {start}): remove it")

@@ -13,6 +13,7 @@ from ..core.errors import raise_if_any
 from .build import build_trainer
 from .folders import hold_folder, main_process, output_dir_problems, resumes_in, writable_problems
 from .launch import set_threads, torch_threads, unused_override_problems, validate_for_launch
+from .preflight import run_preflight
 from .progress import curriculum_output, progress_callback
 from .summary import print_end, print_start
 
@@ -47,6 +48,7 @@ def train_main(args) -> int:
     recipe = load_recipe(args.recipe, given)
     raise_if_any(unused_override_problems(recipe, given), context=f"recipe {recipe.path}")
     validate_for_launch(recipe)
+    run_preflight(recipe)  # the dataset, the reward functions: before any folder or model
     resume = recipe.training.get("resume_from_checkpoint")
     output_dir = recipe.training.get("output_dir") or "trainer_output"  # TRL's default
     if main_process():  # one lock a launch: the other processes write where the first does

@@ -113,6 +113,7 @@ class CurriculumTrainerMixin:
         if training_args is None:  # the TRL trainer built default args from the model name
             self._validate(self.args, self.train_dataset)
         self._curriculum._trainer = self
+        _trl.check_reward_calls(self)  # a reward function's mistake named at its first call
         if environment_owns_data:  # TRL's placeholder holds one round at its own G: make it hold one at the smallest
             smallest = self._curriculum.schedule.num_generations_values[0]
             _trl.fit_environment_placeholder(self, -(-self.args.generation_batch_size // smallest))
