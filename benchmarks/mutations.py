@@ -150,6 +150,12 @@ MUTATIONS = [
              "(waiting and waiting[-1] > position)",
              ("tests/test_resume.py", "-k", "waiting_position_must_lie_below"),
              "a restored waiting position equal to the stream position (a prompt not read yet) is accepted"),
+    # Issue 45, item 3: one verdict on every rank.
+    Mutation("probe_counts_as_a_file", "grpo_curriculum/cli/folders.py",
+             "            empty = next((e for e in entries if not e.name.startswith(PROBE_PREFIX)), None) is None",
+             "            empty = next(entries, None) is None",
+             ("tests/test_folders.py", "-k", "one_verdict_on_an_empty"),
+             "under torchrun a rank reads rank 0's writability probe as a file of the user's and refuses alone"),
 ]
 
 

@@ -442,3 +442,21 @@ def test_a_read_only_output_dir_is_refused_before_any_model_loads_even_when_resu
     assert error.count("cannot be written: Read-only file system in") == 2 and "Traceback" not in error, error
     assert "loading torch" in error and "torch threads" not in error  # refused before the model was built
     assert listing(run) == before
+
+
+def test_two_processes_give_one_verdict_on_an_empty_output_dir(tmp_path):
+    """
+    Issue 45, item 3: under `torchrun`, rank 0's writability probe (a file it creates inside an existing empty
+    `output_dir`) made rank 1 see "a folder that already holds files" and exit 2 while rank 0 trained on; replayed
+    deterministically (tests/probe_race.py holds the probe until rank 1 has checked). Both ranks pass the checks now.
+    """
+    run_dir, out = tmp_path / "run", tmp_path / "out"
+    run_dir.mkdir()
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+               str(ROOT / "tests" / "probe_race.py"), str(out), str(run_dir)]  # fmt: skip
+    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [rank["code"] for rank in ranks] == [0, 0], (ranks, done.stderr[-2000:])
+    assert list(run_dir.iterdir()) == []  # the probe is gone: nothing written

@@ -37,6 +37,7 @@ from ..core.errors import CurriculumError, Problem
 logger = logging.getLogger("grpo_curriculum")
 
 LOCK_SUFFIX = ".grpo-curriculum.lock"
+PROBE_PREFIX = ".grpo-curriculum-probe-"  # [`writable_problems`]' probe files
 _PROGRAM = "grpo-curriculum"
 _HELD: list[FolderLock] = []
 
@@ -335,8 +336,8 @@ def output_dir_problems(path: str, key: str, fix: str, resuming: bool = False) -
         return [Problem(key, path, "names a file, not a folder (the run writes a folder of files there)",
                         "choose a new folder, e.g. `runs/NAME`")]
     try:
-        with os.scandir(path) as entries:
-            empty = next(entries, None) is None
+        with os.scandir(path) as entries:  # another process's writability probe is not a file of the user's
+            empty = next((e for e in entries if not e.name.startswith(PROBE_PREFIX)), None) is None
     except OSError as error:
         return [Problem(key, path, f"cannot be read ({error.strerror})", "choose a folder you can write to")]
     if empty or resuming:
@@ -356,7 +357,7 @@ def writable_problems(path: str, key: str) -> list[Problem]:
     while not os.path.isdir(place) and os.path.dirname(place) != place:
         place = os.path.dirname(place)
     try:
-        fd, probe = tempfile.mkstemp(prefix=".grpo-curriculum-probe-", dir=place)
+        fd, probe = tempfile.mkstemp(prefix=PROBE_PREFIX, dir=place)
         try:
             os.write(fd, b"\0" * 4096)
             os.fsync(fd)

@@ -57,8 +57,11 @@ def train_main(args) -> int:
            "runs/NAME`") if not resume else (f"resume_from_checkpoint {resume} is not a checkpoint of this folder: "
            "choose a new or empty `--output_dir` (the run continues there from that checkpoint), or `--output_dir "
            f"{os.path.dirname(os.path.normpath(str(resume)))}` to continue that run in its own folder")  # fmt: skip
+    # Every process checks the folder, and sees what the others see: only the first one probes it by writing (a probe
+    # file, which the check of an empty folder ignores), so no process refuses what another one wrote (issue 45).
     raise_if_any(output_dir_problems(output_dir, "output_dir", fix, resuming=resumes_in(output_dir, resume))
-                 or writable_problems(output_dir, "output_dir"), context=f"recipe {recipe.path}")
+                 or (writable_problems(output_dir, "output_dir") if main_process() else []),
+                 context=f"recipe {recipe.path}")
     threads, why = torch_threads(recipe)
     set_threads(threads)
     from ..training.engines import fsdp_fallback, save_final_model
