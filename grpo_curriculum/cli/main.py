@@ -185,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot = commands.add_parser("plot", help="plot a run's reward, num_generations and temperature")
     plot.add_argument("run_dir", type=_path, help="a run's output directory")
     _flag(plot, "output", "-o", type=_path, metavar="FILE.png", help="image to write (default: inside RUN_DIR)")
+    _flag(plot, "force", action="store_true", help="replace the file -o names when it exists (without it, plot "
+          "refuses to write over it)")
 
     fetch = commands.add_parser(
         "fetch-model", help="download and convert a pretrained model without the Hub, once; print its folder",
@@ -356,6 +358,10 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
         geometry = run_geometry(recipe)  # as `train` runs it: evaluating at the G GRPOConfig gets
         start, top = starting_num_generations(recipe, geometry), recipe.training.get("num_generations")
         raise_if_any(environment_problems(recipe, geometry, start), f"{recipe.path}: {geometry.describe()}")
+        from .folders import folder_problems
+
+        raise_if_any(folder_problems(recipe.training.get("output_dir") or "trainer_output", "output_dir"),
+                     f"recipe {recipe.path}")  # as `train` refuses it
         from .preflight import run_preflight
 
         run_preflight(recipe)  # as `train` runs it: the dataset, the reward functions

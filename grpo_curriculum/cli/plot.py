@@ -199,10 +199,16 @@ def read_log_history(run_dir: str) -> list[dict]:
 
 
 def plot_main(args) -> int:
-    """`grpo-curriculum plot RUN_DIR [-o FILE.png]`."""
+    """`grpo-curriculum plot RUN_DIR [-o FILE.png [--force]]`: an existing `-o` file is replaced only with `--force`."""
     from .progress import announce
 
     output = getattr(args, "output", None) or os.path.join(args.run_dir, "curriculum.png")
+    if getattr(args, "output", None) and not getattr(args, "force", False):  # the default, curriculum.png, is ours
+        path = os.path.join(output, "curriculum.png") if os.path.isdir(output) else output
+        path += "" if os.path.splitext(path)[1] else ".png"
+        if os.path.isfile(path):
+            raise CurriculumError([Problem("-o", output, f"{path} exists: plot would replace it",
+                                           "choose another file, or add `--force` to replace it")], context="plot")
     history = read_log_history(args.run_dir)
     announce("plot", "matplotlib")
     print(plot_run(history, output, title=f"{args.run_dir}"))

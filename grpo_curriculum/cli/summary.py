@@ -15,7 +15,8 @@ def stage_summary(log_history: list[dict], generation_batch_size: int, stages: l
 
     Args:
         log_history (`list[dict]`):
-            The Trainer's `state.log_history` (entries without a reward, such as switch records, are skipped).
+            The Trainer's `state.log_history` (a training step's lines: with a reward, or a loss for a step
+            that trains a round generated at an earlier step; switch records and the closing line are skipped).
         generation_batch_size (`int`):
             Completions per generation round, for completions per second.
         stages (`list[Stage]`, *optional*):
@@ -35,8 +36,8 @@ def stage_summary(log_history: list[dict], generation_batch_size: int, stages: l
     rows: dict[int, dict] = {}
     previous = 0
     for entry in log_history:
-        if "curriculum/stage" not in entry or "reward" not in entry:
-            continue
+        if "curriculum/stage" not in entry or "reward" not in entry and "loss" not in entry:
+            continue  # not a training step's line (a line without a reward: a step of a round generated before)
         step = int(entry.get("step", previous + 1))
         steps, previous = max(step - previous, 1), step
         row = rows.setdefault(

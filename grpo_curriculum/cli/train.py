@@ -9,9 +9,9 @@ import signal
 import sys
 import time
 
-from ..core.errors import raise_if_any
+from ..core.errors import Problem, raise_if_any
 from .build import build_trainer
-from .folders import hold_folder, main_process, output_dir_problems, resumes_in, writable_problems
+from .folders import folder_problems, hold_folder, main_process, output_dir_problems, resumes_in, writable_problems
 from .launch import set_threads, torch_threads, unused_override_problems, validate_for_launch
 from .preflight import run_preflight
 from .progress import curriculum_output, progress_callback
@@ -51,6 +51,11 @@ def train_main(args) -> int:
     run_preflight(recipe)  # the dataset, the reward functions: before any folder or model
     resume = recipe.training.get("resume_from_checkpoint")
     output_dir = recipe.training.get("output_dir") or "trainer_output"  # TRL's default
+    problems = folder_problems(output_dir, "output_dir")
+    if isinstance(resume, str) and os.path.isfile(resume):  # e.g. RUN/checkpoint-2/trainer_state.json
+        problems.append(Problem("resume_from_checkpoint", resume, "names a file, not a checkpoint folder",
+                                f"pass its folder: `--resume_from_checkpoint {os.path.dirname(resume) or '.'}`"))
+    raise_if_any(problems, context=f"recipe {recipe.path}")  # before the lock creates anything
     if main_process():  # one lock a launch: the other processes write where the first does
         hold_folder(output_dir, "output_dir", "train")  # until the command ends
     fix = ("continue the run in it with `--resume_from_checkpoint true`, or choose a new folder: `--output_dir "

