@@ -303,6 +303,18 @@ def test_stage_table_counts_optimizer_steps_and_generated_completions():
     assert [row["completions/s"] for row in rows] == [32.0, 24.0]
 
 
+def test_stage_table_counts_the_steps_that_train_a_round_generated_earlier():
+    """Issue 44: with `steps_per_generation: 4` and `max_steps: 2` the table showed 1 step: step 2 trains the round
+    generated at step 1, so its log line has a loss and no reward. The closing summary line is not a step."""
+    from grpo_curriculum.cli.summary import stage_summary
+
+    base = {"curriculum/stage": 0, "curriculum/temperature": 0.8, "curriculum/num_generations": 2}
+    history = [{**base, "step": 1, "loss": 0.0, "reward": 0.03}, {**base, "step": 2, "loss": -0.09},
+               {**base, "step": 2, "train_runtime": 0.12}]
+    (row,) = stage_summary(history, generation_batch_size=16, steps_per_round=4.0)
+    assert row["steps"] == 2 and row["mean reward"] == 0.03
+
+
 # --- issue 35: the launch environment --------------------------------------------------------------------------------
 
 

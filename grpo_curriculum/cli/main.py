@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
         _flag(check, name, type=_integer(COUNT), metavar="N", help=help)
     _flag(check, "num_generations", type=_integer(NUM_GENERATIONS), metavar="G",
           help="check this G instead of the recipe's stages (TRL's default: 8)")
+    _flag(check, "no_preflight", action="store_true", help="skip the preflight (the dataset, the reward functions, "
+          "generation_kwargs): check the recipe text and geometry only, e.g. for a recipe whose dataset this machine "
+          "cannot reach")
 
     train = commands.add_parser(
         "train", help="train a recipe", description="Train a recipe (with CurriculumGRPOTrainer, or "
@@ -346,7 +349,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
         overrides.setdefault("steps_per_generation", None)
     elif "steps_per_generation" in overrides:
         overrides["generation_batch_size"] = None
-    lines, unused, schedule, max_steps = [], None, None, None
+    lines, unused, schedule, max_steps, recipe = [], None, None, None, None
     if args.recipe and is_curriculum_file(args.recipe):  # what `CurriculumCallback.from_yaml` reads
         schedule, num_processes = load_curriculum(args.recipe), overrides.pop("num_processes", None)
         geometry = training_geometry(overrides, num_processes)
@@ -358,13 +361,6 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
         geometry = run_geometry(recipe)  # as `train` runs it: evaluating at the G GRPOConfig gets
         start, top = starting_num_generations(recipe, geometry), recipe.training.get("num_generations")
         raise_if_any(environment_problems(recipe, geometry, start), f"{recipe.path}: {geometry.describe()}")
-        from .folders import folder_problems
-
-        raise_if_any(folder_problems(recipe.training.get("output_dir") or "trainer_output", "output_dir"),
-                     f"recipe {recipe.path}")  # as `train` refuses it
-        from .preflight import run_preflight
-
-        run_preflight(recipe)  # as `train` runs it: the dataset, the reward functions
         if "num_generations" in recipe.raw and args.num_generations is None and top != start:
             unused = (f"top-level num_generations: {top} is not used (the curriculum sets G; "
                       f"{TRAINERS[recipe.trainer]} gets the first stage's, {start}): remove it")
@@ -433,6 +429,15 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
             lines.append(f"eval: num_generations_eval {G}: valid (global eval batch: {e} per-device eval batch x "
                          f"{plural(n, 'process')} = {e * n})")
         invalid += bool(problems)
+    if recipe is not None and not invalid:  # as `train` checks it once the geometry fits (else its verdict is that)
+        from .folders import folder_problems
+
+        raise_if_any(folder_problems(recipe.training.get("output_dir") or "trainer_output", "output_dir"),
+                     f"recipe {recipe.path}")  # as `train` refuses it
+        if not getattr(args, "no_preflight", False):
+            from .preflight import run_preflight
+
+            run_preflight(recipe)  # as `train` runs it: the dataset, the reward functions
     where = f"on {plural(geometry.num_processes, 'process')}"
     lines.append(f"result: INVALID, {invalid} of {checked} checks fail {where}" if invalid else
                  f"result: OK, all {checked} checks valid {where}")

@@ -2,7 +2,8 @@
 The preflight `check` and `train` both run on a recipe, before any model loads or any folder is written: what the
 recipe text alone cannot show, said as one verdict with every problem listed (key, value, rule, fix).
 
-- **The dataset**: loaded as `train` loads it (`datasets.load_dataset`, the built-in ones built), then its train split
+- **The dataset**: opened as `train` opens it (`datasets.load_dataset`, streamed: only the first rows are read, a Hub
+  dataset is not downloaded; the built-in ones built), then its train split
   (and the eval split when the run evaluates), the prompt column (`dataset_prompt_column`; a hint to set it when
   `prompt` is missing), that the split holds rows, that the first rows' prompts are text or conversations (lists of
   `{role, content}` messages), and for a conversation a chat template in the model's tokenizer (loaded without the
@@ -133,7 +134,7 @@ def _load(recipe):
     name, bars = recipe.dataset_name, datasets_logging.is_progress_bar_enabled()
     datasets_logging.disable_progress_bar()  # "Generating train split": `train` shows it when it loads the dataset
     try:
-        return load_dataset(name, recipe.dataset_config, streaming=recipe.script.get("dataset_streaming", False)), None
+        return load_dataset(name, recipe.dataset_config, streaming=True), None  # the first rows, not a download
     except Exception as error:  # noqa: BLE001 - datasets raises many kinds: each named with its message
         what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
         if isinstance(error, StopIteration) or "StopIteration" in what:

@@ -424,7 +424,7 @@ def sweep_main(args) -> int:
     """`grpo-curriculum sweep RECIPE [--num-generations G ...] [...]`: run, resume and report a sweep."""
     import json
 
-    from ...config.recipe import import_reward, load_recipe
+    from ...config.recipe import load_recipe
     from ..plot import require_matplotlib
 
     overrides = {"max_steps": args.max_steps} if args.max_steps else {}
@@ -435,8 +435,9 @@ def sweep_main(args) -> int:
                                        "add --plan-memory, or leave --memory-budget out")], "sweep")  # fmt: skip
     if not args.plan_memory:  # planning: each G is checked at the geometry the plan finds, by its probe
         validate_arms(recipe.path, recipe.raw, arms, named=bool(getattr(args, "arms", None)))
-    for path in recipe.reward_funcs:  # the user's code, before the output folder is written
-        import_reward(path)
+    from ..preflight import run_preflight
+
+    run_preflight(recipe)  # the dataset and the reward functions, as `train` checks them: before any folder
     held_out = resolve_held_out(recipe, args.held_out)  # before anything is written
     if args.plan_memory:
         from ..progress import announce
