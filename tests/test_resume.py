@@ -875,7 +875,22 @@ def test_a_grpo_checkpoint_is_not_resumed_by_rloo(saved_run, tmp_path, cls):
         output = tmp_path / f"run-{resume is True}"
         shutil.copytree(saved_run, output)
         trainer, recorder = make_trainer(output, STAGES, max_steps=9, cls=cls)
-        with pytest.raises(OtherTrainerError, match=r"written by a GRPO \(CurriculumGRPOTrainer\) run, and this run is "
-                           r"RLOO .*Fix: resume with `trainer: grpo`"):
+        with pytest.raises(OtherTrainerError, match=r"written by a run of GRPO \(CurriculumGRPOTrainer\), and this "
+                           r"run is RLOO .*Fix: resume with `trainer: grpo`"):
             trainer.train(resume_from_checkpoint=resume if resume is True else str(output / "checkpoint-4"))
         assert recorder.calls == []
+
+
+@pytest.mark.parametrize("cls", [CurriculumRLOOTrainer])
+def test_an_rloo_checkpoint_is_not_resumed_by_grpo(tmp_path, cls):
+    """The reverse: an RLOO run resumed with `trainer: grpo`."""
+    from grpo_curriculum.training.checkpoint import OtherTrainerError
+
+    stages = [Stage(num_generations=2, temperature=1.0)]
+    trainer, _ = make_trainer(tmp_path, stages, max_steps=2, save_strategy="steps", save_steps=2, cls=cls)
+    trainer.train()
+    assert read_state(str(tmp_path / "checkpoint-2"))["trainer"] == "rloo"
+    trainer, recorder = make_trainer(tmp_path, stages, max_steps=4)
+    with pytest.raises(OtherTrainerError, match=r"written by a run of RLOO .* this run is GRPO .*`trainer: rloo`"):
+        trainer.train(resume_from_checkpoint=True)
+    assert recorder.calls == []

@@ -199,7 +199,7 @@ def read_log_history(run_dir: str) -> list[dict]:
 
 
 def plot_main(args) -> int:
-    """`grpo-curriculum plot RUN_DIR [-o FILE.png [--force]]`: an existing `-o` file is replaced only with `--force`."""
+    """`grpo-curriculum plot RUN_DIR [-o FILE.png [--force]]`: an existing `-o` file is replaced only if `--force`."""
     from .progress import announce
 
     output = getattr(args, "output", None) or os.path.join(args.run_dir, "curriculum.png")

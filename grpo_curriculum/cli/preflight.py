@@ -141,9 +141,10 @@ def _load(recipe):
             return None, Problem("dataset_name", name, "holds no rows (`datasets` found nothing to read: an empty "
                                  "file?)", "give a dataset with prompts in it")
         if _offline() or isinstance(error, ConnectionError) or "Connection" in type(error).__name__:
-            return None, Problem("dataset_name", name, f"cannot be loaded: this machine is offline or cannot reach the "
-                                 f"Hub ({shorten_message(what)})", "load it once where there is a network (`datasets` "
-                                 "caches it; HF_DATASETS_OFFLINE=1 then reads the cache), or give a local path")
+            return None, Problem("dataset_name", name, f"cannot be loaded: this machine is offline or cannot reach the"
+                                 f" Hub ({shorten_message(what)})", "load it once where there is a network "
+                                 "(`datasets` caches it; HF_DATASETS_OFFLINE=1 then reads the cache), or give a local "
+                                 "path")
         return None, Problem("dataset_name", name, f"cannot be loaded ({shorten_message(what)})",
                              "give a Hub dataset id or a local file or folder `datasets.load_dataset` reads")
     finally:
@@ -210,9 +211,9 @@ def reward_call_problem(path: str, func, rows: list[dict]) -> Problem | None:
         at = f" ({frames[-1].filename}, line {frames[-1].lineno})" if len(frames) > 1 else ""
         what = (f"called sys.exit({error.code!r})" if isinstance(error, SystemExit) else
                 f"raised {type(error).__name__}: {shorten_message(str(error), 200)}")
-        return Problem(f"reward function {name}", path, f"{what}{at} when called on {where}: `train` would stop at its "
-                       "first call", f"fix {name}: it must return one reward per completion (None for one it cannot "
-                       "score), for any completion the model may write")
+        return Problem(f"reward function {name}", path, f"{what}{at} when called on {where}: `train` would stop at "
+                       "its first call", f"fix {name}: it must return one reward per completion (None for one it "
+                       "cannot score), for any completion the model may write")
     return reward_output_problem(name, output, len(completions))
 
 

@@ -431,8 +431,8 @@ def check_reward_calls(trainer) -> None:
     with no word), returns the wrong length or type, an infinite value or NaN for every completion stops the run at
     that call with one error naming the function, the step, the completion and the rule
     ([`~core.reward_output.reward_output_problem`]), instead of a traceback inside TRL or a run trained on `nan`.
-    TRL calls `trainer.reward_funcs[i](prompts=..., completions=..., ...)`: each is replaced by a wrapper that keeps its
-    name (`reward_func_names` were read at `__init__`).
+    TRL calls `trainer.reward_funcs[i](prompts=..., completions=..., ...)`: each is replaced by a wrapper that keeps
+    its name (`reward_func_names` were read at `__init__`).
     """
     import inspect
 
@@ -449,8 +449,8 @@ def check_reward_calls(trainer) -> None:
                 what = (f"called sys.exit({error.code!r})" if isinstance(error, SystemExit) else
                         f"raised {type(error).__name__}: {error}")
                 raise CurriculumError([Problem(f"reward function {name}", f"{len(kwargs.get('completions') or [])} "
-                                       "completions", f"{what}{where}, scoring the completions of step {step}: a reward "
-                                       "function must return one reward per completion, not raise or exit",
+                                       "completions", f"{what}{where}, scoring the completions of step {step}: a "
+                                       "reward function must return one reward per completion, not raise or exit",
                                        f"fix {name} (return None for a completion it cannot score)")],
                                       context="training") from error
             problem = reward_output_problem(name, output, len(kwargs.get("completions") or []), step=step,

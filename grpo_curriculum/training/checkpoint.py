@@ -798,7 +798,8 @@ def check_checkpoint(folder: str | os.PathLike, entropy: bool = False, trainer: 
     if trainer is not None and wrote is not None and wrote != trainer:
         names = {"grpo": "GRPO (CurriculumGRPOTrainer)", "rloo": "RLOO (CurriculumRLOOTrainer)"}
         raise OtherTrainerError(
-            f"{os.path.join(folder, STATE_FILE)} was written by a {names[wrote]} run, and this run is {names[trainer]}: "
+            f"{os.path.join(folder, STATE_FILE)} was written by a run of {names[wrote]}, and this run is "
+            f"{names[trainer]}: "
             f"it would continue with another loss, advantages and beta. Fix: resume with `trainer: {wrote}` (the "
             f"recipe the run was trained with), or start a new {trainer} run in a new folder (`--output_dir "
             "runs/NAME`, without `--resume_from_checkpoint`).")
@@ -834,8 +835,8 @@ def damaged_file(folder: str) -> str | None:
             elif path.suffix in (".pt", ".pth", ".bin"):
                 zipfile.ZipFile(path).close()
         except Exception as error:  # noqa: BLE001 - each library's own error: the file cannot be read whole
-            return f"{path} is damaged ({type(error).__name__}: {error}): it was cut short (a disk filled up, or a copy " \
-                   "stopped)"
+            return (f"{path} is damaged ({type(error).__name__}: {error}): it was cut short (a disk filled up, or a "
+                    "copy stopped)")
     return None
 
 

@@ -47,8 +47,8 @@ DEFAULT_NUM_GENERATIONS = (4, 8, 16)
 
 def validate_arms(path: str, raw: dict, arms: list[Arm], named: bool = False) -> None:
     """
-    Validate every arm as `train` validates a recipe ([`~cli.launch.validate_for_launch`]), before anything runs (`named`:
-    the arms came from `--arms`, which the messages then name).
+    Validate every arm as `train` validates a recipe ([`~cli.launch.validate_for_launch`]), before anything runs
+    (`named`: the arms came from `--arms`, which the messages then name).
 
     Raises:
         [`GeometryError`]: when the only problems are G values the batch geometry does not take (exit status 1);
