@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHECK = [sys.executable, "-m", "grpo_curriculum.cli", "check"]
 COMMANDS = {
     "check (flags)": CHECK + ["--num-processes", "2", "--per-device-train-batch-size", "3", "--num-generations", "8"],
-    "check recipes/2gpu.yaml": CHECK + ["recipes/2gpu.yaml"],
+    "check recipes/2gpu.yaml --no-preflight": CHECK + ["recipes/2gpu.yaml", "--no-preflight"],  # a Hub dataset
     "check recipes/adaptive-demo.yaml": CHECK + ["recipes/adaptive-demo.yaml"],
     'python -c "import trl"': [sys.executable, "-c", "import trl"],
     'python -c "from trl import GRPOConfig"': [sys.executable, "-c", "from trl import GRPOConfig"],

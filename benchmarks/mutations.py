@@ -119,7 +119,7 @@ MUTATIONS = [
              "            pass",
              ("tests/test_increments.py", "-k", "replays_it and dynamic"),
              "a round regenerated after a resume logs curriculum/generated 0"),
-    Mutation("stage_table_counts_lines", "grpo_curriculum/cli/run.py",
+    Mutation("stage_table_counts_lines", "grpo_curriculum/cli/summary.py",
              "        steps, previous = max(step - previous, 1), step",
              "        steps, previous = 1, step",
              ("tests/test_run.py", "-k", "stage_table_counts"),
@@ -172,6 +172,12 @@ MUTATIONS = [
              "(waiting and waiting[-1] > position)",
              ("tests/test_resume.py", "-k", "waiting_position_must_lie_below"),
              "a restored waiting position equal to the stream position (a prompt not read yet) is accepted"),
+    # Issue 45, item 3: one verdict on every rank.
+    Mutation("probe_counts_as_a_file", "grpo_curriculum/cli/folders.py",
+             "            empty = next((e for e in entries if not e.name.startswith(PROBE_PREFIX)), None) is None",
+             "            empty = next(entries, None) is None",
+             ("tests/test_folders.py", "-k", "one_verdict_on_an_empty"),
+             "under torchrun a rank reads rank 0's writability probe as a file of the user's and refuses alone"),
 ]
 
 

@@ -88,7 +88,7 @@ def test_generation_batch_and_steps_flags(capsys):
 
 
 def test_recipe_check_output(capsys):
-    code, out, err = check(capsys, ROOT / "recipes" / "2gpu.yaml")
+    code, out, err = check(capsys, ROOT / "recipes" / "2gpu.yaml", "--no-preflight")  # a Hub dataset: no network
     assert code == 0 and err == ""
     assert "num_processes: 2 (the recipe's num_processes)" in out
     assert "geometry: 2 processes x 3 per-device batch x 1 steps per generation = generation batch 6" in out
@@ -98,7 +98,7 @@ def test_recipe_check_output(capsys):
 
 def test_recipe_flags_override(capsys):
     recipe = ROOT / "recipes" / "2gpu.yaml"
-    code, out, _ = check(capsys, recipe, "--num-processes", 1)  # 1 x 3 = 3: G 6 no longer fits
+    code, out, _ = check(capsys, recipe, "--num-processes", 1, "--no-preflight")  # 1 x 3 = 3: G 6 no longer fits
     assert code == 1 and "stage 1 (main): G=6" in out and "INVALID" in out and "use num_generations 3" in out
     code, out, _ = check(capsys, recipe, "--num_generations", 8)  # the seeds' worked case, from the recipe
     assert code == 1 and "G=8 (--num-generations): INVALID" in out and "stage 0" not in out
@@ -146,7 +146,7 @@ def test_top_level_num_generations_is_not_used_with_a_curriculum(capsys, tmp_pat
     """`train` gives GRPOConfig the first stage's G, so a top-level G that does not fit is no error (it was INVALID)."""
     recipe = tmp_path / "top.yaml"
     recipe.write_text((ROOT / "recipes" / "2gpu.yaml").read_text() + "num_generations: 8\n")
-    code, out, _ = check(capsys, recipe)
+    code, out, _ = check(capsys, recipe, "--no-preflight")
     assert code == 0 and "top-level num_generations: 8 is not used" in out and "INVALID" not in out
 
 
@@ -243,10 +243,12 @@ HEAVY = {"torch", "transformers", "trl", "numpy", "accelerate", "datasets"}
 @pytest.mark.parametrize("argv", [["--num-processes", 2, "--per-device-train-batch-size", 3, "--num-generations", 8],
                                   [DEMO], [ROOT / "recipes" / "adaptive-demo.yaml"], ["PER_PROMPT"]])
 def test_check_imports_no_torch_transformers_or_trl(tmp_path, argv):
-    """`check` answers from the shipped TRL field snapshot: `-X importtime` lists every module the command imports."""
+    """`check` answers from the shipped TRL field snapshot: `-X importtime` lists every module the command imports
+    (with `--no-preflight`: the preflight reads the dataset with `datasets` and runs the reward code)."""
     recipe = tmp_path / "per_prompt.yaml"
     recipe.write_text(PER_PROMPT_RECIPE.replace("CANDIDATES", "[3, 5, 8]"))
     argv = [recipe if a == "PER_PROMPT" else a for a in argv]
+    argv += ["--no-preflight"] if len(argv) == 1 else []
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "grpo_curriculum.cli", "check", *map(str, argv)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode in (0, 1) and "result:" in done.stdout, done.stderr[-2000:]
@@ -276,7 +278,6 @@ def test_the_module_train_help_tells_to_launch_runs_the_command(capsys):
 @pytest.fixture
 def fake_run(monkeypatch):
     calls = []
-    module = types.ModuleType("grpo_curriculum.cli.run")
 
     def entry(name):
         def function(args):
@@ -289,9 +290,10 @@ def fake_run(monkeypatch):
 
         return function
 
-    for name in ("train_main", "demo_main", "plot_main"):
-        setattr(module, name, entry(name))
-    monkeypatch.setitem(sys.modules, "grpo_curriculum.cli.run", module)
+    for name in ("train", "demo", "plot"):
+        module = types.ModuleType(f"grpo_curriculum.cli.{name}")
+        setattr(module, f"{name}_main", entry(f"{name}_main"))
+        monkeypatch.setitem(sys.modules, f"grpo_curriculum.cli.{name}", module)
     return calls
 
 
@@ -447,24 +449,28 @@ def test_check_and_train_exit_1_for_top_up_rounds_that_cannot_fill(tmp_path, cap
     assert "Traceback" not in err and not never.exists()
 
 
-def test_check_imports_no_reward_function_and_the_readme_says_train_does(tmp_path, capsys, monkeypatch):
+def test_check_imports_a_reward_function_only_in_its_preflight_and_the_readme_says_so(tmp_path, capsys, monkeypatch):
     (tmp_path / "marker_reward.py").write_text("open(__file__ + '.imported', 'w').close()\n"
                                                "def reward(completions, **kwargs):\n    return [0.0] * len(completions)\n")
     recipe = tmp_path / "r.yaml"
     recipe.write_text(Path(DEMO).read_text().replace("grpo_curriculum.demo.tasks:echo_reward", "marker_reward:reward"))
     monkeypatch.chdir(tmp_path)
-    code, out, _ = check(capsys, recipe)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out, _ = check(capsys, recipe, "--no-preflight")
     assert code == 0 and not (tmp_path / "marker_reward.py.imported").exists()
+    code, out, _ = check(capsys, recipe)
+    assert code == 0 and (tmp_path / "marker_reward.py.imported").exists()
+    sys.modules.pop("marker_reward", None)
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert ("`train`, `demo` and `sweep` import the modules `reward_funcs` names and run their code, as TRL's `trl "
-            "grpo` does (`check` imports none)") in readme
+            "grpo` does (`check` too, in its preflight; `check --no-preflight` imports none)") in readme
 
 
 def test_a_reader_that_leaves_early_gets_no_traceback():
     """`grpo-curriculum check recipe | head -1`: the pipe closes before the report is written; exit 141 (SIGPIPE's),
     quietly (it was a `BrokenPipeError` traceback)."""
     recipe = Path(__file__).resolve().parent.parent / "recipes" / "qwen2.5-0.5b-gsm8k.yaml"
-    process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum.cli", "check", str(recipe)],
+    process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum.cli", "check", str(recipe), "--no-preflight"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     process.stdout.close()  # before the command has printed anything
     stderr = process.stderr.read().decode()

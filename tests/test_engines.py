@@ -112,7 +112,7 @@ def test_check_warns_that_fsdp_on_cpu_trains_ddp(capsys, tmp_path):
 
 
 def test_train_refuses_deepspeed_when_it_is_not_installed(hide_package):
-    from grpo_curriculum.cli.run import validate_for_launch
+    from grpo_curriculum.cli.launch import validate_for_launch
 
     hide_package("deepspeed")  # installed or not
     with pytest.raises(CurriculumError, match="DS_BUILD_OPS=0 pip install deepspeed") as error:
@@ -122,7 +122,7 @@ def test_train_refuses_deepspeed_when_it_is_not_installed(hide_package):
 
 def test_train_refuses_fsdp_without_a_distributed_launch(monkeypatch):
     """transformers refuses FSDP in a process no launcher started: `train` says so before building anything."""
-    from grpo_curriculum.cli.run import validate_for_launch
+    from grpo_curriculum.cli.launch import validate_for_launch
 
     for name in ("LOCAL_RANK", "ACCELERATE_USE_FSDP"):
         monkeypatch.delenv(name, raising=False)

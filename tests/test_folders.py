@@ -68,7 +68,7 @@ def test_resuming_another_folders_checkpoint_never_writes_over_a_full_output_dir
 def test_rotation_deletes_only_checkpoints_this_run_wrote(tmp_path):
     """transformers' `save_total_limit` rotation deletes every `checkpoint-*` folder in `output_dir`, oldest first
     (a glob: `checkpoint-1-keep` too); a run given a folder holding a user's checkpoints deleted them."""
-    from grpo_curriculum.cli.run import build_trainer
+    from grpo_curriculum.cli.build import build_trainer
     from grpo_curriculum.config.recipe import load_recipe
 
     out = tmp_path / "run"
@@ -210,7 +210,7 @@ def test_a_file_at_the_lock_path_that_is_not_a_lock_is_never_written_over(tmp_pa
 def test_without_out_a_demo_picks_a_folder_no_other_command_holds(tmp_path, monkeypatch):
     """Two `make demo` at once: the second writes runs/demo-2 instead of being refused for runs/demo."""
     from grpo_curriculum.cli.folders import hold_folder
-    from grpo_curriculum.cli.run import new_folder
+    from grpo_curriculum.cli.folders import new_folder
 
     monkeypatch.chdir(tmp_path)
     assert new_folder("runs/demo") == "runs/demo"
@@ -442,3 +442,21 @@ def test_a_read_only_output_dir_is_refused_before_any_model_loads_even_when_resu
     assert error.count("cannot be written: Read-only file system in") == 2 and "Traceback" not in error, error
     assert "loading torch" in error and "torch threads" not in error  # refused before the model was built
     assert listing(run) == before
+
+
+def test_two_processes_give_one_verdict_on_an_empty_output_dir(tmp_path):
+    """
+    Issue 45, item 3: under `torchrun`, rank 0's writability probe (a file it creates inside an existing empty
+    `output_dir`) made rank 1 see "a folder that already holds files" and exit 2 while rank 0 trained on; replayed
+    deterministically (tests/probe_race.py holds the probe until rank 1 has checked). Both ranks pass the checks now.
+    """
+    run_dir, out = tmp_path / "run", tmp_path / "out"
+    run_dir.mkdir()
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+               str(ROOT / "tests" / "probe_race.py"), str(out), str(run_dir)]  # fmt: skip
+    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [rank["code"] for rank in ranks] == [0, 0], (ranks, done.stderr[-2000:])
+    assert list(run_dir.iterdir()) == []  # the probe is gone: nothing written

@@ -80,7 +80,7 @@ def test_per_prompt_demo_recipe_is_checked_and_its_summary_gives_the_g_distribut
 
 def test_torch_threads_one_for_the_tiny_model_and_the_free_cpus_for_another():
     from grpo_curriculum.config.recipe import load_recipe
-    from grpo_curriculum.cli.run import torch_threads
+    from grpo_curriculum.cli.launch import torch_threads
 
     tiny = load_recipe(ROOT / "recipes" / "demo.yaml")
     smollm2 = load_recipe(ROOT / "recipes" / "smollm2-arithmetic.yaml")
@@ -289,7 +289,7 @@ def test_stage_table_counts_optimizer_steps_and_generated_completions():
     1 lines), and its completions/s the completions generated: `curriculum/generated` where a stage samples in
     increments (dynamic sampling's extra rounds included), else a round's completions per step.
     """
-    from grpo_curriculum.cli.run import stage_summary
+    from grpo_curriculum.cli.summary import stage_summary
 
     def line(step, stage, **extra):
         return {"step": step, "curriculum/stage": stage, "curriculum/temperature": 1.0,
@@ -301,6 +301,18 @@ def test_stage_table_counts_optimizer_steps_and_generated_completions():
     assert [row["steps"] for row in rows] == [8, 8]
     # Stage 0: 16 completions a step (a round of 32 trains 2 steps) over 0.5 s a step; stage 1: 96 over 8 x 0.5 s.
     assert [row["completions/s"] for row in rows] == [32.0, 24.0]
+
+
+def test_stage_table_counts_the_steps_that_train_a_round_generated_earlier():
+    """Issue 44: with `steps_per_generation: 4` and `max_steps: 2` the table showed 1 step: step 2 trains the round
+    generated at step 1, so its log line has a loss and no reward. The closing summary line is not a step."""
+    from grpo_curriculum.cli.summary import stage_summary
+
+    base = {"curriculum/stage": 0, "curriculum/temperature": 0.8, "curriculum/num_generations": 2}
+    history = [{**base, "step": 1, "loss": 0.0, "reward": 0.03}, {**base, "step": 2, "loss": -0.09},
+               {**base, "step": 2, "train_runtime": 0.12}]
+    (row,) = stage_summary(history, generation_batch_size=16, steps_per_round=4.0)
+    assert row["steps"] == 2 and row["mean reward"] == 0.03
 
 
 # --- issue 35: the launch environment --------------------------------------------------------------------------------
@@ -319,7 +331,7 @@ def test_stage_table_counts_optimizer_steps_and_generated_completions():
     ({"WORLD_SIZE": "x", "RANK": "5"}, ["WORLD_SIZE = 'x'"]),  # no relation drawn from a refused value
 ])
 def test_malformed_launcher_variables_are_named(environ, expected):
-    from grpo_curriculum.cli.run import launch_problems
+    from grpo_curriculum.cli.launch import launch_problems
 
     found = [str(problem) for problem in launch_problems(environ)]
     assert len(found) == len(expected) and all(text in line for text, line in zip(expected, found)), found

@@ -239,7 +239,7 @@ def test_an_out_folder_holding_other_files_is_refused_and_left_alone(tmp_path, c
 
 
 def test_held_out_rows_are_kept_out_of_training_and_of_the_warm_start(recipe, monkeypatch):
-    from grpo_curriculum.cli.run import build_run
+    from grpo_curriculum.cli.build import build_run
     from grpo_curriculum.cli.sweep.held_out import _held_out_split
     from grpo_curriculum.config.recipe import load_recipe
     from grpo_curriculum.demo import tasks

@@ -457,6 +457,40 @@ def test_trl_and_the_curriculum_log_one_zero_std_share(tmp_path, wanted_by_index
         assert {len(set(call["sizes"])) for call in recorder.calls} == {3}  # groups of 8, 4 and 2 in every round
 
 
+def _exits(n):
+    raise SystemExit(0)
+
+
+def _raises(n):
+    raise KeyError("answer")
+
+
+@pytest.mark.parametrize("bad, rule", [
+    (lambda n: [0.0] * (n - 1), "returned 7 rewards for 8 completions at step 1"),
+    (_raises, "raised KeyError: 'answer'"),
+    (lambda n: ["1"] * n, "returned a str for completion 0 of 8 at step 1"),
+    (lambda n: 1.0, "returned a float at step 1"),
+    (lambda n: [math.nan] * n, "returned NaN for all 8 completions at step 1"),
+    (lambda n: {"accuracy": [0.0] * n}, "returned a dict at step 1"),
+    (_exits, "called sys.exit(0)"),
+], ids=["short", "raises", "strings", "float", "all_nan", "dict", "exits"])
+def test_a_reward_function_breaking_its_contract_stops_training_at_that_call(tmp_path, bad, rule):
+    """Issue 44: a reward function that is right on the preflight's rows and then raises, exits or returns the wrong
+    length, type or NaN everywhere stops the run at that call (not a TRL traceback, a silent exit 0 or a run trained on
+    `nan`), naming the function, the step and the rule."""
+
+    def reward(prompts, completions, idx, trainer_state, **kwargs):
+        return bad(len(idx)) if trainer_state.global_step == 1 else [float(j % 2) for j in range(len(idx))]
+
+    recorder = RoundRecorder(lambda **kwargs: reward(trainer_state=recorder.trainer.state, **kwargs))
+    trainer, _ = make_trainer(tmp_path, [Stage(num_generations=2, temperature=1.0)], recorder=recorder, max_steps=4)
+    with pytest.raises(CurriculumError) as error:
+        trainer.train()
+    (problem,) = error.value.problems
+    assert problem.key == "reward function recorder" and rule in problem.rule, problem
+    assert "step 1" in problem.rule and trainer.state.global_step == 1
+
+
 @pytest.mark.parametrize("bad", [math.inf, -math.inf, 1e39])  # 1e39: beyond float32, TRL's reward dtype: inf
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_an_infinite_reward_stops_training_naming_the_function_and_the_value(tmp_path, bad, dynamic):

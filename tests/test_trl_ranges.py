@@ -98,7 +98,7 @@ def _recipe(path: Path, values: dict) -> str:
 
 def _dry_train(path: str) -> str | None:
     """What `train` refuses before any model loads (its message), or `None`."""
-    from grpo_curriculum.cli.run import launch_geometry, unused_override_problems, validate_for_launch
+    from grpo_curriculum.cli.launch import launch_geometry, unused_override_problems, validate_for_launch
     from grpo_curriculum.config.arguments import trl_arguments
     from grpo_curriculum.config.recipe import load_recipe
     from grpo_curriculum.core.errors import CurriculumError
@@ -118,7 +118,7 @@ def one_step(monkeypatch):
     """`train` stops after its first optimizer step (a `max_steps` of 2**31 - 1, or -1 for epochs, trains one)."""
     from transformers import TrainerCallback
 
-    import grpo_curriculum.cli.run as run
+    import grpo_curriculum.cli.train as run
 
     class Stop(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):

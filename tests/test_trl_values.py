@@ -204,7 +204,7 @@ def test_check_and_train_give_one_verdict_before_any_model_loads(tmp_path, monke
 
     from huggingface_hub import constants
 
-    import grpo_curriculum.cli.run as run
+    import grpo_curriculum.cli.build as run
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # push_to_hub: the same verdict with or without a network
     monkeypatch.setattr(run, "build_run", lambda *args, **kwargs: pytest.fail("a model was built"))

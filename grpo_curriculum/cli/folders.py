@@ -37,6 +37,7 @@ from ..core.errors import CurriculumError, Problem
 logger = logging.getLogger("grpo_curriculum")
 
 LOCK_SUFFIX = ".grpo-curriculum.lock"
+PROBE_PREFIX = ".grpo-curriculum-probe-"  # [`writable_problems`]' probe files
 _PROGRAM = "grpo-curriculum"
 _HELD: list[FolderLock] = []
 
@@ -311,3 +312,96 @@ def resumes_in(output_dir: str, resume) -> bool:
 def main_process() -> bool:
     """Whether this is the launch's first process (`RANK` 0, or not launched by `torchrun`/`accelerate`)."""
     return os.environ.get("RANK", "0") == "0"
+
+
+# --- output folders ------------------------------------------------------------------------------------------------
+
+
+LOCK_NAME_EXTRA = len(f".{LOCK_SUFFIX}.{'9' * 7}.{'f' * 8}.tmp")  # the lock's private file, around NAME (`_create`)
+
+
+def folder_problems(path: str, key: str) -> list[Problem]:
+    """
+    What rules `path` out as a run folder whatever it holds, checked before anything is created (the lock's parent
+    folder included; `check` runs it too): a symbolic link to nothing, a file, or a name too long for the lock file
+    beside it (`.NAME.grpo-curriculum.lock` and its private copy, within the file system's name limit).
+    """
+    if os.path.islink(path) and not os.path.exists(path):
+        return [Problem(key, path, f"is a symbolic link to {os.readlink(path)}, which does not exist",
+                        "create the folder it links to, or choose a new folder, e.g. `runs/NAME`")]
+    if os.path.lexists(path) and not os.path.isdir(path):
+        return [Problem(key, path, "names a file, not a folder (the run writes a folder of files there)",
+                        "choose a new folder, e.g. `runs/NAME`")]
+    real = os.path.realpath(path)
+    name, place = os.path.basename(real), os.path.dirname(real)
+    while not os.path.isdir(place) and os.path.dirname(place) != place:
+        place = os.path.dirname(place)
+    try:
+        limit = os.pathconf(place, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        limit = 255
+    longest = limit - LOCK_NAME_EXTRA
+    if len(name.encode()) > longest:
+        return [Problem(key, path, f"has a folder name of {len(name.encode())} bytes: the run's lock file beside it "
+                        f"(.NAME{LOCK_SUFFIX}) needs the name to be at most {longest} bytes (this file system's "
+                        f"names hold {limit})", f"choose a folder name of at most {longest} characters")]
+    return []
+
+
+def output_dir_problems(path: str, key: str, fix: str, resuming: bool = False) -> list[Problem]:
+    """
+    A run writes only into a new or empty folder (or, resuming, its own): nothing the user owns is overwritten.
+
+    Args:
+        path (`str`): The output folder.
+        key (`str`): Where it was given (`output_dir`, `--out`), for the message.
+        fix (`str`): What to do instead, for a folder that holds files.
+        resuming (`bool`, *optional*, defaults to `False`): The run continues from a checkpoint: the folder is its own.
+    """
+    problems = folder_problems(path, key)
+    if problems or not os.path.lexists(path):
+        return problems
+    try:
+        with os.scandir(path) as entries:  # another process's writability probe is not a file of the user's
+            empty = next((e for e in entries if not e.name.startswith(PROBE_PREFIX)), None) is None
+    except OSError as error:
+        return [Problem(key, path, f"cannot be read ({error.strerror})", "choose a folder you can write to")]
+    if empty or resuming:
+        return []
+    return [Problem(key, path, "is a folder that already holds files, which the run could overwrite", fix)]
+
+
+def writable_problems(path: str, key: str) -> list[Problem]:
+    """
+    Whether a run can write `path` (or, while it does not exist, the nearest folder above it), probed by writing,
+    syncing and removing a file of this command's own: a read-only file system, a full disk or a folder without write
+    permission is named before any model loads, not as a traceback after the model is built (or steps trained).
+    """
+    import tempfile
+
+    place = os.path.abspath(path)
+    while not os.path.isdir(place) and os.path.dirname(place) != place:
+        place = os.path.dirname(place)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=PROBE_PREFIX, dir=place)
+        try:
+            os.write(fd, b"\0" * 4096)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)  # ours: created just above by mkstemp (O_EXCL)
+    except OSError as error:
+        return [Problem(key, path, f"cannot be written: {error.strerror or error} in {place}", "choose a folder on a "
+                        "writable file system with free space, or free some space there")]  # fmt: skip
+    return []
+
+
+def new_folder(base: str) -> str:
+    """`base` if nothing is there, else the first of `base-2`, `base-3`, ... that is free (nor locked by a command
+    that will write it: see [`~folders.hold_folder`])."""
+    n, path = 1, base
+    while os.path.lexists(path) or os.path.lexists(lock_path(path)):
+        n += 1
+        path = f"{base}-{n}"
+    return path
+

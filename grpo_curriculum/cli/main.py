@@ -33,8 +33,8 @@ from ..core.errors import CurriculumError, GeometryError, Problem, list_text, pl
 from ..core.rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
 from ..core.sampling import DynamicSampling, TopUp
 from ..demo.models import MODELS, ModelFetchError
-from .sweep.table import DEFAULT_SEEDS
 from ..training.checkpoint import CurriculumStateError
+from .sweep.table import DEFAULT_SEEDS
 
 EXIT_STATUS = ("exit status: 0 done (check: every stage valid); 1 a well-formed recipe whose num_generations (a "
                "stage's, an adaptive candidate's or the eval one) does not fit the batch geometry; 2 malformed input "
@@ -100,12 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
         "check", help="check a recipe's batch geometry and every stage's num_generations",
         description="Print the generation batch, every valid num_generations and each stage's verdict with fixes. "
         "Flags override the recipe; without a recipe they alone describe the geometry, as they do for a file holding "
-        "only a `curriculum:` mapping (what `CurriculumCallback.from_yaml` reads). " + EXIT_STATUS + ".")
+        "only a `curriculum:` mapping (what `CurriculumCallback.from_yaml` reads). With a recipe it also runs "
+        "`train`'s preflight: it loads the recipe's dataset (a few rows of its train split: columns, types, chat "
+        "template), imports and calls each reward function once on those rows with stand-in completions, and "
+        "validates reward_weights and generation_kwargs, in seconds; no model is loaded. " + EXIT_STATUS + ".")
     check.add_argument("recipe", nargs="?", type=_path, help=recipe_help + ", or a curriculum-only file")
     for name, help in GEOMETRY_FLAGS.items():
         _flag(check, name, type=_integer(COUNT), metavar="N", help=help)
     _flag(check, "num_generations", type=_integer(NUM_GENERATIONS), metavar="G",
           help="check this G instead of the recipe's stages (TRL's default: 8)")
+    _flag(check, "no_preflight", action="store_true", help="skip the preflight (the dataset, the reward functions, "
+          "generation_kwargs): check the recipe text and geometry only, e.g. for a recipe whose dataset this machine "
+          "cannot reach")
 
     train = commands.add_parser(
         "train", help="train a recipe", description="Train a recipe (with CurriculumGRPOTrainer, or "
@@ -182,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot = commands.add_parser("plot", help="plot a run's reward, num_generations and temperature")
     plot.add_argument("run_dir", type=_path, help="a run's output directory")
     _flag(plot, "output", "-o", type=_path, metavar="FILE.png", help="image to write (default: inside RUN_DIR)")
+    _flag(plot, "force", action="store_true", help="replace the file -o names when it exists (without it, plot "
+          "refuses to write over it)")
 
     fetch = commands.add_parser(
         "fetch-model", help="download and convert a pretrained model without the Hub, once; print its folder",
@@ -341,7 +349,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
         overrides.setdefault("steps_per_generation", None)
     elif "steps_per_generation" in overrides:
         overrides["generation_batch_size"] = None
-    lines, unused, schedule, max_steps = [], None, None, None
+    lines, unused, schedule, max_steps, recipe = [], None, None, None, None
     if args.recipe and is_curriculum_file(args.recipe):  # what `CurriculumCallback.from_yaml` reads
         schedule, num_processes = load_curriculum(args.recipe), overrides.pop("num_processes", None)
         geometry = training_geometry(overrides, num_processes)
@@ -421,6 +429,15 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
             lines.append(f"eval: num_generations_eval {G}: valid (global eval batch: {e} per-device eval batch x "
                          f"{plural(n, 'process')} = {e * n})")
         invalid += bool(problems)
+    if recipe is not None and not invalid:  # as `train` checks it once the geometry fits (else its verdict is that)
+        from .folders import folder_problems
+
+        raise_if_any(folder_problems(recipe.training.get("output_dir") or "trainer_output", "output_dir"),
+                     f"recipe {recipe.path}")  # as `train` refuses it
+        if not getattr(args, "no_preflight", False):
+            from .preflight import run_preflight
+
+            run_preflight(recipe)  # as `train` runs it: the dataset, the reward functions
     where = f"on {plural(geometry.num_processes, 'process')}"
     lines.append(f"result: INVALID, {invalid} of {checked} checks fail {where}" if invalid else
                  f"result: OK, all {checked} checks valid {where}")
@@ -440,7 +457,7 @@ def run_check(args: argparse.Namespace) -> int:
 # --- train, demo, plot -------------------------------------------------------------------------------------------
 
 
-def _dispatch(name: str, module: str = "run"):
+def _dispatch(name: str, module: str):
     def command(args: argparse.Namespace) -> int:
         try:
             run = importlib.import_module(f"{__package__}.{module}")
@@ -483,9 +500,9 @@ def run_recipes(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"check": run_check, "train": _dispatch("train_main"), "demo": _dispatch("demo_main"),
+COMMANDS = {"check": run_check, "train": _dispatch("train_main", "train"), "demo": _dispatch("demo_main", "demo"),
             "sweep": _dispatch("sweep_main", "sweep.command"),
-            "plot": _dispatch("plot_main"), "fetch-model": run_fetch_model, "recipes": run_recipes}
+            "plot": _dispatch("plot_main", "plot"), "fetch-model": run_fetch_model, "recipes": run_recipes}
 
 
 def main(argv: list[str] | None = None) -> int:

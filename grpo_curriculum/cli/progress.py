@@ -1,7 +1,7 @@
 """
 What `train` and `demo` print while a run trains: a progress bar (on a terminal) or a progress line every tenth of the
 run (in a log file), with the step, G, temperature and reward; the curriculum's stages and switches above it as they
-happen (see [`~cli.run._curriculum_output`]); TRL's per-step log dicts only when asked (`train --log-every N`, or
+happen (see [`curriculum_output`]); TRL's per-step log dicts only when asked (`train --log-every N`, or
 `--verbose` for TRL's own output). Nothing here changes what is logged: `trainer_state.json` and the `report_to`
 trackers get every log line at the recipe's `logging_steps`, as without it.
 
@@ -10,10 +10,15 @@ Imports no torch: `transformers` (for `TrainerCallback`) and `tqdm` load when a 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import sys
+import warnings
 
 from ..core.errors import MISSING, CurriculumError, Problem
+
+logger = logging.getLogger("grpo_curriculum")
 
 OUTPUT_FLAGS = ("--log-every", "--log_every", "--verbose")
 LINES_PER_RUN = 10  # progress lines of a run written to something that is not a terminal
@@ -208,3 +213,42 @@ def announce(command: str, what: str = HEAVY_LIBRARIES, stream=None) -> None:
     if os.environ.get("RANK", "0") != "0":
         return
     print(f"grpo-curriculum {command}: loading {what} ...", file=sys.stderr if stream is None else stream, flush=True)
+
+
+class _TqdmHandler(logging.Handler):
+    """Log records written above the progress bar (`tqdm.write`) on standard output, so they never break it."""
+
+    def emit(self, record):
+        from tqdm.auto import tqdm
+
+        tqdm.write(self.format(record), file=sys.stdout)
+
+
+@contextlib.contextmanager
+def curriculum_output(quiet: bool):
+    """
+    While `train` or `demo` runs: `grpo_curriculum` INFO logs (the stages, each switch, the resume) on standard output
+    above the progress bar. With `quiet` (the demo), only transformers errors. Restored afterwards.
+    """
+    from transformers.utils import logging as hf_logging
+
+    handler, level, propagate = _TqdmHandler(), logger.level, logger.propagate
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    hf_level = hf_logging.get_verbosity()
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    if quiet:
+        hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            if quiet:  # transformers 5 renamed model methods TRL 1.16 calls in every round; `train` shows the warnings
+                renamed = r"`(is_gradient_checkpointing|gradient_checkpointing_enable|gradient_checkpointing_disable)`"
+                warnings.filterwarnings("ignore", message=renamed + " is deprecated", category=FutureWarning)
+            yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+        hf_logging.set_verbosity(hf_level)
+

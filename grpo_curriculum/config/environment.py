@@ -1,6 +1,6 @@
 """
 What a recipe needs from the machine it runs on, checked the same way by `grpo-curriculum check` and, before anything
-is built or written, by `grpo-curriculum train` ([`~cli.run.validate_for_launch`]): so the two commands give one
+is built or written, by `grpo-curriculum train` ([`~cli.launch.validate_for_launch`]): so the two commands give one
 verdict, and neither ends in a traceback after the model has loaded.
 
 - a built-in dataset large enough for a generation round of every stage (the trainer's own check, said up front);
@@ -27,7 +27,7 @@ from ..core.errors import Problem
 LIGER_MINIMUM = (0, 3)
 """transformers' `is_liger_kernel_available`: liger-kernel 0.3.0 or later."""
 BUILTIN_PROMPTS = 256
-"""Prompts of a built-in dataset when `dataset_num_prompts` is not given (see [`~cli.run.build_run`])."""
+"""Prompts of a built-in dataset when `dataset_num_prompts` is not given (see [`~cli.build.build_run`])."""
 
 
 def environment_problems(recipe, geometry, num_generations: int) -> list[Problem]:

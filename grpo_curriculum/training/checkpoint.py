@@ -40,6 +40,7 @@ logger = logging.getLogger("grpo_curriculum")
 STATE_FILE = "curriculum_state.json"
 ARRAYS_FILE = "curriculum_arrays.npz"  # per-prompt statistics, next to the state
 TRAINER_STATE_FILE = "trainer_state.json"  # transformers' TRAINER_STATE_NAME
+TRAINER_KINDS = ("grpo", "rloo")  # `trainer:` of a recipe: CurriculumGRPOTrainer, CurriculumRLOOTrainer
 ENTROPY_STATE_FILE = "entropy_ctrl_state.json"  # TRL's adaptive entropy controller (`use_adaptive_entropy`)
 VERSION = 6  # 6: `callback.defaults` (the knob defaults it was written with; one without `weight` ran the per-prompt
 # weight `"knapsack"`, one without `top_up_prompts` the earlier top-up round size, `"pilot_half"`); 5:
@@ -381,6 +382,7 @@ _POLICY = ByField("policy", {
 })  # fmt: skip
 _STREAM = {"epoch": STEP, "position": STEP, "waiting?": Each(STEP)}
 STATE_SCHEMA = {
+    "trainer?": Rule("choice", choices=TRAINER_KINDS),  # which trainer wrote it (absent before issue 44)
     "global_step": STEP,
     "micro_step": integer(0, MAX_STEPS * MAX_COUNT),  # a micro-step per gradient accumulation step
     "geometry": {"generation_batch_size": integer(1, MAX_COUNT), "num_processes": integer(1, MAX_COUNT)},
@@ -776,22 +778,67 @@ def read_trainer_state(path: str | os.PathLike, fix: str = _FIX) -> dict:
     return state
 
 
-def check_checkpoint(folder: str | os.PathLike, entropy: bool = False) -> None:
+class OtherTrainerError(CurriculumStateError):
+    """A checkpoint written by the other trainer (GRPO for RLOO, or the reverse): never resumed, nor skipped."""
+
+
+def check_checkpoint(folder: str | os.PathLike, entropy: bool = False, trainer: str | None = None) -> None:
     """
     Check that everything resume reads in a checkpoint folder parses and validates: `trainer_state.json`, the
-    curriculum state at the same step, and `entropy_ctrl_state.json` when it is there (or `entropy`: the run needs it).
+    curriculum state at the same step (written by `trainer`, `grpo` or `rloo`, when given), `entropy_ctrl_state.json`
+    when it is there (or `entropy`: the run needs it), and that transformers' files are whole ([`damaged_file`]).
 
     Raises:
-        [`CurriculumStateError`]: for the first file that cannot be used, naming it and what is wrong with it.
+        [`CurriculumStateError`]: for the first file that cannot be used, naming it and what is wrong with it
+        ([`OtherTrainerError`] for a checkpoint of the other trainer).
     """
     folder = os.fspath(folder)
     trainer_state = read_trainer_state(os.path.join(folder, TRAINER_STATE_FILE))
-    read_state(folder, global_step=trainer_state["global_step"])
+    state = read_state(folder, global_step=trainer_state["global_step"])
+    wrote = state.get("trainer")
+    if trainer is not None and wrote is not None and wrote != trainer:
+        names = {"grpo": "GRPO (CurriculumGRPOTrainer)", "rloo": "RLOO (CurriculumRLOOTrainer)"}
+        raise OtherTrainerError(
+            f"{os.path.join(folder, STATE_FILE)} was written by a run of {names[wrote]}, and this run is "
+            f"{names[trainer]}: "
+            f"it would continue with another loss, advantages and beta. Fix: resume with `trainer: {wrote}` (the "
+            f"recipe the run was trained with), or start a new {trainer} run in a new folder (`--output_dir "
+            "runs/NAME`, without `--resume_from_checkpoint`).")
+    damaged = damaged_file(folder)
+    if damaged:
+        raise CurriculumStateError(f"{damaged}. Fix: {_FIX}.")
     path = os.path.join(folder, ENTROPY_STATE_FILE)
     if os.path.lexists(path) or entropy:
         problems = problems_of(ENTROPY_STATE_SCHEMA, read_json(path, _FIX))
         if problems:
             raise state_error(path, problems)
+
+
+def damaged_file(folder: str) -> str | None:
+    """
+    The first of transformers' files in a checkpoint that is cut short, said as `PATH is damaged: ...` (`None` when
+    each is whole): a `*.safetensors` whose header does not cover the file (read by `safetensors`, no tensor loaded), a
+    `*.pt`, `*.pth` or `*.bin` (`torch.save`'s zip archives: optimizer, scheduler, RNG states, training arguments)
+    without its closing directory. Cheap: headers only. A truncated file would otherwise fail inside torch or
+    safetensors after the model is built, without its name.
+    """
+    import zipfile
+
+    for path in sorted(Path(folder).iterdir()):
+        if not path.is_file():
+            continue
+        try:
+            if path.suffix == ".safetensors":
+                from safetensors import safe_open
+
+                with safe_open(str(path), "np"):
+                    pass
+            elif path.suffix in (".pt", ".pth", ".bin"):
+                zipfile.ZipFile(path).close()
+        except Exception as error:  # noqa: BLE001 - each library's own error: the file cannot be read whole
+            return (f"{path} is damaged ({type(error).__name__}: {error}): it was cut short (a disk filled up, or a "
+                    "copy stopped)")
+    return None
 
 
 def checkpoints(output_dir: str | os.PathLike) -> list[Path]:
@@ -803,14 +850,20 @@ def checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
-def newest_complete_checkpoint(output_dir: str | os.PathLike, entropy: bool = False) -> str | None:
+def newest_complete_checkpoint(output_dir: str | os.PathLike, entropy: bool = False, trainer: str | None = None,
+                               below: int | None = None) -> str | None:
     """
-    The newest complete `checkpoint-N` folder in `output_dir` (highest N; see [`check_checkpoint`]), or `None`; each
-    newer one is named in a warning that says what is wrong with it.
+    The newest complete `checkpoint-N` folder in `output_dir` (highest N, below step `below` when given; see
+    [`check_checkpoint`]), or `None`; each newer one is named in a warning that says what is wrong with it. A
+    checkpoint of the other trainer is an error ([`OtherTrainerError`]), not skipped.
     """
     for folder in checkpoints(output_dir):
+        if below is not None and int(folder.name.rsplit("-", 1)[1]) >= below:
+            continue
         try:
-            check_checkpoint(folder, entropy)
+            check_checkpoint(folder, entropy, trainer)
+        except OtherTrainerError:
+            raise
         except CurriculumStateError as error:
             reason = str(error).split("\nFix:")[0].split(" Fix: ")[0]
             logger.warning("skipping %s: it was not completely written (a run stopped while saving it) or cannot be "
@@ -820,7 +873,7 @@ def newest_complete_checkpoint(output_dir: str | os.PathLike, entropy: bool = Fa
     return None
 
 
-def resume_checkpoint(resume_from_checkpoint, output_dir: str, entropy: bool = False):
+def resume_checkpoint(resume_from_checkpoint, output_dir: str, entropy: bool = False, trainer: str | None = None):
     """
     The checkpoint folder a curriculum run resumes from: for `True`, the newest complete one in `output_dir`; for a
     path, that folder once [`check_checkpoint`] passes; else `resume_from_checkpoint` itself (`None`, `False`).
@@ -832,7 +885,7 @@ def resume_checkpoint(resume_from_checkpoint, output_dir: str, entropy: bool = F
     fix = ("train without `resume_from_checkpoint` to start a new run, or set `output_dir` to the directory of the "
            "run to resume")  # fmt: skip
     if resume_from_checkpoint is True:
-        found = newest_complete_checkpoint(output_dir, entropy)
+        found = newest_complete_checkpoint(output_dir, entropy, trainer)
         if found is not None:
             return found
         folders = checkpoints(output_dir)
@@ -853,7 +906,18 @@ def resume_checkpoint(resume_from_checkpoint, output_dir: str, entropy: bool = F
             raise CurriculumStateError(f"resume_from_checkpoint = {path} {rule}: a checkpoint is a checkpoint-N "
                                        "folder of an output directory. Fix: pass one, or `true` for the newest "
                                        f"complete one in `output_dir`, or {fix}.")  # fmt: skip
-        check_checkpoint(path, entropy)
+        try:
+            check_checkpoint(path, entropy, trainer)
+        except OtherTrainerError:
+            raise
+        except CurriculumStateError as error:
+            match = _CHECKPOINT.match(os.path.basename(os.path.normpath(path)))
+            older = match and newest_complete_checkpoint(os.path.dirname(os.path.normpath(path)) or ".", entropy,
+                                                         trainer, below=int(match.group(1)))
+            if not older:
+                raise
+            raise CurriculumStateError(f"{error} Or resume from {older}, the newest complete checkpoint before it: "
+                                       f"`--resume_from_checkpoint {older}`.") from None
     return resume_from_checkpoint
 
 

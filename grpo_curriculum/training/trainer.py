@@ -92,6 +92,7 @@ class CurriculumTrainerMixin:
     """
 
     _trl_trainer = None  # the TRL trainer class this mixin is placed before (its constructor's signature)
+    trainer_kind: str | None = None  # `grpo` or `rloo`, the recipe's `trainer:`
 
     def __init__(self, *args, **kwargs):
         bound = inspect.signature(self._trl_trainer.__init__).bind(self, *args, **kwargs)
@@ -113,6 +114,7 @@ class CurriculumTrainerMixin:
         if training_args is None:  # the TRL trainer built default args from the model name
             self._validate(self.args, self.train_dataset)
         self._curriculum._trainer = self
+        _trl.check_reward_calls(self)  # a reward function's mistake named at its first call
         if environment_owns_data:  # TRL's placeholder holds one round at its own G: make it hold one at the smallest
             smallest = self._curriculum.schedule.num_generations_values[0]
             _trl.fit_environment_placeholder(self, -(-self.args.generation_batch_size // smallest))
@@ -325,6 +327,7 @@ class CurriculumTrainerMixin:
 
     def _curriculum_save(self, folder: str) -> None:
         write_state(folder, {
+            "trainer": self.trainer_kind,
             "global_step": self.state.global_step,
             "micro_step": _trl_checkpoint.micro_step(self),
             "geometry": self._geometry(),
@@ -393,7 +396,8 @@ class CurriculumTrainerMixin:
         """
         if self._curriculum is not None:  # one clear error for a missing, incomplete or damaged checkpoint
             resume_from_checkpoint = resume_checkpoint(resume_from_checkpoint, self.args.output_dir,
-                                                       entropy=_trl_checkpoint.uses_entropy_state(self))  # fmt: skip
+                                                       entropy=_trl_checkpoint.uses_entropy_state(self),
+                                                       trainer=self.trainer_kind)  # fmt: skip
         if self._curriculum is not None and self._curriculum.current is not None and not resume_from_checkpoint:
             self._curriculum_restart()  # a second `train()` starts over from step 0: so does the curriculum
         with _trl_checkpoint.rotate_only_own_checkpoints(self, resume_from_checkpoint):  # never another run's
@@ -451,6 +455,7 @@ class CurriculumGRPOTrainer(CurriculumTrainerMixin, GRPOHooks, GRPOTrainer):
     """
 
     _trl_trainer = GRPOTrainer
+    trainer_kind = "grpo"  # recorded in the curriculum state: a resume by the other trainer is refused
 
 
 class CurriculumRLOOTrainer(CurriculumTrainerMixin, RLOOHooks, RLOOTrainer):
@@ -480,6 +485,7 @@ class CurriculumRLOOTrainer(CurriculumTrainerMixin, RLOOHooks, RLOOTrainer):
     """
 
     _trl_trainer = RLOOTrainer
+    trainer_kind = "rloo"
 
     def __init__(self, *args, **kwargs):
         _trl.require_rloo_trl()  # before anything is loaded

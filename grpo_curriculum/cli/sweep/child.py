@@ -57,4 +57,4 @@ def _import_once() -> None:
     """Import torch, transformers and TRL in the sweep process before forking its runs: each run inherits them."""
     if _FORK:
         from ...training import trainer  # noqa: F401  (CurriculumGRPOTrainer: TRL's GRPOTrainer, transformers, torch)
-        from ..run import build_run  # noqa: F401
+        from ..build import build_run  # noqa: F401

