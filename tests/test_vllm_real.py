@@ -244,6 +244,26 @@ def test_dynamic_sampling_redraws_reach_the_engine(tmp_path, mode, engine, vllm_
     assert_sampled_at_the_trained_temperature(trainer)
 
 
+# --- comparisons ----------------------------------------------------------------------------------------------------
+
+
+@MODES
+def test_a_comparison_stage_then_a_switch_reaches_the_engine(tmp_path, mode, engine, vllm_model_dir):
+    """Two steps of G 4 at 0.8 training only each group's extremes, then G 2 at 1.1 training every completion: the
+    engine follows the stages, and the middle completions of the real groups train with advantage 0."""
+    stages = [Stage(num_generations=4, temperature=0.8, until_step=2, comparison={"mode": "extremes"}),
+              Stage(num_generations=2, temperature=1.1)]  # fmt: skip
+    trainer, recorder, dataset = make(tmp_path, mode, engine, vllm_model_dir, stages, reward=first_token_parity,
+                                      max_steps=4)  # fmt: skip
+    trainer.train()
+    expected = [(4, 0.8)] * 2 + [(2, 1.1)] * 2
+    for asked, call, (g, temperature) in zip(engine.calls, recorder.calls, expected, strict=True):
+        assert_asked_as_planned(mode, asked, call, dataset, g, temperature)
+    kept = [h.get("curriculum/comparison_kept") for h in train_history(trainer)]
+    assert [k is not None for k in kept] == [True, True, False, False] and all(0 < k <= 1 for k in kept[:2])
+    assert_sampled_at_the_trained_temperature(trainer)
+
+
 # --- resume across a switch ------------------------------------------------------------------------------------------
 
 
@@ -333,7 +353,8 @@ def test_the_fake_colocated_engine_takes_and_returns_what_the_real_one_does(tmp_
     have the real ones' structure; and the real `LLM` took the arguments the fake records."""
     import vllm
 
-    trainer, _, _ = make(tmp_path, "colocate", real_vllm_colocate, vllm_model_dir, SWITCH[:1], max_steps=1)
+    trainer, _, _ = make(tmp_path, "colocate", real_vllm_colocate, vllm_model_dir,
+                   [Stage(num_generations=2, temperature=0.7)], max_steps=1)  # fmt: skip
     trainer.train()
     (real_call,) = real_vllm_colocate.calls
     init = real_vllm_colocate.init_kwargs
