@@ -69,14 +69,18 @@ class EngineCall:
     response: dict | None = None
 
 
-@pytest.fixture(scope="session")
-def vllm_model_dir(tmp_path_factory) -> str:
+def save_tiny_llama(path: str) -> str:
+    """The demo's tiny Llama at hidden size 64 (head_dim 32) and the demo tokenizer, saved to `path`."""
     from grpo_curriculum.demo.tasks import build_model, build_tokenizer
 
-    path = str(tmp_path_factory.mktemp("vllm-tiny-llama"))
     build_model(0, hidden_size=64).save_pretrained(path)
     build_tokenizer().save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def vllm_model_dir(tmp_path_factory) -> str:
+    return save_tiny_llama(str(tmp_path_factory.mktemp("vllm-tiny-llama")))
 
 
 # --- colocate ----------------------------------------------------------------------------------------------------
@@ -168,39 +172,53 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def vllm_server(vllm_model_dir, tmp_path_factory):
-    """`trl vllm-serve` on the tiny model, on a free 127.0.0.1 port; stopped (its process group) when the session ends."""
+def start_server(model_dir: str, log: Path, timeout: float = SERVER_START_TIMEOUT) -> RealServer:
+    """`trl vllm-serve` on `model_dir`, on a free 127.0.0.1 port, its output in `log`, in a process group of its own;
+    returns once it answers `/health` (raises `RuntimeError` with the log's tail if it exits or does not answer)."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    command = [str(Path(sys.executable).parent / "trl"), "vllm-serve", "--model", vllm_model_dir, "--host", "127.0.0.1",
+    command = [str(Path(sys.executable).parent / "trl"), "vllm-serve", "--model", model_dir, "--host", "127.0.0.1",
                "--port", str(port), "--max_model_len", "64"]  # fmt: skip
     with log.open("w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                    env={**os.environ, **ENGINE_ENVIRONMENT})  # fmt: skip
     server = RealServer(f"http://127.0.0.1:{port}", log, process)
-    deadline = time.monotonic() + SERVER_START_TIMEOUT
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"`{' '.join(command)}` exited ({process.returncode}):\n{server.log_tail()}")
+        try:
+            if requests.get(f"{server.base_url}/health", timeout=2).status_code == 200:
+                return server
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            stop_server(server)
+            raise RuntimeError(f"the vLLM server did not answer in {timeout} s:\n{server.log_tail()}")
+        time.sleep(1)
+
+
+def stop_server(server: RealServer) -> None:
+    """Stop the server's process group: SIGTERM, then SIGKILL after 30 s."""
+    if server.process.poll() is None:
+        os.killpg(server.process.pid, signal.SIGTERM)
+        try:
+            server.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.process.pid, signal.SIGKILL)
+            server.process.wait()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(vllm_model_dir, tmp_path_factory):
+    """`trl vllm-serve` on the tiny model, on a free 127.0.0.1 port; stopped (its process group) when the session ends."""
     try:
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"`{' '.join(command)}` exited ({process.returncode}):\n{server.log_tail()}")
-            try:
-                if requests.get(f"{server.base_url}/health", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the vLLM server did not answer in {SERVER_START_TIMEOUT} s:\n{server.log_tail()}")
-            time.sleep(1)
+        server = start_server(vllm_model_dir, tmp_path_factory.mktemp("vllm-server") / "server.log")
+    except RuntimeError as error:
+        pytest.fail(str(error))
+    try:
         yield server
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_server(server)
 
 
 @pytest.fixture
