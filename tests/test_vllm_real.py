@@ -120,7 +120,8 @@ def train_history(trainer):
 
 def assert_sampled_at_the_trained_temperature(trainer):
     """TRL's per-token |log p(trainer) - log p(engine)| of every step: near 0 only for the same weights and temperature
-    (a temperature off by 0.7 vs 1.2 moves it by about 1)."""
+    (measured: 0.002-0.003; 0.10-0.16 on the tiny untrained Llama when the engine samples at 1.0 and the trainer
+    computes log-probs at 0.7 or 1.2)."""
     for h in train_history(trainer):
         assert h["sampling/sampling_logp_difference/max"] < 0.05, h
         assert h["sampling/importance_sampling_ratio/mean"] == pytest.approx(1.0, abs=0.01), h
