@@ -145,8 +145,11 @@ def real_vllm_colocate(monkeypatch, vllm_colocate_engine) -> SharedColocateEngin
 
     allow_trl_vllm_on_cpu(monkeypatch)
     monkeypatch.setattr(vllm_generation, "LLM", vllm_colocate_engine.build)
-    for key in _INIT_VLLM_ENVIRONMENT:  # TRL's `_init_vllm` writes them
-        monkeypatch.setenv(key, os.environ[key]) if key in os.environ else monkeypatch.delenv(key, raising=False)
+    for key in _INIT_VLLM_ENVIRONMENT:  # TRL's `_init_vllm` writes them: restored after the test
+        if key in os.environ:
+            monkeypatch.setenv(key, os.environ[key])
+        else:
+            monkeypatch.delenv(key, raising=False)
     vllm_colocate_engine.calls.clear()
     return vllm_colocate_engine
 
