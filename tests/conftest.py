@@ -249,3 +249,13 @@ def pytest_collection_modifyitems(config, items):
         params = getattr(getattr(item, "callspec", None), "params", {})
         if any(value is CurriculumRLOOTrainer for value in params.values()):
             item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed real-engine server test (tests/vllm_real.py) shows the end of the vLLM server's log."""
+    outcome = yield
+    server = getattr(item, "vllm_server_log", None)
+    report = outcome.get_result()
+    if server is not None and report.failed:
+        report.sections.append(("vLLM server log (last 80 lines)", server.log_tail()))
