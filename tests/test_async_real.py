@@ -39,7 +39,7 @@ def _dataset():
 def _train(tmp_path, monkeypatch, model_dir, server, reward, max_steps=3, **options):
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
-    from grpo_curriculum.training._trl_async import CurriculumAsyncGRPOTrainer
+    from grpo_curriculum.training.async_grpo import CurriculumAsyncGRPOTrainer
 
     allow_async_grpo_on_cpu(monkeypatch)
     taken = record_taken(monkeypatch)
@@ -116,7 +116,7 @@ def test_dynamic_sampling_without_max_steps_is_refused_before_training(tmp_path)
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
     from grpo_curriculum.core.errors import CurriculumError
-    from grpo_curriculum.training._trl_async import CurriculumAsyncGRPOTrainer
+    from grpo_curriculum.training.async_grpo import CurriculumAsyncGRPOTrainer
 
     args = AsyncGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[])
     with pytest.raises(CurriculumError, match="max_steps"):
