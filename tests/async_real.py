@@ -47,6 +47,22 @@ class Taken:
     group_id: int
     advantage: float
     reward: float
+    model_version: int  # the policy version current when its group started
+    num_generations: float | None  # the G its group was sampled at, as the sample records it (the curriculum's loop)
+
+
+class _RecordingQueue:
+    def __init__(self, queue, taken):
+        self.queue, self.taken = queue, taken
+
+    def get(self, *args, **kwargs):
+        sample = self.queue.get(*args, **kwargs)
+        self.taken.append(Taken(sample.group_id, sample.advantage, sample.metrics["reward"], sample.model_version,
+                                sample.metrics.get("num_generations")))  # fmt: skip
+        return sample
+
+    def qsize(self):
+        return self.queue.qsize()
 
 
 def record_taken(monkeypatch) -> list[Taken]:
@@ -57,9 +73,8 @@ def record_taken(monkeypatch) -> list[Taken]:
     iterate = async_grpo_trainer.RolloutQueueDataset.__iter__
 
     def recording_iter(self):
-        for item in iterate(self):
-            taken.append(Taken(int(item["group_id"]), float(item["advantage"]), float(item["metrics"]["reward"])))
-            yield item
+        self.queue = _RecordingQueue(self.queue, taken)
+        yield from iterate(self)
 
     monkeypatch.setattr(async_grpo_trainer.RolloutQueueDataset, "__iter__", recording_iter)
     return taken

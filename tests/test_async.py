@@ -59,17 +59,54 @@ def test_dynamic_sampling_keeps_a_scored_group_only_when_informative(rewards, ke
     from collections import defaultdict
 
     from grpo_curriculum.training._trl_async import (
-        DROPPED_COMPLETIONS, DROPPED_GROUPS, ZERO_STD_FRACTION, DynamicSamplingRolloutLoop)  # fmt: skip
+        DROPPED_COMPLETIONS, DROPPED_GROUPS, SAMPLED_G, ZERO_STD_FRACTION, CurriculumRolloutLoop)  # fmt: skip
 
     from accelerate.state import PartialState
 
     PartialState()  # as TRL's worker process does first (its logger needs it)
-    loop = object.__new__(DynamicSamplingRolloutLoop)  # the scoring state only: no child process, no server
+    loop = object.__new__(CurriculumRolloutLoop)  # the scoring state only: no child process, no server
+    loop.dynamic_sampling, loop.num_generations, loop._planned = True, 8, {7: len(rewards)}  # group 7 planned at 4
     loop.reward_funcs, loop.reward_func_names = [given_reward], ["given_reward"]
     loop._env_reward_types, loop._counters = [], defaultdict(float)
     loop._rates = defaultdict(lambda: [0.0, 0.0])
     samples = asyncio.run(loop._score_group(_group(rewards)))
     assert len(samples) == (len(rewards) if kept else 0)
+    assert all(sample.metrics[SAMPLED_G] == len(rewards) for sample in samples) and loop._planned == {}
     assert loop._counters[DROPPED_GROUPS] == (0 if kept else 1)
     assert loop._counters[DROPPED_COMPLETIONS] == (0 if kept else len(rewards))
     assert loop._rates[ZERO_STD_FRACTION] == [0.0 if kept else 1.0, 1.0]
+
+
+def _refusals(tmp_path, max_steps=10, **options) -> list[str]:
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+
+    from grpo_curriculum.core.errors import CurriculumError
+    from grpo_curriculum.training.async_grpo import CurriculumAsyncGRPOTrainer
+
+    args = AsyncGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], max_steps=max_steps,
+                           temperature=1.0)  # fmt: skip
+    with pytest.raises(CurriculumError) as caught:  # before any model loads: the model path does not exist
+        CurriculumAsyncGRPOTrainer(model=str(tmp_path / "no-model"), args=args, **options)
+    return [f"{problem.key}: {problem.rule}" for problem in caught.value.problems]
+
+
+@pytest.mark.parametrize(("options", "max_steps", "said"), [
+    ({"dynamic_sampling": True}, -1, ["max_steps: must be set (> 0)"]),
+    ({"stages": "G2"}, -1, ["max_steps: must be set (> 0)"]),
+    ({"stages": "T0.7"}, 10, ["stages[0].temperature: must be the config's temperature (1.0)"]),
+    ({"stages": "ramp"}, 10, ["stages[0].temperature: must be the config's temperature (1.0), without `temperature_end`"]),
+    ({"stages": "adaptive"}, 10, ["stages[0].adaptive: is not supported on the asynchronous trainer"]),
+    ({"stages": "G2", "tools": "tool"}, 10, ["tools: is not supported with a stage schedule"]),
+    ({"dynamic_sampling": True, "rollout_worker": "worker"}, 10, ["rollout_worker: must be TRL's own"]),
+])
+def test_what_the_asynchronous_curriculum_refuses_is_named_before_any_model_loads(tmp_path, options, max_steps, said):
+    from grpo_curriculum import Adaptive, Stage
+
+    stages = {"G2": [Stage(num_generations=2, temperature=1.0)],
+              "T0.7": [Stage(num_generations=2, temperature=0.7)],
+              "ramp": [Stage(num_generations=2, temperature=1.0, temperature_end=0.5)],
+              "adaptive": [Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4)))]}  # fmt: skip
+    options = {**options, **({"stages": stages[options["stages"]]} if "stages" in options else {})}
+    options.update({k: object() for k in ("tools", "rollout_worker") if k in options})
+    problems = _refusals(tmp_path, max_steps, **options)
+    assert all(any(text in problem for problem in problems) for text in said), problems

@@ -36,7 +36,7 @@ def _dataset():
     return Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in PROMPTS]})
 
 
-def _train(tmp_path, monkeypatch, model_dir, server, reward, max_steps=3, **options):
+def _train(tmp_path, monkeypatch, model_dir, server, reward, max_steps=3, config=None, **options):
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
     from grpo_curriculum.training.async_grpo import CurriculumAsyncGRPOTrainer
@@ -46,7 +46,7 @@ def _train(tmp_path, monkeypatch, model_dir, server, reward, max_steps=3, **opti
     args = AsyncGRPOConfig(
         output_dir=str(tmp_path), num_generations=G, max_completion_length=8, max_steps=max_steps,
         vllm_server_base_url=server.base_url, learning_rate=1e-3, bf16=False, gradient_checkpointing=False,
-        use_cpu=True, report_to=[], save_strategy="no", max_staleness=100, seed=0)  # fmt: skip
+        use_cpu=True, report_to=[], save_strategy="no", max_staleness=100, seed=0, **(config or {}))  # fmt: skip
     transfer = NoWeightTransfer()
     trainer = CurriculumAsyncGRPOTrainer(model=model_dir, reward_funcs=[reward], args=args, train_dataset=_dataset(),
                                          processing_class=chat_tokenizer(), weight_transfer=transfer, **options)  # fmt: skip
@@ -61,12 +61,12 @@ def _runs(taken):
     return [list(run) for _, run in itertools.groupby(taken, key=lambda t: t.group_id)]
 
 
-def _assert_whole_groups_of_g(runs):
-    """Every group but the last taken (a batch may end inside it) arrives whole, G samples in a row, each advantage
-    over its own group's rewards (TRL's `(r - mean) / (std + 1e-8)`)."""
+def _assert_whole_groups_of_g(runs, planned=lambda run: G):
+    """Every group but the last taken (a batch may end inside it) arrives whole, its planned G samples in a row, each
+    advantage over its own group's rewards (TRL's `(r - mean) / (std + 1e-8)`)."""
     assert len({run[0].group_id for run in runs}) == len(runs), "a group arrived in two pieces"
     for run in runs[:-1]:
-        assert len(run) == G, (run[0].group_id, len(run))
+        assert len(run) == planned(run), (run[0].group_id, len(run), planned(run))
         rewards = np.array([t.reward for t in run])
         expected = (rewards - rewards.mean()) / (rewards.std() + 1e-8)
         assert np.allclose([t.advantage for t in run], expected, atol=1e-6), run
@@ -109,6 +109,33 @@ def test_dynamic_sampling_drops_settled_groups_before_the_queue(tmp_path, monkey
     assert dropped >= 1 and completions == G * dropped, (dropped, completions)
     fractions = [entry["frac_reward_zero_std"] for entry in logs if entry.get("frac_reward_zero_std") is not None]
     assert fractions and all(0 < f < 1 for f in fractions), fractions
+    assert math.isclose(_first_step(trainer)["ratio"], 1, abs_tol=1e-3)
+
+
+def test_a_stage_switch_of_g_reaches_the_worker_at_a_group_boundary(tmp_path, monkeypatch, vllm_model_dir,
+                                                                     vllm_server):
+    """G 2 until step 2, then G 4: a group started before the switch is published (policy versions 1-2: TRL
+    publishes version 1 before step 1 and one more after each step) is sampled whole at G 2, even when it completes
+    later; every later group at G 4; each sample records its group's G. The queue is kept short so that groups
+    started after the switch are taken within the run."""
+    from grpo_curriculum import Stage
+
+    stages = [Stage(num_generations=2, temperature=1.0, until_step=2), Stage(num_generations=4, temperature=1.0)]
+    trainer, taken, _, changed = _train(tmp_path, monkeypatch, vllm_model_dir, vllm_server, varied_reward,
+                                        max_steps=14, config={"max_inflight_tasks": 8, "queue_maxsize": 8},
+                                        stages=stages)  # fmt: skip
+    assert trainer.state.global_step == 14 and changed
+
+    def planned(run):
+        return 2 if run[0].model_version - 1 < 2 else 4
+
+    runs = _runs(taken)
+    for run in runs:
+        assert {(t.model_version, t.num_generations) for t in run} == {(run[0].model_version, planned(run))}, run
+    _assert_whole_groups_of_g(runs, planned)
+    assert {planned(run) for run in runs[:-1]} == {2, 4}, [(r[0].group_id, r[0].model_version) for r in runs]
+    logged = [entry["num_generations"] for entry in trainer.state.log_history if "num_generations" in entry]
+    assert logged[0] == 2 and logged[-1] == 4, logged  # each step logs the mean G of the samples it trained on
     assert math.isclose(_first_step(trainer)["ratio"], 1, abs_tol=1e-3)
 
 
