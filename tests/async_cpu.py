@@ -23,6 +23,8 @@ staleness, the loss) runs unpatched.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import torch
 
 
@@ -39,7 +41,7 @@ class VarlenAttention:
             k, v = (x.repeat_interleave(heads // kv_heads, dim=1) for x in (k, v))
         out = torch.empty_like(q)
         bounds_q, bounds_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
-        for (q0, q1), (k0, k1) in zip(zip(bounds_q, bounds_q[1:]), zip(bounds_k, bounds_k[1:]), strict=True):
+        for (q0, q1), (k0, k1) in zip(pairwise(bounds_q), pairwise(bounds_k), strict=True):
             length_q, length_k = q1 - q0, k1 - k0
             mask = None
             if causal:  # flash-attention aligns the causal mask to the end: query i sees keys j <= i + (Lk - Lq)

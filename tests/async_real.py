@@ -19,8 +19,8 @@ def chat_tokenizer():
     their contents) and a response template (the completion is plain content up to `<eos>`)."""
     tokenizer = build_tokenizer()
     tokenizer.chat_template = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
-    tokenizer.response_template = {"defaults": {"role": "assistant"},
-                                   "fields": {"content": {"close_pattern": r"<eos>\s*|$", "content": "text"}}}  # fmt: skip
+    content = {"close_pattern": r"<eos>\s*|$", "content": "text"}
+    tokenizer.response_template = {"defaults": {"role": "assistant"}, "fields": {"content": content}}
     return tokenizer
 
 

