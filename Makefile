@@ -80,8 +80,8 @@ $(VLLM_VENV)/.installed: pyproject.toml tests/vllm_env.py
 	$(VLLM_VENV)/bin/python tests/vllm_env.py shim "$$($(VLLM_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 	touch $@
 
-test-vllm: $(VLLM_VENV)/.installed  # the real vLLM engine, colocate and server (docs/vllm.md); one process
-	$(VLLM_VENV)/bin/python -m pytest -q -p no:xdist -m vllm_real tests/test_vllm_real.py
+test-vllm: $(VLLM_VENV)/.installed  # the real vLLM engine, colocate and server (docs/vllm.md), and TRL's asynchronous trainer (docs/async.md); one process
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:xdist -m vllm_real tests/test_vllm_real.py tests/test_async_real.py
 
 mutations: $(VENV)/.installed  # on demand, not in CI: one-line mutants of the critical paths (docs/testing.md)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/mutations.py

@@ -18,6 +18,15 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+# The real vLLM engine's fixtures (`make test-vllm`), here so that every module shares one session server and engine.
+from .vllm_real import (  # noqa: E402, F401 - fixtures
+    real_vllm_colocate,
+    real_vllm_server,
+    vllm_colocate_engine,
+    vllm_model_dir,
+    vllm_server,
+)
+
 
 # The scenarios of tests/distributed_run.py, trained in turn by one `torchrun --nproc_per_node 2` launch.
 TORCHRUN_MODES = ("stages", "adaptive", "per_prompt", "increments", "rloo", "colocate_tp")

@@ -30,13 +30,6 @@ from grpo_curriculum.training.trainer import CurriculumGRPOTrainer, CurriculumRL
 
 from .conftest import RoundRecorder, assert_whole_groups, group_runs, grpo_args, indexed_dataset, per_prompt_stages
 from .fake_vllm import FakeVLLMColocate, FakeVLLMServer, fake_logprob
-from .vllm_real import (  # noqa: F401 - fixtures
-    real_vllm_colocate,
-    real_vllm_server,
-    vllm_colocate_engine,
-    vllm_model_dir,
-    vllm_server,
-)
 
 pytestmark = pytest.mark.vllm_real
 

@@ -19,7 +19,9 @@ from ..core.schedule import Stage, stage_problems
 from .trl_fields import TRAINERS, _version, trl_fields
 
 TRAINER = Rule("choice", choices=tuple(TRAINERS), why="grpo: TRL's GRPOTrainer and GRPOConfig; rloo: RLOOTrainer and "
-               "RLOOConfig", fix="e.g. `trainer: rloo`, or remove it (grpo)")
+               "RLOOConfig; TRL's AsyncGRPOTrainer has no recipe yet",
+               fix="e.g. `trainer: rloo`, or remove it (grpo); for TRL's AsyncGRPOTrainer, "
+                   "`grpo_curriculum.training.async_grpo.CurriculumAsyncGRPOTrainer` in Python (docs/async.md)")
 
 
 def recipe_trainer(data: Mapping) -> str:

@@ -1,0 +1,9 @@
+"""
+The curriculum on TRL's asynchronous GRPO trainer (`trl.experimental.async_grpo`, TRL 1.16; docs/async.md): stage
+schedules of G and DAPO-style dynamic sampling in the rollout worker. Importing this module imports TRL's experimental
+package.
+"""
+
+from ._trl_async import CurriculumAsyncGRPOTrainer, CurriculumRolloutLoop
+
+__all__ = ["CurriculumAsyncGRPOTrainer", "CurriculumRolloutLoop"]

@@ -1,0 +1,117 @@
+"""TRL's asynchronous trainer in recipes (docs/async.md): `trainer: async_grpo` is refused by `check` and `train`,
+naming the key and the Python class that supports it; nothing is written. What the asynchronous curriculum refuses,
+and its drop decision on TRL's real scoring. (The trainer itself: tests/test_async_real.py, `make test-vllm`.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grpo_curriculum.cli.main import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_trainer_async_grpo_is_refused_with_the_python_class_to_use(tmp_path, capsys):
+    recipe = tmp_path / "recipe.yaml"
+    data = {**yaml.safe_load((ROOT / "recipes" / "rloo-demo.yaml").read_text()), "trainer": "async_grpo",
+            "output_dir": str(tmp_path / "out")}  # fmt: skip
+    recipe.write_text(yaml.safe_dump(data))
+    for command in ("check", "train"):
+        assert main([command, str(recipe)]) == 2
+        captured = capsys.readouterr()
+        assert "trainer = 'async_grpo': must be one of ['grpo', 'rloo']" in captured.err, captured.err
+        assert "TRL's AsyncGRPOTrainer has no recipe yet" in captured.err
+        assert "grpo_curriculum.training.async_grpo.CurriculumAsyncGRPOTrainer" in captured.err
+        assert "Traceback" not in captured.err + captured.out
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["recipe.yaml"]
+
+
+def _group(rewards):
+    from trl.experimental.async_grpo.async_rollout_worker import RolloutGroup, TrainingSequence
+
+    n = len(rewards)
+    sequence = TrainingSequence(input_ids=[1, 2, 3], completion_mask=[0, 1, 1], old_log_probs=[0.0, -1.0, -1.0],
+                                rollout_id="r")
+    return RolloutGroup(prompts=[[{"role": "user", "content": "p"}]] * n, reward_kwargs={"reward": list(rewards)},
+                        completions=[[{"role": "assistant", "content": "c"}]] * n, completions_ids=[[2, 3]] * n,
+                        completions_sequences=[[sequence]] * n, tool_call_counts=[0] * n, tool_failure_counts=[0] * n,
+                        model_version=0, group_id=7, env_rewards=[], rollout_rewards=[None] * n)  # fmt: skip
+
+
+def given_reward(reward, **kwargs):
+    return reward
+
+
+@pytest.mark.parametrize(("rewards", "kept"), [
+    ([1.0, 0.0, 1.0, 0.0], True),
+    ([1.0, 1.0, 1.0, 1.0], False),  # all equal: advantage 0 everywhere
+    ([0.5, 0.5 + 1e-7, 0.5, 0.5], False),  # equal within the package's zero-std tolerance (1e-6)
+    ([1.0, None, None, None], False),  # one scorable completion
+    ([None, None, None, None], False),  # none
+    ([1.0, None, 0.0, None], True),  # two scorable, different
+])
+def test_dynamic_sampling_keeps_a_scored_group_only_when_informative(rewards, kept):
+    """TRL's real `_score_group` on a group, then the drop decision; a dropped group is counted and in the rate."""
+    import asyncio
+    from collections import defaultdict
+
+    from accelerate.state import PartialState
+
+    from grpo_curriculum.training._trl_async import (
+        DROPPED_COMPLETIONS,  # fmt: skip
+        DROPPED_GROUPS,
+        SAMPLED_G,
+        ZERO_STD_FRACTION,
+        CurriculumRolloutLoop,
+    )
+
+    PartialState()  # as TRL's worker process does first (its logger needs it)
+    loop = object.__new__(CurriculumRolloutLoop)  # the scoring state only: no child process, no server
+    loop.dynamic_sampling, loop.num_generations, loop._planned = True, 8, {7: len(rewards)}  # group 7 planned at 4
+    loop.reward_funcs, loop.reward_func_names = [given_reward], ["given_reward"]
+    loop._env_reward_types, loop._counters = [], defaultdict(float)
+    loop._rates = defaultdict(lambda: [0.0, 0.0])
+    samples = asyncio.run(loop._score_group(_group(rewards)))
+    assert len(samples) == (len(rewards) if kept else 0)
+    assert all(sample.metrics[SAMPLED_G] == len(rewards) for sample in samples) and loop._planned == {}
+    assert loop._counters[DROPPED_GROUPS] == (0 if kept else 1)
+    assert loop._counters[DROPPED_COMPLETIONS] == (0 if kept else len(rewards))
+    assert loop._rates[ZERO_STD_FRACTION] == [0.0 if kept else 1.0, 1.0]
+
+
+def _refusals(tmp_path, max_steps=10, **options) -> list[str]:
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+
+    from grpo_curriculum.core.errors import CurriculumError
+    from grpo_curriculum.training.async_grpo import CurriculumAsyncGRPOTrainer
+
+    args = AsyncGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], max_steps=max_steps,
+                           temperature=1.0)  # fmt: skip
+    with pytest.raises(CurriculumError) as caught:  # before any model loads: the model path does not exist
+        CurriculumAsyncGRPOTrainer(model=str(tmp_path / "no-model"), args=args, **options)
+    return [f"{problem.key}: {problem.rule}" for problem in caught.value.problems]
+
+
+@pytest.mark.parametrize(("options", "max_steps", "said"), [
+    ({"dynamic_sampling": True}, -1, ["max_steps: must be set (> 0)"]),
+    ({"stages": "G2"}, -1, ["max_steps: must be set (> 0)"]),
+    ({"stages": "T0.7"}, 10, ["stages[0].temperature: must be the config's temperature (1.0)"]),
+    ({"stages": "ramp"}, 10, ["stages[0].temperature: must be the config's temperature (1.0), without"]),
+    ({"stages": "adaptive"}, 10, ["stages[0].adaptive: is not supported on the asynchronous trainer"]),
+    ({"stages": "G2", "tools": "tool"}, 10, ["tools: is not supported with a stage schedule"]),
+    ({"dynamic_sampling": True, "rollout_worker": "worker"}, 10, ["rollout_worker: must be TRL's own"]),
+])
+def test_what_the_asynchronous_curriculum_refuses_is_named_before_any_model_loads(tmp_path, options, max_steps, said):
+    from grpo_curriculum import Adaptive, Stage
+
+    stages = {"G2": [Stage(num_generations=2, temperature=1.0)],
+              "T0.7": [Stage(num_generations=2, temperature=0.7)],
+              "ramp": [Stage(num_generations=2, temperature=1.0, temperature_end=0.5)],
+              "adaptive": [Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4)))]}  # fmt: skip
+    options = {**options, **({"stages": stages[options["stages"]]} if "stages" in options else {})}
+    options.update({k: object() for k in ("tools", "rollout_worker") if k in options})
+    problems = _refusals(tmp_path, max_steps, **options)
+    assert all(any(text in problem for problem in problems) for text in said), problems

