@@ -38,6 +38,23 @@ prompts a round, as in Knapsack RL's `M` prompts sharing `M x n` rollouts):
 5. **The pass's end.** When deferral leaves a round fewer than `M` prompts before the pass ends, the round is filled
    without deferral from the rest of the pass (settled prompts take their turn; none is trained twice in a pass).
    When the prompts left in a pass cannot fill a round, they are dropped, as TRL drops a pass's tail.
+
+**Skipping from evidence (`skip="evidence"`, issue 42; with `defer=True`).** GRESO's streaks cannot tell an impossible
+prompt from a rare-success one (both fail every visit), and the pass's end fills rounds with the settled prompts it
+skipped. With `skip="evidence"` three things change:
+
+- *A prompt that has ever succeeded is never deferred for failing*: its discounted successes are above 0, so it is
+  not impossible; it is deferred only for an all-success streak. A prompt that has failed every visit is deferred
+  with GRESO's probability, as before, and comes back at a later pass with GRESO's keep probability (at least
+  `KEEP_FLOOR`; its exploration probability rises when the round's all-failure groups fall below the target, i.e.
+  when the policy starts solving what it failed): one success and it is never deferred for failing again.
+- *The round compares twice its prompts* (`2 M + lookahead`) and takes the `M` of most value; the others are
+  skipped for the rest of the pass (counted as deferred), not kept waiting: a known-settled prompt (value near 0)
+  loses its place to an unseen or an informative one, where GRESO's draw let it through.
+- *The pass's end is not filled with the prompts it skipped*: a new pass starts instead (its prompts drawn again);
+  only when a new pass cannot fill a round either does a round take deferred prompts.
+
+`skip="greso"` is issue 37's rule (the items above off).
 """
 
 from __future__ import annotations
@@ -48,6 +65,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .adaptive import SKIP_RULES
 from .geometry import sums
 
 WEIGHTS = {"hard": (1, 3), "knapsack": (1, 2), "variance": (1, 1), "uniform": (0, 0)}
@@ -244,11 +262,12 @@ class PerPromptAllocator:
         defer (`bool`): Whether to defer settled prompts (GRESO).
         skip_target (`float`): The share of zero-std groups the deferral aims at.
         seed (`int`): Seed of the deferral draws.
+        skip (`str`): With `defer`: `"evidence"` (issue 42) or `"greso"` (issue 37), a key of [`SKIP_RULES`].
     """
 
     def __init__(self, candidates: Sequence[int], budget: int, prompts: int, stats: PromptStats,
                  weight: str = "hard", lookahead: int = 0, defer: bool = False, skip_target: float = 0.25,
-                 seed: int = 0):  # fmt: skip
+                 seed: int = 0, skip: str = "greso"):  # fmt: skip
         self.candidates = tuple(int(c) for c in candidates)
         self.budget = int(budget)
         if not sums(self.candidates, self.budget) >> self.budget & 1:
@@ -258,7 +277,10 @@ class PerPromptAllocator:
         # `prompts`, or the nearest count whose prompts the candidates can fill exactly (some can: the budget is a sum)
         self.prompts = next(m for m in sorted(range(low, high + 1), key=lambda m: (abs(m - prompts), m)) if fills(m))
         self.stats, self.weight, self.defer, self.skip_target, self.seed = stats, weight, defer, skip_target, seed
-        self.window = self.prompts + int(lookahead)
+        if skip not in SKIP_RULES:
+            raise ValueError(f"skip {skip!r}: use one of {list(SKIP_RULES)}")
+        self.evidence = defer and skip == "evidence"
+        self.window = self.prompts * (2 if self.evidence else 1) + int(lookahead)
         self.max_deferred = MAX_DEFERRED_WINDOWS * self.window
         self.explore = {"easy": EXPLORE_START, "hard": EXPLORE_START}
 
@@ -267,6 +289,8 @@ class PerPromptAllocator:
         streak = int(self.stats.zero_streak[slot])
         if not self.defer or streak == 0:
             return False
+        if streak < 0 and self.evidence and self.stats.successes[slot] > 0:
+            return False  # it has succeeded: rare-success, not impossible
         keep = max(self.explore["easy" if streak > 0 else "hard"] ** abs(streak), KEEP_FLOOR)
         return uniform_draw(self.seed, slot, epoch) >= keep
 
@@ -329,8 +353,15 @@ class PerPromptAllocator:
             return None
         taken, sizes = chosen
         left = sorted(set(range(len(window))) - set(taken))
+        if self.evidence and defer:  # the prompts of less value are skipped for the pass, not kept waiting
+            deferred, left = deferred + len(left), []
         return RoundPlan(tuple(positions[i] for i in taken), tuple(sizes), tuple(positions[i] for i in left), read,
                          deferred)  # fmt: skip
+
+    def fills_pass_end(self, new_pass_tried: bool) -> bool:
+        """Whether a round may take the prompts deferred in its pass (`plan(defer=False)`) when deferral leaves too
+        few: with `skip="greso"` always; with `"evidence"` only once a new pass could not fill a round either."""
+        return not self.evidence or new_pass_tried
 
     def adapt(self, easy_share: float, hard_share: float) -> None:
         """GRESO's update after a round: each kind's exploration probability moves against its zero-std share."""
