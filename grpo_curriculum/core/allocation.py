@@ -50,7 +50,9 @@ skipped. With `skip="evidence"` three things change:
   when the policy starts solving what it failed): one success and it is never deferred for failing again.
 - *The round compares twice its prompts* (`2 M + lookahead`) and takes the `M` of most value; the others are
   skipped for the rest of the pass (counted as deferred), not kept waiting: a known-settled prompt (value near 0)
-  loses its place to an unseen or an informative one, where GRESO's draw let it through.
+  loses its place to an unseen or an informative one, where GRESO's draw let it through. A prompt whose draw falls
+  under `KEEP_FLOOR` is taken whatever its value, so every prompt still comes back in at least that share of the
+  passes that read it.
 - *The pass's end is not filled with the prompts it skipped*: a new pass starts instead (its prompts drawn again);
   only when a new pass cannot fill a round either does a round take deferred prompts.
 
@@ -299,9 +301,10 @@ class PerPromptAllocator:
         a, b = self.stats.posterior(slots)
         return expected_value(a, b, self.candidates, self.weight)
 
-    def choose(self, slots: Sequence[int], waiting: int) -> tuple[list[int], list[int]] | None:
+    def choose(self, slots: Sequence[int], waiting: int, first: Sequence[int] = ()) -> tuple[list[int], list[int]] | None:
         """
-        Choose the round from a window of prompts (its first `waiting` ones left waiting by the previous round).
+        Choose the round from a window of prompts (its first `waiting` ones left waiting by the previous round;
+        `first`: positions taken next, before the others by value).
 
         Returns:
             `(taken, sizes)`: positions in the window (ascending) and their G; or `None` when the window cannot fill
@@ -311,7 +314,9 @@ class PerPromptAllocator:
         if len(self.candidates) == 1:
             order = list(range(len(slots)))
         else:  # the waiting ones first, then by value at the largest candidate (a stable sort keeps stream order)
-            order = list(range(waiting)) + sorted(range(waiting, len(slots)), key=lambda i: -values[i, -1])
+            ahead = [*range(waiting), *(i for i in first if i >= waiting)]
+            rest = sorted(set(range(len(slots))) - set(ahead), key=lambda i: (-values[i, -1], i))
+            order = ahead + rest
         for count in range(min(self.prompts, len(slots)), 0, -1):  # fewer only at the pass's end
             taken = sorted(order[:count])
             sizes = knapsack(values[taken], self.candidates, self.budget)
@@ -335,6 +340,7 @@ class PerPromptAllocator:
             fill the round's prompts).
         """
         window, positions, read, deferred = list(waiting), list(range(len(waiting))), 0, 0
+        floor = []  # evidence: window positions kept by GRESO's floor, taken whatever their value (they come back)
         iterator = iter(fresh)
         while len(window) < self.window:
             slot = next(iterator, None)
@@ -344,11 +350,13 @@ class PerPromptAllocator:
             if defer and deferred < self.max_deferred and self.deferred(slot, epoch):
                 deferred += 1
                 continue
+            if self.evidence and defer and uniform_draw(self.seed, slot, epoch) < KEEP_FLOOR:
+                floor.append(len(window))
             window.append(slot)
             positions.append(len(waiting) + read - 1)
         if deferred and len(window) < self.prompts:
             return None  # deferral emptied the rest of the pass: the caller fills the round without it, in turn
-        chosen = self.choose(window, len(waiting))
+        chosen = self.choose(window, len(waiting), floor)
         if chosen is None:
             return None
         taken, sizes = chosen
