@@ -396,13 +396,25 @@ def test_evidence_takes_the_best_half_of_twice_the_round_and_skips_the_rest_for_
     assert [t for t, _, _ in run_pass(greso, list(range(64)), rounds=2)[0]] == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
-@pytest.mark.parametrize("skip, defer, new_pass_tried, fills", [
-    ("greso", True, False, True), ("greso", True, True, True),
-    ("evidence", True, False, False), ("evidence", True, True, True),  # a new pass first
-    ("evidence", False, False, True),  # no deferral: nothing to skip
+@pytest.mark.parametrize("skip, left, plan", [
+    # 3 undeferred prompts left in the pass (a round takes 4), 16 completions a round of candidates up to 16
+    ("greso", 3, None),  # the caller fills the round with the pass's deferred prompts, in turn
+    ("evidence", 3, 3),  # the 3 take the round with larger G; the pass's deferred prompts are read past
+    ("evidence", 1, 1),  # one prompt can fill 16 at G 16
 ])  # fmt: skip
-def test_evidence_starts_a_new_pass_before_filling_with_deferred_prompts(skip, defer, new_pass_tried, fills):
-    assert evidence(skip=skip, defer=defer).fills_pass_end(new_pass_tried) is fills
+def test_evidence_ends_a_pass_with_its_undeferred_prompts_not_the_deferred_ones(skip, left, plan):
+    a = evidence(size=64, budget=16, prompts=4, skip=skip)
+    a.stats.zero_streak[:] = 1  # settled, deferred whenever GRESO's draw allows (its exploration at 0)
+    a.stats.zero_streak[:left] = 0
+    a.explore = {"easy": 0.0, "hard": 0.0}
+    settled = [s for s in range(left, 64) if uniform_draw(0, s, 1) >= KEEP_FLOOR][:12]  # none kept by the floor
+    slots = list(range(left)) + settled  # 12 deferred: under the round's cap of deferrals (4 windows)
+    got = a.plan([], iter(slots), epoch=1)
+    if plan is None:
+        assert got is None
+        return
+    assert len(got.taken) == plan and sum(got.sizes) == 16 and got.read == len(slots)
+    assert got.deferred == len(slots) - left and got.left == ()
 
 
 def test_without_deferral_evidence_changes_nothing():

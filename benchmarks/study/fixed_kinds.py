@@ -107,8 +107,8 @@ def run(rule, mix: dict[str, int] = EQUAL, seed: int = 0, rounds: int = ROUNDS, 
     waiting: list[int] = []
     for _ in range(rounds):
         plan = None
-        for attempt in range(2):  # the trainer's `_per_prompt_round`: this pass (deferring, then not), else a new pass
-            for defer in (True, False) if policy.allocator.fills_pass_end(attempt > 0) else (True,):
+        for _ in range(2):  # the trainer's `_per_prompt_round`: this pass (deferring, then not), else a new pass
+            for defer in (True, False):
                 plan = policy.allocator.plan(waiting, iter(order[pos:]), epoch=epoch, defer=defer)
                 if plan is not None:
                     break

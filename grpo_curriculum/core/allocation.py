@@ -53,8 +53,11 @@ skipped. With `skip="evidence"` three things change:
   loses its place to an unseen or an informative one, where GRESO's draw let it through. A prompt whose draw falls
   under `KEEP_FLOOR` is taken whatever its value, so every prompt still comes back in at least that share of the
   passes that read it.
-- *The pass's end is not filled with the prompts it skipped*: a new pass starts instead (its prompts drawn again);
-  only when a new pass cannot fill a round either does a round take deferred prompts.
+- *The pass's end is not filled with the prompts it skipped*: when fewer than `M` prompts of the pass are left
+  undeferred, the round takes them with larger G (the knapsack over fewer prompts) and the pass ends, where issue 37's
+  rule filled the round, and the rounds after it, with the deferred prompts of the pass in turn. Only when they cannot
+  fill the budget (fewer than `budget / largest candidate` prompts) is the round filled that way, and then the rest of
+  the pass in turn, as before (a round without deferral compares `M + lookahead` prompts, as before).
 
 `skip="greso"` is issue 37's rule (the items above off).
 """
@@ -283,6 +286,7 @@ class PerPromptAllocator:
             raise ValueError(f"skip {skip!r}: use one of {list(SKIP_RULES)}")
         self.evidence = defer and skip == "evidence"
         self.window = self.prompts * (2 if self.evidence else 1) + int(lookahead)
+        self.fill_window = self.prompts + int(lookahead)  # a round without deferral: issue 37's window
         self.max_deferred = MAX_DEFERRED_WINDOWS * self.window
         self.explore = {"easy": EXPLORE_START, "hard": EXPLORE_START}
 
@@ -342,7 +346,8 @@ class PerPromptAllocator:
         window, positions, read, deferred = list(waiting), list(range(len(waiting))), 0, 0
         floor = []  # evidence: window positions kept by GRESO's floor, taken whatever their value (they come back)
         iterator = iter(fresh)
-        while len(window) < self.window:
+        size = self.window if defer else self.fill_window
+        while len(window) < size:
             slot = next(iterator, None)
             if slot is None:
                 break
@@ -354,7 +359,7 @@ class PerPromptAllocator:
                 floor.append(len(window))
             window.append(slot)
             positions.append(len(waiting) + read - 1)
-        if deferred and len(window) < self.prompts:
+        if deferred and len(window) < self.prompts and not (self.evidence and defer and not waiting):
             return None  # deferral emptied the rest of the pass: the caller fills the round without it, in turn
         chosen = self.choose(window, len(waiting), floor)
         if chosen is None:
@@ -366,10 +371,6 @@ class PerPromptAllocator:
         return RoundPlan(tuple(positions[i] for i in taken), tuple(sizes), tuple(positions[i] for i in left), read,
                          deferred)  # fmt: skip
 
-    def fills_pass_end(self, new_pass_tried: bool) -> bool:
-        """Whether a round may take the prompts deferred in its pass (`plan(defer=False)`) when deferral leaves too
-        few: with `skip="greso"` always; with `"evidence"` only once a new pass could not fill a round either."""
-        return not self.evidence or new_pass_tried
 
     def adapt(self, easy_share: float, hard_share: float) -> None:
         """GRESO's update after a round: each kind's exploration probability moves against its zero-std share."""

@@ -285,11 +285,10 @@ class CurriculumTrainerMixin:
         many prompts were deferred.
         """
         stream, policy = self._prompt_stream, self._curriculum.policy
-        # The rest of this pass (without deferral when every prompt left would be deferred, unless the allocator
-        # skips from evidence: then a new pass first); else a new pass.
-        for attempt in range(2):
+        # The rest of this pass (without deferral when every prompt left would be deferred); else a new pass.
+        for _ in range(2):
             stream.open_pass()
-            for defer in (True, False) if policy.allocator.fills_pass_end(attempt > 0) else (True,):
+            for defer in (True, False):
                 waiting = [policy.slot_of(key) for key in prompt_keys(stream, stream.waiting)]
                 fresh = (policy.slot_of(prompt_keys(stream, [prompt])[0]) for prompt in stream.upcoming())
                 plan = policy.allocator.plan(waiting, fresh, epoch=stream.epoch, defer=defer)
