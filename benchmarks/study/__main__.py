@@ -52,6 +52,8 @@ def main(argv=None) -> int:
                              "oracle arms only on tasks with settled prompts): to add arms or seeds to a study")
     parser.add_argument("--report-only", action="store_true", help="no training: the report from the runs on disk")
     parser.add_argument("--results", action="store_true", help="copy the reports to benchmarks/results/")
+    parser.add_argument("--results-dir", default=None, metavar="DIR",
+                        help="with --results: copy them to DIR instead (e.g. benchmarks/results/issue42/seeds_500_515)")
     parser.add_argument("--quick", action="store_true", help="every part once, in a temporary folder: "
                         + ", ".join(f"{k} {v}" for k, v in QUICK.items()))  # fmt: skip
     options = parser.parse_args(argv)
@@ -99,8 +101,9 @@ def main(argv=None) -> int:
         run_jobs([(out, task, seed, chosen_arms[task], options.steps, options.points) for seed in reported
                   for task in options.tasks], options.jobs)  # fmt: skip
         print(f"wall time {(time.perf_counter() - start) / 60:.1f} min", flush=True)
-    print(report(out, options.tasks, tuning, reported, command.strip(), options.results, options.steps, options.points,
-                 options.extra))  # fmt: skip
+    results = (Path(options.results_dir) if options.results_dir else True) if options.results else False
+    print(report(out, options.tasks, tuning, reported, command.strip(), results, options.steps, options.points,
+                 options.extra, options.tune_on))  # fmt: skip
     if options.quick:
         print(f"quick run: every file in {out}")
     return 0

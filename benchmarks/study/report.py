@@ -315,14 +315,14 @@ def plot(runs: list[dict], task: str, arms: list[str], seeds: list[int], path: P
     plot_curves(curves, MODES["static"], f"{task}: mean over reported seeds {seeds[0]}-{seeds[-1]}", path)
 
 
-def report(out: Path, tasks: list[str], tuning: list[int], reported: list[int], command: str, results: bool,
-           steps: int, points: int, extra: list[str] = ()) -> str:  # fmt: skip
+def report(out: Path, tasks: list[str], tuning: list[int], reported: list[int], command: str, results: bool | Path,
+           steps: int, points: int, extra: list[str] = (), tune_on: list[str] | None = None) -> str:  # fmt: skip
     from grpo_curriculum.training.checkpoint import atomic_write
 
     runs = [r for r in load_runs(out) if r["arm"] in ARMS]  # not the runs of arms the study no longer has
     summaries = {}
     done = [t for t in tasks if all(any(r["task"] == t and r["seed"] == s for r in runs) for s in reported)]
-    default = defaults(runs, done, tuning)
+    default = defaults(runs, tune_on or done, tuning)  # the defaults: chosen on the tuning seeds of `tune_on`
     for task in done:
         summaries[task] = summarise(runs, task, tuning, reported, default, extra)
         plot(runs, task, list(summaries[task]["rows"]), summaries[task]["seeds"], out / f"study2_{task}.png")
@@ -341,7 +341,9 @@ def report(out: Path, tasks: list[str], tuning: list[int], reported: list[int], 
     atomic_write(out / "verdict.json", lambda f: json.dump(verdict, f, indent=1))
     atomic_write(out / "study2.json", lambda f: json.dump({"command": command, "runs": runs}, f,
                                                           separators=(",", ":")))  # fmt: skip
-    if results:
+    if results:  # True: benchmarks/results/; a Path: that folder
+        folder = RESULTS if results is True else Path(results)
+        folder.mkdir(parents=True, exist_ok=True)
         for name in ["study2.md", "verdict.json", "study2.json", *(f"study2_{t}.png" for t in summaries)]:
-            shutil.copyfile(out / name, RESULTS / name)
+            shutil.copyfile(out / name, folder / name)
     return text
