@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="/work/study-out", help="output folder (runs/ and the reports)")
     parser.add_argument("--tasks", nargs="+", default=list(REPORTED_TASKS), choices=list(TASKS),
-                        help="tasks to report (default: the five; `settled_heavy`, `settled_tail` are tuning variants)")
+                        help="tasks to report (default: the five; `settled_heavy`, `settled_tail`: tuning variants)")
     parser.add_argument("--tune-on", nargs="+", choices=list(TASKS), default=None,
                         help="tasks whose tuning seeds choose the defaults (default: --tasks); their tuning runs are "
                              "run too")  # fmt: skip
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     parser.add_argument("--report-only", action="store_true", help="no training: the report from the runs on disk")
     parser.add_argument("--results", action="store_true", help="copy the reports to benchmarks/results/")
     parser.add_argument("--results-dir", default=None, metavar="DIR",
-                        help="with --results: copy them to DIR instead (e.g. benchmarks/results/issue42/seeds_500_515)")
+                        help="with --results: copy them to DIR instead (e.g. benchmarks/results/issue42/seeds_500)")
     parser.add_argument("--quick", action="store_true", help="every part once, in a temporary folder: "
                         + ", ".join(f"{k} {v}" for k, v in QUICK.items()))  # fmt: skip
     options = parser.parse_args(argv)

@@ -159,8 +159,8 @@ def headroom_lines(s: dict) -> list[str]:
         return []
     oracle, post, best = s["oracle"]["arm"], s["post_rows"], s["post_hoc_reference"]
     lines = ["", f"Headroom (issue 42): each arm between `{best}` (the post-hoc best static G: 0) and the oracle "
-             f"`{oracle}` (static G on the prompts less the settled ones, never sampled: 1), paired by seed; where its "
-             "completions went by the exact training success of the prompt when trained (solved >= 0.95, "
+             f"`{oracle}` (static G on the prompts less the settled ones, never sampled: 1), paired by seed; where "
+             "its completions went by the exact training success of the prompt when trained (solved >= 0.95, "
              "impossible, rare-success <= 0.05, informative between):", "",
              f"| arm | AUC - `{best}`: median [90% CI] | share of the oracle's AUC gain | to 90% of `{best}`'s gain "
              "| share of the oracle's completions saving | solved | impossible | rare-success | informative |",

@@ -23,8 +23,8 @@ weighted to levels 1-2 until level 2's exact success at the training temperature
 - `settled_heavy`, `settled_tail` (issue 42, tuning only): `prefix_settled` with other shares of solved, impossible
   and rare-success prompts, so a default chosen on the tuning seeds is not fitted to one mix.
 
-Settled prompts ([`has_settled`], [`without_settled`]): a level-0 prompt is solved by the warm start, an impossible one never rewarded; the
-oracle arms (`arms.ORACLE_ARMS`) train on the task's prompts without them.
+Settled prompts ([`has_settled`], [`without_settled`]): a level-0 prompt is solved by the warm start, an impossible
+one is never rewarded; the oracle arms (mode `oracle` of `arms.MODES`) train on the task's prompts without them.
 
 Evaluation: the exact probability that the policy, sampling at `EVAL_TEMPERATURE`, answers a held-out prompt
 correctly (teacher forcing over the answer tokens and `<eos>`: [`answer_probability`]), averaged over `EVAL_PROMPTS`
@@ -76,9 +76,11 @@ TASKS = {  # name: (description, level weights of training / eval prompts, warm-
 REPORTED_TASKS = ("prefix_levels", "prefix_tail", "prefix_noisy", "prefix_settled", "prefix_graded")
 """The study's five reported tasks (the others of `TASKS` are tuning-only variants)."""
 REWARD_FLIP = {"prefix_noisy": 0.1}  # a task's training rewards are flipped with this probability
-IMPOSSIBLE = {"prefix_settled": 0.25, "settled_heavy": 0.4, "settled_tail": 0.15}  # the share of a task's training prompts whose reward is always 0
+IMPOSSIBLE = {"prefix_settled": 0.25, "settled_heavy": 0.4, "settled_tail": 0.15}
+"""The share of a task's training prompts whose reward is always 0."""
 GRADED = {"prefix_graded"}  # tasks with partial credit
-EVAL_WEIGHTS = {"prefix_settled": (0, 1, 1, 1, 1), "settled_heavy": (0, 1, 1, 1, 1), "settled_tail": (0, 1, 1, 3, 5)}  # a task's evaluation level weights, when not its training ones
+EVAL_WEIGHTS = {"prefix_settled": (0, 1, 1, 1, 1), "settled_heavy": (0, 1, 1, 1, 1), "settled_tail": (0, 1, 1, 3, 5)}
+"""A task's evaluation level weights, when not its training ones."""
 
 
 def has_settled(task: str) -> bool:

@@ -305,7 +305,8 @@ class PerPromptAllocator:
         a, b = self.stats.posterior(slots)
         return expected_value(a, b, self.candidates, self.weight)
 
-    def choose(self, slots: Sequence[int], waiting: int, first: Sequence[int] = ()) -> tuple[list[int], list[int]] | None:
+    def choose(self, slots: Sequence[int], waiting: int,
+               first: Sequence[int] = ()) -> tuple[list[int], list[int]] | None:  # fmt: skip
         """
         Choose the round from a window of prompts (its first `waiting` ones left waiting by the previous round;
         `first`: positions taken next, before the others by value).
