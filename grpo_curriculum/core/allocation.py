@@ -372,7 +372,6 @@ class PerPromptAllocator:
         return RoundPlan(tuple(positions[i] for i in taken), tuple(sizes), tuple(positions[i] for i in left), read,
                          deferred)  # fmt: skip
 
-
     def adapt(self, easy_share: float, hard_share: float) -> None:
         """GRESO's update after a round: each kind's exploration probability moves against its zero-std share."""
         for kind, share in (("easy", easy_share), ("hard", hard_share)):
