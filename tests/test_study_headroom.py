@@ -133,3 +133,25 @@ def test_the_tuning_variants_are_not_reported_by_default():
         data = tasks.level_dataset(variant, 256, 0, tasks.TASKS[variant][1], tasks.IMPOSSIBLE[variant])
         assert sum(not ok for ok in data["solvable"]) == round(256 * tasks.IMPOSSIBLE[variant])
         assert 0 in data["level"]  # solved prompts (level 0)
+
+
+def _main():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("study_main", Path(arms.__file__).parent / "__main__.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_only_runs_the_given_arms_on_a_disjoint_seed_set_and_the_oracle_only_where_it_applies(tmp_path, monkeypatch):
+    main = _main()
+    jobs = []
+    monkeypatch.setattr(main, "run_jobs", lambda js, processes: jobs.extend(js))
+    assert main.main(["--out", str(tmp_path), "--tasks", "prefix_settled", "prefix_levels", "--reported", "2",
+                      "--reported-from", "500", "--only", "static_g4", "oracle_g4"]) == 0  # fmt: skip
+    got = {(task, seed): tuple(arm_list) for _, task, seed, arm_list, *_ in jobs}
+    assert got == {("prefix_settled", 500): ("static_g4", "oracle_g4"), ("prefix_levels", 500): ("static_g4",),
+                   ("prefix_settled", 501): ("static_g4", "oracle_g4"), ("prefix_levels", 501): ("static_g4",)}
+    with pytest.raises(SystemExit):  # reported seeds may never be tuning seeds
+        main.main(["--out", str(tmp_path), "--reported-from", "100", "--only", "static_g4"])
