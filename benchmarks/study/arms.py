@@ -39,8 +39,7 @@ MODES = {  # mode: its variants (arm names), the first one the library's default
     "static": [f"static_g{g}" for g in CANDIDATES],
     "per_prompt": ["per_prompt", "per_prompt_variance", "per_prompt_nodefer", "per_prompt_stream",
                    "per_prompt_stream_uniform", "per_prompt_stream_hard", "per_prompt_skip", "per_prompt_skip_wide",
-                   "per_prompt_evidence", "per_prompt_evidence_wide", "per_prompt_skip_knapsack",
-                   "per_prompt_skip_variance"],
+                   "per_prompt_evidence", "per_prompt_evidence_wide"],
     "top_up": ["top_up", "top_up_p16"],
     "dynamic": ["dynamic_g4", "dynamic_g8", "dynamic_g16", "dynamic_g4_r2", "dynamic_g8_r2"],
     # coarse to fine comparisons (issue 29) at the G of the reference static arm the tuning seeds chose (16)
@@ -87,12 +86,6 @@ SKIP_ARMS = {  # the fixed-kind check's best knobs (benchmarks/study/fixed_kinds
     # issue 42: skipping from evidence (a prompt that ever succeeded is never deferred for failing; the round takes
     # the best half of twice its prompts, the rest skipped for the pass; the pass's end not filled with skipped ones)
     "per_prompt_evidence": {"weight": "hard", "lookahead": 0, "defer": True, "skip_target": 0.05, "skip": "evidence"},
-    # issue 42: `per_prompt_skip` with a weight leaning less to low success (an impossible prompt looks like a
-    # rare-success one, and `hard` gives those a large G)
-    "per_prompt_skip_knapsack": {"weight": "knapsack", "lookahead": 0, "defer": True, "skip_target": 0.05,
-                                 "skip": "greso"},
-    "per_prompt_skip_variance": {"weight": "variance", "lookahead": 0, "defer": True, "skip_target": 0.05,
-                                 "skip": "greso"},
     # the same comparing three times the round's prompts (23 more: the round's M at the candidates' geometric mean)
     "per_prompt_evidence_wide": {"weight": "hard", "lookahead": 23, "defer": True, "skip_target": 0.05,
                                  "skip": "evidence"},
