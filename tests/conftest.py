@@ -192,7 +192,7 @@ def wanted_by_index(monkeypatch):
     from grpo_curriculum.core.geometry import sums
 
     def fix(rule):
-        def choose(self, slots, waiting):
+        def choose(self, slots, waiting, first=()):  # `first`: the evidence rule's floor (not used here)
             fillable, remaining, sizes = sums(self.candidates, self.budget), self.budget, []
             for slot in slots:
                 fits = [c for c in self.candidates if c <= remaining and fillable >> (remaining - c) & 1]

@@ -363,3 +363,92 @@ def test_resume_mid_pass_continues_identically():
     resumed.explore = state[1]
     again, _, _ = run_pass(resumed, list(range(96)), waiting=state[2], position=state[3])
     assert again == rest and len(rest) > 3 and state[2]  # prompts were waiting at the checkpoint
+
+
+# --- issue 42: skipping from evidence -----------------------------------------------------------------------------
+
+
+def evidence(size=64, budget=16, prompts=4, lookahead=0, seed=0, skip="evidence", defer=True):
+    stats = PromptStats(size, CANDIDATES, decay=0.5, smoothing=0.3)
+    return PerPromptAllocator(CANDIDATES, budget, prompts, stats, weight="hard", lookahead=lookahead, defer=defer,
+                              seed=seed, skip=skip)  # fmt: skip
+
+
+@pytest.mark.parametrize("skip, streak, successes, kept", [
+    ("evidence", -3, 0.0, 0.125),  # failed every visit: GRESO's keep probability (0.5 ** 3)
+    ("evidence", -3, 0.25, 1.0),  # failing now, but it has succeeded: rare-success, never deferred for failing
+    ("evidence", -40, 1e-6, 1.0),  # however long the streak, however faded the success
+    ("evidence", 3, 12.0, 0.125),  # an all-success streak: deferred as before
+    ("greso", -3, 0.25, 0.125),  # issue 37's rule: a past success does not count
+    ("evidence", -40, 0.0, KEEP_FLOOR),  # a long failure streak still comes back (the floor)
+])  # fmt: skip
+def test_evidence_never_defers_a_prompt_that_has_succeeded_for_failing(skip, streak, successes, kept):
+    a = evidence(size=4000, skip=skip)
+    a.stats.zero_streak[:], a.stats.successes[:] = streak, successes
+    deferred = sum(a.deferred(slot, epoch=1) for slot in range(4000))
+    assert abs(deferred / 4000 - (1 - kept)) < 0.02, deferred
+
+
+def test_evidence_takes_the_best_half_of_twice_the_round_and_skips_the_rest_for_the_pass():
+    a = evidence(size=64, budget=32, prompts=4)
+    kinds_stats(a, [1, 0, "coin", "rare"] * 16)
+    a.stats.zero_streak[:] = 0  # no streak: only the value decides
+    plans, waiting, position = run_pass(a, list(range(64)), rounds=3)
+    assert waiting == [] and position == 24  # 8 prompts looked at a round, none left waiting
+    for k, (taken, sizes, deferred) in enumerate(plans):
+        window = range(8 * k, 8 * k + 8)
+        assert len(taken) == 4 and deferred == 4 and sum(sizes) == 32
+        assert {slot % 4 for slot in taken} == {2, 3} and set(taken) <= set(window)  # coins and rare ones
+    greso = evidence(size=64, budget=32, prompts=4, skip="greso")
+    kinds_stats(greso, [1, 0, "coin", "rare"] * 16)
+    greso.stats.zero_streak[:] = 0
+    assert [t for t, _, _ in run_pass(greso, list(range(64)), rounds=2)[0]] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+@pytest.mark.parametrize("skip, left, plan", [
+    # 3 undeferred prompts left in the pass (a round takes 4), 16 completions a round of candidates up to 16
+    ("greso", 3, None),  # the caller fills the round with the pass's deferred prompts, in turn
+    ("evidence", 3, 3),  # the 3 take the round with larger G; the pass's deferred prompts are read past
+    ("evidence", 1, 1),  # one prompt can fill 16 at G 16
+])  # fmt: skip
+def test_evidence_ends_a_pass_with_its_undeferred_prompts_not_the_deferred_ones(skip, left, plan):
+    a = evidence(size=64, budget=16, prompts=4, skip=skip)
+    a.stats.zero_streak[:] = 1  # settled, deferred whenever GRESO's draw allows (its exploration at 0)
+    a.stats.zero_streak[:left] = 0
+    a.explore = {"easy": 0.0, "hard": 0.0}
+    settled = [s for s in range(left, 64) if uniform_draw(0, s, 1) >= KEEP_FLOOR][:12]  # none kept by the floor
+    slots = list(range(left)) + settled  # 12 deferred: under the round's cap of deferrals (4 windows)
+    got = a.plan([], iter(slots), epoch=1)
+    if plan is None:
+        assert got is None
+        return
+    assert len(got.taken) == plan and sum(got.sizes) == 16 and got.read == len(slots)
+    assert got.deferred == len(slots) - left and got.left == ()
+
+
+def test_without_deferral_evidence_changes_nothing():
+    rng = random.Random(0)
+    plans = []
+    for skip in ("evidence", "greso"):
+        a = evidence(size=200, budget=32, prompts=4, lookahead=2, skip=skip, defer=False)
+        for slot in range(200):
+            a.stats.successes[slot], a.stats.failures[slot] = rng.choice([0, 1, 5]), rng.choice([0, 1, 5])
+            a.stats.zero_streak[slot] = rng.choice([0, 2, -2])
+        rng = random.Random(0)
+        plans.append(run_pass(a, list(range(200)))[0])
+    assert plans[0] == plans[1]
+
+
+def test_with_evidence_every_prompt_comes_back():
+    """Solved and never-solved prompts skipped pass after pass (long streaks, low value) are still taken now and
+    then: GRESO's floor (`KEEP_FLOOR`) and a new pass's fresh competition; none is dropped for good."""
+    a = evidence(size=64, budget=32, prompts=4)
+    kinds_stats(a, [1, 0, "coin", "coin"] * 16)
+    a.stats.zero_streak[:] = [100 if k == 1 else -100 if k == 0 else 0 for k in [1, 0, "coin", "coin"] * 16]
+    a.explore = {"easy": 0.05, "hard": 0.05}  # as low as GRESO goes
+    seen = set()
+    for epoch in range(400):
+        order = list(range(64))
+        random.Random(epoch).shuffle(order)
+        seen |= {slot for taken, _, _ in run_pass(a, order, epoch=epoch)[0] for slot in taken}
+    assert seen == set(range(64))

@@ -349,7 +349,8 @@ def test_check_prints_the_top_up_and_dynamic_sampling_plans(tmp_path, capsys):
             "  a round: 8 prompts (the default rule) x pilot 4 = 32 completions first; the other 32 of the generation "
             "batch 64 go 4 at a time to the groups whose rewards are all equal, then to the lowest-variance ones; a "
             "group holds 4, 8, 12 or 16 completions; at most 6 increments (generation calls) after the pilots\n"
-            ) in out
+            "  warning: top-up lost to the best static G where many prompts are settled") in out
+    assert out.count("Do not use it where many prompts are solved or impossible") == 2  # under each top-up stage
     assert "x pilot 16 = 64 completions first, the whole generation batch 64: no increment" in out
     assert ("stage 2: G=4 with dynamic sampling (max_rounds 4, on_limit mask), temperature 1, until the end: valid "
             "(64 / 4 = 16 prompts per generation round)\n  dynamic sampling: groups whose rewards are all equal are "

@@ -317,7 +317,8 @@ def test_all_settled_rounds_progress_in_bounded_time_and_memory(size, iterable, 
     assert peak < 2**20, peak  # bytes
 
 
-def test_a_small_all_settled_dataset_is_still_trained_in_turn():
+@pytest.mark.parametrize("skip", ["greso", "evidence"])
+def test_a_small_all_settled_dataset_is_still_trained_in_turn(skip):
     """
     Every prompt settled and mostly deferred (skip probability 0.95) in a pass shorter than a round's deferral cap:
     when deferral would leave a round short, it is filled without deferral from the rest of the pass, so every prompt
@@ -332,7 +333,7 @@ def test_a_small_all_settled_dataset_is_still_trained_in_turn():
     from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
     stream = _stream.PromptStream(Dataset.from_dict({"prompt": [f"p{i}" for i in range(12)]}), shuffle=False, seed=0)
-    policy = make_policy(Adaptive((2, 4, 8, 16), policy="per_prompt", defer=True, lookahead=2), 2, 1.0)
+    policy = make_policy(Adaptive((2, 4, 8, 16), policy="per_prompt", defer=True, lookahead=2, skip=skip), 2, 1.0)
     policy.bind(budget=16, slots=_stream.prompt_slots(stream), seed=0)
     policy.allocator.stats.zero_streak[:] = 1
     policy.allocator.explore = {"easy": 0.05, "hard": 0.05}

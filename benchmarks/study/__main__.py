@@ -17,10 +17,10 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 from study.arms import (ARMS, LIBRARY_ARMS, MODES, PEER_MODES, POINTS, REPORTED, STEPS, TUNING,  # noqa: E402
-                        TUNING_SEED_BASE, load_runs, peer_missing, run_jobs)
+                        TUNING_SEED_BASE, load_runs, mode_of, peer_missing, run_jobs)
 from study.report import report  # noqa: E402
 from study.stats import choose, defaults  # noqa: E402
-from study.tasks import TASKS  # noqa: E402
+from study.tasks import REPORTED_TASKS, TASKS, has_settled  # noqa: E402
 
 # --quick: one task, one tuning and one reported seed, the static arms G 4 and G 8 and each mode's first variant,
 # 4 steps of 128 completions, 2 evaluations: every part of the instrument once (no verdict: one seed). Both seeds run
@@ -33,19 +33,27 @@ QUICK = {"tasks": ["prefix_levels"], "tuning": 1, "reported": 1, "steps": 4, "po
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="/work/study-out", help="output folder (runs/ and the reports)")
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--tasks", nargs="+", default=list(REPORTED_TASKS), choices=list(TASKS),
+                        help="tasks to report (default: the five; `settled_heavy`, `settled_tail`: tuning variants)")
     parser.add_argument("--tune-on", nargs="+", choices=list(TASKS), default=None,
                         help="tasks whose tuning seeds choose the defaults (default: --tasks); their tuning runs are "
                              "run too")  # fmt: skip
-    parser.add_argument("--reported", type=int, default=REPORTED, help="reported seeds 0, 1, ...")
+    parser.add_argument("--reported", type=int, default=REPORTED, help="reported seeds FROM, FROM + 1, ...")
+    parser.add_argument("--reported-from", type=int, default=0, metavar="FROM",
+                        help="the first reported seed (a disjoint seed set, e.g. 500; never a tuning seed)")
     parser.add_argument("--tuning", type=int, default=TUNING, help=f"tuning seeds {TUNING_SEED_BASE}, ...")
     parser.add_argument("--extra", nargs="*", default=[], choices=ARMS,
                         help="more arms on the reported seeds (the only way to run a peer arm, e.g. trl_cgrpo)")
     parser.add_argument("--steps", type=int, default=STEPS, help="budget in steps of 128 completions")
     parser.add_argument("--points", type=int, default=POINTS, help="evaluations after step 0")
     parser.add_argument("--jobs", type=int, default=2, help="processes in parallel (one torch thread each)")
+    parser.add_argument("--only", nargs="+", default=None, choices=ARMS, metavar="ARM",
+                        help="run just these arms on the reported seeds of --tasks (no tuning phase, no report; "
+                             "oracle arms only on tasks with settled prompts): to add arms or seeds to a study")
     parser.add_argument("--report-only", action="store_true", help="no training: the report from the runs on disk")
     parser.add_argument("--results", action="store_true", help="copy the reports to benchmarks/results/")
+    parser.add_argument("--results-dir", default=None, metavar="DIR",
+                        help="with --results: copy them to DIR instead (e.g. benchmarks/results/issue42/seeds_500)")
     parser.add_argument("--quick", action="store_true", help="every part once, in a temporary folder: "
                         + ", ".join(f"{k} {v}" for k, v in QUICK.items()))  # fmt: skip
     options = parser.parse_args(argv)
@@ -61,8 +69,16 @@ def main(argv=None) -> int:
     out = Path(options.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     tuning = [TUNING_SEED_BASE + i for i in range(options.tuning)]
-    reported = list(range(options.reported))
+    reported = list(range(options.reported_from, options.reported_from + options.reported))
+    if set(reported) & set(tuning):
+        parser.error(f"reported seeds {reported} overlap the tuning seeds {tuning}")
     command = "python benchmarks/study " + " ".join(sys.argv[1:] if argv is None else argv)
+    if options.only:
+        start = time.perf_counter()
+        run_jobs([(out, task, seed, [a for a in options.only if mode_of(a) != "oracle" or has_settled(task)],
+                   options.steps, options.points) for seed in reported for task in options.tasks], options.jobs)
+        print(f"wall time {(time.perf_counter() - start) / 60:.1f} min", flush=True)
+        return 0
     if options.quick:
         start, options.extra = time.perf_counter(), arms
         run_jobs([(out, task, seed, arms, options.steps, options.points) for task in options.tasks
@@ -79,13 +95,15 @@ def main(argv=None) -> int:
         for task in options.tasks:
             chosen = choose(runs, task, tuning)
             print(f"{task}: chosen on tuning seeds {tuning}: {chosen}", flush=True)
-            chosen_arms[task] = list(dict.fromkeys([*chosen.values(), *default.values(), *options.extra]))
+            extra = [a for a in options.extra if mode_of(a) != "oracle" or has_settled(task)]  # oracles: settled tasks
+            chosen_arms[task] = list(dict.fromkeys([*chosen.values(), *default.values(), *extra]))
         # seed-major: the tasks advance together, so a run cut short still has every task at the same seeds
         run_jobs([(out, task, seed, chosen_arms[task], options.steps, options.points) for seed in reported
                   for task in options.tasks], options.jobs)  # fmt: skip
         print(f"wall time {(time.perf_counter() - start) / 60:.1f} min", flush=True)
-    print(report(out, options.tasks, tuning, reported, command.strip(), options.results, options.steps, options.points,
-                 options.extra))  # fmt: skip
+    results = (Path(options.results_dir) if options.results_dir else True) if options.results else False
+    print(report(out, options.tasks, tuning, reported, command.strip(), results, options.steps, options.points,
+                 options.extra, options.tune_on))  # fmt: skip
     if options.quick:
         print(f"quick run: every file in {out}")
     return 0

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .tasks import (CANDIDATES, GRADED, IMPOSSIBLE, MAX_COMPLETION_LENGTH, REWARD_FLIP, TASKS, TEMPERATURE,
                     ExactAnswer, GenerationCounter, Probe, budget_callback, curriculum_groups, evaluator,
-                    level_dataset, success_histogram, warm_model)
+                    has_settled, level_dataset, success_histogram, warm_model, without_settled)
 
 GENERATION_BATCH = 128
 LEARNING_RATE = 1e-3  # chosen on tuning seeds 100, 101 (docs/study.md): every static arm and rule rose at it
@@ -38,7 +38,8 @@ DYNAMIC_ROUNDS = 4  # max_rounds of a `dynamic_gN` arm (`dynamic_gN_r2`: 2)
 MODES = {  # mode: its variants (arm names), the first one the library's default when the study began
     "static": [f"static_g{g}" for g in CANDIDATES],
     "per_prompt": ["per_prompt", "per_prompt_variance", "per_prompt_nodefer", "per_prompt_stream",
-                   "per_prompt_stream_uniform", "per_prompt_stream_hard", "per_prompt_skip", "per_prompt_skip_wide"],
+                   "per_prompt_stream_uniform", "per_prompt_stream_hard", "per_prompt_skip", "per_prompt_skip_wide",
+                   "per_prompt_evidence", "per_prompt_evidence_wide"],
     "top_up": ["top_up", "top_up_p16"],
     "dynamic": ["dynamic_g4", "dynamic_g8", "dynamic_g16", "dynamic_g4_r2", "dynamic_g8_r2"],
     # coarse to fine comparisons (issue 29) at the G of the reference static arm the tuning seeds chose (16)
@@ -49,8 +50,11 @@ MODES = {  # mode: its variants (arm names), the first one the library's default
     # issue 39's row: TRL's RLOOTrainer (`CurriculumRLOOTrainer`, RLOOConfig's defaults: beta 0.05, no advantage
     # normalisation) at static G and with the library's per-prompt default; never tuned, never a default
     "rloo": ["rloo_static_g4", "rloo_static_g8", "rloo_per_prompt"],
+    # issue 42's oracle: static G on the task's prompts less the settled ones (`tasks.without_settled`: what skipping
+    # settled prompts buys with perfect knowledge and no cost of finding out); tasks with settled prompts only
+    "oracle": ["oracle_g4", "oracle_g8"],
 }
-PEER_MODES = ("peer", "rloo")
+PEER_MODES = ("peer", "rloo", "oracle")
 ARMS = [arm for arms in MODES.values() for arm in arms]
 LIBRARY_ARMS = [arm for mode, arms in MODES.items() if mode not in PEER_MODES for arm in arms]  # the tuning phase's
 PEER_PACKAGES = {"trl_cgrpo": ("trl_cgrpo", "pip install --no-deps trl-cgrpo==0.2.0")}  # arm: (module, install)
@@ -75,10 +79,16 @@ CGRPO_EOS = "<eos>"  # the answer of a level-0 prompt (`<eos>` alone decodes to 
 CGRPO_UNSOLVABLE = "<unsolvable>"  # an impossible prompt's reference answer: never decoded, as its reward is never 1
 SKIP_ARMS = {  # the fixed-kind check's best knobs (benchmarks/study/fixed_kinds.py), explicit
     # `per_prompt_skip`: the stream's next prompts (lookahead 0), settled ones skipped with GRESO's probabilities
-    "per_prompt_skip": {"weight": "hard", "lookahead": 0, "defer": True, "skip_target": 0.05},
+    "per_prompt_skip": {"weight": "hard", "lookahead": 0, "defer": True, "skip_target": 0.05, "skip": "greso"},
     # `per_prompt_skip_wide`: 32 prompts a round (mean G 4) chosen from a window of 64, settled ones skipped
     "per_prompt_skip_wide": {"weight": "hard", "lookahead": 32, "defer": True, "skip_target": 0.05,
-                             "mean_generations": 4},
+                             "mean_generations": 4, "skip": "greso"},
+    # issue 42: skipping from evidence (a prompt that ever succeeded is never deferred for failing; the round takes
+    # the best half of twice its prompts, the rest skipped for the pass; the pass's end not filled with skipped ones)
+    "per_prompt_evidence": {"weight": "hard", "lookahead": 0, "defer": True, "skip_target": 0.05, "skip": "evidence"},
+    # the same comparing three times the round's prompts (23 more: the round's M at the candidates' geometric mean)
+    "per_prompt_evidence_wide": {"weight": "hard", "lookahead": 23, "defer": True, "skip_target": 0.05,
+                                 "skip": "evidence"},
 }
 
 
@@ -101,6 +111,8 @@ def arm_stages(arm: str):
     t = TEMPERATURE
     if arm == "rloo_per_prompt":  # the library's per-prompt default (no knob set)
         return [Stage(temperature=t, name=arm, adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt"))]
+    if arm.startswith("oracle_g"):  # static G (on the prompts `run_arm` gives it)
+        return [Stage(num_generations=int(arm.removeprefix("oracle_g")), temperature=t)]
     arm = arm.removeprefix("rloo_")  # `rloo_static_gN`: static_gN's stages on RLOO
     if arm.startswith("static_g"):
         return [Stage(num_generations=int(arm.removeprefix("static_g")), temperature=t)]
@@ -114,7 +126,8 @@ def arm_stages(arm: str):
         # waits) and none deferred: only their G is chosen, so the prompt mix is a static G's
         # `per_prompt_stream_uniform`: the same with the weight `uniform` (the expected number of informative groups)
         knobs = ({"lookahead": 0, "defer": False} if arm.startswith("per_prompt_stream")
-                 else {"lookahead": 2, "defer": arm != "per_prompt_nodefer"})  # explicit: the study outlives defaults
+                 else {"lookahead": 2, "defer": arm != "per_prompt_nodefer",
+                       "skip": "greso"})  # explicit: the study outlives defaults
         return [Stage(temperature=t, name=arm,
                       adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt", weight=weight,
                                         **knobs))]  # fmt: skip
@@ -151,6 +164,8 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict,
 
     from transformers import PrinterCallback
 
+    if mode_of(arm) == "oracle" and not has_settled(task):
+        raise ValueError(f"the oracle arm {arm!r} needs a task with settled prompts; {task!r} has none")
     if install := peer_missing(arm):
         raise ImportError(f"the study's arm `{arm}` needs its package: {install} (or `make study-peers`)")
 
@@ -188,8 +203,9 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict,
                 config, trainer_class = RLOOConfig, CurriculumRLOOTrainer
             args = config(output_dir=output_dir, per_device_train_batch_size=generation_batch, max_steps=steps,
                           num_generations=stages[0].num_generations, **common)  # fmt: skip
+            train = without_settled(warm["train"]) if mode_of(arm) == "oracle" else warm["train"]  # never sampled
             trainer = trainer_class(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
-                                    train_dataset=warm["train"], callbacks=[CurriculumCallback(stages), recorder])
+                                    train_dataset=train, callbacks=[CurriculumCallback(stages), recorder])
             groups = curriculum_groups(trainer)
             # rounds sampled in increments: the probe groups rows by prompt
             increments = any(st.dynamic_sampling is not None

@@ -166,13 +166,15 @@ def main() -> None:
 
     rules = {**{f"static G {g}": g for g in CANDIDATES},
              "per_prompt (default)": Adaptive(CANDIDATES, policy="per_prompt"),
+             "per_prompt skip=greso": Adaptive(CANDIDATES, policy="per_prompt", skip="greso"),
+             "per_prompt skip=evidence": Adaptive(CANDIDATES, policy="per_prompt", skip="evidence"),
              "top_up (default)": Adaptive(CANDIDATES, policy="top_up")}  # fmt: skip
     for name, mix in (("equal kinds", EQUAL), ("half settled, half coins", {"solved": 1, "impossible": 1, "coin": 2})):
         print(f"\n{name} ({PROMPTS} prompts, {ROUNDS} rounds of {BATCH}, 4 seeds)")
-        print(f"{'rule':>22} {'informative':>11} {'settled':>8} " + " ".join(f"{k:>10}" for k in KINDS))
+        print(f"{'rule':>24} {'informative':>11} {'settled':>8} " + " ".join(f"{k:>10}" for k in KINDS))
         for label, rule in rules.items():
             m = mean_runs(rule, mix=mix)
-            print(f"{label:>22} {m['informative_share']:>11.3f} {m['settled_share']:>8.3f} "
+            print(f"{label:>24} {m['informative_share']:>11.3f} {m['settled_share']:>8.3f} "
                   + " ".join(f"{m['share'][k]:>10.3f}" for k in KINDS))  # fmt: skip
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from common import RESULTS, fmt_ms, mean_std  # benchmarks/common.py
 
 from .arms import ARMS, GENERATION_BATCH, LEARNING_RATE, MODES, load_runs, mode_of
-from .stats import RATIO90_TARGET, RISE_SEED_STDS, curve, defaults, finite, meets_rule, summarise, targets
+from .stats import (KINDS, RATIO90_TARGET, RISE_SEED_STDS, curve, defaults, finite, meets_rule, summarise,
+                    targets)
 from .tasks import CANDIDATES, EVAL_TEMPERATURE, SUCCESS_BINS, TASKS, TEMPERATURE
 
 
@@ -98,6 +99,7 @@ def verdict_json(summaries: dict, command: str, tuning: list[int], extra: dict) 
                          "auc_over_train_seconds_diff_median": finite(row["auc_time_diff_median"]),
                          "auc_over_train_seconds_diff_ci": [finite(v) for v in row["auc_time_diff_ci"]],
                          "success_histogram_end": row["hist_end"],
+                         "completions_by_kind": s["kinds"].get(arm),
                          "train_time_s_mean": statistics.fmean(row["train_time"])}  # fmt: skip
         tasks[task] = {"generation_batch": GENERATION_BATCH, "reported_seeds": s["seeds"], "tuning_seeds": tuning,
                        "reference": s["reference"], "chosen_variants": s["chosen"], "defaults": s["defaults"],
@@ -112,6 +114,12 @@ def verdict_json(summaries: dict, command: str, tuning: list[int], extra: dict) 
                            "auc_diff_ci": list(s["rloo"]["row"]["auc_diff_ci"]),
                            "ratio90_median": finite(s["rloo"]["row"]["ratio90_median"]),
                            "halves_agree": s["rloo"]["half_signs"][0] == s["rloo"]["half_signs"][1]},
+                       "oracle": None if s["oracle"] is None else {
+                           "arm": s["oracle"]["arm"], "against": s["post_hoc_reference"],
+                           "auc_diff_median": s["post_rows"][s["oracle"]["arm"]]["auc_diff_median"],
+                           "auc_diff_ci": list(s["post_rows"][s["oracle"]["arm"]]["auc_diff_ci"]),
+                           "ratio90_median": finite(s["post_rows"][s["oracle"]["arm"]]["ratio90_median"]),
+                           "position": s["oracle"]["position"]},
                        "success_bins": list(SUCCESS_BINS),
                        "success_histogram_warm_start": s["rows"][s["reference"]]["hist_start"],
                        "arms": arms}  # fmt: skip
@@ -139,6 +147,36 @@ def fmt_bins(bins: list[list[int]]) -> str:
     edges = zip(SUCCESS_BINS, SUCCESS_BINS[1:])
     return "; ".join(f"{lo:g}-{hi:g}: {b[1] / total:.0%} G {b[1] / b[0]:.1f} inf. {b[2] / b[1]:.0%}"
                      for (lo, hi), b in zip(edges, bins, strict=True) if b[0])  # fmt: skip
+
+
+def fmt_share(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0%}"
+
+
+def headroom_lines(s: dict) -> list[str]:
+    """Issue 42's table: each arm between the post-hoc best static G and the oracle, and where its completions went."""
+    if s["oracle"] is None:
+        return []
+    oracle, post, best = s["oracle"]["arm"], s["post_rows"], s["post_hoc_reference"]
+    lines = ["", f"Headroom (issue 42): each arm between `{best}` (the post-hoc best static G: 0) and the oracle "
+             f"`{oracle}` (static G on the prompts less the settled ones, never sampled: 1), paired by seed; where "
+             "its completions went by the exact training success of the prompt when trained (solved >= 0.95, "
+             "impossible, rare-success <= 0.05, informative between):", "",
+             f"| arm | AUC - `{best}`: median [90% CI] | share of the oracle's AUC gain | to 90% of `{best}`'s gain "
+             "| share of the oracle's completions saving | solved | impossible | rare-success | informative |",
+             "|" + "---|" * 9]  # fmt: skip
+    for arm in [best, *post]:
+        kinds = s["kinds"].get(arm) or {}
+        shares = " | ".join(fmt_share(kinds.get(k)) for k in KINDS)
+        if arm == best:
+            lines.append(f"| `{arm}` | 0 | 0% | 1.00x | 0% | {shares} |")
+            continue
+        row, position = post[arm], s["oracle"]["position"][arm]
+        ci = row["auc_diff_ci"]
+        lines.append(f"| `{arm}` | {row['auc_diff_median']:+.4f} [{ci[0]:+.4f}, {ci[1]:+.4f}] | "
+                     f"{fmt_share(position['auc_gain_share'])} | {fmt_x(row['ratio90_median'])} | "
+                     f"{fmt_share(position['saving_share'])} | {shares} |")  # fmt: skip
+    return lines
 
 
 def markdown(summaries: dict, meta: dict) -> str:
@@ -234,6 +272,7 @@ def markdown(summaries: dict, meta: dict) -> str:
                   "Where the completions went (reported seeds; exact success of the trained prompt at the training "
                   "temperature: share of the arm's completions, mean G, informative share):", ""]  # fmt: skip
         lines += [f"- `{arm}`: {fmt_bins(row['bins'])}" for arm, row in s["rows"].items()]
+        lines += headroom_lines(s)
         lines += ["", f"![{task}](study2_{task}.png)", ""]
     return "\n".join(lines)
 
@@ -276,14 +315,14 @@ def plot(runs: list[dict], task: str, arms: list[str], seeds: list[int], path: P
     plot_curves(curves, MODES["static"], f"{task}: mean over reported seeds {seeds[0]}-{seeds[-1]}", path)
 
 
-def report(out: Path, tasks: list[str], tuning: list[int], reported: list[int], command: str, results: bool,
-           steps: int, points: int, extra: list[str] = ()) -> str:  # fmt: skip
+def report(out: Path, tasks: list[str], tuning: list[int], reported: list[int], command: str, results: bool | Path,
+           steps: int, points: int, extra: list[str] = (), tune_on: list[str] | None = None) -> str:  # fmt: skip
     from grpo_curriculum.training.checkpoint import atomic_write
 
     runs = [r for r in load_runs(out) if r["arm"] in ARMS]  # not the runs of arms the study no longer has
     summaries = {}
     done = [t for t in tasks if all(any(r["task"] == t and r["seed"] == s for r in runs) for s in reported)]
-    default = defaults(runs, done, tuning)
+    default = defaults(runs, tune_on or done, tuning)  # the defaults: chosen on the tuning seeds of `tune_on`
     for task in done:
         summaries[task] = summarise(runs, task, tuning, reported, default, extra)
         plot(runs, task, list(summaries[task]["rows"]), summaries[task]["seeds"], out / f"study2_{task}.png")
@@ -302,7 +341,9 @@ def report(out: Path, tasks: list[str], tuning: list[int], reported: list[int], 
     atomic_write(out / "verdict.json", lambda f: json.dump(verdict, f, indent=1))
     atomic_write(out / "study2.json", lambda f: json.dump({"command": command, "runs": runs}, f,
                                                           separators=(",", ":")))  # fmt: skip
-    if results:
+    if results:  # True: benchmarks/results/; a Path: that folder
+        folder = RESULTS if results is True else Path(results)
+        folder.mkdir(parents=True, exist_ok=True)
         for name in ["study2.md", "verdict.json", "study2.json", *(f"study2_{t}.png" for t in summaries)]:
-            shutil.copyfile(out / name, RESULTS / name)
+            shutil.copyfile(out / name, folder / name)
     return text

@@ -283,6 +283,62 @@ def arm_row(by: dict, arm: str, reference: str, seeds: list[int]) -> dict:
     return row
 
 
+KINDS = ("solved", "impossible", "rare-success", "informative")
+"""Issue 42's prompt kinds, by the exact training success of the prompt when trained: `solved` >= 0.95 (the last
+success bin), `impossible` (its reward is always 0: known to the study), `rare-success` <= 0.05 and solvable,
+`informative` the rest (0.05-0.95)."""
+
+
+def completions_by_kind(probes: list[dict]) -> dict[str, float] | None:
+    """
+    The share of the completions of `probes` (runs' `probe` records, pooled) on each of [`KINDS`]; `None` when a probe
+    does not count the impossible prompts apart (a run recorded before issue 42).
+
+    Example:
+    ```python
+    >>> completions_by_kind([{"bins": [[2, 8, 0], [0, 0, 0], [1, 4, 4], [0, 0, 0], [0, 0, 0], [1, 4, 0]],
+    ...                       "impossible": [1, 4, 0]}])
+    {'solved': 0.25, 'impossible': 0.25, 'rare-success': 0.25, 'informative': 0.25}
+    ```
+    """
+    if not probes or any("impossible" not in p for p in probes):
+        return None
+    bins = [sum(p["bins"][i][1] for p in probes) for i in range(len(SUCCESS_BINS) - 1)]
+    impossible = sum(p["impossible"][1] for p in probes)
+    total = sum(bins)
+    if not total:
+        return None
+    counts = {"solved": bins[-1], "impossible": impossible, "rare-success": bins[0] - impossible,
+              "informative": sum(bins[1:-1])}  # fmt: skip
+    return {kind: counts[kind] / total for kind in KINDS}
+
+
+def headroom(post_rows: dict[str, dict], oracle: str) -> dict[str, dict]:
+    """
+    Each arm's position between the post-hoc best static G (0) and the oracle (1), from the arms' rows against that
+    static G (`post_rows`, [`arm_row`]'s, the oracle's among them): the share of the oracle's AUC gain captured (the
+    ratio of the median paired AUC differences) and the share of its completions saving (`1 - ratio90`, each arm's
+    median completions to 90% of the static G's gain) captured. `None` where the oracle has no gain (or saving) to
+    capture, or the arm's ratio is not finite.
+
+    Example:
+    ```python
+    >>> headroom({"oracle_g4": {"auc_diff_median": 0.04, "ratio90_median": 0.6},
+    ...           "arm": {"auc_diff_median": 0.02, "ratio90_median": 0.8}}, "oracle_g4")["arm"]
+    {'auc_gain_share': 0.5, 'saving_share': 0.5}
+    ```
+    """
+    o = post_rows[oracle]
+    gain, saving = o["auc_diff_median"], 1 - o["ratio90_median"]
+    out = {}
+    for arm, row in post_rows.items():
+        ratio = row["ratio90_median"]
+        out[arm] = {"auc_gain_share": round(row["auc_diff_median"] / gain, 6) if gain > 0 else None,
+                    "saving_share": round((1 - ratio) / saving, 6) if saving > 0 and math.isfinite(ratio)
+                    else None}  # fmt: skip
+    return out
+
+
 def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int],
               default: dict[str, str] | None = None, extra: list[str] = ()) -> dict:  # fmt: skip
     """
@@ -331,6 +387,14 @@ def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int
         rloo = {"arm": "rloo_per_prompt", "reference": rloo_ref,
                 "row": arm_row(by, "rloo_per_prompt", rloo_ref, seeds),
                 "half_signs": [arm_row(by, "rloo_per_prompt", rloo_ref, h)["sign"] for h in halves]}  # fmt: skip
+    # issue 42: the oracle (the best oracle arm by mean AUC), each arm's position between the post-hoc best static G
+    # and it, and where each arm's completions went by prompt kind
+    oracles = [a for a in arms if mode_of(a) == "oracle"]
+    oracle = None
+    if oracles:
+        best_oracle = max(oracles, key=lambda a: statistics.fmean(rows[a]["auc"]))
+        oracle = {"arm": best_oracle, "position": headroom(post_rows, best_oracle)}
+    kinds = {a: completions_by_kind([by[(a, seed)]["probe"] for seed in seeds]) for a in arms}
     ref_informative = statistics.fmean(rows[reference]["informative"])
     for row in rows.values():
         row["informative_vs_reference"] = statistics.fmean(row["informative"]) / ref_informative
@@ -339,7 +403,7 @@ def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int
             "best": best({a: rows[a] for a in preregistered}), "best_halves": best_halves,
             "best_agree": best_halves[0] == best_halves[1], "preregistered": preregistered,
             "best_all": best(rows), "best_all_halves": best_all_halves, "post_hoc_reference": post,
-            "post_rows": post_rows, "rloo": rloo,
+            "post_rows": post_rows, "rloo": rloo, "oracle": oracle, "kinds": kinds,
             "tuning": tuning_table(runs, task, tuning),
             "learns": all(r["rise_seed_stds"] >= RISE_SEED_STDS for r in rows.values())}  # fmt: skip
 

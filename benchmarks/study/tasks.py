@@ -20,6 +20,11 @@ weighted to levels 1-2 until level 2's exact success at the training temperature
 - `prefix_graded`: `prefix_levels` with partial credit (`GRADED`): the share of the answer's k + 1 tokens (its words
   and `<eos>`) right at their positions, so rewards are not Bernoulli and a comparison has something to rank. The
   exact evaluation is the exact-answer probability, as on every task.
+- `settled_heavy`, `settled_tail` (issue 42, tuning only): `prefix_settled` with other shares of solved, impossible
+  and rare-success prompts, so a default chosen on the tuning seeds is not fitted to one mix.
+
+Settled prompts ([`has_settled`], [`without_settled`]): a level-0 prompt is solved by the warm start, an impossible
+one is never rewarded; the oracle arms (mode `oracle` of `arms.MODES`) train on the task's prompts without them.
 
 Evaluation: the exact probability that the policy, sampling at `EVAL_TEMPERATURE`, answers a held-out prompt
 correctly (teacher forcing over the answer tokens and `<eos>`: [`answer_probability`]), averaged over `EVAL_PROMPTS`
@@ -60,11 +65,32 @@ TASKS = {  # name: (description, level weights of training / eval prompts, warm-
                        "0), the rest levels 1-4 of prefix_levels", (16, 5, 5, 5, 5), (4, 8, 8, 1, 1), 300),
     "prefix_graded": ("prefix_levels with partial credit: the share of the answer's tokens right at their positions",
                       (1, 1, 1, 1), (8, 8, 1, 1), 300),
+    # issue 42's tuning-only variants of `prefix_settled` (other shares of solved, impossible and rare prompts), so the
+    # per-prompt default is not fitted to one mix: never reported (`REPORTED_TASKS`)
+    "settled_heavy": ("prefix_settled with more settled prompts: 40% impossible, about 37% of the rest solved (level "
+                      "0)", (12, 5, 5, 5, 5), (4, 8, 8, 1, 1), 300),
+    "settled_tail": ("prefix_settled with a harder tail and fewer impossible ones: 15% impossible, levels 0-4 drawn "
+                     "8 : 2 : 2 : 6 : 10 (most solvable prompts rare-success after the warm start)",
+                     (8, 2, 2, 6, 10), (4, 8, 8, 1, 1), 300),
 }  # fmt: skip
+REPORTED_TASKS = ("prefix_levels", "prefix_tail", "prefix_noisy", "prefix_settled", "prefix_graded")
+"""The study's five reported tasks (the others of `TASKS` are tuning-only variants)."""
 REWARD_FLIP = {"prefix_noisy": 0.1}  # a task's training rewards are flipped with this probability
-IMPOSSIBLE = {"prefix_settled": 0.25}  # the share of a task's training prompts whose reward is always 0
+IMPOSSIBLE = {"prefix_settled": 0.25, "settled_heavy": 0.4, "settled_tail": 0.15}
+"""The share of a task's training prompts whose reward is always 0."""
 GRADED = {"prefix_graded"}  # tasks with partial credit
-EVAL_WEIGHTS = {"prefix_settled": (0, 1, 1, 1, 1)}  # a task's evaluation level weights, when not its training ones
+EVAL_WEIGHTS = {"prefix_settled": (0, 1, 1, 1, 1), "settled_heavy": (0, 1, 1, 1, 1), "settled_tail": (0, 1, 1, 3, 5)}
+"""A task's evaluation level weights, when not its training ones."""
+
+
+def has_settled(task: str) -> bool:
+    """Whether the task's training prompts include settled ones (level 0: solved; impossible), known to the study."""
+    return IMPOSSIBLE.get(task, 0.0) > 0 or len(TASKS[task][1]) > MAX_LEVEL
+
+
+def without_settled(train):
+    """The training prompts less the settled ones (level 0, impossible): the oracle's prompts, in the same order."""
+    return train.filter(lambda row: row["solvable"] and row["level"] > 0)
 
 
 def level_dataset(task: str, num_prompts: int, seed: int, weights: tuple[int, ...], impossible: float = 0.0):
@@ -158,6 +184,7 @@ class Probe:
         self.model, self.reward, self.group_rows, self.round_size = model, reward, group_rows, round_size
         self.completions = self.informative = 0
         self.bins = [[0, 0, 0] for _ in SUCCESS_BINS[1:]]  # per bin: groups, completions, informative completions
+        self.impossible = [0, 0, 0]  # the same for the impossible prompts (all in the first bin: their success is 0)
         self._pending = {}  # by-prompt mode: prompt -> (target, rewards so far), in first-seen order
 
     def __call__(self, prompts, target, rewards, solvable) -> None:
@@ -194,9 +221,14 @@ class Probe:
             self.bins[b][0] += 1
             self.bins[b][1] += len(rows)
             self.bins[b][2] += informative
+            if not solvable[rows[0]]:
+                self.impossible[0] += 1
+                self.impossible[1] += len(rows)
+                self.impossible[2] += informative
 
     def summary(self) -> dict:
-        return {"completions": self.completions, "informative": self.informative, "bins": self.bins}
+        return {"completions": self.completions, "informative": self.informative, "bins": self.bins,
+                "impossible": self.impossible}
 
 
 def curriculum_groups(trainer):

@@ -283,6 +283,16 @@ def _stage_rows(schedule, max_steps=None) -> list[tuple[str, object]]:
     return rows
 
 
+TOP_UP_WARNING = (
+    "warning: top-up lost to the best static G where many prompts are settled (the study's prefix_settled, "
+    "docs/study.md: -0.031 AUC and 1.59x the completions to 90% of its gain on seeds 500-515) and with partial "
+    "credit (prefix_graded): it keeps no memory of a prompt and grows the all-equal pilots of solved and impossible "
+    "prompts first. Do not use it where many prompts are solved or impossible (most real RLVR data); use "
+    "`policy: per_prompt` there. It was level with the best static G only where every prompt is learnable with "
+    "0/1 rewards (prefix_levels, prefix_tail, prefix_noisy)")
+"""The line `check` prints under every top-up stage (issue 42 demoted top-up: the study's numbers)."""
+
+
 def _top_up_plan(top_up: TopUp, batch: int) -> str:
     """A valid top-up stage's round in words, for a generation batch of `batch` completions."""
     prompts = top_up.prompts_for(batch)
@@ -392,7 +402,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
             problems = geometry.top_up_problems(G)
             invalid += bool(problems)
             lines += ([f"{label}: INVALID: {str(problems[0]).replace(chr(10) + '    ', chr(10) + '  ')}"] if problems
-                      else [f"{label}: valid", f"  {_top_up_plan(G, batch)}"])
+                      else [f"{label}: valid", f"  {_top_up_plan(G, batch)}", f"  {TOP_UP_WARNING}"])
             continue
         if isinstance(G, tuple) and isinstance(G[-1], DynamicSampling):
             G, dynamic = G

@@ -63,6 +63,9 @@ POLICIES = ("hysteresis", "success_rate", "per_prompt", "top_up")
 HISTORY_POLICIES = POLICIES[:3]
 """The policies that decide from the rounds before: every policy but `top_up`, which decides within the round."""
 INFORMATION_WEIGHTS = ("hard", "knapsack", "variance", "uniform")
+SKIP_RULES = ("evidence", "greso")
+"""Per prompt, with `defer`: how settled prompts are skipped ([`grpo_curriculum.core.allocation`]: `"evidence"`, issue
+42's; `"greso"`, issue 37's)."""
 """Per prompt: a group's information weight `w(p)`, `p (1-p)^3` (the default), `p (1-p)^2` (Knapsack RL's), `p (1-p)`
 or 1 ([`grpo_curriculum.core.allocation`])."""
 _ONLY = {  # knobs that only mean something with some policies, or with temperature bounds
@@ -70,7 +73,8 @@ _ONLY = {  # knobs that only mean something with some policies, or with temperat
     **dict.fromkeys(("margin", "window"), ("success_rate",)),
     "target": ("success_rate",),
     "success_threshold": ("success_rate", "per_prompt"),
-    **dict.fromkeys(("defer", "decay", "mean_generations", "lookahead", "weight", "skip_target"), ("per_prompt",)),
+    **dict.fromkeys(("defer", "decay", "mean_generations", "lookahead", "weight", "skip_target", "skip"),
+                    ("per_prompt",)),
     **dict.fromkeys(("lower_below", "patience", "cooldown", "smoothing"), HISTORY_POLICIES),
     **dict.fromkeys(("pilot", "prompts"), ("top_up",)),
     **dict.fromkeys(("temperature_step", "collapse_below", "diverse_above"), "temperature: [low, high]"),
@@ -89,7 +93,7 @@ _KNOBS = {  # the rule of every knob
     "defer": Rule("bool"), "decay": fraction(False, True),
     "mean_generations": integer(1, MAX_COUNT),  # or None
     "lookahead": integer(0, MAX_COUNT), "weight": Rule("choice", choices=INFORMATION_WEIGHTS),
-    "skip_target": fraction(False, True),
+    "skip_target": fraction(False, True), "skip": Rule("choice", choices=SKIP_RULES),
     "pilot": dataclasses.replace(NUM_GENERATIONS, why="completions every prompt of a top-up round gets first",
                                  fix="e.g. `pilot: 4`, or omit it (the smallest candidate)"),
     "prompts": integer(1, MAX_COUNT, why="prompts a top-up round holds",
@@ -278,6 +282,11 @@ class Adaptive:
         skip_target (`float`, *optional*, defaults to `0.05`):
             Per prompt: the share of zero-std groups the deferral drives towards (GRESO), in [0, 1): the lower, the
             more settled prompts are skipped. The study's choice (issue 37; `0.25` before).
+        skip (`str`, *optional*, defaults to `"greso"`):
+            Per prompt, with `defer`: `"evidence"` (issue 42: a prompt that has ever succeeded is never deferred for
+            failing, so impossible prompts are told from rare-success ones; the round compares twice its prompts and
+            skips the ones of least value for the pass; the pass's end is not filled with deferred prompts) or
+            `"greso"` (issue 37's rule: GRESO's streaks alone). See [`grpo_curriculum.core.allocation`].
         pilot (`int`, *optional*):
             Top-up: completions every prompt of a round gets first, and the size of each later increment of a group;
             it must divide every candidate. `None`: the smallest candidate. A group then holds `pilot`, `2 * pilot`,
@@ -309,6 +318,7 @@ class Adaptive:
     lookahead: int = 0
     weight: str = "hard"
     skip_target: float = 0.05
+    skip: str = "greso"
     pilot: int | None = None
     prompts: int | None = None
 
@@ -778,7 +788,7 @@ class PerPromptPolicy(Policy):
         prompts = max(round(budget / mean), 1)
         self.allocator = PerPromptAllocator(a.num_generations, budget, prompts, stats, weight=a.weight,
                                             lookahead=a.lookahead, defer=a.defer, skip_target=a.skip_target,
-                                            seed=seed)  # fmt: skip
+                                            seed=seed, skip=a.skip)  # fmt: skip
         self.slots = slots
 
     def slot_of(self, key: str) -> int:

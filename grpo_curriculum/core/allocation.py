@@ -38,6 +38,28 @@ prompts a round, as in Knapsack RL's `M` prompts sharing `M x n` rollouts):
 5. **The pass's end.** When deferral leaves a round fewer than `M` prompts before the pass ends, the round is filled
    without deferral from the rest of the pass (settled prompts take their turn; none is trained twice in a pass).
    When the prompts left in a pass cannot fill a round, they are dropped, as TRL drops a pass's tail.
+
+**Skipping from evidence (`skip="evidence"`, issue 42; with `defer=True`).** GRESO's streaks cannot tell an impossible
+prompt from a rare-success one (both fail every visit), and the pass's end fills rounds with the settled prompts it
+skipped. With `skip="evidence"` three things change:
+
+- *A prompt that has ever succeeded is never deferred for failing*: its discounted successes are above 0, so it is
+  not impossible; it is deferred only for an all-success streak. A prompt that has failed every visit is deferred
+  with GRESO's probability, as before, and comes back at a later pass with GRESO's keep probability (at least
+  `KEEP_FLOOR`; its exploration probability rises when the round's all-failure groups fall below the target, i.e.
+  when the policy starts solving what it failed): one success and it is never deferred for failing again.
+- *The round compares twice its prompts* (`2 M + lookahead`) and takes the `M` of most value; the others are
+  skipped for the rest of the pass (counted as deferred), not kept waiting: a known-settled prompt (value near 0)
+  loses its place to an unseen or an informative one, where GRESO's draw let it through. A prompt whose draw falls
+  under `KEEP_FLOOR` is taken whatever its value, so every prompt still comes back in at least that share of the
+  passes that read it.
+- *The pass's end is not filled with the prompts it skipped*: when fewer than `M` prompts of the pass are left
+  undeferred, the round takes them with larger G (the knapsack over fewer prompts) and the pass ends, where issue 37's
+  rule filled the round, and the rounds after it, with the deferred prompts of the pass in turn. Only when they cannot
+  fill the budget (fewer than `budget / largest candidate` prompts) is the round filled that way, and then the rest of
+  the pass in turn, as before (a round without deferral compares `M + lookahead` prompts, as before).
+
+`skip="greso"` is issue 37's rule (the items above off).
 """
 
 from __future__ import annotations
@@ -48,6 +70,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .adaptive import SKIP_RULES
 from .geometry import sums
 
 WEIGHTS = {"hard": (1, 3), "knapsack": (1, 2), "variance": (1, 1), "uniform": (0, 0)}
@@ -244,11 +267,12 @@ class PerPromptAllocator:
         defer (`bool`): Whether to defer settled prompts (GRESO).
         skip_target (`float`): The share of zero-std groups the deferral aims at.
         seed (`int`): Seed of the deferral draws.
+        skip (`str`): With `defer`: `"evidence"` (issue 42) or `"greso"` (issue 37), a key of [`SKIP_RULES`].
     """
 
     def __init__(self, candidates: Sequence[int], budget: int, prompts: int, stats: PromptStats,
                  weight: str = "hard", lookahead: int = 0, defer: bool = False, skip_target: float = 0.25,
-                 seed: int = 0):  # fmt: skip
+                 seed: int = 0, skip: str = "greso"):  # fmt: skip
         self.candidates = tuple(int(c) for c in candidates)
         self.budget = int(budget)
         if not sums(self.candidates, self.budget) >> self.budget & 1:
@@ -258,7 +282,11 @@ class PerPromptAllocator:
         # `prompts`, or the nearest count whose prompts the candidates can fill exactly (some can: the budget is a sum)
         self.prompts = next(m for m in sorted(range(low, high + 1), key=lambda m: (abs(m - prompts), m)) if fills(m))
         self.stats, self.weight, self.defer, self.skip_target, self.seed = stats, weight, defer, skip_target, seed
-        self.window = self.prompts + int(lookahead)
+        if skip not in SKIP_RULES:
+            raise ValueError(f"skip {skip!r}: use one of {list(SKIP_RULES)}")
+        self.evidence = defer and skip == "evidence"
+        self.window = self.prompts * (2 if self.evidence else 1) + int(lookahead)
+        self.fill_window = self.prompts + int(lookahead)  # a round without deferral: issue 37's window
         self.max_deferred = MAX_DEFERRED_WINDOWS * self.window
         self.explore = {"easy": EXPLORE_START, "hard": EXPLORE_START}
 
@@ -267,6 +295,8 @@ class PerPromptAllocator:
         streak = int(self.stats.zero_streak[slot])
         if not self.defer or streak == 0:
             return False
+        if streak < 0 and self.evidence and self.stats.successes[slot] > 0:
+            return False  # it has succeeded: rare-success, not impossible
         keep = max(self.explore["easy" if streak > 0 else "hard"] ** abs(streak), KEEP_FLOOR)
         return uniform_draw(self.seed, slot, epoch) >= keep
 
@@ -275,9 +305,11 @@ class PerPromptAllocator:
         a, b = self.stats.posterior(slots)
         return expected_value(a, b, self.candidates, self.weight)
 
-    def choose(self, slots: Sequence[int], waiting: int) -> tuple[list[int], list[int]] | None:
+    def choose(self, slots: Sequence[int], waiting: int,
+               first: Sequence[int] = ()) -> tuple[list[int], list[int]] | None:  # fmt: skip
         """
-        Choose the round from a window of prompts (its first `waiting` ones left waiting by the previous round).
+        Choose the round from a window of prompts (its first `waiting` ones left waiting by the previous round;
+        `first`: positions taken next, before the others by value).
 
         Returns:
             `(taken, sizes)`: positions in the window (ascending) and their G; or `None` when the window cannot fill
@@ -287,7 +319,9 @@ class PerPromptAllocator:
         if len(self.candidates) == 1:
             order = list(range(len(slots)))
         else:  # the waiting ones first, then by value at the largest candidate (a stable sort keeps stream order)
-            order = list(range(waiting)) + sorted(range(waiting, len(slots)), key=lambda i: -values[i, -1])
+            ahead = [*range(waiting), *(i for i in first if i >= waiting)]
+            rest = sorted(set(range(len(slots))) - set(ahead), key=lambda i: (-values[i, -1], i))
+            order = ahead + rest
         for count in range(min(self.prompts, len(slots)), 0, -1):  # fewer only at the pass's end
             taken = sorted(order[:count])
             sizes = knapsack(values[taken], self.candidates, self.budget)
@@ -311,8 +345,10 @@ class PerPromptAllocator:
             fill the round's prompts).
         """
         window, positions, read, deferred = list(waiting), list(range(len(waiting))), 0, 0
+        floor = []  # evidence: window positions kept by GRESO's floor, taken whatever their value (they come back)
         iterator = iter(fresh)
-        while len(window) < self.window:
+        size = self.window if defer else self.fill_window
+        while len(window) < size:
             slot = next(iterator, None)
             if slot is None:
                 break
@@ -320,15 +356,19 @@ class PerPromptAllocator:
             if defer and deferred < self.max_deferred and self.deferred(slot, epoch):
                 deferred += 1
                 continue
+            if self.evidence and defer and uniform_draw(self.seed, slot, epoch) < KEEP_FLOOR:
+                floor.append(len(window))
             window.append(slot)
             positions.append(len(waiting) + read - 1)
-        if deferred and len(window) < self.prompts:
+        if deferred and len(window) < self.prompts and not (self.evidence and defer and not waiting):
             return None  # deferral emptied the rest of the pass: the caller fills the round without it, in turn
-        chosen = self.choose(window, len(waiting))
+        chosen = self.choose(window, len(waiting), floor)
         if chosen is None:
             return None
         taken, sizes = chosen
         left = sorted(set(range(len(window))) - set(taken))
+        if self.evidence and defer:  # the prompts of less value are skipped for the pass, not kept waiting
+            deferred, left = deferred + len(left), []
         return RoundPlan(tuple(positions[i] for i in taken), tuple(sizes), tuple(positions[i] for i in left), read,
                          deferred)  # fmt: skip
 
