@@ -182,8 +182,9 @@ MUTATIONS = [
 
 
 def ignore(directory, names):
-    return [n for n in names if n in {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache"}
-            or n.endswith(".egg-info")]  # fmt: skip
+    """What the copy leaves out: git, caches and every virtual environment (`.venv-vllm` alone takes GBs)."""
+    return [n for n in names if n in {".git", "__pycache__", ".pytest_cache", ".ruff_cache"}
+            or n.startswith(".venv") or n.endswith(".egg-info")]  # fmt: skip
 
 
 def run(mutation: Mutation, timeout: int, show: bool = False) -> tuple[str, float, str]:
