@@ -34,7 +34,6 @@ class GRPOHooks:
     _round = None  # the generation round in progress or last sampled ([`Round`])
     _increment_records = None  # while an increment is sampled: its [`IncrementRecords`]
     _trl_module = GRPO_MODULE  # the module whose `add_fused_lm_head` / `create_model_from_path` `__init__` calls
-    _estimator = "grpo"  # whose advantages a recomputed round gets ([`round_advantages`])
 
     @staticmethod
     def _generated_rows(result) -> tuple:
@@ -140,7 +139,6 @@ class RLOOHooks(GRPOHooks):
     """
 
     _trl_module = RLOO_MODULE
-    _estimator = "rloo"
 
     @staticmethod
     def _generated_rows(result) -> tuple:

@@ -176,7 +176,7 @@ def round_advantages(trainer, records: IncrementRecords, order: list[int], group
     """
     rewards_per_func = torch.cat(records.rewards_per_func)
     rewards_per_func = rewards_per_func[torch.tensor(order, device=rewards_per_func.device)]
-    if trainer._estimator == "grpo":
+    if trainer.trainer_kind != "rloo":  # `CurriculumGRPOTrainer` and `CurriculumRLOOTrainer` set it
         return grpo_advantages(rewards_per_func, group_sizes, trainer.reward_weights, trainer.scale_rewards,
                                trainer.multi_objective_aggregation, masked)  # fmt: skip
     if trainer.beta != 0.0 and sequence_kl is None:
