@@ -98,19 +98,26 @@ def _refusals(tmp_path, max_steps=10, **options) -> list[str]:
 @pytest.mark.parametrize(("options", "max_steps", "said"), [
     ({"dynamic_sampling": True}, -1, ["max_steps: must be set (> 0)"]),
     ({"stages": "G2"}, -1, ["max_steps: must be set (> 0)"]),
-    ({"stages": "T0.7"}, 10, ["stages[0].temperature: must be the config's temperature (1.0)"]),
-    ({"stages": "ramp"}, 10, ["stages[0].temperature: must be the config's temperature (1.0), without"]),
-    ({"stages": "adaptive"}, 10, ["stages[0].adaptive: is not supported on the asynchronous trainer"]),
-    ({"stages": "G2", "tools": "tool"}, 10, ["tools: is not supported with a stage schedule"]),
+    ({"stages": "hysteresis"}, 10, ["stages[0].adaptive.policy: is not supported on the asynchronous trainer"]),
+    ({"stages": "top_up"}, 10, ["stages[0].adaptive.policy: is not supported on the asynchronous trainer"]),
+    ({"stages": "bounds"}, 10, ["stages[0].adaptive.temperature: is not supported on the asynchronous trainer"]),
+    ({"stages": "refill"}, 10, ["stages[0].dynamic_sampling: is not supported on the asynchronous trainer"]),
+    ({"stages": "compare"}, 10, ["stages[0].comparison: is not supported on the asynchronous trainer"]),
+    ({"stages": "G2", "tools": "tool"}, 10, ["tools: are not supported with a stage schedule"]),
     ({"dynamic_sampling": True, "rollout_worker": "worker"}, 10, ["rollout_worker: must be TRL's own"]),
 ])
 def test_what_the_asynchronous_curriculum_refuses_is_named_before_any_model_loads(tmp_path, options, max_steps, said):
     from grpo_curriculum import Adaptive, Stage
+    from grpo_curriculum.core.comparison import Comparison
+    from grpo_curriculum.core.sampling import DynamicSampling
 
     stages = {"G2": [Stage(num_generations=2, temperature=1.0)],
-              "T0.7": [Stage(num_generations=2, temperature=0.7)],
-              "ramp": [Stage(num_generations=2, temperature=1.0, temperature_end=0.5)],
-              "adaptive": [Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4)))]}  # fmt: skip
+              "hysteresis": [Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4)))],
+              "top_up": [Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4), policy="top_up"))],
+              "bounds": [Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4), policy="per_prompt",
+                                                                  temperature=(0.5, 1.0)))],
+              "refill": [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling())],
+              "compare": [Stage(num_generations=2, temperature=1.0, comparison=Comparison(mode="extremes"))]}  # fmt: skip
     options = {**options, **({"stages": stages[options["stages"]]} if "stages" in options else {})}
     options.update({k: object() for k in ("tools", "rollout_worker") if k in options})
     problems = _refusals(tmp_path, max_steps, **options)

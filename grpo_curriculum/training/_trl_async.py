@@ -29,6 +29,7 @@ import time
 from trl.experimental.async_grpo import AsyncGRPOTrainer
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, RolloutGroup, _AsyncRolloutLoop
 
+from ..core.asynchronous import async_problems
 from ..core.errors import Problem, raise_if_any
 from ..core.schedule import StageSchedule
 from ..core.signals import is_informative
@@ -188,12 +189,7 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
 
     def __init__(self, *args, stages=None, dynamic_sampling: bool = False, **kwargs):
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
-        schedule, problems = None, []
-        if stages is not None or dynamic_sampling:
-            problems += _common_problems(config, kwargs.get("rollout_worker"))
-        if stages is not None:
-            schedule, stage_problems = _schedule(stages, config, kwargs)
-            problems += stage_problems
+        schedule, problems = curriculum_problems(config, stages, dynamic_sampling, **kwargs)
         raise_if_any(problems, context="CurriculumAsyncGRPOTrainer")
         super().__init__(*args, **kwargs)
         self.curriculum_schedule = schedule
@@ -205,43 +201,28 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
                                                     dynamic_sampling=self.dynamic_sampling)  # fmt: skip
 
 
-def _common_problems(config, rollout_worker=None) -> list[Problem]:
-    problems = []
+def curriculum_problems(config, stages=None, dynamic_sampling: bool = False, **kwargs):
+    """
+    The resolved schedule of `stages` (`None` without stages or with a problem) and every problem of this curriculum
+    on the asynchronous trainer ([`~core.asynchronous.async_problems`] and the stages' own), before any model loads.
+    `kwargs`: the trainer's other keyword arguments (`tools`, `environment_factory`, `rollout_worker`).
+    """
+    schedule, problems = None, []
+    if stages is not None:
+        schedule = stages if isinstance(stages, StageSchedule) else StageSchedule(stages)
+        problems += schedule.problems()
     max_steps = getattr(config, "max_steps", -1)
-    if max_steps is None or max_steps <= 0:
-        problems.append(Problem(
-            "max_steps", max_steps, "must be set (> 0) with a curriculum on the asynchronous trainer: TRL's epoch "
-            "stop counts trained prompt groups (a dropped group is never trained) and stage ends need a last step",
-            "set e.g. `max_steps: 100`"))  # fmt: skip
-    if rollout_worker is not None:
-        problems.append(Problem(
-            "rollout_worker", type(rollout_worker).__name__, "must be TRL's own `AsyncRolloutWorker` (the default) "
-            "with a curriculum: the curriculum runs in its rollout loop", "leave `rollout_worker` unset"))  # fmt: skip
-    return problems
-
-
-def _schedule(stages, config, kwargs):
-    """The resolved schedule of `stages` and every problem with them on this trainer."""
-    schedule = stages if isinstance(stages, StageSchedule) else StageSchedule(stages)
-    problems = list(schedule.problems())
+    problems += async_problems(None if schedule is None else schedule.stages, max_steps=max_steps,
+                               dynamic_sampling=bool(dynamic_sampling),
+                               tools=bool(kwargs.get("tools") or kwargs.get("environment_factory")),
+                               rollout_worker=kwargs.get("rollout_worker") is not None)  # fmt: skip
     temperature = getattr(config, "temperature", 1.0)
-    for i, stage in enumerate(schedule.stages):
-        at = f"stages[{i}]"
-        for name in ("adaptive", "dynamic_sampling", "comparison"):
-            if getattr(stage, name) is not None:
-                problems.append(Problem(f"{at}.{name}", getattr(stage, name), "is not supported on the asynchronous "
-                                        "trainer (fixed-G stages only)", f"remove `{name}` (for dynamic sampling: "
-                                        "`dynamic_sampling=True` on the trainer)"))  # fmt: skip
+    for i, stage in enumerate(schedule.stages if schedule is not None else ()):  # not yet built: the next commits
         if stage.temperature != temperature or stage.temperature_end is not None:
-            problems.append(Problem(f"{at}.temperature", stage.temperature, f"must be the config's temperature "
-                                    f"({temperature}), without `temperature_end`: TRL's asynchronous trainer computes "
-                                    "its log-probabilities at `args.temperature`, fixed when it is built",
-                                    f"set `temperature={temperature}` on every stage"))  # fmt: skip
-    for name in ("tools", "environment_factory"):
-        if kwargs.get(name):
-            problems.append(Problem(name, type(kwargs[name]).__name__, "is not supported with a stage schedule on the "
-                                    "asynchronous trainer", f"remove `{name}`, or the stages"))  # fmt: skip
-    max_steps = getattr(config, "max_steps", -1)
-    if problems or max_steps is None or max_steps <= 0:
+            problems.append(Problem(f"stages[{i}].temperature", stage.temperature, "must be the config's temperature "
+                                    "(no schedule yet)", f"set `temperature={temperature}` on every stage"))
+        if stage.adaptive is not None and stage.adaptive.per_prompt:
+            problems.append(Problem(f"stages[{i}].adaptive", "per_prompt", "not yet", "use fixed-G stages"))
+    if schedule is None or problems:
         return None, problems
     return schedule.resolve(max_steps), problems
