@@ -24,7 +24,7 @@ from .checkpoint import (RECIPE_FIX, STATE_FILE, CurriculumStateError, fit_probl
                          state_error, write_state)
 from .report import PromptReport
 from .round import Round
-from .stream import first_rows, local_round_rows, prompt_keys, prompt_slots, prompt_texts
+from .stream import first_rows, local_round_rows, per_prompt_round, prompt_keys, prompt_slots, prompt_texts
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -286,18 +286,10 @@ class CurriculumTrainerMixin:
         Allocate a per-prompt round from the stream: where the stream stood, the plan, its prompts, their G and how
         many prompts were deferred.
         """
-        stream, policy = self._prompt_stream, self._curriculum.policy
-        # The rest of this pass (without deferral when every prompt left would be deferred); else a new pass.
-        for _ in range(2):
-            stream.open_pass()
-            for defer in (True, False):
-                waiting = [policy.slot_of(key) for key in prompt_keys(stream, stream.waiting)]
-                fresh = (policy.slot_of(prompt_keys(stream, [prompt])[0]) for prompt in stream.upcoming())
-                plan = policy.allocator.plan(waiting, fresh, epoch=stream.epoch, defer=defer)
-                if plan is not None:
-                    start, deferred, plan = stream.state(), plan.deferred, plan.as_dict()
-                    return start, plan, stream.commit(plan), list(plan["sizes"]), deferred
-            stream.end_pass()  # its remaining prompts cannot fill a round: dropped for this pass, as TRL does
+        planned = per_prompt_round(self._prompt_stream, self._curriculum.policy)
+        if planned is not None:
+            start, plan, prompts = planned
+            return start, plan, prompts, list(plan["sizes"]), plan["deferred"]
         raise ValueError(
             f"The train dataset has too few prompts to fill one generation round of {self.args.generation_batch_size} "
             "completions: use a larger dataset, a smaller generation batch, or larger num_generations candidates."
