@@ -49,6 +49,8 @@ class Taken:
     reward: float
     model_version: int  # the policy version current when its group started
     num_generations: float | None  # the G its group was sampled at, as the sample records it (the curriculum's loop)
+    temperature: float | None  # the temperature its group was sampled at, as the sample records it
+    prompt: str  # its prompt's text
 
 
 class _RecordingQueue:
@@ -58,7 +60,8 @@ class _RecordingQueue:
     def get(self, *args, **kwargs):
         sample = self.queue.get(*args, **kwargs)
         self.taken.append(Taken(sample.group_id, sample.advantage, sample.metrics["reward"], sample.model_version,
-                                sample.metrics.get("num_generations")))  # fmt: skip
+                                sample.metrics.get("curriculum/num_generations"),
+                                sample.metrics.get("curriculum/temperature"), sample.prompt[-1]["content"]))  # fmt: skip
         return sample
 
     def qsize(self):

@@ -60,36 +60,39 @@ def test_dynamic_sampling_keeps_a_scored_group_only_when_informative(rewards, ke
 
     from accelerate.state import PartialState
 
-    from grpo_curriculum.training._trl_async import (
+    from grpo_curriculum.training._trl_async_worker import (
         DROPPED_COMPLETIONS,  # fmt: skip
         DROPPED_GROUPS,
         SAMPLED_G,
+        SAMPLED_TEMPERATURE,
         ZERO_STD_FRACTION,
         CurriculumRolloutLoop,
+        PlannedGroup,
     )
 
     PartialState()  # as TRL's worker process does first (its logger needs it)
     loop = object.__new__(CurriculumRolloutLoop)  # the scoring state only: no child process, no server
-    loop.dynamic_sampling, loop.num_generations, loop._planned = True, 8, {7: len(rewards)}  # group 7 planned at 4
+    loop.dynamic_sampling, loop.schedule, loop._planned = True, None, {7: PlannedGroup({}, len(rewards), 0.7, 1)}
     loop.reward_funcs, loop.reward_func_names = [given_reward], ["given_reward"]
     loop._env_reward_types, loop._counters = [], defaultdict(float)
     loop._rates = defaultdict(lambda: [0.0, 0.0])
     samples = asyncio.run(loop._score_group(_group(rewards)))
     assert len(samples) == (len(rewards) if kept else 0)
-    assert all(sample.metrics[SAMPLED_G] == len(rewards) for sample in samples) and loop._planned == {}
+    assert all(sample.metrics[SAMPLED_G] == len(rewards) and sample.metrics[SAMPLED_TEMPERATURE] == 0.7
+               for sample in samples) and loop._planned == {}
     assert loop._counters[DROPPED_GROUPS] == (0 if kept else 1)
     assert loop._counters[DROPPED_COMPLETIONS] == (0 if kept else len(rewards))
     assert loop._rates[ZERO_STD_FRACTION] == [0.0 if kept else 1.0, 1.0]
 
 
-def _refusals(tmp_path, max_steps=10, **options) -> list[str]:
+def _refusals(tmp_path, max_steps=10, config=None, **options) -> list[str]:
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
     from grpo_curriculum.core.errors import CurriculumError
     from grpo_curriculum.training.async_grpo import CurriculumAsyncGRPOTrainer
 
     args = AsyncGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], max_steps=max_steps,
-                           temperature=1.0)  # fmt: skip
+                           temperature=1.0, **(config or {}))  # fmt: skip
     with pytest.raises(CurriculumError) as caught:  # before any model loads: the model path does not exist
         CurriculumAsyncGRPOTrainer(model=str(tmp_path / "no-model"), args=args, **options)
     return [f"{problem.key}: {problem.rule}" for problem in caught.value.problems]
@@ -105,6 +108,8 @@ def _refusals(tmp_path, max_steps=10, **options) -> list[str]:
     ({"stages": "compare"}, 10, ["stages[0].comparison: is not supported on the asynchronous trainer"]),
     ({"stages": "G2", "tools": "tool"}, 10, ["tools: are not supported with a stage schedule"]),
     ({"dynamic_sampling": True, "rollout_worker": "worker"}, 10, ["rollout_worker: must be TRL's own"]),
+    ({"stages": "per_prompt_4_8", "config": {"per_device_train_batch_size": 6}}, 10,
+     ["per_device_train_batch_size: a per-prompt round (stages[0]) plans"]),
 ])
 def test_what_the_asynchronous_curriculum_refuses_is_named_before_any_model_loads(tmp_path, options, max_steps, said):
     from grpo_curriculum import Adaptive, Stage
@@ -117,8 +122,27 @@ def test_what_the_asynchronous_curriculum_refuses_is_named_before_any_model_load
               "bounds": [Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4), policy="per_prompt",
                                                                   temperature=(0.5, 1.0)))],
               "refill": [Stage(num_generations=2, temperature=1.0, dynamic_sampling=DynamicSampling())],
-              "compare": [Stage(num_generations=2, temperature=1.0, comparison=Comparison(mode="extremes"))]}  # fmt: skip
+              "compare": [Stage(num_generations=2, temperature=1.0, comparison=Comparison(mode="extremes"))],
+              "per_prompt_4_8": [Stage(temperature=1.0, adaptive=Adaptive(num_generations=(4, 8),
+                                                                          policy="per_prompt"))]}  # fmt: skip
     options = {**options, **({"stages": stages[options["stages"]]} if "stages" in options else {})}
     options.update({k: object() for k in ("tools", "rollout_worker") if k in options})
     problems = _refusals(tmp_path, max_steps, **options)
     assert all(any(text in problem for problem in problems) for text in said), problems
+
+
+def test_what_the_asynchronous_trainer_supports_passes_its_checks(tmp_path):
+    """Temperature schedules and ramps, per-prompt stages and dynamic sampling together: no problem is found; the
+    trainer goes on to load the model (here a path that does not exist)."""
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+
+    from grpo_curriculum import Adaptive, Stage
+    from grpo_curriculum.core.errors import CurriculumError
+    from grpo_curriculum.training.async_grpo import CurriculumAsyncGRPOTrainer
+
+    stages = [Stage(num_generations=4, temperature=1.2, temperature_end=0.8, until_step=5),
+              Stage(temperature=0.7, adaptive=Adaptive(num_generations=(2, 4, 8), policy="per_prompt"))]
+    args = AsyncGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], max_steps=10)
+    with pytest.raises(OSError) as caught:
+        CurriculumAsyncGRPOTrainer(model=str(tmp_path / "no-model"), args=args, stages=stages, dynamic_sampling=True)
+    assert not isinstance(caught.value, CurriculumError)

@@ -29,13 +29,17 @@ G = 4
 PROMPTS = ["count one", "echo red", "count two", "echo cat"]
 
 
-def _dataset():
+MANY = [f"{verb} {word}" for word in ("one", "two", "red", "cat", "sun", "map") for verb in ("count", "echo")]
+
+
+def _dataset(prompts=PROMPTS):
     from datasets import Dataset
 
-    return Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in PROMPTS]})
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in prompts]})
 
 
-def _train(tmp_path, monkeypatch, model_dir, server, reward, max_steps=3, config=None, **options):
+def _train(tmp_path, monkeypatch, model_dir, server, reward, max_steps=3, config=None, prompts=PROMPTS, resume=None,
+           **options):  # fmt: skip
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
     from grpo_curriculum.training.async_grpo import CurriculumAsyncGRPOTrainer
@@ -44,14 +48,14 @@ def _train(tmp_path, monkeypatch, model_dir, server, reward, max_steps=3, config
     taken = record_taken(monkeypatch)
     args = AsyncGRPOConfig(
         output_dir=str(tmp_path), num_generations=G, max_completion_length=8, max_steps=max_steps,
-        vllm_server_base_url=server.base_url, learning_rate=1e-3, bf16=False, gradient_checkpointing=False,
-        use_cpu=True, report_to=[], save_strategy="no", max_staleness=100, seed=0, **(config or {}))  # fmt: skip
+        vllm_server_base_url=server.base_url, bf16=False, gradient_checkpointing=False, use_cpu=True, report_to=[],
+        max_staleness=100, seed=0, **{"learning_rate": 1e-3, "save_strategy": "no", **(config or {})})  # fmt: skip
     transfer = NoWeightTransfer()
-    trainer = CurriculumAsyncGRPOTrainer(model=model_dir, reward_funcs=[reward], args=args, train_dataset=_dataset(),
-                                         processing_class=chat_tokenizer(), weight_transfer=transfer,
-                                         **options)  # fmt: skip
+    trainer = CurriculumAsyncGRPOTrainer(model=model_dir, reward_funcs=[reward], args=args,
+                                         train_dataset=_dataset(prompts), processing_class=chat_tokenizer(),
+                                         weight_transfer=transfer, **options)  # fmt: skip
     before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
     changed = any(not np.allclose(before[name], p.detach()) for name, p in trainer.model.named_parameters())
     return trainer, taken, transfer, changed
 
@@ -122,9 +126,9 @@ def test_a_stage_switch_of_g_reaches_the_worker_at_a_group_boundary(tmp_path, mo
 
     stages = [Stage(num_generations=2, temperature=1.0, until_step=2), Stage(num_generations=4, temperature=1.0)]
     trainer, taken, _, changed = _train(tmp_path, monkeypatch, vllm_model_dir, vllm_server, varied_reward,
-                                        max_steps=14, config={"max_inflight_tasks": 8, "queue_maxsize": 8},
+                                        max_steps=30, config={"max_inflight_tasks": 8, "queue_maxsize": 8},
                                         stages=stages)  # fmt: skip
-    assert trainer.state.global_step == 14 and changed
+    assert trainer.state.global_step == 30 and changed
 
     def planned(run):
         return 2 if run[0].model_version - 1 < 2 else 4
@@ -134,9 +138,97 @@ def test_a_stage_switch_of_g_reaches_the_worker_at_a_group_boundary(tmp_path, mo
         assert {(t.model_version, t.num_generations) for t in run} == {(run[0].model_version, planned(run))}, run
     _assert_whole_groups_of_g(runs, planned)
     assert {planned(run) for run in runs[:-1]} == {2, 4}, [(r[0].group_id, r[0].model_version) for r in runs]
-    logged = [entry["num_generations"] for entry in trainer.state.log_history if "num_generations" in entry]
+    logged = [entry["curriculum/num_generations"] for entry in trainer.state.log_history
+              if "curriculum/num_generations" in entry]
     assert logged[0] == 2 and logged[-1] == 4, logged  # each step logs the mean G of the samples it trained on
     assert math.isclose(_first_step(trainer)["ratio"], 1, abs_tol=1e-3)
+
+
+def test_a_temperature_switch_trains_each_sample_at_its_sampling_temperature(tmp_path, monkeypatch, vllm_model_dir,
+                                                                             vllm_server):
+    """Temperature 1.0 until step 2, then 0.4: each group is sampled whole at the temperature of the stage in force when
+    it starts, records it, and is trained at it, including in the steps that train groups from both sides of the
+    switch. With `learning_rate=0` the trainer's weights stay the server's, so TRL's `ratio` (trainer over engine
+    probability, per token) is 1 and `kl` 0 at every step exactly when every loss term is computed at the temperature
+    its token was sampled at (with the loss left at `args.temperature`, the 0.4 samples' ratio is far from 1)."""
+    from grpo_curriculum import Stage
+
+    stages = [Stage(num_generations=G, temperature=1.0, until_step=2), Stage(num_generations=G, temperature=0.4)]
+    trainer, taken, _, _ = _train(tmp_path, monkeypatch, vllm_model_dir, vllm_server, varied_reward, max_steps=30,
+                                  config={"max_inflight_tasks": 8, "queue_maxsize": 8, "learning_rate": 0.0},
+                                  stages=stages)  # fmt: skip
+    assert trainer.state.global_step == 30
+
+    def planned(run):
+        return 1.0 if run[0].model_version - 1 < 2 else 0.4
+
+    runs = _runs(taken)
+    for run in runs:
+        assert {(t.model_version, t.temperature) for t in run} == {(run[0].model_version, planned(run))}, run
+    _assert_whole_groups_of_g(runs)
+    assert {planned(run) for run in runs[:-1]} == {1.0, 0.4}, [(r[0].group_id, r[0].model_version) for r in runs]
+    steps = [entry for entry in trainer.state.log_history if "ratio" in entry]
+    assert steps and all(abs(e["ratio"] - 1) < 1e-3 and abs(e["kl"]) < 1e-4 for e in steps), steps
+    temperatures = [e["curriculum/temperature"] for e in steps]  # the mean over the samples each step trained on
+    assert math.isclose(temperatures[0], 1.0) and math.isclose(temperatures[-1], 0.4), temperatures
+
+
+PER_PROMPT = {"num_generations": (2, 4), "policy": "per_prompt"}
+
+
+def test_per_prompt_groups_arrive_whole_at_their_own_g_and_settled_prompts_are_skipped(tmp_path, monkeypatch,
+                                                                                       vllm_model_dir, vllm_server):
+    """A per-prompt stage (candidates 2 and 4, rounds of 8 completions: per_device_train_batch_size 8): each group
+    arrives whole at the G its round gave it, records it, and has its advantages over its own size; both sizes occur;
+    the `echo` prompts (every completion rewarded the same: settled) are skipped (GRESO, the synchronous defaults),
+    counted, and trained less than the `count` prompts."""
+    from grpo_curriculum import Adaptive, Stage
+
+    stages = [Stage(temperature=1.0, adaptive=Adaptive(**PER_PROMPT))]
+    trainer, taken, _, changed = _train(tmp_path, monkeypatch, vllm_model_dir, vllm_server, settled_reward,
+                                        max_steps=30, prompts=MANY, stages=stages,
+                                        config={"per_device_train_batch_size": 8, "max_inflight_tasks": 8,
+                                                "queue_maxsize": 8})  # fmt: skip
+    assert trainer.state.global_step == 30 and changed
+    runs = _runs(taken)
+    for run in runs:
+        assert {t.num_generations for t in run} <= {2.0, 4.0}, run
+    _assert_whole_groups_of_g(runs, planned=lambda run: int(run[0].num_generations))
+    assert {run[0].num_generations for run in runs[:-1]} == {2.0, 4.0}
+    logs = trainer.state.log_history
+    deferred = sum(entry.get("curriculum/deferred_total", 0) for entry in logs)
+    assert deferred >= 1, deferred
+    assert any("curriculum/skip_p_easy" in entry for entry in logs)
+    echo = sum(run[0].prompt.startswith("echo") for run in runs)
+    assert echo < len(runs) - echo, [run[0].prompt for run in runs]
+
+
+def test_resume_restores_the_stream_and_the_per_prompt_state(tmp_path, monkeypatch, vllm_model_dir, vllm_server):
+    """A per-prompt run saves its curriculum state with each checkpoint: where the prompt stream stood before the
+    first group not trained, and the per-prompt statistics; a resumed run's worker starts there: its first round
+    reads the prompts after those the checkpoint's trained rounds read (a fresh start would read the first ones)."""
+    from grpo_curriculum import Adaptive, Stage
+    from grpo_curriculum.core.schedule import StageSchedule
+    from grpo_curriculum.training.async_state import read_async_state, stage_signature
+
+    stages = [Stage(temperature=1.0, adaptive=Adaptive(**PER_PROMPT))]
+    config = {"per_device_train_batch_size": 8, "max_inflight_tasks": 8, "queue_maxsize": 8, "save_strategy": "steps",
+              "save_steps": 4}  # fmt: skip
+    _train(tmp_path, monkeypatch, vllm_model_dir, vllm_server, settled_reward, max_steps=4, prompts=MANY,
+           stages=stages, config=config)  # fmt: skip
+    checkpoint = tmp_path / "checkpoint-4"
+    state = read_async_state(str(checkpoint), stage_signature(StageSchedule(stages)), len(MANY))
+    stats = state["policy"]["stats"]
+    assert state["policy_stage"] == 0 and len(stats["successes"]) == len(MANY)
+    assert (stats["successes"] + stats["failures"]).sum() > 0  # observed groups are in it
+    position = state["stream"]["position"]
+    assert state["stream"]["epoch"] >= 1 and (state["stream"]["epoch"], position) != (1, 0), state["stream"]
+    monkeypatch.undo()
+    trainer, taken, _, _ = _train(tmp_path, monkeypatch, vllm_model_dir, vllm_server, settled_reward, max_steps=6,
+                                  prompts=MANY, stages=stages, config=config, resume=str(checkpoint))  # fmt: skip
+    assert trainer.state.global_step == 6
+    first = _runs(taken)[0][0]  # of the first round: the prompts after `position` in the pass (a new one at its end)
+    assert position == len(MANY) or MANY.index(first.prompt) >= position, (first.prompt, state["stream"])
 
 
 def test_dynamic_sampling_without_max_steps_is_refused_before_training(tmp_path):

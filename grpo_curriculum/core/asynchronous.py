@@ -18,13 +18,22 @@ trained), and a custom rollout worker.
 from __future__ import annotations
 
 from .errors import Problem
+from .geometry import fills
 
 POLICIES = ("per_prompt",)
 """The adaptive policies the asynchronous trainer runs."""
 
 
+def round_budget(per_device_train_batch_size: int, gradient_accumulation_steps: int, num_processes: int) -> int:
+    """The completions a per-prompt round plans on the asynchronous trainer: the samples of one optimizer step at a
+    fixed sample count (`per_device_train_batch_size x gradient_accumulation_steps x num_processes`), the generation
+    batch the synchronous trainer derives from the same settings."""
+    return per_device_train_batch_size * gradient_accumulation_steps * num_processes
+
+
 def async_problems(stages, *, max_steps, dynamic_sampling: bool = False, tools: bool = False,
-                   rollout_worker: bool = False, at: str = "stages") -> list[Problem]:  # fmt: skip
+                   rollout_worker: bool = False, budget: int | None = None,
+                   at: str = "stages") -> list[Problem]:  # fmt: skip
     """
     What `CurriculumAsyncGRPOTrainer` refuses of a curriculum, one [`Problem`] each (empty: it runs as given).
 
@@ -34,6 +43,7 @@ def async_problems(stages, *, max_steps, dynamic_sampling: bool = False, tools: 
         dynamic_sampling (`bool`): Whether the trainer drops zero-variance groups.
         tools (`bool`): Whether the trainer has tools or an environment factory.
         rollout_worker (`bool`): Whether a custom rollout worker is passed.
+        budget (`int`, *optional*): A per-prompt round's completions ([`round_budget`]); `None`: not checked.
         at (`str`, *optional*, defaults to `"stages"`): The key path of the stages in the messages
             (`"curriculum.stages"` for a recipe).
     """
@@ -60,6 +70,13 @@ def async_problems(stages, *, max_steps, dynamic_sampling: bool = False, tools: 
                 f"{key}.adaptive.policy", adaptive.policy, "is not supported on the asynchronous trainer: it decides "
                 "one G a round from the round's statistics, and the worker samples groups one by one, not in rounds",
                 "use `policy: per_prompt` (a G per prompt, settled prompts skipped), or fixed-G stages"))  # fmt: skip
+        if adaptive is not None and adaptive.per_prompt and budget is not None and not fills(adaptive.num_generations,
+                                                                                               budget):
+            problems.append(Problem(
+                "per_device_train_batch_size", budget, f"a per-prompt round ({key}) plans per_device_train_batch_size "
+                "x gradient_accumulation_steps x processes completions, which must be a sum of the candidates "
+                f"{list(adaptive.num_generations)}", "set per_device_train_batch_size to a multiple of the smallest "
+                "candidate (e.g. 16)"))  # fmt: skip
         if adaptive is not None and adaptive.temperature is not None:
             problems.append(Problem(
                 f"{key}.adaptive.temperature", list(adaptive.temperature), "is not supported on the asynchronous "

@@ -1,169 +1,101 @@
 """
 The curriculum on TRL's asynchronous GRPO trainer (`trl.experimental.async_grpo.AsyncGRPOTrainer`, TRL 1.16):
-everything here knows TRL's internals (docs/async.md).
+everything here knows TRL's internals (docs/async.md). The rollout worker's side: `_trl_async_worker.py`.
 
-TRL's worker (`AsyncRolloutWorker`) runs `_AsyncRolloutLoop` in a spawned child process; the loop generates every
-completion of a group (one `/v1/completions` request each), scores the whole group (`_score_group`: rewards, then each
-completion's advantage over its own group) and puts its samples on the queue the trainer batches from.
-[`CurriculumRolloutLoop`] (installed as the worker's `_loop_cls`, its settings in the worker's `_loop_kwargs`) adds:
-
-- **Stage schedules of G**: its own generation loop starts each group whole at the G of the stage in force at the
-  policy version current when the group starts, and the group keeps it until complete; each sample records it
-  (`metrics["num_generations"]`).
-- **Dynamic sampling** (DAPO): a group whose rewards carry no learning signal (`core.signals.is_informative`: fewer
-  than two finite rewards, or all equal, so every advantage is 0) is dropped after scoring, before the queue, counted
-  (`rollout/dropped_groups_total`, `rollout/dropped_completions_total`) and logged as TRL's other trainers log it
-  (`frac_reward_zero_std`: the share of scored groups dropped). The worker keeps generating.
-
-Refused (docs/async.md says why): temperature schedules and ramps (TRL computes its log-probabilities at the
-temperature fixed into its fused LM head when the trainer is built, `add_fused_lm_head(model,
-temperature=args.temperature)`), adaptive, per-prompt and top-up stages, comparisons, tools and environments with a
-schedule.
+[`CurriculumAsyncGRPOTrainer`] checks the curriculum before any model loads ([`curriculum_problems`]), installs
+[`~_trl_async_worker.CurriculumRolloutLoop`] in TRL's rollout worker, computes each sample's loss at the temperature it
+was sampled at ([`LossTemperatures`]), and saves and restores the curriculum state with TRL's checkpoints
+([`~async_state`]).
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
+import os
+import shutil
+import tempfile
 
+import torch
 from trl.experimental.async_grpo import AsyncGRPOTrainer
-from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, RolloutGroup, _AsyncRolloutLoop
+from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 
-from ..core.asynchronous import async_problems
-from ..core.errors import Problem, raise_if_any
+from ..core.asynchronous import async_problems, round_budget
+from ..core.errors import raise_if_any
 from ..core.schedule import StageSchedule
-from ..core.signals import is_informative
+from ._trl_async_worker import SAMPLED_TEMPERATURE, CurriculumRolloutLoop, StateChannel
+from .async_state import read_async_state, stage_signature, write_async_state
 
-SAMPLED_G = "num_generations"  # a sample's metric: the G its group was planned and sampled at
-DROPPED_GROUPS = "rollout/dropped_groups_total"
-DROPPED_COMPLETIONS = "rollout/dropped_completions_total"
-ZERO_STD_FRACTION = "frac_reward_zero_std"
+LOSS_TEMPERATURE = "loss_temperature"  # a batch column: each loss term's sampling temperature
 
 
-class CurriculumRolloutLoop(_AsyncRolloutLoop):
+class LossTemperatures:
     """
-    TRL's rollout loop with the curriculum (see the module docstring). Runs in the worker's child process (importable
-    by name, so the spawned child can unpickle it); its extra arguments travel in the worker's `_loop_kwargs`.
-
-    Args:
-        schedule ([`~core.schedule.ResolvedSchedule`], *optional*):
-            A stage schedule of G. A group's G is the schedule's at the optimizer step of the policy version current
-            when the group starts (`(version - 1) * weight_sync_steps`: TRL publishes version 1 before the first step
-            and one more every `weight_sync_steps` steps): it keeps that G until it is complete, whatever is published
-            meanwhile. `None`: TRL's generation loop, unchanged.
-        weight_sync_steps (`int`): `AsyncGRPOConfig.weight_sync_steps`.
-        dynamic_sampling (`bool`): Drop the groups without a learning signal before the queue.
+    Each loss term at the temperature its sample was sampled at. TRL's trainer computes every log-probability at
+    `args.temperature`, fixed into the fused LM head it adds to the model (`add_fused_lm_head`); with a temperature
+    schedule the queue holds samples of several temperatures (up to `max_staleness` versions old), and a micro-batch
+    can pack them together, even on one shared position of TRL's prefix tree. This replaces the model's fused forward
+    (on the module TRL patched) with one that runs TRL's own fused head once per distinct temperature of the
+    micro-batch (one pass where it holds one temperature, as nearly always) and takes each loss term from the pass at
+    its temperature; [`CurriculumAsyncGRPOTrainer.compute_loss`] sets the terms (`plan`) for each micro-batch.
     """
 
-    def __init__(self, *, schedule=None, weight_sync_steps: int = 1, dynamic_sampling: bool = False, **kwargs):
-        super().__init__(**kwargs)
-        self.schedule = schedule
-        self.weight_sync_steps = weight_sync_steps
-        self.dynamic_sampling = dynamic_sampling
-        self._planned: dict[int, int] = {}  # group id -> its G
+    def __init__(self, model, temperature: float):
+        from accelerate.utils import is_peft_model
 
-    def group_size(self, version: int) -> int:
-        """The G of a group started while policy `version` is current."""
-        if self.schedule is None:
-            return self.num_generations
-        return self.schedule.setting_at(max(version - 1, 0) * self.weight_sync_steps).num_generations
+        self.module = model.get_base_model() if is_peft_model(model) else model
+        self.base = self.module.forward  # TRL's fused forward, at `args.temperature`
+        self.heads = {float(temperature): self.base}
+        self.plan = None  # (each term's position, each term's temperature), for the micro-batch being computed
+        self.passes = 0  # distinct temperatures of the last micro-batch
+        self.module.forward = self.forward
 
-    def _next_row(self):
-        try:
-            return next(self._dataset_iter)
-        except StopIteration:  # TRL's `_repeat_iterator` cycles the dataset the same way
-            self._dataset_iter = iter(self.dataset)
-            return next(self._dataset_iter)
+    def head(self, temperature: float):
+        """TRL's fused forward at `temperature` (built once, with the arguments TRL builds its own with)."""
+        if temperature not in self.heads:
+            from trl.trainer.utils import add_fused_lm_head
 
-    async def _generate_loop(self, stop_event: asyncio.Event) -> None:
-        """TRL's loop without a schedule; with one, each group started whole at its own G and queued for scoring when
-        all its completions are back (no tools, no environments: the trainer refuses them with a schedule)."""
-        if self.schedule is None:
-            return await super()._generate_loop(stop_event)
-        pending: dict[int, RolloutGroup] = {}
-        prompts: dict[int, list] = {}  # group id -> its prompt (messages)
-        inflight: dict[asyncio.Task, int] = {}
-        group_id = 0
-        self._generation_start_time = time.monotonic()
-        try:
-            while True:
-                self._heartbeat_value.value = time.time()
-                while len(inflight) < self.max_inflight_tasks and not stop_event.is_set():
-                    row = self._next_row()
-                    version = self.model_version
-                    size = self.group_size(version)
-                    pending[group_id] = RolloutGroup(
-                        prompts=[], reward_kwargs={key: [row[key]] * size for key in row
-                                                   if key not in {"prompt", "completion", "completion_ids"}},
-                        completions=[], completions_ids=[], completions_sequences=[], tool_call_counts=[],
-                        tool_failure_counts=[], model_version=version, group_id=group_id, env_rewards=[],
-                        rollout_rewards=[])  # fmt: skip
-                    self._planned[group_id], prompts[group_id] = size, row["prompt"]
-                    for _ in range(size):
-                        task = asyncio.create_task(self._generate_one(row["prompt"], tool_dict={}, tools=[],
-                                                                      group_id=group_id))  # fmt: skip
-                        inflight[task] = group_id
-                    group_id += 1
-                self._inflight = len(inflight)
-                if not inflight:
-                    if stop_event.is_set():
-                        return
-                    await asyncio.sleep(0.01)
-                    continue
-                done, _ = await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED, timeout=0.1)
-                for task in done:
-                    finished = inflight.pop(task)
-                    if task.exception() is not None:
-                        raise task.exception()
-                    completion, completion_ids, sequences, calls, failures, rollout_reward = task.result()
-                    group = pending[finished]
-                    group.prompts.append(prompts[finished])
-                    group.completions.append(completion)
-                    group.completions_ids.append(completion_ids)
-                    group.completions_sequences.append(sequences)
-                    group.tool_call_counts.append(calls)
-                    group.tool_failure_counts.append(failures)
-                    group.rollout_rewards.append(rollout_reward)
-                    self._total_completion_tokens += len(completion_ids)
-                    if len(group.completions) < self._planned[finished]:
-                        continue
-                    group.queued_at = time.monotonic()
-                    while True:
-                        try:
-                            self._groups_to_score.put_nowait(group)
-                            break
-                        except asyncio.QueueFull:
-                            if stop_event.is_set():
-                                return
-                            await asyncio.sleep(0.1)
-                    del pending[finished], prompts[finished]
-        finally:
-            for task in inflight:
-                task.cancel()
-            if inflight:
-                await asyncio.gather(*inflight, return_exceptions=True)
+            self.module.forward = self.base  # (its non-fused path is the model's own forward)
             try:
-                self._groups_to_score.put_nowait(None)
-            except asyncio.QueueFull:
-                pass
+                add_fused_lm_head(self.module, temperature=temperature, outputs=("log_probs", "entropy"))
+                self.heads[temperature] = self.module.forward
+            finally:
+                self.module.forward = self.forward
+        return self.heads[temperature]
 
-    async def _score_group(self, group):
-        samples = await super()._score_group(group)
-        planned = self._planned.pop(group.group_id, self.num_generations)
-        for sample in samples:
-            sample.metrics[SAMPLED_G] = float(planned)
-        if not self.dynamic_sampling:
-            return samples
-        # One reward per sample (a conversation's rows share its reward): the rewards are all equal, or fewer than two
-        # are finite, exactly when they are so per conversation.
-        informative = is_informative([sample.metrics["reward"] for sample in samples])
-        self._rates[ZERO_STD_FRACTION][0] += not informative
-        self._rates[ZERO_STD_FRACTION][1] += 1
-        if informative:
-            return samples
-        self._counters[DROPPED_GROUPS] += 1
-        self._counters[DROPPED_COMPLETIONS] += len(group.completions)
-        return []
+    def forward(self, *args, fused_lm_head=False, **kwargs):
+        if not fused_lm_head or self.plan is None:
+            return self.base(*args, fused_lm_head=fused_lm_head, **kwargs)
+        index, temperatures = self.plan
+        distinct = sorted(set(temperatures.tolist()))
+        self.passes = len(distinct)
+        output = log_probs = entropy = None
+        for temperature in distinct:
+            output = self.head(temperature)(*args, fused_lm_head=True, **kwargs)
+            take = temperatures == temperature
+            terms, spread = output.log_probs.flatten()[index], output.entropy.flatten()[index]
+            log_probs = terms if log_probs is None else torch.where(take, terms, log_probs)
+            entropy = spread if entropy is None else torch.where(take, spread, entropy)
+        # TRL's `compute_loss` takes `log_probs.flatten()[token_index]`, its token index renumbered to the terms
+        output.log_probs, output.entropy = log_probs.unsqueeze(0), entropy.unsqueeze(0)
+        return output
+
+
+def _with_loss_temperatures(collate, default: float):
+    """TRL's rollout collator, adding each loss term's sampling temperature ([`LOSS_TEMPERATURE`], laid out as
+    `token_index`: a sample's terms are where `segment_id` names it)."""
+
+    def collate_with_temperatures(examples):
+        batch = collate(examples)
+        (rows,) = examples
+        temperatures = torch.full(batch["token_index"].shape, float(default), dtype=torch.float64)
+        for r, row in enumerate(rows):
+            per_sample = torch.tensor([sample["metrics"].get(SAMPLED_TEMPERATURE, default) for sample in row.samples],
+                                      dtype=torch.float64)  # fmt: skip
+            terms = batch["token_index"][r] >= 0
+            temperatures[r, terms] = per_sample[batch["segment_id"][r, terms]]
+        batch[LOSS_TEMPERATURE] = temperatures
+        return batch
+
+    return collate_with_temperatures
 
 
 class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
@@ -174,11 +106,12 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
     Args:
         *args, **kwargs: TRL's `AsyncGRPOTrainer` arguments.
         stages (`list[Stage]` or [`~core.schedule.StageSchedule`], *optional*):
-            A stage schedule of G (`Stage(num_generations=2, temperature=1.0, until_step=50)`, ...): each group is
-            sampled whole at the G of the stage in force when it starts (see [`CurriculumRolloutLoop`]), and every
-            sample logs it (`num_generations`). Every stage's temperature must be `args.temperature` (no ramp): TRL
-            computes the loss at that temperature. Fixed-G stages only (no `adaptive`, stage `dynamic_sampling` or
-            `comparison`); no tools or environments. Needs `args.max_steps > 0`.
+            A stage schedule (`Stage(num_generations=2, temperature=1.0, until_step=50)`, ...): each group is sampled
+            whole at the G and temperature of the stage in force when it starts (see [`CurriculumRolloutLoop`]), every
+            sample records them (`curriculum/num_generations`, `curriculum/temperature`, `curriculum/stage`, logged per
+            step as the means over the samples trained on), and each sample's loss is computed at its own sampling
+            temperature ([`LossTemperatures`]). What the asynchronous trainer refuses:
+            [`~core.asynchronous.async_problems`]. Needs `args.max_steps > 0`.
         dynamic_sampling (`bool`, *optional*, defaults to `False`):
             Drop the groups whose rewards are all equal (or with fewer than two finite rewards) in the worker, before
             the queue. Needs `args.max_steps > 0`: TRL's epoch stop counts trained groups, and a dropped group is never
@@ -194,11 +127,79 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
         super().__init__(*args, **kwargs)
         self.curriculum_schedule = schedule
         self.dynamic_sampling = bool(dynamic_sampling)
+        self.loss_temperatures = None
+        if schedule is not None and any(stage.temperature != self.args.temperature or stage.temperature_end is not None
+                                        for stage in schedule.stages):  # fmt: skip
+            self.loss_temperatures = LossTemperatures(self.model, self.args.temperature)
+        self._channel = None
         if (schedule is not None or dynamic_sampling) and isinstance(self.rollout_worker, AsyncRolloutWorker):
             # rank 0 holds the worker; `AsyncRolloutWorker.start` spawns `_loop_cls(**_loop_kwargs)` in its child
             self.rollout_worker._loop_cls = CurriculumRolloutLoop
             self.rollout_worker._loop_kwargs.update(schedule=schedule, weight_sync_steps=self.args.weight_sync_steps,
-                                                    dynamic_sampling=self.dynamic_sampling)  # fmt: skip
+                                                    dynamic_sampling=self.dynamic_sampling, budget=_budget(self.args),
+                                                    seed=self.args.seed)  # fmt: skip
+
+    def _dataset_size(self) -> int | None:
+        return len(self.train_dataset) if hasattr(self.train_dataset, "__len__") else None
+
+    def _inner_training_loop(self, *args, **kwargs):
+        """With a stage schedule: the worker starts from the checkpoint's curriculum state when resuming, and answers
+        the checkpoints' state requests through a folder of this run's (removed at the end)."""
+        if self.curriculum_schedule is None or not isinstance(self.rollout_worker, AsyncRolloutWorker):
+            return super()._inner_training_loop(*args, **kwargs)
+        checkpoint = kwargs.get("resume_from_checkpoint")
+        resume = None if checkpoint is None else read_async_state(
+            checkpoint, stage_signature(self.curriculum_schedule), self._dataset_size())  # fmt: skip
+        folder = tempfile.mkdtemp(prefix="grpo-curriculum-async-")
+        self._channel = StateChannel(folder)
+        self.rollout_worker._loop_kwargs.update(state_dir=folder, resume=resume)
+        try:
+            return super()._inner_training_loop(*args, **kwargs)
+        finally:
+            self._channel = None
+            shutil.rmtree(folder, ignore_errors=True)  # ours: made above
+
+    def _save_checkpoint(self, model, trial):
+        if self._channel is not None and self.accelerator.is_main_process:
+            trained = self._trained_groups
+            up_to = max(trained, default=-1) + 1
+            untrained = [g for g in range(up_to) if g not in trained]
+            state = self._channel.request(untrained, up_to, lambda: self.rollout_worker.check_health(
+                self.args.heartbeat_stale_after_s))  # fmt: skip
+            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            write_async_state(folder, {"stages": stage_signature(self.curriculum_schedule),
+                                       "dataset_size": self._dataset_size(), **state})  # fmt: skip
+        super()._save_checkpoint(model, trial)
+
+    def get_train_dataloader(self):
+        loader = super().get_train_dataloader()
+        if self.loss_temperatures is not None:
+            # accelerate's prepared loader (`DataLoaderAdapter`) iterates the DataLoader it wraps
+            inner = getattr(loader, "base_dataloader", loader)
+            inner.collate_fn = _with_loss_temperatures(inner.collate_fn, self.args.temperature)
+        return loader
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        temperatures = inputs.pop(LOSS_TEMPERATURE, None)
+        if temperatures is None or self.loss_temperatures is None:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        index = inputs["token_index"]
+        terms = index >= 0
+        renumbered = torch.full_like(index, -1)
+        renumbered[terms] = torch.arange(int(terms.sum()), device=index.device)
+        self.loss_temperatures.plan = (index[terms], temperatures[terms])
+        try:
+            loss = super().compute_loss(model, {**inputs, "token_index": renumbered}, return_outputs,
+                                        num_items_in_batch)  # fmt: skip
+        finally:
+            self.loss_temperatures.plan = None
+        self._metrics["train"]["curriculum/loss_temperatures"].append(float(self.loss_temperatures.passes))
+        return loss
+
+
+def _budget(config) -> int:
+    return round_budget(config.per_device_train_batch_size, config.gradient_accumulation_steps, config.world_size)
 
 
 def curriculum_problems(config, stages=None, dynamic_sampling: bool = False, **kwargs):
@@ -215,14 +216,8 @@ def curriculum_problems(config, stages=None, dynamic_sampling: bool = False, **k
     problems += async_problems(None if schedule is None else schedule.stages, max_steps=max_steps,
                                dynamic_sampling=bool(dynamic_sampling),
                                tools=bool(kwargs.get("tools") or kwargs.get("environment_factory")),
-                               rollout_worker=kwargs.get("rollout_worker") is not None)  # fmt: skip
-    temperature = getattr(config, "temperature", 1.0)
-    for i, stage in enumerate(schedule.stages if schedule is not None else ()):  # not yet built: the next commits
-        if stage.temperature != temperature or stage.temperature_end is not None:
-            problems.append(Problem(f"stages[{i}].temperature", stage.temperature, "must be the config's temperature "
-                                    "(no schedule yet)", f"set `temperature={temperature}` on every stage"))
-        if stage.adaptive is not None and stage.adaptive.per_prompt:
-            problems.append(Problem(f"stages[{i}].adaptive", "per_prompt", "not yet", "use fixed-G stages"))
+                               rollout_worker=kwargs.get("rollout_worker") is not None,
+                               budget=None if config is None else _budget(config))  # fmt: skip
     if schedule is None or problems:
         return None, problems
     return schedule.resolve(max_steps), problems

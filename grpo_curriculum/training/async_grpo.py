@@ -1,9 +1,10 @@
 """
 The curriculum on TRL's asynchronous GRPO trainer (`trl.experimental.async_grpo`, TRL 1.16; docs/async.md): stage
-schedules of G and DAPO-style dynamic sampling in the rollout worker. Importing this module imports TRL's experimental
+schedules of G and temperature, per-prompt G with skipping, and DAPO-style dynamic sampling in the rollout worker. Importing this module imports TRL's experimental
 package.
 """
 
-from ._trl_async import CurriculumAsyncGRPOTrainer, CurriculumRolloutLoop
+from ._trl_async import CurriculumAsyncGRPOTrainer
+from ._trl_async_worker import CurriculumRolloutLoop
 
 __all__ = ["CurriculumAsyncGRPOTrainer", "CurriculumRolloutLoop"]

@@ -1,0 +1,102 @@
+"""
+The curriculum state of the asynchronous trainer in a checkpoint (`CurriculumAsyncGRPOTrainer`, docs/async.md):
+`curriculum_async_state.json` (and `curriculum_async_arrays.npz` for a per-prompt stage's statistics), written and read
+back the way the synchronous trainers' state is ([`~training.checkpoint`]: atomic writes, bounded reads, a schema).
+
+It holds where the prompt stream stood before the first group the trainer had not trained (so a resumed worker starts
+there: the groups from it on are sampled again, as TRL's own resume samples again from its first untrained group), the
+per-prompt policy of the stage in force (its statistics and GRESO's skip probabilities) and what they depend on (each
+stage's G or policy and candidates, the dataset's size), which a resume must keep.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..core.errors import MISSING, Problem, shorten
+from ..core.rules import COUNT, Rule, integer
+from .checkpoint import (_FIX, _POLICY, _STREAM, STEP, CurriculumStateError, Each, Nullable, _has_arrays,
+                         _join_arrays, _read_arrays, _split_arrays, atomic_write, problems_of, read_json,
+                         state_error)  # fmt: skip
+
+ASYNC_STATE_FILE = "curriculum_async_state.json"
+ASYNC_ARRAYS_FILE = "curriculum_async_arrays.npz"
+MAX_BYTES = 32 << 20
+SCHEMA = {
+    "version": integer(1, 1),
+    "trainer": Rule("choice", choices=("async_grpo",)),
+    "stages": Each(Rule("mapping")),
+    "dataset_size": Nullable(COUNT),
+    "stream": _STREAM,
+    "policy_stage": Nullable(STEP),
+    "policy": Nullable(_POLICY),
+}
+"""What `curriculum_async_state.json` (with its arrays) must hold."""
+
+
+def stage_signature(schedule) -> list[dict]:
+    """What the state depends on in each stage: a fixed G, or an adaptive policy and its candidates (as the
+    synchronous trainers' `CurriculumCallback.stage_signature`)."""
+    return [{"num_generations": stage.num_generations} if stage.adaptive is None else
+            {"policy": stage.adaptive.policy, "num_generations": list(stage.adaptive.num_generations)}
+            for stage in schedule.stages]  # fmt: skip
+
+
+def write_async_state(folder: str, state: dict) -> None:
+    """Write the state (its numpy arrays into `curriculum_async_arrays.npz`, the rest as JSON), each file atomically."""
+    import json
+
+    import numpy as np
+
+    state, arrays = _split_arrays({"version": 1, "trainer": "async_grpo", **state})
+    if arrays:
+        atomic_write(os.path.join(folder, ASYNC_ARRAYS_FILE), lambda f: np.savez_compressed(f, **arrays), binary=True)
+    atomic_write(os.path.join(folder, ASYNC_STATE_FILE), lambda f: json.dump(state, f))
+
+
+def read_async_state(folder: str, stages: list[dict], dataset_size: int | None) -> dict:
+    """
+    Read and check the state of checkpoint `folder` against this run's stage signature and dataset size.
+
+    Raises:
+        [`CurriculumStateError`]: naming the file, what is wrong and what to do.
+    """
+    path = os.path.join(folder, ASYNC_STATE_FILE)
+    if not os.path.lexists(path):
+        raise CurriculumStateError(
+            f"{folder} holds no {ASYNC_STATE_FILE}: it was not written by CurriculumAsyncGRPOTrainer with a stage "
+            f"schedule (or not completely), so the curriculum cannot continue where it stopped. Fix: {_FIX}.")
+    state = read_json(path, _FIX, MAX_BYTES)
+    if not isinstance(state, dict):
+        raise CurriculumStateError(f"{path} holds {type(state).__name__}, not a curriculum state. Fix: {_FIX}.")
+    try:
+        if _has_arrays(state):
+            state = _join_arrays(state, _read_arrays(os.path.join(folder, ASYNC_ARRAYS_FILE)))
+        problems = problems_of(SCHEMA, state) or _invariants(state)
+    except RecursionError:
+        problems = [Problem(path, MISSING, "nests values too deeply")]
+    if problems:
+        raise state_error(path, problems)
+    changed = [Problem(key, state[key], f"was {shorten(state[key])} when the checkpoint was written, now "
+                       f"{shorten(now)}")
+               for key, now in (("stages", stages), ("dataset_size", dataset_size)) if state[key] != now]  # fmt: skip
+    if changed:
+        raise state_error(path, changed, what="a curriculum this run cannot continue",
+                          fix="resume with the stages and dataset the checkpoint was written with, or start a new "
+                              "run from the model weights in it")  # fmt: skip
+    return state
+
+
+def _invariants(state: dict) -> list[Problem]:
+    stage, policy = state["policy_stage"], state["policy"]
+    if (stage is None) != (policy is None):
+        return [Problem("policy", "given" if policy else None, "must be given exactly with `policy_stage`")]
+    if stage is not None and stage >= len(state["stages"]):
+        return [Problem("policy_stage", stage, f"must name one of the {len(state['stages'])} stages")]
+    if stage is not None and state["stages"][stage].get("policy") != policy["policy"]:
+        return [Problem("policy.policy", policy["policy"], f"must be stage {stage}'s policy")]
+    if policy is not None:
+        lengths = {len(policy["stats"][name]) for name in ("successes", "failures", "zero_streak")}
+        if len(lengths) != 1:
+            return [Problem("policy.stats", sorted(lengths), "must hold one value a slot in each array")]
+    return []

@@ -1,0 +1,147 @@
+"""
+The asynchronous trainer's curriculum state (training/async_state.py, the worker's side in
+training/_trl_async_worker.py; docs/async.md): written atomically, read back through the bounded, validated reader,
+refused with the file, the problem and the fix when damaged or from another curriculum; and what the worker reports for
+a checkpoint (the stream before the first group neither trained nor dropped). No vLLM (the real run:
+tests/test_async_real.py, `make test-vllm`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from grpo_curriculum import Adaptive, Stage
+from grpo_curriculum.core.schedule import StageSchedule
+from grpo_curriculum.training.async_state import (ASYNC_ARRAYS_FILE, ASYNC_STATE_FILE, read_async_state,
+                                                  stage_signature, write_async_state)  # fmt: skip
+from grpo_curriculum.training.checkpoint import CurriculumStateError
+
+STAGES = [Stage(num_generations=4, temperature=1.0, until_step=5),
+          Stage(temperature=0.7, adaptive=Adaptive(num_generations=(2, 4), policy="per_prompt"))]  # fmt: skip
+SIGNATURE = stage_signature(StageSchedule(STAGES))
+
+
+def _policy(size=6):
+    from grpo_curriculum.core.adaptive import make_policy
+    from grpo_curriculum.core.slots import PromptSlots
+
+    policy = make_policy(STAGES[1].adaptive, 2, 0.7)
+    policy.bind(budget=8, slots=PromptSlots(size, indexed=True), seed=0)
+    policy.allocator.stats.successes[2] = 1.5
+    policy.allocator.explore["easy"] = 0.42
+    return policy
+
+
+def _state(**changes):
+    return {"stages": SIGNATURE, "dataset_size": 6, "stream": {"epoch": 2, "position": 3, "waiting": [1]},
+            "policy_stage": 1, "policy": _policy().state_dict(), **changes}  # fmt: skip
+
+
+def test_the_state_round_trips_and_a_fresh_policy_continues_from_it(tmp_path):
+    write_async_state(str(tmp_path), _state())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [ASYNC_ARRAYS_FILE, ASYNC_STATE_FILE]  # nothing else left
+    state = read_async_state(str(tmp_path), SIGNATURE, 6)
+    assert state["stream"] == {"epoch": 2, "position": 3, "waiting": [1]} and state["policy_stage"] == 1
+    from grpo_curriculum.core.adaptive import make_policy
+    from grpo_curriculum.core.slots import PromptSlots
+
+    policy = make_policy(STAGES[1].adaptive, 2, 0.7)
+    policy.bind(budget=8, slots=PromptSlots(6, indexed=True), seed=0)
+    policy.load_state_dict(state["policy"])
+    assert policy.allocator.stats.successes[2] == 1.5 and policy.allocator.explore["easy"] == 0.42
+
+
+@pytest.mark.parametrize(("damage", "said"), [
+    (lambda d: (d / ASYNC_STATE_FILE).unlink(), "holds no curriculum_async_state.json"),
+    (lambda d: (d / ASYNC_STATE_FILE).write_text("{not json"), "cannot be read"),
+    (lambda d: (d / ASYNC_ARRAYS_FILE).write_bytes(b"PK\x03\x04 truncated"), "cannot be read"),
+    (lambda d: _edit(d, stream={"epoch": -1, "position": 0}), "stream.epoch"),
+    (lambda d: _edit(d, policy_stage=0), "policy.policy"),
+    (lambda d: _edit(d, policy_stage=7), "policy_stage"),
+])
+def test_a_damaged_state_is_named_with_the_file_and_the_fix(tmp_path, damage, said):
+    write_async_state(str(tmp_path), _state())
+    damage(tmp_path)
+    with pytest.raises(CurriculumStateError, match="Fix:") as caught:
+        read_async_state(str(tmp_path), SIGNATURE, 6)
+    assert said in str(caught.value), caught.value
+
+
+def _edit(folder, **changes):
+    path = folder / ASYNC_STATE_FILE
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+@pytest.mark.parametrize(("stages", "size", "said"), [
+    ([{"num_generations": 8}, SIGNATURE[1]], 6, "stages"),
+    (SIGNATURE, 7, "dataset_size"),
+])
+def test_a_state_of_another_curriculum_or_dataset_is_refused(tmp_path, stages, size, said):
+    write_async_state(str(tmp_path), _state())
+    with pytest.raises(CurriculumStateError, match="a curriculum this run cannot continue") as caught:
+        read_async_state(str(tmp_path), stages, size)
+    assert f"- {said} =" in str(caught.value)
+
+
+class _Worker:
+    """The worker's bookkeeping of `CurriculumRolloutLoop.curriculum_state`, without TRL's loop."""
+
+    def __init__(self):
+        from grpo_curriculum.training._trl_async_worker import CurriculumRolloutLoop
+
+        self.loop = object.__new__(CurriculumRolloutLoop)
+        self.loop.policy, self.loop.policy_stage = _policy(), 1
+        self.loop._queue, self.loop._dropped = [], {3, 4}
+        self.loop._starts = {g: {"epoch": 1, "position": 10 * g} for g in range(8)}
+        self.loop._queue_start = {"epoch": 1, "position": 70}
+        self.loop.stream = type("Stream", (), {"state": lambda self: {"epoch": 1, "position": 80}})()
+
+
+@pytest.mark.parametrize(("untrained", "up_to", "position"), [
+    ([2, 5], 7, 20),  # group 2 never trained: the stream before it
+    ([3, 4, 5], 7, 50),  # 3 and 4 were dropped by dynamic sampling (never to be trained): 5 is the first
+    ([3, 4], 5, 50),  # everything below 5 trained or dropped: 5
+    ([], 8, 80),  # every started group trained: the stream as it is now (no round planned and not started)
+])
+def test_the_worker_reports_the_stream_before_the_first_group_neither_trained_nor_dropped(untrained, up_to, position):
+    worker = _Worker()
+    state = worker.loop.curriculum_state(untrained, up_to)
+    assert state["stream"] == {"epoch": 1, "position": position}
+    assert state["policy_stage"] == 1 and state["policy"]["explore"]["easy"] == 0.42
+    assert min(worker.loop._starts, default=up_to) >= min([*untrained, up_to])  # what no later request needs: gone
+
+
+def test_the_state_channel_carries_a_request_and_its_answer_between_processes_files(tmp_path):
+    from grpo_curriculum.training._trl_async_worker import StateChannel
+
+    trainer, worker = StateChannel(str(tmp_path)), StateChannel(str(tmp_path))
+    assert worker.pending() is None
+    answered = []
+
+    def serve():
+        while not answered:
+            request = worker.pending()
+            if request is not None:
+                worker.answer(request, {"stream": {"epoch": 1, "position": request["trained_up_to"]},
+                                        "stats": {"successes": np.arange(3, dtype=np.float32)}})  # fmt: skip
+                answered.append(request)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    state = trainer.request([1], 4, check_health=lambda: None, timeout=30)
+    thread.join()
+    assert answered[0]["untrained"] == [1] and state["stream"] == {"epoch": 1, "position": 4}
+    assert np.array_equal(state["stats"]["successes"], np.arange(3, dtype=np.float32))
+    assert worker.pending() is None  # answered once
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["answer.json", "request.json"]  # the state file consumed
+
+
+def test_a_worker_that_stops_answering_fails_the_checkpoint_loudly(tmp_path):
+    from grpo_curriculum.training._trl_async_worker import StateChannel
+
+    with pytest.raises(RuntimeError, match="did not send its curriculum state within 0 s"):
+        StateChannel(str(tmp_path)).request([], 0, check_health=lambda: None, timeout=0.05)

@@ -1,0 +1,113 @@
+"""
+Each loss term of the asynchronous trainer at its own sampling temperature (`_trl_async.LossTemperatures` and the
+collator column it reads; docs/async.md), on CPU without vLLM: TRL's real fused LM head (`add_fused_lm_head`, as
+`AsyncGRPOTrainer` adds it) on a tiny GPT-2 and a tiny Llama, TRL's real prefix-tree packing and rollout collator.
+(The trainer against the real engine: tests/test_async_real.py, `make test-vllm`.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from grpo_curriculum.training._trl_async import LOSS_TEMPERATURE, LossTemperatures, _with_loss_temperatures
+from grpo_curriculum.training._trl_async_worker import SAMPLED_TEMPERATURE
+
+VOCAB = 50
+
+
+def _model(kind: str):
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=64,
+                                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                                             num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=64))
+    with torch.no_grad():  # logits far from uniform, so that temperatures differ clearly
+        model.get_output_embeddings().weight.mul_(8.0)
+    return model.eval()
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_each_term_is_scored_at_its_own_temperature_even_on_a_shared_position(kind):
+    """Terms of three temperatures, two of them on one position (TRL's prefix tree shares a position between samples
+    that agree on a token and the next): each term's log-probability and entropy are the model's at its own
+    temperature; with TRL's head alone (every term at `args.temperature`) they are not."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    model = _model(kind)
+    ids = torch.randint(0, VOCAB, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0]
+    add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))  # as AsyncGRPOTrainer does
+    heads = LossTemperatures(model, temperature=1.0)
+    labels = torch.cat([ids[0, 1:], torch.tensor([-100])]).unsqueeze(0)  # position p predicts token p + 1
+    index = torch.tensor([2, 5, 5, 7, 9, 10])
+    temperatures = torch.tensor([1.0, 0.4, 1.0, 0.4, 1.7, 1.0], dtype=torch.float64)
+    heads.plan = (index, temperatures)
+    output = model(input_ids=ids, shift_labels=labels, fused_lm_head=True)
+    assert heads.passes == 3
+    for term, (position, temperature) in enumerate(zip(index.tolist(), temperatures.tolist(), strict=True)):
+        expected = torch.log_softmax(logits[position] / temperature, dim=-1)
+        assert torch.allclose(output.log_probs[0, term], expected[ids[0, position + 1]], atol=1e-5), term
+        entropy = -(expected.exp() * expected).sum()
+        assert torch.allclose(output.entropy[0, term], entropy, atol=1e-4), term
+    heads.plan = None  # without a plan (or without `fused_lm_head`) the forward is TRL's, at `args.temperature`
+    plain = model(input_ids=ids, shift_labels=labels, fused_lm_head=True)
+    at_one = torch.log_softmax(logits, dim=-1)[torch.arange(11), ids[0, 1:]]
+    assert torch.allclose(plain.log_probs[0, :11], at_one, atol=1e-5)
+    assert not torch.allclose(plain.log_probs[0, index], output.log_probs[0], atol=1e-2)  # the naive loss differs
+    assert torch.allclose(model(input_ids=ids).logits[0], logits, atol=1e-5)  # generation's forward untouched
+
+
+def test_the_gradient_reaches_the_model_through_every_temperature():
+    from trl.trainer.utils import add_fused_lm_head
+
+    model = _model("gpt2").train()
+    add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
+    heads = LossTemperatures(model, temperature=1.0)
+    ids = torch.randint(0, VOCAB, (1, 8), generator=torch.Generator().manual_seed(2))
+    labels = torch.cat([ids[0, 1:], torch.tensor([-100])]).unsqueeze(0)
+    grads = []
+    for temperatures in ([0.5, 0.5], [0.5, 2.0]):
+        model.zero_grad()
+        heads.plan = (torch.tensor([3, 3]), torch.tensor(temperatures, dtype=torch.float64))
+        model(input_ids=ids, shift_labels=labels, fused_lm_head=True).log_probs[0, 1].backward()
+        grads.append(model.get_output_embeddings().weight.grad.clone())
+    assert grads[0].abs().sum() > 0 and not torch.allclose(grads[0], grads[1])  # term 1's own temperature
+
+
+def _sample(prompt, completion, temperature, group):
+    ids = np.array(prompt + completion)
+    mask = np.array([0] * len(prompt) + [1] * len(completion))
+    return {"input_ids": ids, "completion_mask": mask, "old_log_probs": np.zeros(len(ids)), "advantage": 1.0,
+            "group_id": group, "metrics": {SAMPLED_TEMPERATURE: temperature, "reward": 0.0}}
+
+
+def test_the_collator_gives_each_loss_term_its_samples_temperature():
+    """TRL's tree packing and rollout collator on two rows (two processes); samples of one prompt at two temperatures
+    share their prompt and the first completion token (so a position serves terms of both temperatures)."""
+    from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollout
+    from trl.experimental.async_grpo.packing import TreeRow
+
+    rows = [TreeRow(), TreeRow()]
+    samples = [[_sample([1, 2, 3], [4, 5, 6], 1.0, 0), _sample([1, 2, 3], [4, 5, 7], 0.4, 1),
+                _sample([1, 2, 3], [8, 9], 0.4, 1)], [_sample([7, 7], [3, 3, 3, 3], 0.7, 2)]]  # fmt: skip
+    for row, held in zip(rows, samples, strict=True):
+        for sample in held:
+            row.add(sample)
+    collate = _with_loss_temperatures(DataCollatorForRollout(pad_token_id=0, num_processes=2), default=1.0)
+    batch = collate([rows])
+    temperatures, index, segment = batch[LOSS_TEMPERATURE], batch["token_index"], batch["segment_id"]
+    assert temperatures.shape == index.shape and temperatures.dtype == torch.float64
+    for r, held in enumerate(samples):
+        terms = index[r] >= 0
+        expected = [held[s]["metrics"][SAMPLED_TEMPERATURE] for s in segment[r, terms].tolist()]
+        assert temperatures[r, terms].tolist() == expected
+        assert len(expected) == sum(int(s["completion_mask"].sum()) for s in held)
+    shared = index[0, index[0] >= 0].tolist()
+    assert len(shared) != len(set(shared))  # a shared position, serving terms of both temperatures
