@@ -178,6 +178,22 @@ MUTATIONS = [
              "            empty = next(entries, None) is None",
              ("tests/test_folders.py", "-k", "one_verdict_on_an_empty"),
              "under torchrun a rank reads rank 0's writability probe as a file of the user's and refuses alone"),
+    # Issue 46: the asynchronous trainer's loss temperature and curriculum state (their tests need no vLLM).
+    Mutation("loss_at_args_temperature", "grpo_curriculum/training/_trl_async.py",
+             "            output = self.head(temperature)(*args, fused_lm_head=True, **kwargs)",
+             "            output = self.base(*args, fused_lm_head=True, **kwargs)",
+             ("tests/test_async_temperature.py",),
+             "every loss term of the asynchronous trainer at args.temperature, not at its sampling temperature"),
+    Mutation("term_temperature_by_position", "grpo_curriculum/training/_trl_async.py",
+             "            temperatures[r, terms] = per_sample[batch[\"segment_id\"][r, terms]]",
+             "            temperatures[r, terms] = per_sample[0]",
+             ("tests/test_async_temperature.py", "-k", "collator"),
+             "every loss term of a packed row at its first sample's temperature"),
+    Mutation("dropped_groups_restart_the_stream", "grpo_curriculum/training/_trl_async_worker.py",
+             "        first = next((g for g in untrained if g not in self._dropped), None)",
+             "        first = next((g for g in untrained), None)",
+             ("tests/test_async_state.py", "-k", "neither_trained_nor_dropped"),
+             "a checkpoint's stream restarts at a group dynamic sampling dropped (never to be trained)"),
 ]
 
 

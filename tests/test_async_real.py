@@ -112,7 +112,7 @@ def test_dynamic_sampling_drops_settled_groups_before_the_queue(tmp_path, monkey
     completions = sum(entry.get("rollout/dropped_completions_total", 0) for entry in logs)
     assert dropped >= 1 and completions == G * dropped, (dropped, completions)
     fractions = [entry["frac_reward_zero_std"] for entry in logs if entry.get("frac_reward_zero_std") is not None]
-    assert fractions and all(0 < f < 1 for f in fractions), fractions
+    assert fractions and all(0 <= f < 1 for f in fractions) and any(fractions), fractions  # per logging window
     assert math.isclose(_first_step(trainer)["ratio"], 1, abs_tol=1e-3)
 
 

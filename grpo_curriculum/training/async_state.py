@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import os
 
-from ..core.errors import MISSING, Problem, shorten
+from ..core.errors import Problem, shorten
 from ..core.rules import COUNT, Rule, integer
-from .checkpoint import (_FIX, _POLICY, _STREAM, STEP, CurriculumStateError, Each, Nullable, _has_arrays,
-                         _join_arrays, _read_arrays, _split_arrays, atomic_write, problems_of, read_json,
-                         state_error)  # fmt: skip
+from .checkpoint import (_FIX, _POLICY, _STREAM, STEP, CurriculumStateError, Each, Nullable, _split_arrays,
+                         atomic_write, read_json, state_error, validated)  # fmt: skip
 
 ASYNC_STATE_FILE = "curriculum_async_state.json"
 ASYNC_ARRAYS_FILE = "curriculum_async_arrays.npz"
@@ -69,14 +68,7 @@ def read_async_state(folder: str, stages: list[dict], dataset_size: int | None) 
     state = read_json(path, _FIX, MAX_BYTES)
     if not isinstance(state, dict):
         raise CurriculumStateError(f"{path} holds {type(state).__name__}, not a curriculum state. Fix: {_FIX}.")
-    try:
-        if _has_arrays(state):
-            state = _join_arrays(state, _read_arrays(os.path.join(folder, ASYNC_ARRAYS_FILE)))
-        problems = problems_of(SCHEMA, state) or _invariants(state)
-    except RecursionError:
-        problems = [Problem(path, MISSING, "nests values too deeply")]
-    if problems:
-        raise state_error(path, problems)
+    state = validated(path, state, os.path.join(folder, ASYNC_ARRAYS_FILE), SCHEMA, _invariants)
     changed = [Problem(key, state[key], f"was {shorten(state[key])} when the checkpoint was written, now "
                        f"{shorten(now)}")
                for key, now in (("stages", stages), ("dataset_size", dataset_size)) if state[key] != now]  # fmt: skip

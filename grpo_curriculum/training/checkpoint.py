@@ -724,20 +724,32 @@ def read_state(folder: str, global_step: int | None = None) -> dict:
     missing = [key for key in REQUIRED if key not in state]
     if missing:
         raise CurriculumStateError(f"{path} lacks {', '.join(missing)}: the file is damaged. Fix: {_FIX}.")
-    try:
-        if _has_arrays(state):
-            state = _join_arrays(state, _read_arrays(os.path.join(folder, ARRAYS_FILE)))
-        problems = problems_of(STATE_SCHEMA, state) or _invariants(state)
-    except RecursionError:
-        problems = [Problem(path, MISSING, "nests values too deeply")]
-    if problems:
-        raise state_error(path, problems)
+    state = validated(path, state, os.path.join(folder, ARRAYS_FILE), STATE_SCHEMA, _invariants)
     _drop_top_up_rule(state)
     if global_step is not None and state["global_step"] != global_step:
         raise CurriculumStateError(
             f"{path} was saved at step {state['global_step']}, but the checkpoint's trainer state is at step "
             f"{global_step}: the file belongs to another checkpoint. Fix: {_FIX}."
         )
+    return state
+
+
+def validated(path: str, state: dict, arrays_path: str, schema, invariants) -> dict:
+    """
+    `state` (read from `path`) with its arrays joined in from `arrays_path`, checked against `schema` and then
+    `invariants(state)` (a list of problems).
+
+    Raises:
+        [`CurriculumStateError`]: naming `path` and every problem found.
+    """
+    try:
+        if _has_arrays(state):
+            state = _join_arrays(state, _read_arrays(arrays_path))
+        problems = problems_of(schema, state) or invariants(state)
+    except RecursionError:
+        problems = [Problem(path, MISSING, "nests values too deeply")]
+    if problems:
+        raise state_error(path, problems)
     return state
 
 
