@@ -138,6 +138,8 @@ def test_a_stage_switch_of_g_reaches_the_worker_at_a_group_boundary(tmp_path, mo
         assert {(t.model_version, t.num_generations) for t in run} == {(run[0].model_version, planned(run))}, run
     _assert_whole_groups_of_g(runs, planned)
     assert {planned(run) for run in runs[:-1]} == {2, 4}, [(r[0].group_id, r[0].model_version) for r in runs]
+    # fixed-G stages read the dataset in TRL's worker order: group g holds prompt g (cycling), as without stages
+    assert all(run[0].prompt == PROMPTS[run[0].group_id % len(PROMPTS)] for run in runs), [r[0] for r in runs]
     logged = [entry["curriculum/num_generations"] for entry in trainer.state.log_history
               if "curriculum/num_generations" in entry]
     assert logged[0] == 2 and logged[-1] == 4, logged  # each step logs the mean G of the samples it trained on
