@@ -124,6 +124,14 @@ RANGES: dict[str, Rule] = {
     "off_policy_mask_threshold": _NON_NEGATIVE,
     "num_completions_to_print": _int(0),
     "vllm_importance_sampling_cap": _POSITIVE,
+    # trl.experimental.async_grpo.AsyncGRPOConfig (`max_inflight_tasks` 0: `config.trainers.async_recipe_problems`)
+    "max_staleness": _int(0, why="policy versions a sample may lag; 0: only the current one's"),
+    "weight_sync_steps": _int(1, why="optimizer steps between weight syncs to the vLLM server"),
+    "max_inflight_tasks": _int(-1, why="-1, TRL's default: max_staleness x samples a step"),
+    "request_timeout": _int(1, MAX_STEPS, why="seconds"),
+    "weight_sync_timeout": _int(1, MAX_STEPS, why="seconds"),
+    "heartbeat_stale_after_s": _POSITIVE,
+    "fork_threshold_tokens": _int(0),
     # trl.ModelConfig (LoRA)
     "lora_r": _int(1),
     "lora_alpha": _int(1),
