@@ -385,8 +385,8 @@ def starting_num_generations(recipe: Recipe, geometry: BatchGeometry) -> int:
     first stage, the recipe's top-level `num_generations` if the generation batch takes it, else the largest candidate,
     or valid G, that it does (TRL checks it when the config is built and its data loader reads prompts by it). A
     top-level `num_generations` is otherwise not used: the curriculum sets G. `geometry` is `None` for
-    `trainer: async_grpo` (no generation batch): a per-prompt first stage starts at the top-level `num_generations`
-    when it is one of the candidates, else at the largest candidate.
+    `trainer: async_grpo` (no generation batch): a per-prompt first stage starts at the recipe's `num_generations`
+    (the stage's when not given) when it is one of the candidates, else at the largest candidate.
     """
     first = recipe.curriculum.stages[0]
     if first.adaptive is None or not first.adaptive.per_prompt:
