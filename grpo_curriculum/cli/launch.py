@@ -185,7 +185,7 @@ def vllm_server_problems(recipe) -> list[Problem]:
     import sys
 
     from ..config.trl_fields import trl_fields
-    from ..training._trl_async_server import vllm_server_unready
+    from ..training.async_grpo import vllm_server_unready
 
     fields = trl_fields(ASYNC)
     url, timeout = (recipe.training.get(key, fields[key]["default"]) for key in ("vllm_server_base_url",

@@ -5,5 +5,6 @@ package.
 """
 
 from ._trl_async import CurriculumAsyncGRPOTrainer, CurriculumRolloutLoop
+from ._trl_async_server import vllm_server_unready
 
-__all__ = ["CurriculumAsyncGRPOTrainer", "CurriculumRolloutLoop"]
+__all__ = ["CurriculumAsyncGRPOTrainer", "CurriculumRolloutLoop", "vllm_server_unready"]
