@@ -104,6 +104,9 @@ def test_max_steps_is_required_with_a_curriculum_not_without():
     assert found.startswith("max_steps: is required with a curriculum on the asynchronous trainer")
     (found,) = problems({**data, "max_steps": -1, "curriculum": {"stages": stages}})
     assert found.startswith("max_steps = -1: must be set (> 0) with a curriculum on the asynchronous trainer")
+    for value, said in ((0, "must be a positive number of steps, or -1"), ("ten", "must be an integer")):
+        (found,) = problems({**data, "max_steps": value, "curriculum": {"stages": stages}})  # said once, by its rule
+        assert said in found, found
     assert parse_recipe(data).trainer == "async_grpo"  # plain AsyncGRPOTrainer: TRL's epoch stop
     assert parse_recipe({**data, "max_steps": 5, "curriculum": {"stages": stages}}).training["max_steps"] == 5
 

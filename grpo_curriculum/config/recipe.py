@@ -300,7 +300,7 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         found = stage_problems(values, key="")
         problems += found
         schedule = None if found else StageSchedule([Stage(**values)])
-    problems += trainer_problems(trainer, data.get("curriculum"), schedule, training)
+    problems += trainer_problems(trainer, data.get("curriculum"), schedule, training, refused)
     max_steps = training.get("max_steps")
     steps = is_int(max_steps) and max_steps > 0 and "max_steps" not in refused  # (refused: its range said so)
     steps_problems = STEPS.problems("max_steps", max_steps) if steps else []

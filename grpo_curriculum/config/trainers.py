@@ -56,13 +56,14 @@ def other_trainer_problems(unknown: Mapping, trainer: str, given) -> tuple[list[
     return problems, rest
 
 
-def trainer_problems(trainer: str, curriculum, schedule, training: Mapping | None = None) -> list[Problem]:
+def trainer_problems(trainer: str, curriculum, schedule, training: Mapping | None = None,
+                     refused=()) -> list[Problem]:
     """
     What `trainer` refuses in a recipe: for `rloo` and `async_grpo`, a TRL other than 1.16 and the curriculum's
     stages their trainer refuses; for `grpo` and `rloo`, the curriculum's `dynamic_sampling` switch (the asynchronous
     trainer's). `schedule` is the validated curriculum, or `None` when some stage is invalid: then each stage that is
     valid on its own is checked (`curriculum`: the recipe's mapping, or `None` when it has none). `training`: the
-    recipe's TRL keys (`max_steps`, for `async_grpo`).
+    recipe's TRL keys (`max_steps`, for `async_grpo`), `refused` those whose value their own rule refused (said).
     """
     switch = curriculum.get("dynamic_sampling") if isinstance(curriculum, Mapping) else None
     if trainer != ASYNC:
@@ -81,6 +82,8 @@ def trainer_problems(trainer: str, curriculum, schedule, training: Mapping | Non
     problems = _release_problems(trainer, ASYNC_TRL, async_trl_problem)
     for problem in async_problems(stages, max_steps=max_steps if is_int(max_steps) else None,
                                   dynamic_sampling=switch is True, at="curriculum.stages"):
+        if problem.key == "max_steps" and ("max_steps" in refused or max_steps == 0):
+            continue  # its own rule said it (0: transformers' -1 in effect)
         if problem.key == "max_steps" and "max_steps" not in training:
             problem = Problem(problem.key, MISSING, problem.rule.replace("must be set (> 0)", "is required"),
                               problem.fix)  # (not given: AsyncGRPOConfig's default, -1, trains by epochs)
