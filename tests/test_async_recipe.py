@@ -272,3 +272,20 @@ def test_build_trainer_makes_the_curriculum_async_trainer_of_a_recipe(tiny_model
         "weight_transfer": NoWeightTransfer()})
     assert trainer.curriculum_schedule is None and trainer.dynamic_sampling is False
     assert trainer.args.num_generations == 3 and trainer.rollout_worker._loop_cls is not CurriculumRolloutLoop
+
+
+def test_an_async_recipe_on_the_installed_trl_is_checked_or_refused_in_one_problem(capsys, tmp_path):
+    """On TRL 1.16 `async-demo` passes; on another release (the compatibility job's TRL 1.14, which has no
+    `trl.experimental.async_grpo`) `check` and `train` say one problem, the release, without a traceback."""
+    import importlib.metadata
+
+    from grpo_curriculum.compat import async_trl_problem
+
+    supported = async_trl_problem(importlib.metadata.version("trl")) is None
+    assert main(["check", "async-demo", "--no-preflight"]) == (0 if supported else 2)
+    captured = capsys.readouterr()
+    if not supported:
+        assert captured.err.count("\n  - ") == 1 and "trainer = 'async_grpo': needs TRL 1.16" in captured.err
+        assert main(["train", "async-demo", "--output_dir", str(tmp_path / "never")]) == 2
+        assert "needs TRL 1.16" in capsys.readouterr().err and not (tmp_path / "never").exists()
+    assert "Traceback" not in captured.err

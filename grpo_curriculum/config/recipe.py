@@ -52,7 +52,7 @@ from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_bat
 from ..core.rules import COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, Rule, check, integer, is_int, suggest, unknown_keys
 from ..core.schedule import Stage, StageSchedule, stage_problems
 from .builtins import BUILTIN, DATASET_NAMES, MODEL_NAMES, TINY_MODEL
-from .trl_fields import CLASSES, TRAINERS, field_name, trl_fields
+from .trl_fields import CLASSES, TRAINERS, field_name, has_fields, trl_fields
 from .trainers import ASYNC, TRAINER, async_recipe_problems, other_trainer_problems, recipe_trainer, trainer_problems
 from .engines import engine_problems
 from .trl_ranges import ranged_rule, related_problems
@@ -243,6 +243,8 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
             parts[CLASSES[fields[key]["owner"]]][key] = value
         elif key not in RECIPE_KEYS:
             unknown[key] = value
+    if not has_fields(trainer):  # an old TRL without the trainer's config: its keys cannot be told (it says so)
+        unknown = {}
     found, unknown = other_trainer_problems(unknown, trainer, data.get("trainer"))
     problems += found
     problems += unknown_keys(unknown, [*fields, *RECIPE_KEYS], None, f"a recipe key (a field of {TRAINERS[trainer]}, "

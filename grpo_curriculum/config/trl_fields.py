@@ -295,6 +295,11 @@ def trl_fields(trainer: str = "grpo") -> dict[str, dict]:
     return snapshot.get(fields_key(trainer), snapshot["fields"])
 
 
+def has_fields(trainer: str) -> bool:
+    """Whether the installed TRL has `trainer`'s config class (else [`trl_fields`] gives `GRPOConfig`'s)."""
+    return fields_key(trainer) in _snapshot()
+
+
 trl_fields.cache_clear = _snapshot.cache_clear  # (read the snapshot, or the live classes, again)
 
 
