@@ -60,11 +60,27 @@ RLOO_TRL = (1, 16)
 
 def rloo_trl_problem(version: str | None) -> str | None:
     """Why `CurriculumRLOOTrainer` cannot run on TRL `version` (`None`: not installed), or `None` when it can."""
-    wanted = ".".join(map(str, RLOO_TRL))
-    if version is not None and _release(version) == RLOO_TRL:
+    return _release_problem(version, RLOO_TRL, "CurriculumRLOOTrainer relies on RLOOTrainer's internals as TRL {} "
+                            "has them")
+
+
+ASYNC_TRL = (1, 16)
+"""The TRL release `CurriculumAsyncGRPOTrainer` (a recipe's `trainer: async_grpo`) is built and tested against: the
+first with `trl.experimental.async_grpo`."""
+
+
+def async_trl_problem(version: str | None) -> str | None:
+    """Why `CurriculumAsyncGRPOTrainer` cannot run on TRL `version` (`None`: not installed), or `None` when it can."""
+    return _release_problem(version, ASYNC_TRL, "CurriculumAsyncGRPOTrainer extends the asynchronous trainer of "
+                            "`trl.experimental.async_grpo` as TRL {} has it")
+
+
+def _release_problem(version: str | None, release: tuple[int, int], why: str) -> str | None:
+    """`needs TRL <release> (<why>); the installed TRL is <version>`, or `None` when `version` is of `release`."""
+    wanted = ".".join(map(str, release))
+    if version is not None and _release(version) == release:
         return None
-    return (f"needs TRL {wanted} (CurriculumRLOOTrainer relies on RLOOTrainer's internals as TRL {wanted} has them); "
-            f"the installed TRL is {version or 'none'}")
+    return f"needs TRL {wanted} ({why.format(wanted)}); the installed TRL is {version or 'none'}"
 
 
 TRUTHY = ("1", "true", "yes", "on", "y", "t")

@@ -1,32 +1,10 @@
-"""TRL's asynchronous trainer in recipes (docs/async.md): `trainer: async_grpo` is refused by `check` and `train`,
-naming the key and the Python class that supports it; nothing is written. What the asynchronous curriculum refuses,
-and its drop decision on TRL's real scoring. (The trainer itself: tests/test_async_real.py, `make test-vllm`.)"""
+"""TRL's asynchronous trainer (docs/async.md): what the asynchronous curriculum refuses, and its drop decision on TRL's
+real scoring. (Recipes of `trainer: async_grpo`: tests/test_async_recipe.py; the trainer itself:
+tests/test_async_real.py, `make test-vllm`.)"""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
-
-from grpo_curriculum.cli.main import main
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def test_trainer_async_grpo_is_refused_with_the_python_class_to_use(tmp_path, capsys):
-    recipe = tmp_path / "recipe.yaml"
-    data = {**yaml.safe_load((ROOT / "recipes" / "rloo-demo.yaml").read_text()), "trainer": "async_grpo",
-            "output_dir": str(tmp_path / "out")}  # fmt: skip
-    recipe.write_text(yaml.safe_dump(data))
-    for command in ("check", "train"):
-        assert main([command, str(recipe)]) == 2
-        captured = capsys.readouterr()
-        assert "trainer = 'async_grpo': must be one of ['grpo', 'rloo']" in captured.err, captured.err
-        assert "TRL's AsyncGRPOTrainer has no recipe yet" in captured.err
-        assert "grpo_curriculum.training.async_grpo.CurriculumAsyncGRPOTrainer" in captured.err
-        assert "Traceback" not in captured.err + captured.out
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["recipe.yaml"]
 
 
 def _group(rewards):

@@ -242,3 +242,70 @@ def test_dynamic_sampling_without_max_steps_is_refused_before_training(tmp_path)
     args = AsyncGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[])
     with pytest.raises(CurriculumError, match="max_steps"):
         CurriculumAsyncGRPOTrainer(model="unused", args=args, dynamic_sampling=True)
+
+
+def _recipe(tmp_path, model_dir: str, base_url: str, **settings) -> str:
+    """A recipe of `trainer: async_grpo` on the tiny model the server serves: G 2 at step 0, then G 4, dynamic
+    sampling on, the conversational built-in arithmetic prompts rewarded by `varied_reward` (importable by name in the
+    spawned worker)."""
+    import yaml
+
+    path = tmp_path / "async.yaml"
+    path.write_text(yaml.safe_dump({
+        "trainer": "async_grpo", "model_name_or_path": model_dir, "dataset_name": "builtin:arithmetic",
+        "dataset_num_prompts": 8, "reward_funcs": ["tests.async_real:varied_reward"], "num_processes": 1,
+        "vllm_server_base_url": base_url, "output_dir": str(tmp_path / "run"), "use_cpu": True, "bf16": False,
+        "activation_checkpointing": False, "report_to": [], "save_strategy": "no", "seed": 0, "max_steps": 3,
+        "max_completion_length": 8, "learning_rate": 1e-3, "max_staleness": 100, "logging_steps": 1,
+        "curriculum": {"dynamic_sampling": True, "stages": [{"num_generations": 2, "temperature": 1.0, "until_step": 1},
+                                                            {"num_generations": 4, "temperature": 1.0}]},
+        **settings}))  # fmt: skip
+    return str(path)
+
+
+def test_train_runs_an_async_recipe_against_the_server(tmp_path, monkeypatch, capsys, vllm_model_dir, vllm_server):
+    """`grpo-curriculum train` of a recipe of `trainer: async_grpo`, in-process: the server waited for, the recipe's
+    stages and dynamic sampling reaching the worker (each group whole at the G of the policy version it started at),
+    the run's state written. On a CPU: the shims of tests/async_cpu.py, TRL's weight transfer replaced by the no-op
+    one, and the tokenizer TRL loads from the model folder replaced by the one with the chat and response templates
+    (`chat_tokenizer`)."""
+    import json
+
+    from trl.experimental.async_grpo import async_grpo_trainer
+
+    from grpo_curriculum.cli.main import main
+
+    allow_async_grpo_on_cpu(monkeypatch)
+    transfer = NoWeightTransfer()
+    monkeypatch.setattr(async_grpo_trainer, "WeightTransferClient", lambda **kwargs: transfer)
+    monkeypatch.setattr(async_grpo_trainer.AutoTokenizer, "from_pretrained", lambda *args, **kwargs: chat_tokenizer())
+    taken = record_taken(monkeypatch)
+    assert main(["train", _recipe(tmp_path, vllm_model_dir, vllm_server.base_url)]) == 0
+    captured = capsys.readouterr()
+    assert f"waiting for the vLLM server at {vllm_server.base_url}" in captured.err
+    assert "(trainer: CurriculumAsyncGRPOTrainer)" in captured.out and "trained to step 3" in captured.out
+    assert "G of the samples trained on: 2 at step 1" in captured.out, captured.out
+
+    def planned(run):
+        return 2 if run[0].model_version - 1 < 1 else 4
+
+    runs = _runs(taken)
+    for run in runs:
+        assert {(t.model_version, t.num_generations) for t in run} == {(run[0].model_version, planned(run))}, run
+    _assert_whole_groups_of_g(runs, planned)
+    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3 and transfer.syncs >= 3
+
+
+def test_train_of_an_async_recipe_without_a_server_stops_before_the_model_loads(tmp_path, capsys, vllm_model_dir):
+    import socket
+
+    from grpo_curriculum.cli.main import main
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    assert main(["train", _recipe(tmp_path, vllm_model_dir, url, vllm_server_timeout=1)]) == 2
+    err = capsys.readouterr().err
+    assert f"vllm_server_base_url = '{url}': has no vLLM server answering (GET /health)" in err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()

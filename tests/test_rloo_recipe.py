@@ -49,7 +49,7 @@ def test_rloo_demo_checks_and_trains_on_rloo_with_rloo_config(tmp_path, capsys):
     ({"trainer": "rloo", "loss_type": "dapo"},
      ["loss_type = 'dapo': is a field of GRPOConfig, not of RLOOConfig (this recipe's `trainer: rloo`)",
       "fix: remove it, or use `trainer: grpo`"]),
-    ({"trainer": "bogus"}, ["trainer = 'bogus': must be one of ['grpo', 'rloo']"]),
+    ({"trainer": "bogus"}, ["trainer = 'bogus': must be one of ['grpo', 'rloo', 'async_grpo']"]),
     ({"normalize_advantages": True},
      ["normalize_advantages = True: is a field of RLOOConfig, not of GRPOConfig (`trainer: grpo`, the default)",
       "fix: remove it, or use `trainer: rloo`"]),

@@ -4,6 +4,7 @@ curriculum trainer around them ([`build_trainer`]), as TRL's `trl grpo` (`trl rl
 from __future__ import annotations
 
 from ..config.recipe import BUILTIN, TINY_MODEL
+from ..config.trainers import ASYNC
 from .launch import launch_geometry
 
 
@@ -71,20 +72,27 @@ def model_arguments(model_args, args, loads_model: bool) -> dict:
     return {"quantization_config": get_quantization_config(model_args), "peft_config": get_peft_config(model_args)}
 
 
-def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=(), split=None, **settings):
+def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=(), split=None, async_options=None,
+                  **settings):
     """
-    `CurriculumGRPOTrainer` (`CurriculumRLOOTrainer` for `trainer: rloo`) for a validated recipe, its `GRPOConfig`
-    (`RLOOConfig`) and `ModelConfig` built by TRL's parser (see [`~config.arguments.trl_arguments`]) with `settings`
-    (and `output_dir`, when given) on top (`split`: see [`build_run`]).
+    `CurriculumGRPOTrainer` (`CurriculumRLOOTrainer` for `trainer: rloo`, `CurriculumAsyncGRPOTrainer` for
+    `trainer: async_grpo`) for a validated recipe, its `GRPOConfig` (`RLOOConfig`, `AsyncGRPOConfig`) and
+    `ModelConfig` built by TRL's parser (see [`~config.arguments.trl_arguments`]) with `settings` (and `output_dir`,
+    when given) on top (`split`: see [`build_run`]; `async_options`: more `AsyncGRPOTrainer` arguments, e.g.
+    `weight_transfer`, for `trainer: async_grpo`).
     """
     from ..config.arguments import trl_arguments
     from ..core.curriculum import curriculum_options
     from ..training.callback import CurriculumCallback
-    from ..training.trainer import CurriculumGRPOTrainer, CurriculumRLOOTrainer
 
     settings.update({"output_dir": output_dir} if output_dir is not None else {})
     args, model_args = trl_arguments(recipe, launch_geometry(recipe), **settings)
     model, tokenizer, dataset, eval_dataset, rewards = build_run(recipe, split)
+    if recipe.trainer == ASYNC:
+        return _async_trainer(recipe, args, model_args, model, tokenizer, dataset, rewards, extra_callbacks,
+                              async_options)
+    from ..training.trainer import CurriculumGRPOTrainer, CurriculumRLOOTrainer
+
     routed = model_arguments(model_args, args, loads_model=isinstance(model, str))
     trainer = CurriculumRLOOTrainer if recipe.trainer == "rloo" else CurriculumGRPOTrainer
     return trainer(
@@ -99,3 +107,31 @@ def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=(), spl
         **routed,
     )
 
+
+
+def _async_trainer(recipe, args, model_args, model, tokenizer, dataset, rewards, callbacks, options):
+    """
+    `CurriculumAsyncGRPOTrainer` for a recipe of `trainer: async_grpo`: the model by name (AsyncGRPOTrainer loads it,
+    at `args.dtype`, with its own attention), LoRA from `ModelConfig` as `trl grpo` routes it, the curriculum's stages
+    when the recipe has a `curriculum:` (else TRL's loop at the recipe's G and temperature) and its
+    `dynamic_sampling` switch.
+    """
+    from trl import get_peft_config
+
+    from ..training.async_grpo import CurriculumAsyncGRPOTrainer
+
+    kwargs = {"revision": model_args.model_revision} if model_args.model_revision not in (None, "main") else {}
+    args.model_init_kwargs = {**kwargs, **(args.model_init_kwargs or {})} or None
+    curriculum = recipe.raw.get("curriculum")
+    return CurriculumAsyncGRPOTrainer(
+        model=model,
+        reward_funcs=rewards,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+        peft_config=get_peft_config(model_args),
+        stages=recipe.curriculum if curriculum is not None else None,
+        dynamic_sampling=bool(curriculum and curriculum.get("dynamic_sampling")),
+        **(options or {}),
+    )

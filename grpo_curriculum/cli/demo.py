@@ -11,7 +11,7 @@ from pathlib import Path
 from ..core.errors import CurriculumError, Problem, raise_if_any
 from .build import build_trainer
 from .folders import folder_problems, hold_folder, new_folder, output_dir_problems, writable_problems
-from .launch import set_threads, torch_threads, validate_for_launch
+from .launch import set_threads, synchronous_only, torch_threads, validate_for_launch
 from .plot import plot_run, require_matplotlib
 from .progress import curriculum_output, progress_callback
 from .summary import print_end, print_start
@@ -35,6 +35,7 @@ def demo_main(args) -> int:
     if getattr(args, "max_steps", None):
         overrides["max_steps"] = args.max_steps
     recipe = load_recipe(recipe_path, overrides=overrides)
+    synchronous_only(recipe, "demo")
     validate_for_launch(recipe)
     announce("demo")
     from transformers import PrinterCallback

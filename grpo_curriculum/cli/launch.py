@@ -10,6 +10,7 @@ import importlib.util
 import os
 
 from ..config.recipe import BUILTIN, TINY_MODEL, starting_num_generations
+from ..config.trainers import ASYNC
 from ..core.errors import Problem, raise_if_any
 
 REPORTERS = {  # `report_to` integrations of transformers: the packages it needs (any one) and how to install them
@@ -39,6 +40,8 @@ OPTIMIZER_PACKAGES = {  # `optim` values transformers builds from another packag
 }
 
 
+ASYNC_GEOMETRY = "the asynchronous trainer (samples from its rollout queue; no generation batch)"
+
 NOT_ROUTED = {  # ScriptArguments fields TRL's GRPO script does not use either
     "ignore_bias_buffers": "it only applies to DDP with bias buffers in TRL's other scripts; GRPO training ignores it",
 }
@@ -59,8 +62,9 @@ def validate_for_launch(recipe) -> None:
     from ..config.environment import environment_problems
     from ..core.errors import GeometryError
 
-    geometry = launch_geometry(recipe)
-    misfits = recipe.curriculum.geometry_problems(geometry, key="curriculum.stages") + geometry.eval_problems()
+    geometry = launch_geometry(recipe)  # (`None` for the asynchronous trainer: no generation batch)
+    misfits = [] if geometry is None else (recipe.curriculum.geometry_problems(geometry, key="curriculum.stages") +
+                                           geometry.eval_problems())
     problems = []
     needs = [("use_vllm", recipe.training.get("use_vllm"), "vllm", "install it on a CUDA machine "
               "(`pip install 'vllm>=0.10'`, the `vllm` extra's pin), or set `use_vllm: false`"),
@@ -68,7 +72,9 @@ def validate_for_launch(recipe) -> None:
              ("deepspeed", recipe.training.get("deepspeed"), "deepspeed", "`DS_BUILD_OPS=0 pip install deepspeed` "
               "(its ops build when first used; docs/distributed.md), or remove `deepspeed`"),
              *((key, recipe.model.get(key), "bitsandbytes", f"`pip install bitsandbytes` (CUDA), or set `{key}: "
-                "false`") for key in ("load_in_4bit", "load_in_8bit"))]  # fmt: skip
+                "false`") for key in ("load_in_4bit", "load_in_8bit")),
+             ("trainer", recipe.trainer if recipe.trainer == ASYNC else None, "vllm", "install vLLM where the trainer "
+              "runs (TRL's weight transfer to the vLLM server imports it; docs/async.md), or use `trainer: grpo`")]
     optim = recipe.training.get("optim")
     if optim in OPTIMIZER_PACKAGES:
         package, pip_name = OPTIMIZER_PACKAGES[optim]
@@ -91,14 +97,15 @@ def validate_for_launch(recipe) -> None:
                                 "training\")", "launch with `accelerate launch --config_file examples/distributed/"
                                 "accelerate_fsdp2.yaml -m grpo_curriculum.cli train ...` or `torchrun "
                                 "--nproc_per_node N -m grpo_curriculum.cli train ...`, or remove `fsdp`"))
-    problems += environment_problems(recipe, geometry, starting_num_generations(recipe, geometry))
+    problems += environment_problems(recipe, geometry, 0 if geometry is None else
+                                     starting_num_generations(recipe, geometry))
     for key, why in NOT_ROUTED.items():
         if key in recipe.script:
             problems.append(Problem(key, recipe.script[key], f"is not supported: {why}", f"remove `{key}`"))
     if recipe.script.get("dataset_streaming") and recipe.dataset_name.startswith(BUILTIN):
         problems.append(Problem("dataset_streaming", True, f"only applies to datasets loaded with `datasets` (not "
                                 f"{recipe.dataset_name})", "remove `dataset_streaming`"))  # fmt: skip
-    context = f"{recipe.path}: {geometry.describe()}"
+    context = f"{recipe.path}: {ASYNC_GEOMETRY if geometry is None else geometry.describe()}"
     raise_if_any(problems and problems + misfits, context)
     if misfits:  # only misfits: the recipe is well-formed, and `check` says INVALID for it (exit status 1)
         raise GeometryError(misfits, context)
@@ -157,11 +164,49 @@ def launch_problems(environ=os.environ) -> list[Problem]:
 
 
 def launch_geometry(recipe):
-    """The recipe's batch geometry on the processes this one was launched with (`WORLD_SIZE`; 1 otherwise)."""
+    """The recipe's batch geometry on the processes this one was launched with (`WORLD_SIZE`; 1 otherwise); `None`
+    for `trainer: async_grpo`, which has no generation batch (its rollout worker samples group by group)."""
     from ..config.recipe import run_geometry
 
     raise_if_any(launch_problems(), "the launch environment")
+    if recipe.trainer == ASYNC:
+        return None
     return run_geometry(recipe, num_processes=int(os.environ.get("WORLD_SIZE", "1")))
+
+
+def vllm_server_problems(recipe) -> list[Problem]:
+    """
+    `trainer: async_grpo`: the vLLM server at `vllm_server_base_url`, waited for as TRL's trainer waits for it (up to
+    `vllm_server_timeout` seconds), before any model loads or any folder is written: a server that never answers is one
+    problem naming the URL and how to start one, not a traceback after the model has loaded.
+    """
+    if recipe.trainer != ASYNC:
+        return []
+    import sys
+
+    from ..config.trl_fields import trl_fields
+    from ..training.async_grpo import vllm_server_unready
+
+    fields = trl_fields(ASYNC)
+    url, timeout = (recipe.training.get(key, fields[key]["default"]) for key in ("vllm_server_base_url",
+                                                                                 "vllm_server_timeout"))
+    print(f"grpo-curriculum train: waiting for the vLLM server at {url} (up to {timeout:g} s: vllm_server_timeout)",
+          file=sys.stderr, flush=True)
+    why = vllm_server_unready(url, timeout)
+    if why is None:
+        return []
+    return [Problem("vllm_server_base_url", url, f"has no vLLM server answering (GET /health): {why}",
+                    "start one serving the recipe's model first, e.g. `trl vllm-serve --model MODEL --host 127.0.0.1 "
+                    "--port 8000` (docs/async.md), or set `vllm_server_base_url` to where it runs")]
+
+
+def synchronous_only(recipe, command: str) -> None:
+    """Refuse a recipe of `trainer: async_grpo` in a command that runs the synchronous trainers only (`demo`,
+    `sweep`): before anything is built or written."""
+    if recipe.trainer == ASYNC:
+        raise_if_any([Problem("trainer", recipe.trainer, f"is not supported by `grpo-curriculum {command}` (it "
+                              "trains the synchronous GRPOTrainer and RLOOTrainer only)",
+                              f"train it with `grpo-curriculum train {recipe.path}`")], f"recipe {recipe.path}")
 
 
 def unused_override_problems(recipe, given: dict) -> list:

@@ -3,7 +3,8 @@ The `grpo-curriculum` command.
 
 - `check [RECIPE] [--num-processes N] [...]`: the batch geometry, every valid `num_generations`, and a verdict with
   fixes for each stage, before anything is loaded. RECIPE may also be a file holding only a `curriculum:` mapping.
-- `train RECIPE [--key value ...]`: train a recipe (`trainer: rloo`: with `CurriculumRLOOTrainer`), with overrides
+- `train RECIPE [--key value ...]`: train a recipe (`trainer: rloo`: with `CurriculumRLOOTrainer`; `trainer: async_grpo`:
+  with `CurriculumAsyncGRPOTrainer`, against a running `trl vllm-serve`), with overrides
   read as `trl grpo` reads them (launch with `accelerate launch` for several processes), printing the stage plan,
   each switch, the resume and a per-stage table.
 - `demo [--recipe RECIPE] [--out DIR] [--max-steps N]`: a few-minute CPU run of the built-in task, into a new folder.
@@ -31,6 +32,7 @@ import sys
 
 from ..core.errors import CurriculumError, GeometryError, Problem, list_text, plural, raise_if_any, shorten
 from ..core.rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
+from ..config.trainers import ASYNC
 from ..core.sampling import DynamicSampling, TopUp
 from ..demo.models import MODELS, ModelFetchError
 from ..training.checkpoint import CurriculumStateError
@@ -367,6 +369,8 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
                      "`CurriculumCallback.from_yaml` reads it; the geometry comes from the flags)")
     elif args.recipe:
         recipe = load_recipe(args.recipe, overrides)
+        if recipe.trainer == ASYNC:
+            return async_check_report(recipe, args)
         schedule, num_processes, max_steps = recipe.curriculum, recipe.num_processes, recipe.training.get("max_steps")
         geometry = run_geometry(recipe)  # as `train` runs it: evaluating at the G GRPOConfig gets
         start, top = starting_num_generations(recipe, geometry), recipe.training.get("num_generations")
@@ -452,6 +456,54 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
     lines.append(f"result: INVALID, {invalid} of {checked} checks fail {where}" if invalid else
                  f"result: OK, all {checked} checks valid {where}")
     return lines, not invalid
+
+
+def async_check_report(recipe, args: argparse.Namespace) -> tuple[list[str], bool]:
+    """
+    `check` of a recipe of `trainer: async_grpo` (already validated: what the asynchronous trainer refuses was said
+    by [`~config.recipe.load_recipe`]): its stages, each group sampled whole at its stage's G, and what a step trains
+    on. No generation batch (the rollout worker samples group by group), so no G misfits; the same folder check and
+    preflight as `train`.
+    """
+    from ..config.environment import environment_problems
+    from ..config.engines import engine_notes
+    from ..config.trl_fields import TRAINERS, trl_fields
+    from .launch import ASYNC_GEOMETRY
+
+    training, defaults = recipe.training, trl_fields(ASYNC)
+    value = lambda key: training.get(key, defaults[key]["default"])  # noqa: E731
+    raise_if_any(environment_problems(recipe, None, 0), f"{recipe.path}: {ASYNC_GEOMETRY}")
+    n = args.num_processes or recipe.num_processes or 1
+    source = ("--num-processes" if args.num_processes else "the recipe's num_processes" if recipe.num_processes else
+              "assumed: neither --num-processes nor the recipe's num_processes is given")
+    per_step = value("per_device_train_batch_size") * value("gradient_accumulation_steps") * n
+    lines = [f"recipe: {recipe.path} ({recipe.model_name_or_path}, dataset {recipe.dataset_name}, trainer {ASYNC}: "
+             f"{TRAINERS[ASYNC]})", *engine_notes(training), f"num_processes: {n} ({source})",
+             f"asynchronous: a rollout worker samples each prompt's group whole, at its stage's G, from the vLLM server "
+             f"at {value('vllm_server_base_url')}; a step trains on {per_step} samples from its queue "
+             f"({value('per_device_train_batch_size')} per-device batch x {value('gradient_accumulation_steps')} "
+             f"accumulation x {plural(n, 'process')}), none more than {value('max_staleness')} policy versions old: "
+             "no generation batch, so any G >= 2 fits"]  # fmt: skip
+    if "curriculum" in recipe.raw and args.num_generations is None:
+        rows = [label for label, _ in _stage_rows(recipe.curriculum, training.get("max_steps"))]
+    else:
+        g = args.num_generations or recipe.curriculum.stages[0].num_generations
+        rows = [f"G={g} ({'--num-generations' if args.num_generations else 'num_generations'})"]
+    lines += [f"{label}: valid" for label in rows]
+    if (recipe.raw.get("curriculum") or {}).get("dynamic_sampling") is True:
+        lines.append("dynamic sampling (curriculum.dynamic_sampling): a group whose rewards are all equal is dropped "
+                     "in the rollout worker, before the queue, and the worker samples on (logged as "
+                     "rollout/dropped_groups_total and frac_reward_zero_std)")
+    from .folders import folder_problems
+
+    raise_if_any(folder_problems(training.get("output_dir") or "trainer_output", "output_dir"),
+                 f"recipe {recipe.path}")  # as `train` refuses it
+    if not getattr(args, "no_preflight", False):
+        from .preflight import run_preflight
+
+        run_preflight(recipe)  # as `train` runs it: the dataset, the reward functions
+    lines.append(f"result: OK, all {len(rows)} checks valid on {plural(n, 'process')}")
+    return lines, True
 
 
 def run_check(args: argparse.Namespace) -> int:

@@ -12,6 +12,8 @@ recipe text alone cannot show, said as one verdict with every problem listed (ke
   completions ([`STAND_INS`]); what it returns must be one finite number or `None` per completion
   ([`~core.reward_output.reward_output_problem`]; a dict, a float, strings, the wrong length, NaN everywhere are
   refused), and it must not raise or call `sys.exit`.
+- **`trainer: async_grpo`**: the prompts must be conversations (TRL's rollout worker applies the chat template to
+  each prompt's messages).
 - **`generation_kwargs`**: built into transformers' `GenerationConfig` as TRL builds it (sampling on), so a value
   transformers refuses (`max_new_tokens: -3`) is named now, not at step 1. (With vLLM they go to vLLM's sampling
   parameters instead, which are not checked here.)
@@ -41,6 +43,14 @@ def preflight_problems(recipe) -> list[Problem]:
     problems = generation_kwargs_problems(recipe)
     rows, found = dataset_rows(recipe)
     problems += found
+    if rows and recipe.trainer == "async_grpo" and not _is_conversation(rows[0]["prompt"]):
+        problems.append(Problem(
+            "dataset_prompt_column", recipe.dataset_prompt_column, f"holds text prompts in dataset "
+            f"{recipe.dataset_name} ({shorten(rows[0]['prompt'])}), and `trainer: async_grpo` takes conversations: "
+            "TRL's rollout worker renders each prompt's messages with the tokenizer's chat template (a string would "
+            "be read as a list of characters)", "give the prompts as lists of {role, content} messages (e.g. "
+            "`[{role: user, content: ...}]`), or use `trainer: grpo`"))  # fmt: skip
+        rows = None
     rewards = []
     for i, path in enumerate(recipe.reward_funcs):
         try:

@@ -12,7 +12,7 @@ import time
 from ..core.errors import Problem, raise_if_any
 from .build import build_trainer
 from .folders import folder_problems, hold_folder, main_process, output_dir_problems, resumes_in, writable_problems
-from .launch import set_threads, torch_threads, unused_override_problems, validate_for_launch
+from .launch import set_threads, torch_threads, unused_override_problems, validate_for_launch, vllm_server_problems
 from .preflight import run_preflight
 from .progress import curriculum_output, progress_callback
 from .summary import print_end, print_start
@@ -31,7 +31,8 @@ def _train_output(args) -> dict:
 
 def train_main(args) -> int:
     """`grpo-curriculum train RECIPE [--key value ...]`: run a recipe with `CurriculumGRPOTrainer` (or, for
-    `trainer: rloo`, `CurriculumRLOOTrainer`)."""
+    `trainer: rloo`, `CurriculumRLOOTrainer`; for `trainer: async_grpo`, `CurriculumAsyncGRPOTrainer`, once its vLLM
+    server answers)."""
     from ..training.checkpoint import CheckpointWriteError
     from .progress import announce, split_output_flags
 
@@ -49,6 +50,7 @@ def train_main(args) -> int:
     raise_if_any(unused_override_problems(recipe, given), context=f"recipe {recipe.path}")
     validate_for_launch(recipe)
     run_preflight(recipe)  # the dataset, the reward functions: before any folder or model
+    raise_if_any(vllm_server_problems(recipe), context=f"recipe {recipe.path}")  # (`trainer: async_grpo`)
     resume = recipe.training.get("resume_from_checkpoint")
     output_dir = recipe.training.get("output_dir") or "trainer_output"  # TRL's default
     problems = folder_problems(output_dir, "output_dir")

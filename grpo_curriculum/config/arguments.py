@@ -1,6 +1,7 @@
 """
 The arguments of `grpo-curriculum train`, parsed by TRL's own [`~trl.TrlParser`] as `trl grpo --config RECIPE --key
-value ...` parses them (with `RLOOConfig` instead of `GRPOConfig` for a recipe's `trainer: rloo`, as `trl rloo` would):
+value ...` parses them (with `RLOOConfig` instead of `GRPOConfig` for a recipe's `trainer: rloo`, as `trl rloo` would;
+with `AsyncGRPOConfig` for `trainer: async_grpo`, whose `dtype` is the one `ModelConfig` would otherwise take):
 the recipe's keys are the defaults, each override is read by its field's type (`--max_steps 10`
 an integer, `--use_peft` true, `--save_strategy no` a string, `--lora_target_modules q_proj v_proj` a list). Before any
 config is built, [`~config.recipe.load_recipe`] (what `grpo-curriculum check` runs) names every problem at once.
@@ -9,17 +10,18 @@ config is built, [`~config.recipe.load_recipe`] (what `grpo-curriculum check` ru
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import trl
 from trl import GRPOConfig, ModelConfig, TrlParser
 from trl.scripts.grpo import GRPOScriptArguments
 
 from ..core.errors import MISSING, CurriculumError, Problem
 from ..core.geometry import BatchGeometry
 from .recipe import Recipe, starting_num_generations
-from .trl_fields import TRAINERS, field_name, trl_fields
+from .trl_fields import TRAINERS, config_class, field_name, trl_fields
 
 
 @dataclass
@@ -32,15 +34,16 @@ class RecipeArguments(GRPOScriptArguments):
         dataset_num_prompts (`int`, *optional*): Prompts of a built-in dataset (default 256).
         dataset_prompt_column (`str`, *optional*, defaults to `"prompt"`): Dataset column holding the prompt.
         warm_start_steps (`int`, *optional*, defaults to `0`): Supervised steps of the built-in model before RL.
-        trainer (`str`, *optional*, defaults to `"grpo"`): `grpo` or `rloo` (checked with the recipe, see
-            [`~config.trainers`]).
+        trainer (`str`, *optional*, defaults to `"grpo"`): `grpo`, `rloo` or `async_grpo` (checked with the recipe,
+            see [`~config.trainers`]).
     """
 
     num_processes: int | None = field(default=None, metadata={"help": "World size the recipe was written for."})
     dataset_num_prompts: int | None = field(default=None, metadata={"help": "Prompts of a built-in dataset."})
     dataset_prompt_column: str = field(default="prompt", metadata={"help": "Dataset column holding the prompt."})
     warm_start_steps: int = field(default=0, metadata={"help": "Supervised steps of `builtin:tiny` before RL."})
-    trainer: str = field(default="grpo", metadata={"help": "`grpo` (GRPOTrainer) or `rloo` (RLOOTrainer)."})
+    trainer: str = field(default="grpo", metadata={"help": "`grpo` (GRPOTrainer), `rloo` (RLOOTrainer) or "
+                                                           "`async_grpo` (AsyncGRPOTrainer)."})
 
 
 @dataclass
@@ -50,15 +53,31 @@ class CurriculumArguments:
     curriculum: dict | None = field(default=None, metadata={"help": "`stages:` and options (recipe file only)."})
 
 
+@functools.cache
+def model_config(trainer: str = "grpo") -> type:
+    """
+    `ModelConfig`, or for a trainer whose config class has fields of the same name (`AsyncGRPOConfig.dtype`, which
+    `AsyncGRPOTrainer` loads the model with) a copy of it without them: one `--dtype` for the parser, the trainer's.
+    """
+    config = config_class(TRAINERS[trainer])
+    shared = {f.name for f in dataclasses.fields(config)} & {f.name for f in dataclasses.fields(ModelConfig)}
+    if not shared:
+        return ModelConfig
+    kept = [(f.name, f.type, field(default=f.default, default_factory=f.default_factory, metadata=f.metadata))
+            for f in dataclasses.fields(ModelConfig) if f.name not in shared]
+    return dataclasses.make_dataclass("ModelConfig", kept)
+
+
 class RecipeParser(TrlParser):
     """
     A [`~trl.TrlParser`] for `grpo-curriculum train` whose usage errors are [`CurriculumError`]s, reading the training
-    keys as fields of `trainer`'s config class ([`~config.trl_fields.TRAINERS`]: `GRPOConfig`, `RLOOConfig`).
+    keys as fields of `trainer`'s config class ([`~config.trl_fields.TRAINERS`]: `GRPOConfig`, `RLOOConfig`,
+    `AsyncGRPOConfig`).
     """
 
     def __init__(self, trainer: str = "grpo"):
-        super().__init__((RecipeArguments, getattr(trl, TRAINERS[trainer]), ModelConfig, CurriculumArguments),
-                         prog="grpo-curriculum train RECIPE")
+        super().__init__((RecipeArguments, config_class(TRAINERS[trainer]), model_config(trainer),
+                          CurriculumArguments), prog="grpo-curriculum train RECIPE")
         for action in self._actions:  # `tuple[float, float]`: HfArgumentParser would read one string's characters
             if action.dest == "reward_clip_range":
                 action.nargs, action.type = 2, float
@@ -96,14 +115,16 @@ class RecipeParser(TrlParser):
 def command_line_overrides(args: list[str], data) -> dict:
     """
     [`RecipeParser.overrides`] of `args`, read with the config class of the trainer they (`--trainer`) or else the
-    recipe mapping `data` name (an invalid one: `GRPOConfig`'s, and the recipe check names it).
+    recipe mapping `data` name (an invalid one, or one the installed TRL lacks: `GRPOConfig`'s, and the recipe check
+    names it).
     """
     trainer = data.get("trainer") if isinstance(data, Mapping) else None
     for i, token in enumerate(args):
         key, equals, text = token.partition("=")
         if key == "--trainer":
             trainer = text if equals else args[i + 1] if i + 1 < len(args) else None
-    return RecipeParser(trainer if isinstance(trainer, str) and trainer in TRAINERS else "grpo").overrides(args)
+    known = isinstance(trainer, str) and trainer in TRAINERS and config_class(TRAINERS[trainer]) is not None
+    return RecipeParser(trainer if known else "grpo").overrides(args)  # (TRL 1.14: no AsyncGRPOConfig, said later)
 
 
 def trl_arguments(recipe: Recipe, geometry: BatchGeometry, **settings) -> tuple[GRPOConfig, ModelConfig]:

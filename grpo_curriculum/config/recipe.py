@@ -9,9 +9,11 @@ fields such as `model_name_or_path`, `ScriptArguments` fields such as `dataset_n
 - `dataset_num_prompts`: how many prompts a built-in dataset (`builtin:echo`, `builtin:count`) holds;
 - `dataset_prompt_column`: the dataset column holding the prompt, renamed to `prompt` (e.g. `question` for GSM8K);
 - `warm_start_steps`: supervised steps given to the built-in model (`builtin:tiny`) before RL (default 0);
-- `trainer`: `grpo` (the default) or `rloo`: TRL's `RLOOTrainer` and `RLOOConfig`, whose fields the recipe's TRL keys
-  are then checked against ([`~config.trainers`]);
-- `curriculum`: a mapping with `stages:`, a list of [`Stage`] fields.
+- `trainer`: `grpo` (the default), `rloo` (TRL's `RLOOTrainer` and `RLOOConfig`) or `async_grpo` (TRL's asynchronous
+  `AsyncGRPOTrainer` and `AsyncGRPOConfig`, generating from a vLLM server), whose config's fields the recipe's TRL
+  keys are then checked against ([`~config.trainers`]);
+- `curriculum`: a mapping with `stages:`, a list of [`Stage`] fields (and, with `trainer: async_grpo`,
+  `dynamic_sampling: true`: the asynchronous trainer's DAPO switch).
 
 ```yaml
 model_name_or_path: builtin:tiny
@@ -50,8 +52,8 @@ from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_bat
 from ..core.rules import COUNT, MAX_STEPS, NUM_GENERATIONS, STEPS, Rule, check, integer, is_int, suggest, unknown_keys
 from ..core.schedule import Stage, StageSchedule, stage_problems
 from .builtins import BUILTIN, DATASET_NAMES, MODEL_NAMES, TINY_MODEL
-from .trl_fields import CLASSES, TRAINERS, field_name, trl_fields
-from .trainers import TRAINER, other_trainer_problems, recipe_trainer, trainer_problems
+from .trl_fields import CLASSES, TRAINERS, field_name, has_fields, trl_fields
+from .trainers import ASYNC, TRAINER, async_recipe_problems, other_trainer_problems, recipe_trainer, trainer_problems
 from .engines import engine_problems
 from .trl_ranges import ranged_rule, related_problems
 
@@ -100,8 +102,8 @@ class Recipe:
             `num_generations` and `temperature` (TRL's defaults when unset).
         raw (`dict`): The mapping that was validated (file contents with the overrides applied).
         script (`dict`): Other `ScriptArguments` given (`dataset_test_split`, `dataset_streaming`, ...).
-        trainer (`str`): `"grpo"` (`CurriculumGRPOTrainer`, `GRPOConfig`) or `"rloo"` (`CurriculumRLOOTrainer`,
-            `RLOOConfig`).
+        trainer (`str`): `"grpo"` (`CurriculumGRPOTrainer`, `GRPOConfig`), `"rloo"` (`CurriculumRLOOTrainer`,
+            `RLOOConfig`) or `"async_grpo"` (`CurriculumAsyncGRPOTrainer`, `AsyncGRPOConfig`).
     """
 
     path: str | None
@@ -241,6 +243,8 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
             parts[CLASSES[fields[key]["owner"]]][key] = value
         elif key not in RECIPE_KEYS:
             unknown[key] = value
+    if not has_fields(trainer):  # an old TRL without the trainer's config: its keys cannot be told (it says so)
+        unknown = {}
     found, unknown = other_trainer_problems(unknown, trainer, data.get("trainer"))
     problems += found
     problems += unknown_keys(unknown, [*fields, *RECIPE_KEYS], None, f"a recipe key (a field of {TRAINERS[trainer]}, "
@@ -281,11 +285,14 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         problems += [Problem(f"reward_weights[{i}]", w, "must be a finite number (NaN or inf makes every reward NaN "
                              "or inf: the run trains on nothing)", "e.g. `1.0` (0.0 leaves that reward out)")
                      for i, w in enumerate(weights) if isinstance(w, float) and not math.isfinite(w)]
-    problems += _split_batches_problems(training.get("accelerator_config"))
+    if trainer == ASYNC:  # (AsyncGRPOConfig sets `split_batches` itself: its rollout queue's loader)
+        problems += async_recipe_problems(model_name, training, model, data.get("curriculum"))
+    else:
+        problems += _split_batches_problems(training.get("accelerator_config"))
     problems += generation_kwargs_problems(training.get("generation_kwargs"))
 
     if "curriculum" in data:
-        schedule, found = _parse_curriculum(data["curriculum"])
+        schedule, found = _parse_curriculum(data["curriculum"], recipe=True)
         problems += found
         top_g = training.get("num_generations")
         if is_int(top_g):  # GRPOConfig checks it before the curriculum overrides it
@@ -295,7 +302,9 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         found = stage_problems(values, key="")
         problems += found
         schedule = None if found else StageSchedule([Stage(**values)])
-    problems += trainer_problems(trainer, data.get("curriculum"), schedule)
+    processes = data.get("num_processes")
+    problems += trainer_problems(trainer, data.get("curriculum"), schedule, training, refused,
+                                 processes if is_int(processes) and processes > 0 else None)
     max_steps = training.get("max_steps")
     steps = is_int(max_steps) and max_steps > 0 and "max_steps" not in refused  # (refused: its range said so)
     steps_problems = STEPS.problems("max_steps", max_steps) if steps else []
@@ -379,14 +388,18 @@ def starting_num_generations(recipe: Recipe, geometry: BatchGeometry) -> int:
     The `num_generations` a run of `recipe` on `geometry` gives `GRPOConfig`: the first stage's G; for a per-prompt
     first stage, the recipe's top-level `num_generations` if the generation batch takes it, else the largest candidate,
     or valid G, that it does (TRL checks it when the config is built and its data loader reads prompts by it). A
-    top-level `num_generations` is otherwise not used: the curriculum sets G.
+    top-level `num_generations` is otherwise not used: the curriculum sets G. `geometry` is `None` for
+    `trainer: async_grpo` (no generation batch): a per-prompt first stage starts at the recipe's `num_generations`
+    (the stage's when not given) when it is one of the candidates, else at the largest candidate.
     """
     first = recipe.curriculum.stages[0]
     if first.adaptive is None or not first.adaptive.per_prompt:
         return first.num_generations
+    given = recipe.training.get("num_generations")
+    if geometry is None:  # the asynchronous trainer: no generation batch to fill, each group at its own G
+        return given if given in first.adaptive.num_generations else max(first.adaptive.num_generations)
     valid = geometry.valid_num_generations()
     fitting = [g for g in first.adaptive.num_generations if g in valid] or valid
-    given = recipe.training.get("num_generations")
     return given if given in valid else fitting[-1]
 
 

@@ -1,5 +1,6 @@
 """
-The fields of TRL's `GRPOConfig` (or, for a recipe's `trainer: rloo`, `RLOOConfig`), `ModelConfig` and
+The fields of TRL's `GRPOConfig` (or, for a recipe's `trainer: rloo`, `RLOOConfig`; for `trainer: async_grpo`,
+`AsyncGRPOConfig` from `trl.experimental.async_grpo`), `ModelConfig` and
 `ScriptArguments` (name, type, default, choices), which a recipe's top-level keys are checked against, without
 importing TRL.
 
@@ -10,7 +11,8 @@ inherits `transformers.TrainingArguments`). [`trl_fields`] uses it when both ins
 installed TRL and compares it with the shipped file, so an upgrade fails loudly until it is regenerated. It holds one
 field set a trainer ([`TRAINERS`]): `"fields"` for `GRPOConfig`, `"rloo_fields"` for `RLOOConfig` (whose defaults
 differ, e.g. `num_generations` 2 and `beta` 0.05, and which lacks GRPO's loss options and has `normalize_advantages`
-and `reward_clip_range`):
+and `reward_clip_range`), `"async_grpo_fields"` for `AsyncGRPOConfig` (no generation batch, no reference model; the
+rollout queue's `max_staleness`, `weight_sync_steps`, `vllm_server_base_url`, ...):
 
 ```bash
 python -m grpo_curriculum.config.trl_fields          # rewrite grpo_curriculum/trl_fields.json from the installed TRL
@@ -40,8 +42,10 @@ import typing
 from pathlib import Path
 
 SNAPSHOT = Path(__file__).with_name("trl_fields.json")
-TRAINERS = {"grpo": "GRPOConfig", "rloo": "RLOOConfig"}
+TRAINERS = {"grpo": "GRPOConfig", "rloo": "RLOOConfig", "async_grpo": "AsyncGRPOConfig"}
 """A recipe's `trainer` -> the TRL config class its training keys are fields of (`grpo`, the default, first)."""
+CONFIG_MODULES = {"AsyncGRPOConfig": "trl.experimental.async_grpo"}
+"""Where a config class of [`TRAINERS`] lives when it is not in `trl` itself (TRL 1.16's asynchronous trainer)."""
 SHARED = {"ModelConfig": "model", "ScriptArguments": "script"}
 CLASSES = {**dict.fromkeys(TRAINERS.values(), "training"), **SHARED}
 """TRL's config classes a recipe's keys belong to, and the [`Recipe`] attribute each one's values go to."""
@@ -191,6 +195,24 @@ def scheduler_keywords() -> dict[str, list[str] | None]:
     return keywords
 
 
+def config_class(name: str):
+    """
+    TRL's config class `name` (one of [`TRAINERS`]' or [`SHARED`]'), imported from `trl` or its
+    [`CONFIG_MODULES`] entry (without TRL's notice that `trl.experimental` is experimental), or `None` when the
+    installed TRL has none (TRL 1.14 has no `trl.experimental.async_grpo`).
+    """
+    import importlib
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*trl.experimental")
+            module = importlib.import_module(CONFIG_MODULES.get(name, "trl"))
+    except ImportError:
+        return None
+    return getattr(module, name, None)
+
+
 def fields_key(trainer: str) -> str:
     """The snapshot's key of a trainer's field set: `"fields"` for `grpo`, `"rloo_fields"` for `rloo`."""
     return "fields" if trainer == "grpo" else f"{trainer}_fields"
@@ -203,30 +225,28 @@ def describe_trl() -> dict:
     Returns:
         `dict`: `{"trl": version, "transformers": version, "fields": {name: {"owner", "type", "default"}},
         "rloo_fields": {...}}`, one field set a trainer of [`TRAINERS`] that the installed TRL has: its config class,
-        `ModelConfig` and `ScriptArguments`, in TRL's order (a name in several classes belongs to the last).
+        `ModelConfig` and `ScriptArguments`, in TRL's order (a name in several classes belongs to the trainer's config
+        class if it has it, else to the last: `AsyncGRPOConfig.dtype`, not `ModelConfig.dtype`, which the recipe
+        parser leaves out for that trainer).
     """
-    import trl
-
     derived, keywords = derived_choices(), scheduler_keywords()
     snapshot = {"trl": _version("trl"), "transformers": _version("transformers")}
     for trainer, config in TRAINERS.items():
-        if hasattr(trl, config):
+        if config_class(config) is not None:
             snapshot[fields_key(trainer)] = _describe_classes([config, *SHARED], derived, keywords)
     return snapshot
 
 
 def _describe_classes(names: list[str], derived: dict, keywords: dict) -> dict:
-    """The fields of TRL's config classes `names` (see [`describe_trl`])."""
+    """The fields of TRL's config classes `names`, the trainer's first (see [`describe_trl`])."""
     import dataclasses
-
-    import trl
 
     fields = {}
     for name in names:
-        cls = getattr(trl, name)
+        cls = config_class(name)
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
-            if not f.init:
+            if not f.init or fields.get(f.name, {}).get("owner") == names[0]:
                 continue
             alternatives = _alternatives(hints.get(f.name, typing.Any))
             choices = f.metadata.get("choices")
@@ -267,12 +287,17 @@ def _snapshot() -> dict:
 def trl_fields(trainer: str = "grpo") -> dict[str, dict]:
     """
     The fields a recipe of `trainer` ([`TRAINERS`]) may set: `{name: {"owner": class name, "type": [alternatives],
-    "default": value}}`, those of its TRL config class (`GRPOConfig`, `RLOOConfig`), `ModelConfig` and
-    `ScriptArguments`. A TRL without the trainer's class (an old release, which `trainer: rloo` is refused on) gives
-    `GRPOConfig`'s.
+    "default": value}}`, those of its TRL config class (`GRPOConfig`, `RLOOConfig`, `AsyncGRPOConfig`), `ModelConfig`
+    and `ScriptArguments`. A TRL without the trainer's class (an old release, which `trainer: rloo` and
+    `trainer: async_grpo` are refused on) gives `GRPOConfig`'s.
     """
     snapshot = _snapshot()
     return snapshot.get(fields_key(trainer), snapshot["fields"])
+
+
+def has_fields(trainer: str) -> bool:
+    """Whether the installed TRL has `trainer`'s config class (else [`trl_fields`] gives `GRPOConfig`'s)."""
+    return fields_key(trainer) in _snapshot()
 
 
 trl_fields.cache_clear = _snapshot.cache_clear  # (read the snapshot, or the live classes, again)

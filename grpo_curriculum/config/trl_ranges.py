@@ -131,12 +131,24 @@ RANGES: dict[str, Rule] = {
 }
 """Field -> the rule of its numeric value (its `null`, `"auto"` or other alternatives of the snapshot stay)."""
 
+ASYNC_RANGES: dict[str, Rule] = {  # `AsyncGRPOConfig`'s own fields (`trainer: async_grpo`), from TRL 1.16's source
+    "max_staleness": _int(0, why="policy versions a sample may lag; 0: only the current one's"),
+    "weight_sync_steps": _int(1, why="optimizer steps between weight syncs to the vLLM server"),  # `step % n`
+    "max_inflight_tasks": _int(-1, why="-1, TRL's default: max_staleness x samples a step"),  # 0: see trainers.py
+    "request_timeout": _int(1, MAX_STEPS, why="seconds"),
+    "weight_sync_timeout": _int(1, MAX_STEPS, why="seconds"),
+    "heartbeat_stale_after_s": _POSITIVE,
+    "fork_threshold_tokens": _int(0),
+}
+"""As [`RANGES`], for the fields only `AsyncGRPOConfig` has (its trainer needs a vLLM server: not probed by training one
+step like the others; `max_inflight_tasks: 0`, a hang, is refused by `config.trainers.async_recipe_problems`)."""
+
 _MIN_LR_SCHEDULERS = ("cosine_with_min_lr", "cosine_warmup_with_min_lr")
 
 
 def ranged_rule(name: str, numeric: Rule) -> Rule:
     """The rule replacing the `"int"` / `"float"` alternative of field `name` (`numeric`), when it has a range."""
-    return RANGES.get(name, numeric)
+    return RANGES.get(name) or ASYNC_RANGES.get(name, numeric)
 
 
 def _kwargs(value) -> Mapping | None:

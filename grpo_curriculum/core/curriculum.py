@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from .errors import MISSING, CurriculumError, Problem, raise_if_any
 from .loading import find_recipe, read_yaml
-from .rules import UNCERTAIN_PROMPTS, check, unknown_keys
+from .rules import UNCERTAIN_PROMPTS, Rule, check, unknown_keys
 from .schedule import Stage, StageSchedule, stage_problems
 
 STAGE_KEYS = tuple(f.name for f in dataclasses.fields(Stage))
@@ -27,18 +27,31 @@ CURRICULUM_RULES = {  # the curriculum's settings besides `stages` (arguments of
 }
 
 
+RECIPE_CURRICULUM_RULES = {  # a recipe's curriculum settings that are not `CurriculumCallback` arguments
+    "dynamic_sampling": Rule("bool", why="the asynchronous trainer's DAPO switch: zero-variance groups dropped in its "
+                             "rollout worker", fix="`dynamic_sampling: true` (with `trainer: async_grpo`), or remove it"),
+}
+"""Checked in a recipe only (`trainer: async_grpo`'s `CurriculumAsyncGRPOTrainer(dynamic_sampling=...)`;
+[`~config.trainers`] refuses it under the other trainers); a curriculum file for `CurriculumCallback.from_yaml`
+refuses it as an unknown key."""
+
+
 def curriculum_options(value: Mapping) -> dict:
     """The `CurriculumCallback` arguments a (validated) `curriculum:` mapping sets besides its stages."""
     return {name: value[name] for name in CURRICULUM_RULES if name in value}
 
 
-def _parse_curriculum(value, key: str = "curriculum") -> tuple[StageSchedule | None, list[Problem]]:
-    """Validate a `curriculum:` mapping; return the schedule (when every stage is valid) and every problem."""
+def _parse_curriculum(value, key: str = "curriculum", recipe: bool = False) -> tuple[StageSchedule | None,
+                                                                                  list[Problem]]:
+    """Validate a `curriculum:` mapping (`recipe`: a recipe's, which may also hold [`RECIPE_CURRICULUM_RULES`]);
+    return the schedule (when every stage is valid) and every problem."""
     if not isinstance(value, Mapping):
         return None, [Problem(key, value, "must be a mapping holding a `stages:` list", f"write {_EXAMPLE_STAGES}")]
-    problems = unknown_keys(value, ("stages", *CURRICULUM_RULES), key, "a curriculum key (the curriculum holds "
-                            "`stages` and optionally `uncertain_prompts`)", "remove it")  # fmt: skip
-    problems += check(CURRICULUM_RULES, value, key)
+    rules = {**CURRICULUM_RULES, **(RECIPE_CURRICULUM_RULES if recipe else {})}
+    optional = " and ".join(f"`{name}`" for name in rules)
+    problems = unknown_keys(value, ("stages", *rules), key, "a curriculum key (the curriculum holds `stages` and "
+                            f"optionally {optional})", "remove it")  # fmt: skip
+    problems += check(rules, value, key)
     stages = value.get("stages")
     if not isinstance(stages, list) or not stages:
         rule, shown = ("must be a non-empty list of stages", stages) if "stages" in value else ("is required", MISSING)

@@ -5,6 +5,7 @@ package.
 """
 
 from ._trl_async import CurriculumAsyncGRPOTrainer
+from ._trl_async_server import vllm_server_unready
 from ._trl_async_worker import CurriculumRolloutLoop
 
-__all__ = ["CurriculumAsyncGRPOTrainer", "CurriculumRolloutLoop"]
+__all__ = ["CurriculumAsyncGRPOTrainer", "CurriculumRolloutLoop", "vllm_server_unready"]

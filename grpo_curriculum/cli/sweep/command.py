@@ -429,6 +429,9 @@ def sweep_main(args) -> int:
 
     overrides = {"max_steps": args.max_steps} if args.max_steps else {}
     recipe = load_recipe(args.recipe, overrides=overrides)
+    from ..launch import synchronous_only
+
+    synchronous_only(recipe, "sweep")
     arms = _arms_of(args, recipe)
     if args.memory_budget is not None and not args.plan_memory:
         raise CurriculumError([Problem("--memory-budget", args.memory_budget, "only applies with --plan-memory",
