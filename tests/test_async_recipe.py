@@ -299,3 +299,17 @@ def test_an_async_recipe_on_the_installed_trl_is_checked_or_refused_in_one_probl
         assert main(["train", "async-demo", "--output_dir", str(tmp_path / "never")]) == 2
         assert "needs TRL 1.16" in capsys.readouterr().err and not (tmp_path / "never").exists()
     assert "Traceback" not in captured.err
+
+
+def test_the_closing_line_reads_the_g_each_step_logs_of_its_samples():
+    """The asynchronous trainer's samples record `curriculum/num_generations` (the synchronous trainers' key); each step
+    logs their mean, which the closing line of `train` reports at the first and last step."""
+    from grpo_curriculum.cli.summary import async_summary
+
+    history = [{"loss": 0.1, "step": 1, "reward": 0.2, "curriculum/num_generations": 2.0},
+               {"loss": 0.1, "step": 2, "reward": 0.4, "curriculum/num_generations": 3.5,
+                "rollout/dropped_groups_total": 2.0},
+               {"train_runtime": 1.0, "step": 2}]  # fmt: skip
+    assert async_summary(history) == ("G of the samples trained on: 2 at step 1, 3.5 at step 2; mean reward 0.300; 2 "
+                                      "zero-variance groups dropped before the queue")
+    assert async_summary([{"loss": 0.1, "step": 1, "num_generations": 2.0}]) == "no step logged the G of its samples"

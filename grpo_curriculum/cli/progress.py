@@ -82,10 +82,6 @@ def describe_g(logs: dict) -> str:
     return f"{g:.3g}" if isinstance(g, float) else str(g)
 
 
-ASYNC_G = "num_generations"
-"""What the asynchronous trainer logs each step: the mean G of the samples it trained on (each records its group's)."""
-
-
 def postfix(logs: dict) -> dict[str, str]:
     """What the progress bar shows of a log line: G, temperature, reward, and the completions sampled per trained one
     (a stage that samples in increments: top-up, dynamic sampling) when more were sampled than trained."""
@@ -150,8 +146,6 @@ def progress_callback(log_every: int | None = None, stream=None, terminal: bool 
                 self.write(format_logs(logs))
             elif any(key.startswith("eval_") for key in logs):  # evaluations are rare: always shown
                 self.write(f"evaluation at step {state.global_step}: {format_logs(logs)}")
-            if ASYNC_G in logs and "loss" in logs and "curriculum/num_generations" not in logs:  # asynchronous
-                logs = {**logs, "curriculum/num_generations": logs[ASYNC_G], "curriculum/temperature": None}
             if "curriculum/num_generations" in logs and "curriculum/temperature" in logs:
                 self.shown = postfix(logs)
                 if logs.get("reward") is not None and math.isfinite(logs["reward"]):

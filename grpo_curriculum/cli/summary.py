@@ -148,10 +148,10 @@ def async_summary(log_history: list[dict]) -> str:
     recording its group's G) at the first and last logged step, the mean reward, and the groups dynamic sampling
     dropped in the worker (`rollout/dropped_groups_total`, summed over the logging windows).
     """
-    steps = [entry for entry in log_history if "loss" in entry and "num_generations" in entry]
+    steps = [entry for entry in log_history if "loss" in entry and "curriculum/num_generations" in entry]
     if not steps:
         return "no step logged the G of its samples"
-    first, last = steps[0]["num_generations"], steps[-1]["num_generations"]
+    first, last = steps[0]["curriculum/num_generations"], steps[-1]["curriculum/num_generations"]
     rewards = [entry["reward"] for entry in steps if isinstance(entry.get("reward"), (int, float))]
     text = f"G of the samples trained on: {first:g} at step {steps[0]['step']}, {last:g} at step {steps[-1]['step']}"
     text += f"; mean reward {sum(rewards) / len(rewards):.3f}" if rewards else ""
