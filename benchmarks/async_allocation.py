@@ -49,6 +49,8 @@ WINDOWS = 8  # each run's JSON: the settled share by consecutive eighths of its 
 CONFIG = ("prompts", "steps", "batch", "max_staleness", "inflight", "queue")
 METRICS = (  # (key, what), paired per seed: per-prompt minus static G 4
     ("generated_settled_share", "share of generated completions on settled prompts"),
+    ("generated_solved_share", "... on solved prompts (p = 1)"),
+    ("generated_impossible_share", "... on impossible prompts (p = 0)"),
     ("settled_share", "share of trained completions on settled prompts"),
     ("generated_informative_per_100", "informative groups per 100 generated completions"),
     ("informative_per_100", "informative groups per 100 trained completions"),
@@ -122,13 +124,16 @@ def run(arm: str, seed: int, options, model_dir: str, base_url: str, work: Path)
 def report(results: list[dict], seed_sets: list[list[int]]) -> str:
     """The side-by-side table: each arm's medians over seeds, then per seed set the paired differences (per-prompt
     minus static G 4) with their median and 90% bootstrap interval."""
+    results = [{**r, **{f"generated_{name}_share": v["share"] for name, v in task.by_kind(r["scored_groups"],
+                                                                                          rate_map(r)).items()}}
+               for r in results]  # fmt: skip
 
     def med(arm, key):
         values = [r[key] for r in results if r["arm"] == arm and r[key] is not None]
         return statistics.median(values) if values else float("nan")
 
     lines = ["| | " + " | ".join(ARMS) + " |", "|---|" + "---|" * len(ARMS)]
-    keys = ["trained", "generated", *(k for k, _ in METRICS), "deferred", "first_deferral_step", "mean_g_settled",
+    keys = ["trained", "generated", *(k for k, _ in METRICS), "deferred", "mean_g_settled",
             "mean_g_unsettled", "dropped_stale", "wall_s"]  # fmt: skip
     for key in keys:
         lines.append(f"| {key} (median) | " + " | ".join(f"{med(arm, key):.4g}" for arm in ARMS) + " |")
@@ -142,6 +147,12 @@ def report(results: list[dict], seed_sets: list[list[int]]) -> str:
                         if r["arm"] == arm] for arm in ARMS}  # fmt: skip
         lines.append(f"| generated_settled_share, completions {name} (median) | "
                      + " | ".join(f"{statistics.median(v):.3g}" for v in values.values()) + " |")  # fmt: skip
+    for name in ("solved", "impossible", "informative"):
+        for what in ("share", "mean_g"):
+            values = {arm: [task.by_kind(r["scored_groups"], rate_map(r))[name][what] for r in results
+                            if r["arm"] == arm] for arm in ARMS}  # fmt: skip
+            lines.append(f"| generated, {name} prompts: {what.replace('_', ' ')} (median) | "
+                         + " | ".join(f"{statistics.median(v):.3g}" for v in values.values()) + " |")  # fmt: skip
     lines += ["", "Paired per seed, per-prompt minus static G 4: median [90% bootstrap interval] (seeds), verdict", "",
               "| metric | " + " | ".join(f"seeds {s[0]}-{s[-1]}" for s in seed_sets) + " |",
               "|---|" + "---|" * len(seed_sets)]  # fmt: skip
@@ -202,7 +213,7 @@ def main() -> None:
                 result = run(arm, seed, options, model_dir, server.base_url, work)
                 path = out / f"{arm}-{seed}.json"
                 tmp = path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(result, indent=1))
+                tmp.write_text(json.dumps(result, separators=(",", ":")))
                 tmp.replace(path)
                 brief = {k: v for k, v in result.items()
                          if k not in ("taken_groups", "scored_groups", "success_rates")}  # fmt: skip

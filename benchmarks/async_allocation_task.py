@@ -158,5 +158,22 @@ def settled_share_between(scored_groups: Sequence, rate_of: dict[str, float], ed
     """The share of the generated completions on settled prompts between consecutive `edges` (completion counts, in
     the order scored; the last slice runs to the end): `scored_groups` are `[prompt, size, informative]` rows."""
     flags = [settled(rate_of[prompt]) for prompt, size, _ in scored_groups for _ in range(size)]
-    bounds = [*edges, len(flags)]
-    return [sum(flags[a:b]) / (b - a) if b > a else None for a, b in itertools.pairwise(bounds)]
+    slices = [flags[a:b] for a, b in itertools.pairwise([*edges, len(flags)])]
+    return [sum(part) / len(part) if part else None for part in slices]
+
+
+def kind(rate: float) -> str:
+    """`"solved"` (p = 1), `"impossible"` (p = 0) or `"informative"` (between)."""
+    return "solved" if rate == 1.0 else "impossible" if rate == 0.0 else "informative"
+
+
+def by_kind(scored_groups: Sequence, rate_of: dict[str, float]) -> dict[str, dict]:
+    """Per kind of prompt ([`kind`]): the share of the generated completions it got and the mean G of its groups
+    (`scored_groups`: `[prompt, size, informative]` rows)."""
+    total = sum(size for _, size, _ in scored_groups)
+    out = {}
+    for name in ("solved", "impossible", "informative"):
+        sizes = [size for prompt, size, _ in scored_groups if kind(rate_of[prompt]) == name]
+        out[name] = {"share": sum(sizes) / total if total else None,
+                     "mean_g": sum(sizes) / len(sizes) if sizes else None}
+    return out

@@ -118,3 +118,11 @@ def test_settled_share_between_completion_counts():
     groups = [["easy", 4, False], ["mid", 2, True], ["mid", 2, False], ["hard", 8, False]]
     assert task.settled_share_between(groups, RATES, [0, 4, 8]) == [1.0, 0.0, 1.0]
     assert task.settled_share_between(groups, RATES, [0, 100]) == [pytest.approx(12 / 16), None]
+
+
+def test_by_kind_shares_and_mean_g():
+    groups = [["easy", 4, False], ["mid", 2, True], ["mid", 8, False], ["hard", 2, False]]
+    m = task.by_kind(groups, RATES)
+    assert m["solved"] == {"share": 0.25, "mean_g": 4.0}
+    assert m["informative"] == {"share": 0.625, "mean_g": 5.0}
+    assert m["impossible"] == {"share": 0.125, "mean_g": 2.0}
