@@ -143,8 +143,7 @@ def report(results: list[dict], seed_sets: list[list[int]]) -> str:
     edges = [0, pass_size, 2 * pass_size, 4 * pass_size]
     names = [f"{a + 1}-{b}" for a, b in itertools.pairwise(edges)] + [f"{edges[-1] + 1}-end"]
     for i, name in enumerate(names):
-        values = {arm: [task.settled_share_between(r["scored_groups"], rate_map(r), edges)[i] for r in results
-                        if r["arm"] == arm] for arm in ARMS}  # fmt: skip
+        values = {arm: [passes(r)[i] for r in results if r["arm"] == arm] for arm in ARMS}
         lines.append(f"| generated_settled_share, completions {name} (median) | "
                      + " | ".join(f"{statistics.median(v):.3g}" for v in values.values()) + " |")  # fmt: skip
     for name in ("solved", "impossible", "informative"):
@@ -163,6 +162,33 @@ def report(results: list[dict], seed_sets: list[list[int]]) -> str:
             cells.append("n/a" if not p["seeds"] else
                          f"{p['median']:+.3g} [{p['low']:+.3g}, {p['high']:+.3g}] ({p['seeds']}), {p['verdict']:+d}")
         lines.append(f"| {what} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def passes(result: dict) -> list[float | None]:
+    """A run's settled share of the generated completions in its first pass over the dataset at G 4 (4 completions a
+    prompt), its second, its third and fourth, and after."""
+    size = 4 * result["config"]["prompts"]
+    return task.settled_share_between(result["scored_groups"], rate_map(result), [0, size, 2 * size, 4 * size])
+
+
+def compare(results: list[dict], other: list[dict], seeds: list[int], label: str) -> str:
+    """The per-prompt arm of these runs minus that of `other` (another configuration), paired by seed."""
+    names = ["completions 1-96", "97-192", "193-384", "385-end"]
+    runs = []
+    for arm, rows in (("here", results), ("other", other)):
+        for r in rows:
+            if r["arm"] == "per-prompt":
+                runs.append({"seed": r["seed"], "arm": arm, "generated_settled_share": r["generated_settled_share"],
+                             "generated_informative_per_100": r["generated_informative_per_100"],
+                             **{f"settled share, {n}": v for n, v in zip(names, passes(r), strict=True)}})  # fmt: skip
+    lines = [f"Per-prompt arm, this configuration minus {label}, paired by seed: median [90% bootstrap interval]", "",
+             "| metric | difference |", "|---|---|"]  # fmt: skip
+    for key in [k for k in runs[0] if k not in ("seed", "arm")]:
+        p = task.paired(runs, key, "here", "other", seeds)
+        cell = "n/a" if not p["seeds"] else (f"{p['median']:+.3g} [{p['low']:+.3g}, {p['high']:+.3g}] "
+                                             f"({p['seeds']}), {p['verdict']:+d}")  # fmt: skip
+        lines.append(f"| {key} | {cell} |")
     return "\n".join(lines)
 
 
@@ -185,6 +211,8 @@ def main() -> None:
     parser.add_argument("--queue", type=int, default=64, help="queue_maxsize (samples)")
     parser.add_argument("--out", default="benchmarks/results/issue46")
     parser.add_argument("--report-only", action="store_true", help="print the table of the runs on disk")
+    parser.add_argument("--against", metavar="DIR",
+                        help="also compare the per-prompt arm with the same seeds' runs in DIR (another --out)")
     options = parser.parse_args()
 
     import torch
@@ -224,6 +252,10 @@ def main() -> None:
     results = [json.loads((out / f"{arm}-{seed}.json").read_text()) for arm, seed in planned
                if (out / f"{arm}-{seed}.json").exists()]  # fmt: skip
     print(report(results, seed_sets))
+    if options.against:
+        seeds = [seed for seeds in seed_sets for seed in seeds]
+        other = [json.loads(p.read_text()) for p in sorted(Path(options.against).glob("per-prompt-*.json"))]
+        print("\n" + compare(results, other, seeds, options.against))
 
 
 if __name__ == "__main__":
