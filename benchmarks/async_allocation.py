@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -33,12 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("WANDB_MODE", "offline")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import quiet_environment  # (benchmarks/ is the script's folder: first on sys.path)
+
+ROOT = quiet_environment()
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the task module (TRL's spawned worker imports it by name) and `study`
 
 import async_allocation_task as task  # noqa: E402

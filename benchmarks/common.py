@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def quiet_environment() -> Path:
+    """Before torch is imported: one intra-op thread, wandb offline, no Hub, no tokenizer threads (each unless set);
+    the repository root importable. Returns the root."""
+    for name, value in (("OMP_NUM_THREADS", "1"), ("WANDB_MODE", "offline"), ("HF_HUB_OFFLINE", "1"),
+                        ("TOKENIZERS_PARALLELISM", "false")):  # fmt: skip
+        os.environ.setdefault(name, value)
+    sys.path.insert(0, str(ROOT))
+    return ROOT
 
 
 def train_arm(trainer, curriculum) -> dict:

@@ -24,19 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("WANDB_MODE", "offline")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import quiet_environment  # (benchmarks/ is the script's folder: first on sys.path)
+
+ROOT = quiet_environment()
 
 ARMS = {"static-G4": [(4, 1.0)], "static-G2": [(2, 0.9)], "switching": [(4, 1.0), (2, 0.9)]}
 
