@@ -21,7 +21,7 @@ from ..core.rloo import rloo_problems
 from ..core.rules import Rule, is_int
 from ..core.schedule import Stage, stage_problems
 from .builtins import BUILTIN, TINY_MODEL
-from .trl_fields import TRAINERS, _version, trl_fields
+from .trl_fields import CONFIG_MODULES, TRAINERS, _version, has_fields, trl_fields
 
 TRAINER = Rule("choice", choices=tuple(TRAINERS), why="grpo: TRL's GRPOTrainer and GRPOConfig; rloo: RLOOTrainer and "
                "RLOOConfig; async_grpo: TRL's asynchronous AsyncGRPOTrainer and AsyncGRPOConfig (a vLLM server "
@@ -80,7 +80,7 @@ def trainer_problems(trainer: str, curriculum, schedule, training: Mapping | Non
     training = training or {}
     max_steps = training.get("max_steps", trl_fields(ASYNC)["max_steps"]["default"])
     stages = None if curriculum is None else schedule.stages if schedule is not None else []
-    problems = _release_problems(trainer, ASYNC_TRL, async_trl_problem)
+    problems = _release_problems(trainer, ASYNC_TRL, async_trl_problem) or _import_problems(trainer)
     sizes = [training.get(key, trl_fields(ASYNC)[key]["default"])
              for key in ("per_device_train_batch_size", "gradient_accumulation_steps")]  # fmt: skip
     budget = round_budget(*sizes, num_processes or 1) if all(is_int(v) and v > 0 for v in sizes) else None
@@ -104,6 +104,17 @@ def _in_recipe_words(problem: Problem) -> Problem:
     fix = (problem.fix or "").replace("pass `dynamic_sampling=True` to the trainer",
                                       "set `curriculum.dynamic_sampling: true` (the trainer's switch)")
     return Problem(problem.key, problem.value, problem.rule, fix or None)
+
+
+def _import_problems(trainer: str) -> list[Problem]:
+    """The `trainer` problem when the installed TRL is the right release but its config class does not import (TRL
+    1.16's `trl.experimental.async_grpo` needs transformers 5: on 4.57 it fails at import)."""
+    if has_fields(trainer):
+        return []
+    module = CONFIG_MODULES.get(TRAINERS[trainer], "trl")
+    return [Problem("trainer", trainer, f"needs `{module}.{TRAINERS[trainer]}`, which does not import with the "
+                    f"installed packages (transformers {_version('transformers')})",
+                    "install transformers 5 (TRL 1.16's asynchronous trainer needs it), or use `trainer: grpo`")]
 
 
 def _release_problems(trainer: str, release: tuple[int, int], why) -> list[Problem]:
