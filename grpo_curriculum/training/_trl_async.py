@@ -53,6 +53,9 @@ class LossTemperatures:
         if temperature not in self.heads:
             from trl.trainer.utils import add_fused_lm_head
 
+            if len(self.heads) > 64:  # a ramp gives a temperature a policy version: keep the recent ones
+                self.heads = {t: head for t, head in self.heads.items() if head is self.base}
+
             self.module.forward = self.base  # (its non-fused path is the model's own forward)
             try:
                 add_fused_lm_head(self.module, temperature=temperature, outputs=("log_probs", "entropy"))
