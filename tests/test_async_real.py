@@ -210,8 +210,8 @@ def test_resume_restores_the_stream_and_the_per_prompt_state(tmp_path, monkeypat
     first group not trained, and the per-prompt statistics; a resumed run's worker starts there: its first round
     reads the prompts after those the checkpoint's trained rounds read (a fresh start would read the first ones)."""
     from grpo_curriculum import Adaptive, Stage
-    from grpo_curriculum.core.schedule import StageSchedule
-    from grpo_curriculum.training.async_state import read_async_state, stage_signature
+    from grpo_curriculum.core.schedule import stage_signature
+    from grpo_curriculum.training.async_state import read_async_state
 
     stages = [Stage(temperature=1.0, adaptive=Adaptive(**PER_PROMPT))]
     config = {"per_device_train_batch_size": 8, "max_inflight_tasks": 8, "queue_maxsize": 8, "save_strategy": "steps",
@@ -219,7 +219,7 @@ def test_resume_restores_the_stream_and_the_per_prompt_state(tmp_path, monkeypat
     _train(tmp_path, monkeypatch, vllm_model_dir, vllm_server, settled_reward, max_steps=4, prompts=MANY,
            stages=stages, config=config)  # fmt: skip
     checkpoint = tmp_path / "checkpoint-4"
-    state = read_async_state(str(checkpoint), stage_signature(StageSchedule(stages)), len(MANY))
+    state = read_async_state(str(checkpoint), stage_signature(stages), len(MANY))
     stats = state["policy"]["stats"]
     assert state["policy_stage"] == 0 and len(stats["successes"]) == len(MANY)
     assert (stats["successes"] + stats["failures"]).sum() > 0  # observed groups are in it

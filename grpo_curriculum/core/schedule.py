@@ -253,6 +253,14 @@ class Stage:
         return "until the end"
 
 
+def stage_signature(stages) -> list[dict]:
+    """What a checkpoint's curriculum state depends on in each stage: a fixed G, or an adaptive policy and its
+    candidates (a resume with another signature cannot continue the state)."""
+    return [{"num_generations": stage.num_generations} if stage.adaptive is None else
+            {"policy": stage.adaptive.policy, "num_generations": list(stage.adaptive.num_generations)}
+            for stage in stages]  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Setting:
     """

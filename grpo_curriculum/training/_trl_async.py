@@ -20,9 +20,9 @@ from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 
 from ..core.asynchronous import async_problems, round_budget
 from ..core.errors import raise_if_any
-from ..core.schedule import StageSchedule
+from ..core.schedule import StageSchedule, stage_signature
 from ._trl_async_worker import SAMPLED_TEMPERATURE, CurriculumRolloutLoop, StateChannel
-from .async_state import read_async_state, stage_signature, write_async_state
+from .async_state import read_async_state, write_async_state
 
 LOSS_TEMPERATURE = "loss_temperature"  # a batch column: each loss term's sampling temperature
 
@@ -152,7 +152,7 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
             return super()._inner_training_loop(*args, **kwargs)
         checkpoint = kwargs.get("resume_from_checkpoint")
         resume = None if checkpoint is None else read_async_state(
-            checkpoint, stage_signature(self.curriculum_schedule), self._dataset_size())  # fmt: skip
+            checkpoint, stage_signature(self.curriculum_schedule.stages), self._dataset_size())  # fmt: skip
         folder = tempfile.mkdtemp(prefix="grpo-curriculum-async-")
         self._channel = StateChannel(folder)
         self.rollout_worker._loop_kwargs.update(state_dir=folder, resume=resume)
@@ -171,7 +171,7 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
                 self.args.heartbeat_stale_after_s))  # fmt: skip
             folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
             os.makedirs(folder, exist_ok=True)
-            write_async_state(folder, {"stages": stage_signature(self.curriculum_schedule),
+            write_async_state(folder, {"stages": stage_signature(self.curriculum_schedule.stages),
                                        "dataset_size": self._dataset_size(), **state})  # fmt: skip
         super()._save_checkpoint(model, trial)
 

@@ -33,14 +33,6 @@ SCHEMA = {
 """What `curriculum_async_state.json` (with its arrays) must hold."""
 
 
-def stage_signature(schedule) -> list[dict]:
-    """What the state depends on in each stage: a fixed G, or an adaptive policy and its candidates (as the
-    synchronous trainers' `CurriculumCallback.stage_signature`)."""
-    return [{"num_generations": stage.num_generations} if stage.adaptive is None else
-            {"policy": stage.adaptive.policy, "num_generations": list(stage.adaptive.num_generations)}
-            for stage in schedule.stages]  # fmt: skip
-
-
 def write_async_state(folder: str, state: dict) -> None:
     """Write the state (its numpy arrays into `curriculum_async_arrays.npz`, the rest as JSON), each file atomically."""
     import json

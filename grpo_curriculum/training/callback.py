@@ -14,7 +14,7 @@ from ..core.comparison import Comparison
 from ..core.errors import raise_if_any
 from ..core.rules import UNCERTAIN_PROMPTS, UNCERTAIN_PROMPTS_DEFAULT
 from ..core.sampling import TOP_UP_PROMPTS_RULES, TopUp, top_up_prompts_by_rule, top_up_prompts_divisor
-from ..core.schedule import ResolvedSchedule, Setting, Stage, StageSchedule
+from ..core.schedule import ResolvedSchedule, Setting, Stage, StageSchedule, stage_signature
 from . import tracking
 from .checkpoint import LEGACY_DEFAULTS, atomic_write, knob_defaults
 
@@ -492,9 +492,7 @@ class CurriculumCallback(TrainerCallback):
 
     def stage_signature(self) -> list[dict]:
         """What a checkpoint's state depends on in each stage: a fixed G, or an adaptive policy and its candidates."""
-        return [{"num_generations": stage.num_generations} if stage.adaptive is None else
-                {"policy": stage.adaptive.policy, "num_generations": list(stage.adaptive.num_generations)}
-                for stage in self.schedule.stages]  # fmt: skip
+        return stage_signature(self.schedule.stages)
 
     def comparison_signature(self) -> list[str]:
         """Each stage's comparison in words (`comparisons: all completions` for TRL's), which a resume must keep."""
