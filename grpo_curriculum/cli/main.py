@@ -468,6 +468,7 @@ def async_check_report(recipe, args: argparse.Namespace) -> tuple[list[str], boo
     from ..config.environment import environment_problems
     from ..config.engines import engine_notes
     from ..config.trl_fields import TRAINERS, trl_fields
+    from ..core.asynchronous import round_budget
     from .launch import ASYNC_GEOMETRY
 
     training, defaults = recipe.training, trl_fields(ASYNC)
@@ -476,7 +477,7 @@ def async_check_report(recipe, args: argparse.Namespace) -> tuple[list[str], boo
     n = args.num_processes or recipe.num_processes or 1
     source = ("--num-processes" if args.num_processes else "the recipe's num_processes" if recipe.num_processes else
               "assumed: neither --num-processes nor the recipe's num_processes is given")
-    per_step = value("per_device_train_batch_size") * value("gradient_accumulation_steps") * n
+    per_step = round_budget(value("per_device_train_batch_size"), value("gradient_accumulation_steps"), n)
     lines = [f"recipe: {recipe.path} ({recipe.model_name_or_path}, dataset {recipe.dataset_name}, trainer {ASYNC}: "
              f"{TRAINERS[ASYNC]})", *engine_notes(training), f"num_processes: {n} ({source})",
              f"asynchronous: a rollout worker samples each prompt's group whole, at its stage's G, from the vLLM server "

@@ -85,9 +85,7 @@ def describe_g(logs: dict) -> str:
 def postfix(logs: dict) -> dict[str, str]:
     """What the progress bar shows of a log line: G, temperature, reward, and the completions sampled per trained one
     (a stage that samples in increments: top-up, dynamic sampling) when more were sampled than trained."""
-    shown = {"G": describe_g(logs)}
-    if logs["curriculum/temperature"] is not None:  # (the asynchronous trainer logs no temperature a step)
-        shown["T"] = f"{logs['curriculum/temperature']:.2f}"
+    shown = {"G": describe_g(logs), "T": f"{logs['curriculum/temperature']:.2f}"}
     if logs.get("reward") is not None:
         shown["reward"] = f"{logs['reward']:.3f}"
     generated, dropped = logs.get("curriculum/generated"), logs.get("curriculum/dropped")

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 
 import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.experimental.async_grpo import AsyncGRPOTrainer
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 
@@ -169,7 +170,8 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
             untrained = [g for g in range(up_to) if g not in trained]
             state = self._channel.request(untrained, up_to, lambda: self.rollout_worker.check_health(
                 self.args.heartbeat_stale_after_s))  # fmt: skip
-            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            # the folder TRL's `_save_checkpoint` writes its `rollout_state.json` into, and the Trainer the checkpoint
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             os.makedirs(folder, exist_ok=True)
             write_async_state(folder, {"stages": stage_signature(self.curriculum_schedule.stages),
                                        "dataset_size": self._dataset_size(), **state})  # fmt: skip
