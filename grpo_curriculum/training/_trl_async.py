@@ -171,7 +171,8 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
             state = self._channel.request(untrained, up_to, lambda: self.rollout_worker.check_health(
                 self.args.heartbeat_stale_after_s))  # fmt: skip
             # the folder TRL's `_save_checkpoint` writes its `rollout_state.json` into, and the Trainer the checkpoint
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            folder = os.path.join(self._get_output_dir(trial=trial), name)
             os.makedirs(folder, exist_ok=True)
             write_async_state(folder, {"stages": stage_signature(self.curriculum_schedule.stages),
                                        "dataset_size": self._dataset_size(), **state})  # fmt: skip
