@@ -76,6 +76,20 @@ def _assert_whole_groups_of_g(runs, planned=lambda run: G):
         assert np.allclose([t.advantage for t in run], expected, atol=1e-6), run
 
 
+def _assert_g_switch(taken, at_step: int):
+    """G 2 until step `at_step`, then G 4: each taken group records the G of the policy version it started under (TRL
+    publishes version v before step v) and arrives whole at it. Returns the runs and the planned-G function."""
+
+    def planned(run):
+        return 2 if run[0].model_version - 1 < at_step else 4
+
+    runs = _runs(taken)
+    for run in runs:
+        assert {(t.model_version, t.num_generations) for t in run} == {(run[0].model_version, planned(run))}, run
+    _assert_whole_groups_of_g(runs, planned)
+    return runs, planned
+
+
 def _first_step(trainer):
     return next(entry for entry in trainer.state.log_history if "ratio" in entry)
 
@@ -130,13 +144,7 @@ def test_a_stage_switch_of_g_reaches_the_worker_at_a_group_boundary(tmp_path, mo
                                         stages=stages)  # fmt: skip
     assert trainer.state.global_step == 30 and changed
 
-    def planned(run):
-        return 2 if run[0].model_version - 1 < 2 else 4
-
-    runs = _runs(taken)
-    for run in runs:
-        assert {(t.model_version, t.num_generations) for t in run} == {(run[0].model_version, planned(run))}, run
-    _assert_whole_groups_of_g(runs, planned)
+    runs, planned = _assert_g_switch(taken, at_step=2)
     assert {planned(run) for run in runs[:-1]} == {2, 4}, [(r[0].group_id, r[0].model_version) for r in runs]
     # fixed-G stages read the dataset in TRL's worker order: group g holds prompt g (cycling), as without stages
     assert all(run[0].prompt == PROMPTS[run[0].group_id % len(PROMPTS)] for run in runs), [r[0] for r in runs]
@@ -286,13 +294,7 @@ def test_train_runs_an_async_recipe_against_the_server(tmp_path, monkeypatch, ca
     assert "(trainer: CurriculumAsyncGRPOTrainer)" in captured.out and "trained to step 3" in captured.out
     assert "G of the samples trained on: 2 at step 1" in captured.out, captured.out
 
-    def planned(run):
-        return 2 if run[0].model_version - 1 < 1 else 4
-
-    runs = _runs(taken)
-    for run in runs:
-        assert {(t.model_version, t.num_generations) for t in run} == {(run[0].model_version, planned(run))}, run
-    _assert_whole_groups_of_g(runs, planned)
+    _assert_g_switch(taken, at_step=1)
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
     assert state["global_step"] == 3 and transfer.syncs >= 3
 
