@@ -24,6 +24,7 @@ import pytest
 from trl import RLOOConfig
 
 from grpo_curriculum import Adaptive, Stage
+from grpo_curriculum.core.comparison import comparison_keep
 from grpo_curriculum.demo.tasks import VOCAB, build_tokenizer
 from grpo_curriculum.training.callback import CurriculumCallback
 from grpo_curriculum.training.trainer import CurriculumGRPOTrainer, CurriculumRLOOTrainer
@@ -253,8 +254,14 @@ def test_a_comparison_stage_then_a_switch_reaches_the_engine(tmp_path, mode, eng
     expected = [(4, 0.8)] * 2 + [(2, 1.1)] * 2
     for asked, call, (g, temperature) in zip(engine.calls, recorder.calls, expected, strict=True):
         assert_asked_as_planned(mode, asked, call, dataset, g, temperature)
+    # The kept share follows the sampled rows: a round whose groups all tie (the engine samples at random) keeps 0.
+    expected_kept = []
+    for call in recorder.calls[:2]:
+        rewards = first_token_parity(None, None, None, call["completion_ids"])
+        keep = comparison_keep(rewards, [4] * (len(rewards) // 4), "extremes")
+        expected_kept.append(pytest.approx(sum(keep) / len(keep)))
     kept = [h.get("curriculum/comparison_kept") for h in train_history(trainer)]
-    assert [k is not None for k in kept] == [True, True, False, False] and all(0 < k <= 1 for k in kept[:2])
+    assert kept == expected_kept + [None, None]
     assert_sampled_at_the_trained_temperature(trainer)
 
 
