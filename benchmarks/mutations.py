@@ -189,11 +189,16 @@ MUTATIONS = [
              "            temperatures[r, terms] = per_sample[0]",
              ("tests/test_async_temperature.py", "-k", "collator"),
              "every loss term of a packed row at its first sample's temperature"),
-    Mutation("dropped_groups_restart_the_stream", "grpo_curriculum/training/_trl_async_worker.py",
+    Mutation("dropped_groups_restart_the_stream", "grpo_curriculum/training/async_curriculum.py",
              "        first = next((g for g in untrained if g not in self._dropped), None)",
              "        first = next((g for g in untrained), None)",
-             ("tests/test_async_state.py", "-k", "neither_trained_nor_dropped"),
+             ("tests/test_async_curriculum.py", "-k", "neither_trained_nor_dropped"),
              "a checkpoint's stream restarts at a group dynamic sampling dropped (never to be trained)"),
+    Mutation("resumed_worker_counts_groups_twice", "grpo_curriculum/training/async_curriculum.py",
+             "        if plan.replay and self._replays[plan.key] > 0:",
+             "        if False:",
+             ("tests/test_async_curriculum.py", "-k", "once"),
+             "a resumed asynchronous worker counts the groups the checkpoint counted again"),
 ]
 
 

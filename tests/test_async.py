@@ -50,7 +50,7 @@ def test_dynamic_sampling_keeps_a_scored_group_only_when_informative(rewards, ke
 
     PartialState()  # as TRL's worker process does first (its logger needs it)
     loop = object.__new__(CurriculumRolloutLoop)  # the scoring state only: no child process, no server
-    loop.dynamic_sampling, loop.schedule, loop._planned = True, None, {7: PlannedGroup({}, len(rewards), 0.7, 1)}
+    loop.dynamic_sampling, loop.curriculum, loop._planned = True, None, {7: PlannedGroup({}, len(rewards), 0.7, 1)}
     loop.reward_funcs, loop.reward_func_names = [given_reward], ["given_reward"]
     loop._env_reward_types, loop._counters = [], defaultdict(float)
     loop._rates = defaultdict(lambda: [0.0, 0.0])

@@ -2,7 +2,7 @@
 The asynchronous trainer's curriculum state (training/async_state.py, the worker's side in
 training/_trl_async_worker.py; docs/async.md): written atomically, read back through the bounded, validated reader,
 refused with the file, the problem and the fix when damaged or from another curriculum; and what the worker reports for
-a checkpoint (the stream before the first group neither trained nor dropped). No vLLM (the real run:
+a checkpoint: tests/test_async_curriculum.py. No vLLM (the real run:
 tests/test_async_real.py, `make test-vllm`).
 """
 
@@ -23,6 +23,9 @@ from grpo_curriculum.training.checkpoint import CurriculumStateError
 STAGES = [Stage(num_generations=4, temperature=1.0, until_step=5),
           Stage(temperature=0.7, adaptive=Adaptive(num_generations=(2, 4), policy="per_prompt"))]  # fmt: skip
 SIGNATURE = stage_signature(STAGES)
+ROUND = {"taken": [0, 1, 2], "sizes": [2, 4, 2], "left": [], "read": 3, "deferred": 0}
+OBSERVED = {"pending": [{"key": "4", "rewards": [1.0, None]}], "counted": ["3", "4"],
+            "frontier": {"epoch": 2, "position": 5}}  # fmt: skip
 
 
 def _policy(size=6):
@@ -38,7 +41,8 @@ def _policy(size=6):
 
 def _state(**changes):
     return {"stages": SIGNATURE, "dataset_size": 6, "stream": {"epoch": 2, "position": 3, "waiting": [1]},
-            "policy_stage": 1, "policy": _policy().state_dict(), **changes}  # fmt: skip
+            "round": {"plan": ROUND, "stage": 1, "temperature": 0.7, "skip": 1}, "policy_stage": 1,
+            "policy": _policy().state_dict(), "observed": OBSERVED, **changes}  # fmt: skip
 
 
 def test_the_state_round_trips_and_a_fresh_policy_continues_from_it(tmp_path):
@@ -46,6 +50,7 @@ def test_the_state_round_trips_and_a_fresh_policy_continues_from_it(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [ASYNC_ARRAYS_FILE, ASYNC_STATE_FILE]  # nothing else left
     state = read_async_state(str(tmp_path), SIGNATURE, 6)
     assert state["stream"] == {"epoch": 2, "position": 3, "waiting": [1]} and state["policy_stage"] == 1
+    assert state["round"]["plan"] == ROUND and state["observed"] == OBSERVED
     from grpo_curriculum.core.adaptive import make_policy
     from grpo_curriculum.core.slots import PromptSlots
 
@@ -62,6 +67,12 @@ def test_the_state_round_trips_and_a_fresh_policy_continues_from_it(tmp_path):
     (lambda d: _edit(d, stream={"epoch": -1, "position": 0}), "stream.epoch"),
     (lambda d: _edit(d, policy_stage=0), "policy.policy"),
     (lambda d: _edit(d, policy_stage=7), "policy_stage"),
+    (lambda d: _edit(d, round={"plan": ROUND, "stage": 1, "temperature": 0.7, "skip": 3}), "round.skip"),
+    (lambda d: _edit(d, round={"plan": ROUND, "stage": 0, "temperature": 0.7, "skip": 0}), "round.stage"),
+    (lambda d: _edit(d, round={"plan": {**ROUND, "taken": [0]}, "stage": 1, "temperature": 0.7, "skip": 0}),
+     "round.plan.taken"),
+    (lambda d: _edit(d, observed=None), "observed"),
+    (lambda d: _edit(d, observed={**OBSERVED, "counted": [7]}), "observed.counted"),
 ])
 def test_a_damaged_state_is_named_with_the_file_and_the_fix(tmp_path, damage, said):
     write_async_state(str(tmp_path), _state())
@@ -85,34 +96,6 @@ def test_a_state_of_another_curriculum_or_dataset_is_refused(tmp_path, stages, s
     with pytest.raises(CurriculumStateError, match="a curriculum this run cannot continue") as caught:
         read_async_state(str(tmp_path), stages, size)
     assert f"- {said} =" in str(caught.value)
-
-
-class _Worker:
-    """The worker's bookkeeping of `CurriculumRolloutLoop.curriculum_state`, without TRL's loop."""
-
-    def __init__(self):
-        from grpo_curriculum.training._trl_async_worker import CurriculumRolloutLoop
-
-        self.loop = object.__new__(CurriculumRolloutLoop)
-        self.loop.policy, self.loop.policy_stage = _policy(), 1
-        self.loop._queue, self.loop._dropped = [], {3, 4}
-        self.loop._starts = {g: {"epoch": 1, "position": 10 * g} for g in range(8)}
-        self.loop._queue_start = {"epoch": 1, "position": 70}
-        self.loop.stream = type("Stream", (), {"state": lambda self: {"epoch": 1, "position": 80}})()
-
-
-@pytest.mark.parametrize(("untrained", "up_to", "position"), [
-    ([2, 5], 7, 20),  # group 2 never trained: the stream before it
-    ([3, 4, 5], 7, 50),  # 3 and 4 were dropped by dynamic sampling (never to be trained): 5 is the first
-    ([3, 4], 5, 50),  # everything below 5 trained or dropped: 5
-    ([], 8, 80),  # every started group trained: the stream as it is now (no round planned and not started)
-])
-def test_the_worker_reports_the_stream_before_the_first_group_neither_trained_nor_dropped(untrained, up_to, position):
-    worker = _Worker()
-    state = worker.loop.curriculum_state(untrained, up_to)
-    assert state["stream"] == {"epoch": 1, "position": position}
-    assert state["policy_stage"] == 1 and state["policy"]["explore"]["easy"] == 0.42
-    assert min(worker.loop._starts, default=up_to) >= min([*untrained, up_to])  # what no later request needs: gone
 
 
 def test_the_state_channel_carries_a_request_and_its_answer_between_processes_files(tmp_path):

@@ -8,9 +8,9 @@ TRL's loop generates every completion of a group (one `/v1/completions` request 
 a stage schedule, plans each group when it starts, from the stage in force at the policy version then current: a
 fixed-G stage takes the next prompt at its G, a per-prompt stage plans a round of prompts and their G with the
 synchronous trainers' allocator (settled prompts skipped), and each group is sampled whole at its G and at its stage's
-temperature, and keeps them until it is complete. Each sample records its G, temperature and stage. The prompts come
-from the same stream as the synchronous trainers' (`training.stream.PromptStream`, the dataset in order, as TRL's
-worker reads it), so what the curriculum state records of it is what a resume needs ([`StateChannel`]).
+temperature, and keeps them until it is complete. Each sample records its G, temperature and stage. What to start
+next, what a scored group counts for and the checkpoint's state are [`~training.async_curriculum.AsyncCurriculum`]'s;
+the trainer asks for that state through a [`StateChannel`].
 """
 
 from __future__ import annotations
@@ -20,16 +20,13 @@ import contextvars
 import json
 import os
 import time
-from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 from trl.experimental.async_grpo.async_rollout_worker import RolloutGroup, _AsyncRolloutLoop
 
-from ..core.adaptive import make_policy
-from ..core.signals import is_informative, round_stats
+from ..core.signals import is_informative
+from .async_curriculum import AsyncCurriculum, PlannedGroup
 from .checkpoint import _join_arrays, _split_arrays, atomic_json, atomic_write
-from .stream import PromptStream, per_prompt_round, prompt_keys, prompt_slots
 
 SAMPLED_G = "curriculum/num_generations"  # a sample's metrics: the G its group was planned and sampled at,
 SAMPLED_TEMPERATURE = "curriculum/temperature"  # the temperature the engine sampled it at,
@@ -39,18 +36,6 @@ DROPPED_GROUPS = "rollout/dropped_groups_total"
 DROPPED_COMPLETIONS = "rollout/dropped_completions_total"
 ZERO_STD_FRACTION = "frac_reward_zero_std"
 _SAMPLING_TEMPERATURE = contextvars.ContextVar("grpo_curriculum_sampling_temperature", default=None)
-
-
-@dataclass
-class PlannedGroup:
-    """A group as the curriculum plans it when it starts: its dataset row, G, sampling temperature and stage, and its
-    prompt's key in a per-prompt stage (`None` in a fixed-G stage)."""
-
-    row: dict
-    size: int
-    temperature: float
-    stage: int
-    key: str | None = None
 
 
 class CurriculumRolloutLoop(_AsyncRolloutLoop):
@@ -75,59 +60,11 @@ class CurriculumRolloutLoop(_AsyncRolloutLoop):
     def __init__(self, *, schedule=None, weight_sync_steps: int = 1, dynamic_sampling: bool = False, budget: int = 0,
                  seed: int = 0, state_dir: str | None = None, resume: dict | None = None, **kwargs):  # fmt: skip
         super().__init__(**kwargs)
-        self.schedule, self.weight_sync_steps, self.dynamic_sampling = schedule, weight_sync_steps, dynamic_sampling
-        self.budget, self.seed = budget, seed
+        self.dynamic_sampling = dynamic_sampling
         self.channel = None if state_dir is None else StateChannel(state_dir)
         self._planned: dict[int, PlannedGroup] = {}  # group id -> its plan, until it is scored
-        if schedule is None:
-            return
-        self.stream = PromptStream(self.dataset, shuffle=False, seed=seed)
-        self.slots = prompt_slots(self.stream)
-        self.policy = self.policy_stage = None  # the per-prompt stage's policy, made when the stage is first planned
-        self._queue: deque[PlannedGroup] = deque()  # the groups planned and not started yet
-        self._queue_start: dict = self.stream.state()  # where the stream stood before the planned groups
-        self._starts: dict[int, dict] = {}  # group id -> where the stream stood before it was planned
-        self._dropped: set[int] = set()  # group ids dynamic sampling dropped (never trained)
-        self._observed: list[tuple[str, list[float]]] = []  # the per-prompt stage's scored groups not yet observed
-        if resume is not None:
-            self.stream.load_state(resume["stream"])
-            self._queue_start = self.stream.state()
-            if resume["policy_stage"] is not None:
-                self._make_policy(resume["policy_stage"], 1.0).load_state_dict(resume["policy"])
-
-    def step_of(self, version: int) -> int:
-        """The optimizer step whose setting a group started while policy `version` is current gets."""
-        return max(version - 1, 0) * self.weight_sync_steps
-
-    def _make_policy(self, stage: int, temperature: float):
-        adaptive = self.schedule.stages[stage].adaptive
-        self.policy = make_policy(adaptive, adaptive.num_generations[0], temperature)
-        self.policy.bind(budget=self.budget, slots=self.slots, seed=self.seed)
-        self.policy_stage, self._observed = stage, []
-        return self.policy
-
-    def next_group(self, version: int) -> PlannedGroup:
-        """The next group to start while policy `version` is current (planning a round first when none is left)."""
-        if not self._queue:
-            self._queue_start = self.stream.state()
-            setting = self.schedule.setting_at(self.step_of(version))
-            adaptive = self.schedule.stages[setting.stage].adaptive
-            if adaptive is None:  # a fixed-G stage: the next prompt
-                prompts, sizes, keys = self.stream.take(1), [setting.num_generations], [None]
-            else:
-                if self.policy_stage != setting.stage:
-                    self._make_policy(setting.stage, setting.temperature)
-                planned = per_prompt_round(self.stream, self.policy)
-                if planned is None:
-                    raise ValueError(f"The train dataset has too few prompts to fill one per-prompt round of "
-                                     f"{self.budget} completions: use a larger dataset, a smaller "
-                                     "per_device_train_batch_size, or larger num_generations candidates.")
-                _, plan, prompts = planned
-                sizes, keys = plan["sizes"], prompt_keys(self.stream, prompts)
-                self._counters[DEFERRED] += plan["deferred"]
-            for row, size, key in zip(self.stream.materialize(prompts), sizes, keys, strict=True):
-                self._queue.append(PlannedGroup(row, size, setting.temperature, setting.stage, key))
-        return self._queue.popleft()
+        self.curriculum = None if schedule is None else AsyncCurriculum(
+            schedule, self.dataset, weight_sync_steps=weight_sync_steps, budget=budget, seed=seed, resume=resume)
 
     async def _generate_one_turn(self, prompt_ids):
         # TRL builds the request from `self.temperature` before its first `await`, so setting it here, from the
@@ -141,7 +78,7 @@ class CurriculumRolloutLoop(_AsyncRolloutLoop):
         """TRL's loop without a schedule; with one, each group started whole at its planned G and temperature, and
         queued for scoring when all its completions are back (no tools, no environments: the trainer refuses them
         with a schedule)."""
-        if self.schedule is None:
+        if self.curriculum is None:
             return await super()._generate_loop(stop_event)
         pending: dict[int, RolloutGroup] = {}
         inflight: dict[asyncio.Task, int] = {}
@@ -153,8 +90,8 @@ class CurriculumRolloutLoop(_AsyncRolloutLoop):
                 self._heartbeat_value.value = time.time()
                 while len(inflight) < self.max_inflight_tasks and not stop_event.is_set():
                     version = self.model_version
-                    plan = self.next_group(version)
-                    self._starts[group_id] = self._queue_start
+                    plan = self.curriculum.next_group(group_id, version)
+                    self._counters[DEFERRED] += plan.deferred
                     row = plan.row
                     pending[group_id] = RolloutGroup(
                         prompts=[], reward_kwargs={key: [row[key]] * plan.size for key in row
@@ -221,8 +158,9 @@ class CurriculumRolloutLoop(_AsyncRolloutLoop):
             for sample in samples:
                 sample.metrics.update({SAMPLED_G: float(plan.size), SAMPLED_TEMPERATURE: plan.temperature,
                                        SAMPLED_STAGE: float(plan.stage)})  # fmt: skip
-            if plan.key is not None and plan.stage == self.policy_stage:
-                self._observe(plan.key, rewards)
+            skip = None if self.curriculum is None else self.curriculum.scored(group.group_id, plan, rewards)
+            for name, value in (skip or {}).items():
+                self._rates[f"curriculum/{name}"] = [value, 1.0]
         if not self.dynamic_sampling:
             return samples
         # One reward per sample (a conversation's rows share its reward): the rewards are all equal, or fewer than two
@@ -234,47 +172,16 @@ class CurriculumRolloutLoop(_AsyncRolloutLoop):
             return samples
         self._counters[DROPPED_GROUPS] += 1
         self._counters[DROPPED_COMPLETIONS] += len(group.completions)
-        if self.schedule is not None:
-            self._dropped.add(group.group_id)
+        if self.curriculum is not None:
+            self.curriculum.dropped(group.group_id)
         return []
-
-    def _observe(self, key: str, rewards: list[float]) -> None:
-        """Count a per-prompt stage's scored group; a round's worth of them (the round's prompt count) updates the
-        policy's statistics and GRESO's skip probabilities at once, as one synchronous round does."""
-        self._observed.append((key, rewards))
-        if len(self._observed) < self.policy.allocator.prompts:
-            return
-        keys, groups = zip(*self._observed, strict=True)
-        self._observed = []
-        adaptive = self.schedule.stages[self.policy_stage].adaptive
-        self.policy.observe(round_stats([r for g in groups for r in g], [len(g) for g in groups], prompt_keys=keys,
-                                        success_threshold=adaptive.success_threshold))  # fmt: skip
-        for name, value in self.policy.allocator.skip_probabilities().items():
-            self._rates[f"curriculum/{name}"] = [value, 1.0]
-
-    def curriculum_state(self, untrained: list[int], trained_up_to: int) -> dict:
-        """
-        The curriculum state a checkpoint needs, given the group ids the trainer has not trained below
-        `trained_up_to` (it trained every other id below it): the stream as it stood before the first group that is
-        neither trained nor dropped (a resumed worker starts there), and the per-prompt policy as it is now.
-        """
-        first = next((g for g in untrained if g not in self._dropped), None)
-        if first is None:
-            first = next(g for g in range(trained_up_to, trained_up_to + len(self._dropped) + 1)
-                         if g not in self._dropped)  # fmt: skip
-        stream = self._starts.get(first, self._queue_start if self._queue else self.stream.state())
-        for g in [g for g in self._starts if g < first]:  # the trainer's first untrained group only moves on
-            del self._starts[g]
-        self._dropped = {g for g in self._dropped if g >= first}
-        policy = None if self.policy is None else self.policy.state_dict()
-        return {"stream": stream, "policy_stage": self.policy_stage, "policy": policy}
 
     async def _serve_state(self, stop_event: asyncio.Event) -> None:
         """Answer the trainer's state requests ([`StateChannel`]) while the loop runs."""
         while not stop_event.is_set():
             request = self.channel.pending()
             if request is not None:
-                self.channel.answer(request, self.curriculum_state(request["untrained"], request["trained_up_to"]))
+                self.channel.answer(request, self.curriculum.state(request["untrained"], request["trained_up_to"]))
             await asyncio.sleep(0.05)
 
 

@@ -5,7 +5,8 @@ back the way the synchronous trainers' state is ([`~training.checkpoint`]: atomi
 
 It holds where the prompt stream stood before the first group the trainer had not trained (so a resumed worker starts
 there: the groups from it on are sampled again, as TRL's own resume samples again from its first untrained group), the
-per-prompt policy of the stage in force (its statistics and GRESO's skip probabilities) and what they depend on (each
+per-prompt policy of the stage in force (its statistics and GRESO's skip probabilities), what the groups sampled again
+already count in them (`observed`: [`~training.async_curriculum.AsyncCurriculum.state`]) and what they depend on (each
 stage's G or policy and candidates, the dataset's size), which a resume must keep.
 """
 
@@ -14,9 +15,9 @@ from __future__ import annotations
 import os
 
 from ..core.errors import Problem, shorten
-from ..core.rules import COUNT, Rule, integer
-from .checkpoint import (_FIX, _POLICY, _STREAM, STEP, CurriculumStateError, Each, Nullable, _split_arrays,
-                         atomic_write, read_json, state_error, validated)  # fmt: skip
+from ..core.rules import COUNT, TEMPERATURE, Rule, integer
+from .checkpoint import (_FIX, _NUMBER, _POLICY, _STREAM, ROUND_PLAN, STEP, CurriculumStateError, Each, Nullable,
+                         _split_arrays, atomic_write, read_json, state_error, validated)  # fmt: skip
 
 ASYNC_STATE_FILE = "curriculum_async_state.json"
 ASYNC_ARRAYS_FILE = "curriculum_async_arrays.npz"
@@ -27,8 +28,11 @@ SCHEMA = {
     "stages": Each(Rule("mapping")),
     "dataset_size": Nullable(COUNT),
     "stream": _STREAM,
+    "round": Nullable({"plan": ROUND_PLAN, "stage": STEP, "temperature": TEMPERATURE, "skip": STEP}),
     "policy_stage": Nullable(STEP),
     "policy": Nullable(_POLICY),
+    "observed": Nullable({"pending": Each({"key": Rule("str", high=256), "rewards": Each(Nullable(_NUMBER))}),
+                          "counted": Each(Rule("str", high=256)), "frontier": {"epoch": STEP, "position": STEP}}),
 }
 """What `curriculum_async_state.json` (with its arrays) must hold."""
 
@@ -75,10 +79,22 @@ def _invariants(state: dict) -> list[Problem]:
     stage, policy = state["policy_stage"], state["policy"]
     if (stage is None) != (policy is None):
         return [Problem("policy", "given" if policy else None, "must be given exactly with `policy_stage`")]
+    if (policy is None) != (state["observed"] is None):
+        return [Problem("observed", "given" if state["observed"] else None, "must be given exactly with `policy`")]
     if stage is not None and stage >= len(state["stages"]):
         return [Problem("policy_stage", stage, f"must name one of the {len(state['stages'])} stages")]
     if stage is not None and state["stages"][stage].get("policy") != policy["policy"]:
         return [Problem("policy.policy", policy["policy"], f"must be stage {stage}'s policy")]
+    again = state["round"]
+    if again is not None:
+        sizes, stages = again["plan"]["sizes"], state["stages"]
+        if len(again["plan"]["taken"]) != len(sizes):
+            return [Problem("round.plan.taken", again["plan"]["taken"], f"must hold {len(sizes)} positions (one a "
+                            "group of the round)")]
+        if again["skip"] >= len(sizes):
+            return [Problem("round.skip", again["skip"], f"must be below the round's {len(sizes)} groups")]
+        if again["stage"] >= len(stages) or "policy" not in stages[again["stage"]]:
+            return [Problem("round.stage", again["stage"], "must name one of the per-prompt stages")]
     if policy is not None:
         lengths = {len(policy["stats"][name]) for name in ("successes", "failures", "zero_streak")}
         if len(lengths) != 1:

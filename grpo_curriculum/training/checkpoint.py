@@ -381,6 +381,8 @@ _POLICY = ByField("policy", {
                    "explore": {"easy": Rule("number", low=0.05, high=0.95), "hard": Rule("number", low=0.05, high=0.95)}},
 })  # fmt: skip
 _STREAM = {"epoch": STEP, "position": STEP, "waiting?": Each(STEP)}
+ROUND_PLAN = {"taken": Each(STEP), "sizes": Each(_G), "left": Each(STEP), "read": STEP, "deferred": STEP}
+"""A per-prompt round's allocation ([`~core.allocation.RoundPlan.as_dict`])."""
 STATE_SCHEMA = {
     "trainer?": Rule("choice", choices=TRAINER_KINDS),  # which trainer wrote it (absent before issue 44)
     "global_step": STEP,
@@ -398,8 +400,7 @@ STATE_SCHEMA = {
                                "top_up_prompts?": Rule("choice", choices=tuple(TOP_UP_PROMPTS_RULES))}},
     "stream": _STREAM,
     "round_start_stream": Nullable(_STREAM),
-    "round_plan": Nullable({"taken": Each(STEP), "sizes": Each(_G), "left": Each(STEP), "read": STEP,
-                            "deferred": STEP}),
+    "round_plan": Nullable(ROUND_PLAN),
     "prompt_report": {"slots": Array("int", 0, MAX_STEPS), "count": Array("int", 0, 2**32 - 1),
                       "seen": Array("int", 1, 2**32 - 1), "mean": Array("number"), "std?": Array("number", 0),
                       "m2?": Array("number", 0), "texts": Each((STEP, Rule("any")), high=MAX_STEPS)},

@@ -1,0 +1,209 @@
+"""
+What the asynchronous trainer's rollout worker knows of the curriculum (docs/async.md), apart from TRL's loop
+([`~training._trl_async_worker.CurriculumRolloutLoop`] drives it): which group to start next and at what setting, what a
+scored group tells a per-prompt stage's statistics, and the state a checkpoint needs.
+
+Groups are numbered in the order they start (TRL's `group_id`). A checkpoint records the first group the trainer had
+neither trained nor seen dropped: where the prompt stream stood before its round, and for a per-prompt round its plan
+and how many of its groups came before that one. A resumed worker samples that round again from that group on (the same
+prompts, G and temperature), then goes on planning. The groups from that one on had their first scoring counted in the
+saved statistics (or in the saved scored groups not yet applied to them): up to the point the stream had reached at the
+save (the frontier), a scored group of a prompt the save lists as counted is not counted again, once per listing, as
+the synchronous trainers do not observe a round they regenerate after a resume.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from ..core.adaptive import make_policy
+from ..core.signals import _finite, round_stats
+from .stream import PromptStream, per_prompt_round, prompt_keys, prompt_slots
+
+
+@dataclass
+class PlannedGroup:
+    """A group as the curriculum plans it when it starts: its dataset row, G, sampling temperature and stage, its
+    prompt's key in a per-prompt stage (`None` in a fixed-G stage), the prompts its round deferred (counted on the
+    round's first group), and whether a resumed checkpoint may have counted it already."""
+
+    row: dict
+    size: int
+    temperature: float
+    stage: int
+    key: str | None = None
+    deferred: int = 0
+    replay: bool = False
+
+
+@dataclass(frozen=True)
+class Round:
+    """Where the stream stood before a round, and a per-prompt round's plan (`None`: a fixed-G stage's one group)."""
+
+    start: dict
+    plan: dict | None
+    stage: int
+    temperature: float
+
+
+def _position(state: dict) -> tuple[int, int]:
+    return state["epoch"], state["position"]
+
+
+class AsyncCurriculum:
+    """
+    The worker's curriculum bookkeeping: a [`~core.schedule.ResolvedSchedule`] over the dataset's prompt stream.
+
+    Args:
+        schedule ([`~core.schedule.ResolvedSchedule`]): The stage schedule.
+        dataset: The train dataset (read in order, as TRL's worker reads it).
+        weight_sync_steps (`int`): `AsyncGRPOConfig.weight_sync_steps`.
+        budget (`int`): Completions a per-prompt round plans ([`~core.asynchronous.round_budget`]).
+        seed (`int`): The run's seed (the deferral draws).
+        resume (`dict`, *optional*): A checkpoint's curriculum state ([`~training.async_state.read_async_state`]).
+    """
+
+    def __init__(self, schedule, dataset, weight_sync_steps: int = 1, budget: int = 0, seed: int = 0,
+                 resume: dict | None = None):  # fmt: skip
+        self.schedule, self.weight_sync_steps, self.budget, self.seed = schedule, weight_sync_steps, budget, seed
+        self.stream = PromptStream(dataset, shuffle=False, seed=seed)
+        self.slots = prompt_slots(self.stream)
+        self.policy = self.policy_stage = None  # the per-prompt stage's policy, made when the stage is first planned
+        self._round: Round | None = None  # the round being started
+        self._queue: list[PlannedGroup] = []  # its groups not started yet
+        self._origin: dict[int, tuple[Round, int]] = {}  # group id -> its round and place in it
+        self._dropped: set[int] = set()  # group ids dynamic sampling dropped (never trained)
+        self._observed: list[tuple[str, list]] = []  # the per-prompt stage's scored groups not applied yet
+        self._counted: dict[int, str] = {}  # group id -> its prompt's key, for the groups counted in the statistics
+        self._replays: Counter = Counter()  # a resumed checkpoint's counted prompts, not to be counted again
+        self._frontier: tuple[int, int] | None = None  # up to where the stream meets them again
+        if resume is None:
+            return
+        self.stream.load_state(resume["stream"])
+        if resume["policy_stage"] is not None:
+            self._make_policy(resume["policy_stage"], 1.0).load_state_dict(resume["policy"])
+            observed = resume["observed"]
+            self._observed = [(g["key"], g["rewards"]) for g in observed["pending"]]
+            self._replays = Counter(observed["counted"])
+            self._frontier = _position(observed["frontier"])
+        again = resume["round"]
+        if again is not None:  # the per-prompt round of the first untrained group: the same prompts, G and setting
+            self._round = Round(resume["stream"], again["plan"], again["stage"], again["temperature"])
+            self._enqueue(self.stream.commit(again["plan"]), again["plan"]["sizes"], replay=True)
+            del self._queue[: again["skip"]]
+
+    def step_of(self, version: int) -> int:
+        """The optimizer step whose setting a group started while policy `version` is current gets (TRL publishes
+        version 1 before the first step and one more every `weight_sync_steps` steps)."""
+        return max(version - 1, 0) * self.weight_sync_steps
+
+    def _make_policy(self, stage: int, temperature: float):
+        adaptive = self.schedule.stages[stage].adaptive
+        self.policy = make_policy(adaptive, adaptive.num_generations[0], temperature)
+        self.policy.bind(budget=self.budget, slots=self.slots, seed=self.seed)
+        self.policy_stage, self._observed, self._counted, self._replays = stage, [], {}, Counter()
+        return self.policy
+
+    def next_group(self, group_id: int, version: int) -> PlannedGroup:
+        """Group `group_id`, started while policy `version` is current (planning a round first when none is left)."""
+        if not self._queue:
+            self._plan(version)
+        plan = self._queue.pop(0)
+        self._origin[group_id] = (self._round, self._started() - 1)
+        return plan
+
+    def _started(self) -> int:
+        """How many groups of the round being started have started."""
+        return (1 if self._round.plan is None else len(self._round.plan["sizes"])) - len(self._queue)
+
+    def _plan(self, version: int) -> None:
+        start = self.stream.state()
+        replay = self._frontier is not None and _position(start) < self._frontier
+        if self._frontier is not None and not replay:  # past the frontier: what was not met again counts as new
+            self._frontier, self._replays = None, Counter()
+        setting = self.schedule.setting_at(self.step_of(version))
+        adaptive = self.schedule.stages[setting.stage].adaptive
+        if adaptive is None:  # a fixed-G stage: the next prompt
+            self._round = Round(start, None, setting.stage, setting.temperature)
+            self._enqueue(self.stream.take(1), [setting.num_generations], replay)
+            return
+        if self.policy_stage != setting.stage:
+            self._make_policy(setting.stage, setting.temperature)
+        planned = per_prompt_round(self.stream, self.policy)
+        if planned is None:
+            raise ValueError(f"The train dataset has too few prompts to fill one per-prompt round of "
+                             f"{self.budget} completions: use a larger dataset, a smaller "
+                             "per_device_train_batch_size, or larger num_generations candidates.")
+        start, plan, prompts = planned
+        self._round = Round(start, plan, setting.stage, setting.temperature)
+        self._enqueue(prompts, plan["sizes"], replay, deferred=plan["deferred"])
+
+    def _enqueue(self, prompts: list, sizes: list[int], replay: bool, deferred: int = 0) -> None:
+        keys = [None] * len(prompts) if self._round.plan is None else prompt_keys(self.stream, prompts)
+        for row, size, key in zip(self.stream.materialize(prompts), sizes, keys, strict=True):
+            self._queue.append(PlannedGroup(row, size, self._round.temperature, self._round.stage, key, deferred,
+                                            replay))  # fmt: skip
+            deferred = 0
+    def scored(self, group_id: int, plan: PlannedGroup, rewards: list) -> dict | None:
+        """
+        Group `group_id` (planned as `plan`) is scored with `rewards` (one a completion). A per-prompt stage's group
+        counts in its statistics, unless a resumed checkpoint counted its prompt already (a replay); a round's worth of
+        counted groups (the round's prompt count) updates the statistics and GRESO's skip probabilities at once, as one
+        synchronous round does. Returns the skip probabilities when they were updated, else `None`.
+        """
+        if plan.key is None or plan.stage != self.policy_stage:
+            return None
+        self._counted[group_id] = plan.key
+        if plan.replay and self._replays[plan.key] > 0:
+            self._replays[plan.key] -= 1
+            return None
+        self._observed.append((plan.key, [_finite(r) for r in rewards]))
+        if len(self._observed) < self.policy.allocator.prompts:
+            return None
+        keys, groups = zip(*self._observed, strict=True)
+        self._observed = []
+        adaptive = self.schedule.stages[self.policy_stage].adaptive
+        self.policy.observe(round_stats([r for g in groups for r in g], [len(g) for g in groups], prompt_keys=keys,
+                                        success_threshold=adaptive.success_threshold))  # fmt: skip
+        return self.policy.allocator.skip_probabilities()
+
+    def dropped(self, group_id: int) -> None:
+        """Dynamic sampling dropped group `group_id` (it will never be trained)."""
+        self._dropped.add(group_id)
+
+    def state(self, untrained: list[int], trained_up_to: int) -> dict:
+        """
+        The curriculum state a checkpoint needs, given the group ids the trainer has not trained below
+        `trained_up_to` (it trained every other id below it): for the first group that is neither trained nor dropped,
+        where the stream stood before its round and, for a per-prompt round, the round's plan, setting and the number
+        of its groups before that one (`round`); the per-prompt policy as it is now, and what of it the groups from that
+        one on already count (`observed`: the scored groups not applied yet, the prompts counted, and the frontier up
+        to which a resumed worker meets them again).
+        """
+        first = next((g for g in untrained if g not in self._dropped), None)
+        if first is None:
+            first = next(g for g in range(trained_up_to, trained_up_to + len(self._dropped) + 1)
+                         if g not in self._dropped)  # fmt: skip
+        if first in self._origin:
+            round_, skip = self._origin[first]
+        elif self._queue:  # the next group to start: the rest of the round being started
+            round_, skip = self._round, self._started()
+        else:  # every started group trained: the stream as it is now
+            round_, skip = None, 0
+        for g in [g for g in self._origin if g < first]:  # the trainer's first untrained group only moves on
+            del self._origin[g]
+        self._dropped = {g for g in self._dropped if g >= first}
+        self._counted = {g: key for g, key in self._counted.items() if g >= first}
+        again = None if round_ is None or round_.plan is None else {
+            "plan": round_.plan, "stage": round_.stage, "temperature": round_.temperature, "skip": skip}
+        state = {"stream": self.stream.state() if round_ is None else round_.start, "round": again, "policy_stage": self.policy_stage, "policy": None,
+                 "observed": None}  # fmt: skip
+        if self.policy is None:
+            return state
+        now = _position(self.stream.state())
+        frontier = now if self._frontier is None else max(now, self._frontier)
+        counted = sorted([*self._counted.values(), *self._replays.elements()])
+        observed = {"pending": [{"key": key, "rewards": rewards} for key, rewards in self._observed],
+                    "counted": counted, "frontier": {"epoch": frontier[0], "position": frontier[1]}}  # fmt: skip
+        return {**state, "policy": self.policy.state_dict(), "observed": observed}

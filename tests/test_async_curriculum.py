@@ -1,0 +1,141 @@
+"""
+The asynchronous worker's curriculum bookkeeping (training/async_curriculum.py; docs/async.md), without TRL's loop:
+where a checkpoint's stream stands, and that a resumed worker counts every scored group of a per-prompt stage once, as
+the run it resumes counted them (the groups it samples again are not counted twice, the scored groups not yet applied
+are not lost). The real engine: tests/test_async_real.py (`make test-vllm`).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo_curriculum import Adaptive, Stage
+from grpo_curriculum.core.schedule import StageSchedule, stage_signature
+from grpo_curriculum.training.async_curriculum import AsyncCurriculum, Round
+from grpo_curriculum.training.async_state import read_async_state, write_async_state
+
+from .conftest import indexed_dataset
+
+STAGES = [Stage(temperature=0.7, adaptive=Adaptive(num_generations=(2, 4), policy="per_prompt", defer=False))]
+BUDGET = 8
+
+
+def _curriculum(dataset, resume=None) -> tuple[AsyncCurriculum, list[str]]:
+    """An [`AsyncCurriculum`] over `dataset` and the prompt keys its policy observes, in order."""
+    curriculum = AsyncCurriculum(StageSchedule(STAGES).resolve(100), dataset, budget=BUDGET, seed=0, resume=resume)
+    observed: list[str] = []
+    make_policy = curriculum._make_policy
+
+    def recording(*args):
+        policy = make_policy(*args)
+        observe = policy.observe
+        policy.observe = lambda stats: (observed.extend(stats.prompt_keys), observe(stats))[1]
+        return policy
+
+    curriculum._make_policy = recording
+    if curriculum.policy is not None:  # resumed: made in __init__, before the wrapper
+        observe = curriculum.policy.observe
+        curriculum.policy.observe = lambda stats: (observed.extend(stats.prompt_keys), observe(stats))[1]
+    return curriculum, observed
+
+
+def _rewards(plan) -> list[float]:
+    return [float((int(plan.key) + i) % 3 == 0) for i in range(plan.size)]
+
+
+def _run(curriculum, plans: dict, until) -> None:
+    """Start groups and score them in order until the stream stands at `until` with no planned group left."""
+    group = max(plans, default=-1) + 1
+    while (curriculum.stream.state()["epoch"], curriculum.stream.state()["position"]) < until or curriculum._queue:
+        plans[group] = curriculum.next_group(group, version=1)
+        curriculum.scored(group, plans[group], _rewards(plans[group]))
+        group += 1
+
+
+@pytest.mark.parametrize("pending_at_save", [True, False])
+@pytest.mark.parametrize("untrained", [[6, 7], [7]])
+def test_a_resumed_worker_counts_each_scored_group_once(tmp_path, pending_at_save, untrained):
+    """
+    Twelve groups start (rounds of 3); they are scored out of order (7 last) and the checkpoint is taken with 6 and 7,
+    or 7 alone, not trained, so a resumed worker samples the round of 6 again from the first of them (the same prompts
+    and G). The keys the resumed policy observes from there on are the ones the uninterrupted run observes after the
+    save: the groups the save counted are not observed again, the scored groups it had not applied yet are, in the
+    same rounds.
+    """
+    dataset = indexed_dataset(num_prompts=40)
+    original, seen = _curriculum(dataset)
+    plans = {g: original.next_group(g, version=1) for g in range(12)}
+    prompts = original.policy.allocator.prompts
+    assert prompts == 3 and [p.key for p in plans.values()] == [str(i) for i in range(12)]  # in order (no deferral)
+    order = [0, 1, 2, 3, 5, 4, 6, 8, 9, 10, 11, 7]
+    scored = order[: 8 if pending_at_save else 8 + (-8) % prompts]  # 8 groups: part of a round not applied yet
+    for g in scored:
+        original.scored(g, plans[g], _rewards(plans[g]))
+    state = original.state(untrained=untrained, trained_up_to=9)
+    first = untrained[0]
+    assert state["round"]["skip"] == first - 6 and state["stream"]["position"] == 6
+    assert state["observed"]["counted"] == sorted(plans[g].key for g in scored if g >= first)
+    assert bool(state["observed"]["pending"]) == (len(scored) % prompts != 0)
+    write_async_state(str(tmp_path), {"stages": stage_signature(STAGES), "dataset_size": len(dataset), **state})
+    resume = read_async_state(str(tmp_path), stage_signature(STAGES), len(dataset))
+
+    before = len(seen)
+    for g in sorted(set(order) - set(scored)):  # the uninterrupted run goes on, in the order the resumed one samples
+        original.scored(g, plans[g], _rewards(plans[g]))
+    _run(original, plans, until=(1, 30))
+    resumed, seen_resumed = _curriculum(dataset, resume)
+    resumed_plans: dict = {}
+    _run(resumed, resumed_plans, until=(1, 30))
+
+    assert seen_resumed == seen[before:] and len(seen_resumed) > 2 * prompts
+    assert [key for key, _ in resumed._observed] == [key for key, _ in original._observed]
+    assert [(p.key, p.size) for p in resumed_plans.values()][: 9 - first] == [(p.key, p.size) for p in
+                                                                               list(plans.values())[first:9]]
+    assert resumed._frontier is None and not resumed._replays  # past the frontier: nothing left to skip
+
+
+def test_a_second_checkpoint_after_a_resume_still_lists_the_groups_counted_before_the_first():
+    """A group the resumed worker did not count (a replay) is still counted in its statistics: a checkpoint taken
+    before it is trained lists it again, so a second resume does not count it either."""
+    dataset = indexed_dataset(num_prompts=40)
+    original, _ = _curriculum(dataset)
+    plans = {g: original.next_group(g, version=1) for g in range(6)}
+    for g in range(6):
+        original.scored(g, plans[g], _rewards(plans[g]))
+    state = original.state(untrained=[3], trained_up_to=6)
+    resumed, _ = _curriculum(dataset, {**state, "stream": dict(state["stream"])})
+    again = {g: resumed.next_group(g, version=1) for g in range(3)}
+    for g in range(3):
+        resumed.scored(g, again[g], _rewards(again[g]))
+    second = resumed.state(untrained=list(range(3)), trained_up_to=3)
+    assert second["observed"]["counted"] == state["observed"]["counted"]
+    assert second["observed"]["frontier"] == state["observed"]["frontier"]
+
+
+class _Stream:
+    def state(self):
+        return {"epoch": 1, "position": 80}
+
+
+def _bookkeeping() -> AsyncCurriculum:
+    """Eight fixed-G groups started, 3 and 4 dropped by dynamic sampling."""
+    curriculum = object.__new__(AsyncCurriculum)
+    curriculum.policy = curriculum.policy_stage = None
+    curriculum._queue, curriculum._dropped, curriculum._counted = [], {3, 4}, {}
+    curriculum._origin = {g: (Round({"epoch": 1, "position": 10 * g}, None, 0, 1.0), 0) for g in range(8)}
+    curriculum.stream = _Stream()
+    return curriculum
+
+
+@pytest.mark.parametrize(("untrained", "up_to", "position"), [
+    ([2, 5], 7, 20),  # group 2 never trained: the stream before it
+    ([3, 4, 5], 7, 50),  # 3 and 4 were dropped by dynamic sampling (never to be trained): 5 is the first
+    ([3, 4], 5, 50),  # everything below 5 trained or dropped: 5
+    ([], 8, 80),  # every started group trained: the stream as it is now (no round planned and not started)
+])
+def test_the_checkpoint_stream_stands_before_the_first_group_neither_trained_nor_dropped(untrained, up_to, position):
+    curriculum = _bookkeeping()
+    state = curriculum.state(untrained, up_to)
+    assert state["stream"] == {"epoch": 1, "position": position} and state["round"] is None
+    assert state["observed"] is None
+    assert min(curriculum._origin, default=up_to) >= min([*untrained, up_to])  # what no later request needs: gone
