@@ -214,9 +214,9 @@ def test_per_prompt_groups_arrive_whole_at_their_own_g_and_settled_prompts_are_s
 
 
 def test_resume_restores_the_stream_and_the_per_prompt_state(tmp_path, monkeypatch, vllm_model_dir, vllm_server):
-    """A per-prompt run saves its curriculum state with each checkpoint: where the prompt stream stood before the
-    first group not trained, and the per-prompt statistics; a resumed run's worker starts there: its first round
-    reads the prompts after those the checkpoint's trained rounds read (a fresh start would read the first ones)."""
+    """A per-prompt run saves its curriculum state with each checkpoint: the first group not trained (the stream before
+    its round, the round's plan) and the per-prompt statistics; a resumed run's worker starts there: it samples that
+    round again from that group on, with the same prompts and G (a fresh start would read the first prompts)."""
     from grpo_curriculum import Adaptive, Stage
     from grpo_curriculum.core.schedule import stage_signature
     from grpo_curriculum.training.async_state import read_async_state
@@ -231,14 +231,23 @@ def test_resume_restores_the_stream_and_the_per_prompt_state(tmp_path, monkeypat
     stats = state["policy"]["stats"]
     assert state["policy_stage"] == 0 and len(stats["successes"]) == len(MANY)
     assert (stats["successes"] + stats["failures"]).sum() > 0  # observed groups are in it
-    position = state["stream"]["position"]
-    assert state["stream"]["epoch"] >= 1 and (state["stream"]["epoch"], position) != (1, 0), state["stream"]
+    assert state["stream"]["epoch"] >= 1 and (state["stream"]["epoch"], state["stream"]["position"]) != (1, 0)
     monkeypatch.undo()
     trainer, taken, _, _ = _train(tmp_path, monkeypatch, vllm_model_dir, vllm_server, settled_reward, max_steps=6,
                                   prompts=MANY, stages=stages, config=config, resume=str(checkpoint))  # fmt: skip
     assert trainer.state.global_step == 6
-    first = _runs(taken)[0][0]  # of the first round: the prompts after `position` in the pass (a new one at its end)
-    assert position == len(MANY) or MANY.index(first.prompt) >= position, (first.prompt, state["stream"])
+    # The resumed worker samples the round of the first untrained group again, from that group on: the same prompts
+    # and G (its group ids restart at 0), and no prompt of the pass before the round's start.
+    from grpo_curriculum.core.schedule import StageSchedule
+    from grpo_curriculum.training.async_curriculum import AsyncCurriculum
+
+    assert state["round"] is not None and state["observed"] is not None  # the worker runs ahead of training
+    replayed = AsyncCurriculum(StageSchedule(stages).resolve(6), _dataset(MANY), budget=8, resume=state)._queue
+    runs = {run[0].group_id: run for run in _runs(taken)}
+    again = [g for g in range(len(replayed)) if g in runs]
+    assert again, (len(replayed), sorted(runs))
+    for g in again:
+        assert (runs[g][0].prompt, len(runs[g])) == (replayed[g].row["prompt"][0]["content"], replayed[g].size), g
 
 
 def test_dynamic_sampling_without_max_steps_is_refused_before_training(tmp_path):

@@ -64,7 +64,7 @@ class AsyncCurriculum:
         resume (`dict`, *optional*): A checkpoint's curriculum state ([`~training.async_state.read_async_state`]).
     """
 
-    def __init__(self, schedule, dataset, weight_sync_steps: int = 1, budget: int = 0, seed: int = 0,
+    def __init__(self, schedule, dataset, *, budget: int, weight_sync_steps: int = 1, seed: int = 0,
                  resume: dict | None = None):  # fmt: skip
         self.schedule, self.weight_sync_steps, self.budget, self.seed = schedule, weight_sync_steps, budget, seed
         self.stream = PromptStream(dataset, shuffle=False, seed=seed)
