@@ -2,11 +2,12 @@
 TEST-ONLY: `CurriculumAsyncGRPOTrainer` on two processes (`torchrun --nproc-per-node 2`, gloo), against a running
 `trl vllm-serve`, with the CPU stand-ins of tests/async_cpu.py; run by tests/test_async_real.py.
 
-    torchrun --nproc-per-node 2 tests/async_ddp_probe.py MODEL_DIR SERVER_URL OUT_DIR
+    torchrun --nproc-per-node 2 tests/async_ddp_probe.py MODEL_DIR SERVER_URL OUT_DIR [ddp|fsdp2]
 
 Temperature 1.0 until step 2, then 0.4, at `learning_rate=0` (the trainer's weights stay the server's). Each process
 writes `OUT_DIR/rank-N.json`: the loss temperatures its loss saw, its steps, and on rank 0 the log history and the
-G and temperature of each group taken from the rollout queue.
+G and temperature of each group taken from the rollout queue. `fsdp2`: accelerate's FSDP2 on the CPU processes
+(tests/fsdp_cpu.py's test-only patch of its device check; the parameters become DTensors sharded across both).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class _Patch:
         setattr(target, name, value)
 
 
-def main(model_dir: str, url: str, out: str) -> None:
+def main(model_dir: str, url: str, out: str, engine: str = "ddp") -> None:
     from datasets import Dataset
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
@@ -49,11 +50,17 @@ def main(model_dir: str, url: str, out: str) -> None:
 
     allow_async_grpo_on_cpu(_Patch)
     taken = record_taken(_Patch)
+    engine_args = {}
+    if engine == "fsdp2":
+        from tests.fsdp_cpu import allow_fsdp_on_cpu
+
+        allow_fsdp_on_cpu()
+        engine_args = {"fsdp": True, "fsdp_config": {"fsdp_version": 2}}
     args = AsyncGRPOConfig(
         output_dir=out, num_generations=4, max_completion_length=8, max_steps=12, vllm_server_base_url=url,
         bf16=False, gradient_checkpointing=False, use_cpu=True, report_to=[], max_staleness=100, seed=0,
         learning_rate=0.0, per_device_train_batch_size=4, max_inflight_tasks=4, queue_maxsize=2, save_strategy="no",
-        logging_steps=1)  # fmt: skip
+        logging_steps=1, **engine_args)  # fmt: skip
     stages = [Stage(num_generations=4, temperature=1.0, until_step=2), Stage(num_generations=4, temperature=0.4)]
     prompts = ["count one", "echo red", "count two", "echo cat"]
     dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in prompts]})
@@ -61,8 +68,11 @@ def main(model_dir: str, url: str, out: str) -> None:
                         processing_class=chat_tokenizer(), weight_transfer=NoWeightTransfer(), stages=stages)  # fmt: skip
     trainer.train()
     rank = trainer.accelerator.process_index
+    from torch.distributed.tensor import DTensor
+
+    parameters = list(trainer.model.parameters())
     result = {"rank": rank, "world_size": trainer.accelerator.num_processes, "global_step": trainer.state.global_step,
-              "loss_temperatures": seen,
+              "loss_temperatures": seen, "sharded": all(isinstance(p, DTensor) for p in parameters),
               "log_history": trainer.state.log_history if rank == 0 else [],
               "taken": [[t.group_id, t.model_version, t.num_generations, t.temperature] for t in taken]}  # fmt: skip
     Path(out, f"rank-{rank}.json").write_text(json.dumps(result))
@@ -70,4 +80,4 @@ def main(model_dir: str, url: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

@@ -183,11 +183,13 @@ def test_a_temperature_switch_trains_each_sample_at_its_sampling_temperature(tmp
     assert math.isclose(temperatures[0], 1.0) and math.isclose(temperatures[-1], 0.4), temperatures
 
 
-def test_two_processes_train_each_sample_at_its_sampling_temperature(tmp_path, vllm_model_dir, vllm_server):
-    """`torchrun` with two processes (gloo): TRL's rollout worker runs on rank 0 and the main process collates and
-    dispatches each batch, so each sample's loss temperature must reach the other rank with it. Temperature 1.0 until
-    step 2, then 0.4, at `learning_rate=0`: TRL's `ratio` (reduced over both ranks) is 1 at every step exactly when
-    both ranks compute every loss term at its sampling temperature, and both ranks see 0.4 terms."""
+@pytest.mark.parametrize("engine", ["ddp", "fsdp2"])
+def test_two_processes_train_each_sample_at_its_sampling_temperature(tmp_path, vllm_model_dir, vllm_server, engine):
+    """`torchrun` with two processes (gloo), DDP or FSDP2 (the model sharded): TRL's rollout worker runs on rank 0 and
+    the main process collates and dispatches each batch, so each sample's loss temperature must reach the other rank
+    with it. Temperature 1.0 until step 2, then 0.4, at `learning_rate=0`: TRL's `ratio` (reduced over both ranks) is 1
+    at every step exactly when both ranks compute every loss term at its sampling temperature, and both ranks see 0.4
+    terms. (Under FSDP2 the ranks run the same passes: tests/test_async_temperature.py.)"""
     import json
     import os
     import subprocess
@@ -198,21 +200,24 @@ def test_two_processes_train_each_sample_at_its_sampling_temperature(tmp_path, v
     env = {**os.environ, "PYTHONPATH": str(project), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
-               str(project / "tests" / "async_ddp_probe.py"), vllm_model_dir, vllm_server.base_url, str(tmp_path)]
+               str(project / "tests" / "async_ddp_probe.py"), vllm_model_dir, vllm_server.base_url, str(tmp_path),
+               engine]  # fmt: skip
     done = subprocess.run(command, env=env, cwd=project, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(2)]
     assert [(r["rank"], r["world_size"], r["global_step"]) for r in ranks] == [(0, 2, 12), (1, 2, 12)]
+    assert all(r["sharded"] == (engine == "fsdp2") for r in ranks)
     for rank in ranks:  # each rank computed loss terms at both temperatures
         assert {1.0, 0.4} <= set(rank["loss_temperatures"]), rank["loss_temperatures"]
     steps = [entry for entry in ranks[0]["log_history"] if "ratio" in entry]
     assert len(steps) == 12 and all(abs(e["ratio"] - 1) < 1e-3 and abs(e["kl"]) < 1e-4 for e in steps), steps
     assert math.isclose(steps[0]["curriculum/temperature"], 1.0) and math.isclose(steps[-1]["curriculum/temperature"],
                                                                                   0.4)  # fmt: skip
-    for group, runs in itertools.groupby(sorted(ranks[0]["taken"]), key=lambda t: t[0]):  # whole groups at the plan
-        runs = list(runs)
-        version = runs[0][1]
-        assert runs == [[group, version, 4.0, 1.0 if version - 1 < 2 else 0.4]] * 4, runs
+    runs = [list(run) for _, run in itertools.groupby(ranks[0]["taken"], key=lambda t: t[0])]
+    assert len({run[0][0] for run in runs}) == len(runs), "a group arrived in two pieces"
+    for run in runs[:-1]:  # whole groups at the plan (the last one taken may be cut by the end of training)
+        group, version = run[0][:2]
+        assert run == [[group, version, 4.0, 1.0 if version - 1 < 2 else 0.4]] * 4, run
 
 
 PER_PROMPT = {"num_generations": (2, 4), "policy": "per_prompt"}

@@ -111,3 +111,30 @@ def test_the_collator_gives_each_loss_term_its_samples_temperature():
         assert len(expected) == sum(int(s["completion_mask"].sum()) for s in held)
     shared = index[0, index[0] >= 0].tolist()
     assert len(shared) != len(set(shared))  # a shared position, serving terms of both temperatures
+
+
+def test_under_fsdp2_every_process_runs_the_same_passes_and_the_gradient_is_exact(tmp_path):
+    """Real FSDP2 on two CPU processes (`torchrun`, gloo; tests/fsdp_heads_probe.py): rank 0's micro-batch holds two
+    temperatures, rank 1's three. Each pass of a sharded model gathers its parameters, so both run three passes
+    (`lockstep`; without it the run hangs: 300 s, then killed, measured), and each sharded gradient, gathered, is the
+    unsharded model's mean gradient over both micro-batches."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    project = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(project), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+               str(project / "tests" / "fsdp_heads_probe.py"), str(tmp_path)]  # fmt: skip
+    try:
+        done = subprocess.run(command, env=env, cwd=project, capture_output=True, text=True, timeout=180, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the two processes hung: they ran different numbers of forward passes over a sharded model")
+    assert done.returncode == 0, done.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(2)]
+    for rank in ranks:
+        assert rank["sharded"] and rank["passes"] == 3, rank
+        assert rank["loss"] == pytest.approx(rank["reference"], rel=1e-5)
+        assert max(rank["gaps"].values()) < 1e-5 * rank["grad_scale"], rank["gaps"]

@@ -37,13 +37,18 @@ class LossTemperatures:
     (on the module TRL patched) with one that runs TRL's own fused head once per distinct temperature of the
     micro-batch (one pass where it holds one temperature, as nearly always) and takes each loss term from the pass at
     its temperature; [`CurriculumAsyncGRPOTrainer.compute_loss`] sets the terms (`plan`) for each micro-batch.
+
+    With `lockstep` (several processes), every process runs a pass for each temperature any process's micro-batch
+    holds: a sharded model (FSDP2, ZeRO-3) gathers its parameters in every pass, so processes that ran different numbers
+    of passes would wait for each other forever.
     """
 
-    def __init__(self, model, temperature: float):
+    def __init__(self, model, temperature: float, lockstep: bool = False):
         from accelerate.utils import is_peft_model
 
         self.module = model.get_base_model() if is_peft_model(model) else model
         self.base = self.module.forward  # TRL's fused forward, at `args.temperature`
+        self.default, self.lockstep = float(temperature), lockstep
         self.heads = {float(temperature): self.base}
         self.plan = None  # (each term's position, each term's temperature), for the micro-batch being computed
         self.passes = 0  # distinct temperatures of the last micro-batch
@@ -69,7 +74,7 @@ class LossTemperatures:
         if not fused_lm_head or self.plan is None:
             return self.base(*args, fused_lm_head=fused_lm_head, **kwargs)
         index, temperatures = self.plan
-        distinct = sorted(set(temperatures.tolist()))
+        distinct = self.temperatures(temperatures)
         self.passes = len(distinct)
         output = log_probs = entropy = None
         for temperature in distinct:
@@ -81,6 +86,17 @@ class LossTemperatures:
         # TRL's `compute_loss` takes `log_probs.flatten()[token_index]`, its token index renumbered to the terms
         output.log_probs, output.entropy = log_probs.unsqueeze(0), entropy.unsqueeze(0)
         return output
+
+    def temperatures(self, temperatures: torch.Tensor) -> list[float]:
+        """The temperatures to run passes at: the micro-batch's (with `lockstep`, every process's), at least one."""
+        distinct = set(temperatures.tolist())
+        if self.lockstep:
+            import torch.distributed as dist
+
+            gathered = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, sorted(distinct))
+            distinct = set().union(*map(set, gathered))
+        return sorted(distinct) or [self.default]
 
 
 def _with_loss_temperatures(collate, default: float):
@@ -134,7 +150,8 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
         self.loss_temperatures = None
         if schedule is not None and any(stage.temperature != self.args.temperature or stage.temperature_end is not None
                                         for stage in schedule.stages):  # fmt: skip
-            self.loss_temperatures = LossTemperatures(self.model, self.args.temperature)
+            self.loss_temperatures = LossTemperatures(self.model, self.args.temperature,
+                                                      lockstep=self.accelerator.num_processes > 1)
         self._channel = None
         if (schedule is not None or dynamic_sampling) and isinstance(self.rollout_worker, AsyncRolloutWorker):
             # rank 0 holds the worker; `AsyncRolloutWorker.start` spawns `_loop_cls(**_loop_kwargs)` in its child
