@@ -305,9 +305,9 @@ def test_all_settled_rounds_progress_in_bounded_time_and_memory(size, iterable, 
     for measure_memory in (False, False, False, True):
         if measure_memory:
             tracemalloc.start()
-        start = time.perf_counter()
+        start = time.process_time()  # CPU time: a busy machine stretches the wall clock, not this
         _, _, prompts, sizes, skipped = build()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
         assert sum(sizes) == 16 and max(times) < 0.05, times
         seen += [row["idx"] for row in prompts] if iterable else list(prompts)
         deferred += skipped

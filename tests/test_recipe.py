@@ -357,11 +357,11 @@ def alias_bomb() -> str:
 
 
 def refused(path, *texts, within=2.0):
-    """`load_recipe(path)` fails within `within` seconds (the machine may be busy: typically 0.1 s or less) with one
-    problem naming the file and each of `texts`."""
-    start = time.perf_counter()
+    """`load_recipe(path)` fails within `within` seconds of CPU time (typically 0.1 s or less; CPU time, which a busy
+    machine does not stretch as it does the wall clock) with one problem naming the file and each of `texts`."""
+    start = time.process_time()
     error = problems_of(path)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert elapsed < within, elapsed
     assert len(error.problems) == 1 and str(path) in str(error) and len(str(error)) < 600, str(error)
     for text in texts:
@@ -437,9 +437,9 @@ def test_largest_accepted_recipe_is_validated_quickly(tmp_path):
     path = tmp_path / "large.yaml"
     path.write_text(HEAD + "curriculum:\n  stages:\n" + stage * 1100)
     assert path.stat().st_size < 65536
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a busy machine stretches the wall clock, not this
     error = problems_of(path)
-    assert time.perf_counter() - start < 3.0 and len(error.problems) == 3 * 1100
+    assert time.process_time() - start < 3.0 and len(error.problems) == 3 * 1100
 
 
 def test_curriculum_options_reach_the_callback(tmp_path):
