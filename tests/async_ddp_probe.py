@@ -65,7 +65,8 @@ def main(model_dir: str, url: str, out: str, engine: str = "ddp") -> None:
     prompts = ["count one", "echo red", "count two", "echo cat"]
     dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in prompts]})
     trainer = Recording(model=model_dir, reward_funcs=[varied_reward], args=args, train_dataset=dataset,
-                        processing_class=chat_tokenizer(), weight_transfer=NoWeightTransfer(), stages=stages)  # fmt: skip
+                        processing_class=chat_tokenizer(), weight_transfer=NoWeightTransfer(),
+                        stages=stages)  # fmt: skip
     trainer.train()
     rank = trainer.accelerator.process_index
     from torch.distributed.tensor import DTensor

@@ -8,9 +8,9 @@ Each process builds the same tiny Llama, adds TRL's fused LM head and `LossTempe
 `CurriculumAsyncGRPOTrainer` does before accelerate prepares the model), shards it with torch's `fully_shard` (each
 decoder layer, then the root: accelerate's FSDP2 layout), and trains one micro-batch of its own whose loss terms mix
 temperatures: two on rank 0, three on rank 1, so the model runs forward several times in one call, as many times on
-each process (`lockstep`; without it the processes gather parameters a different number of times and hang). A full copy on every process computes the same two
-micro-batches unsharded. Each process writes `OUT_DIR/rank-R.json`: its loss, the reference's, and the largest
-difference between each sharded gradient (gathered) and the reference's mean gradient.
+each process (`lockstep`; without it the processes gather parameters a different number of times and hang). A full copy
+on every process computes the same two micro-batches unsharded. Each process writes `OUT_DIR/rank-R.json`: its loss,
+the reference's, and the largest difference between each sharded gradient (gathered) and the reference's mean gradient.
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ class LossTemperatures:
     its temperature; [`CurriculumAsyncGRPOTrainer.compute_loss`] sets the terms (`plan`) for each micro-batch.
 
     With `lockstep` (several processes), every process runs a pass for each temperature any process's micro-batch
-    holds: a sharded model (FSDP2, ZeRO-3) gathers its parameters in every pass, so processes that ran different numbers
-    of passes would wait for each other forever.
+    holds: a sharded model (FSDP2, ZeRO-3) gathers its parameters in every pass, so processes that ran different
+    numbers of passes would wait for each other forever.
     """
 
     def __init__(self, model, temperature: float, lockstep: bool = False):

@@ -1,7 +1,7 @@
 """
 What the asynchronous trainer's rollout worker knows of the curriculum (docs/async.md), apart from TRL's loop
-([`~training._trl_async_worker.CurriculumRolloutLoop`] drives it): which group to start next and at what setting, what a
-scored group tells a per-prompt stage's statistics, and the state a checkpoint needs.
+([`~training._trl_async_worker.CurriculumRolloutLoop`] drives it): which group to start next and at what setting,
+what a scored group tells a per-prompt stage's statistics, and the state a checkpoint needs.
 
 Groups are numbered in the order they start (TRL's `group_id`). A checkpoint records the first group the trainer had
 neither trained nor seen dropped: where the prompt stream stood before its round, and for a per-prompt round its plan
@@ -145,6 +145,7 @@ class AsyncCurriculum:
             self._queue.append(PlannedGroup(row, size, self._round.temperature, self._round.stage, key, deferred,
                                             replay))  # fmt: skip
             deferred = 0
+
     def scored(self, group_id: int, plan: PlannedGroup, rewards: list) -> dict | None:
         """
         Group `group_id` (planned as `plan`) is scored with `rewards` (one a completion). A per-prompt stage's group
@@ -177,9 +178,9 @@ class AsyncCurriculum:
         The curriculum state a checkpoint needs, given the group ids the trainer has not trained below
         `trained_up_to` (it trained every other id below it): for the first group that is neither trained nor dropped,
         where the stream stood before its round and, for a per-prompt round, the round's plan, setting and the number
-        of its groups before that one (`round`); the per-prompt policy as it is now, and what of it the groups from that
-        one on already count (`observed`: the scored groups not applied yet, the prompts counted, and the frontier up
-        to which a resumed worker meets them again).
+        of its groups before that one (`round`); the per-prompt policy as it is now, and what of it the groups from
+        that one on already count (`observed`: the scored groups not applied yet, the prompts counted, and the
+        frontier up to which a resumed worker meets them again).
         """
         first = next((g for g in untrained if g not in self._dropped), None)
         if first is None:
@@ -197,8 +198,8 @@ class AsyncCurriculum:
         self._counted = {g: key for g, key in self._counted.items() if g >= first}
         again = None if round_ is None or round_.plan is None else {
             "plan": round_.plan, "stage": round_.stage, "temperature": round_.temperature, "skip": skip}
-        state = {"stream": self.stream.state() if round_ is None else round_.start, "round": again, "policy_stage": self.policy_stage, "policy": None,
-                 "observed": None}  # fmt: skip
+        state = {"stream": self.stream.state() if round_ is None else round_.start, "round": again,
+                 "policy_stage": self.policy_stage, "policy": None, "observed": None}  # fmt: skip
         if self.policy is None:
             return state
         now = _position(self.stream.state())
