@@ -108,7 +108,6 @@ def build_trainer(recipe, output_dir: str | None = None, extra_callbacks=(), spl
     )
 
 
-
 def _async_trainer(recipe, args, model_args, model, tokenizer, dataset, rewards, callbacks, options):
     """
     `CurriculumAsyncGRPOTrainer` for a recipe of `trainer: async_grpo`: the model by name (AsyncGRPOTrainer loads it,

@@ -3,8 +3,8 @@ The `grpo-curriculum` command.
 
 - `check [RECIPE] [--num-processes N] [...]`: the batch geometry, every valid `num_generations`, and a verdict with
   fixes for each stage, before anything is loaded. RECIPE may also be a file holding only a `curriculum:` mapping.
-- `train RECIPE [--key value ...]`: train a recipe (`trainer: rloo`: with `CurriculumRLOOTrainer`; `trainer: async_grpo`:
-  with `CurriculumAsyncGRPOTrainer`, against a running `trl vllm-serve`), with overrides
+- `train RECIPE [--key value ...]`: train a recipe (`trainer: rloo`: with `CurriculumRLOOTrainer`;
+  `trainer: async_grpo`: with `CurriculumAsyncGRPOTrainer`, against a running `trl vllm-serve`), with overrides
   read as `trl grpo` reads them (launch with `accelerate launch` for several processes), printing the stage plan,
   each switch, the resume and a per-stage table.
 - `demo [--recipe RECIPE] [--out DIR] [--max-steps N]`: a few-minute CPU run of the built-in task, into a new folder.
@@ -444,14 +444,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
                          f"{plural(n, 'process')} = {e * n})")
         invalid += bool(problems)
     if recipe is not None and not invalid:  # as `train` checks it once the geometry fits (else its verdict is that)
-        from .folders import folder_problems
-
-        raise_if_any(folder_problems(recipe.training.get("output_dir") or "trainer_output", "output_dir"),
-                     f"recipe {recipe.path}")  # as `train` refuses it
-        if not getattr(args, "no_preflight", False):
-            from .preflight import run_preflight
-
-            run_preflight(recipe)  # as `train` runs it: the dataset, the reward functions
+        _checks_as_train(recipe, args)
     where = f"on {plural(geometry.num_processes, 'process')}"
     lines.append(f"result: INVALID, {invalid} of {checked} checks fail {where}" if invalid else
                  f"result: OK, all {checked} checks valid {where}")
@@ -480,8 +473,8 @@ def async_check_report(recipe, args: argparse.Namespace) -> tuple[list[str], boo
     per_step = round_budget(value("per_device_train_batch_size"), value("gradient_accumulation_steps"), n)
     lines = [f"recipe: {recipe.path} ({recipe.model_name_or_path}, dataset {recipe.dataset_name}, trainer {ASYNC}: "
              f"{TRAINERS[ASYNC]})", *engine_notes(training), f"num_processes: {n} ({source})",
-             f"asynchronous: a rollout worker samples each prompt's group whole, at its stage's G, from the vLLM server "
-             f"at {value('vllm_server_base_url')}; a step trains on {per_step} samples from its queue "
+             "asynchronous: a rollout worker samples each prompt's group whole, at its stage's G, from the vLLM "
+             f"server at {value('vllm_server_base_url')}; a step trains on {per_step} samples from its queue "
              f"({value('per_device_train_batch_size')} per-device batch x {value('gradient_accumulation_steps')} "
              f"accumulation x {plural(n, 'process')}), none more than {value('max_staleness')} policy versions old: "
              "no generation batch, so any G >= 2 fits"]  # fmt: skip
@@ -495,16 +488,22 @@ def async_check_report(recipe, args: argparse.Namespace) -> tuple[list[str], boo
         lines.append("dynamic sampling (curriculum.dynamic_sampling): a group whose rewards are all equal is dropped "
                      "in the rollout worker, before the queue, and the worker samples on (logged as "
                      "rollout/dropped_groups_total and frac_reward_zero_std)")
+    _checks_as_train(recipe, args)
+    lines.append(f"result: OK, all {len(rows)} checks valid on {plural(n, 'process')}")
+    return lines, True
+
+
+def _checks_as_train(recipe, args: argparse.Namespace) -> None:
+    """What `train` checks before it trains, for `check`: the output folder (refused as `train` refuses it) and,
+    unless `--no-preflight`, the preflight (the dataset, the reward functions)."""
     from .folders import folder_problems
 
-    raise_if_any(folder_problems(training.get("output_dir") or "trainer_output", "output_dir"),
-                 f"recipe {recipe.path}")  # as `train` refuses it
+    raise_if_any(folder_problems(recipe.training.get("output_dir") or "trainer_output", "output_dir"),
+                 f"recipe {recipe.path}")  # fmt: skip
     if not getattr(args, "no_preflight", False):
         from .preflight import run_preflight
 
-        run_preflight(recipe)  # as `train` runs it: the dataset, the reward functions
-    lines.append(f"result: OK, all {len(rows)} checks valid on {plural(n, 'process')}")
-    return lines, True
+        run_preflight(recipe)
 
 
 def run_check(args: argparse.Namespace) -> int:

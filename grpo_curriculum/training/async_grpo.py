@@ -1,7 +1,7 @@
 """
 The curriculum on TRL's asynchronous GRPO trainer (`trl.experimental.async_grpo`, TRL 1.16; docs/async.md): stage
-schedules of G and temperature, per-prompt G with skipping, and DAPO-style dynamic sampling in the rollout worker. Importing this module imports TRL's experimental
-package.
+schedules of G and temperature, per-prompt G with skipping, and DAPO-style dynamic sampling in the rollout worker.
+Importing this module imports TRL's experimental package.
 """
 
 from ._trl_async import CurriculumAsyncGRPOTrainer
