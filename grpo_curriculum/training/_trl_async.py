@@ -38,9 +38,10 @@ class LossTemperatures:
     micro-batch (one pass where it holds one temperature, as nearly always) and takes each loss term from the pass at
     its temperature; [`CurriculumAsyncGRPOTrainer.compute_loss`] sets the terms (`plan`) for each micro-batch.
 
-    With `lockstep` (several processes), every process runs a pass for each temperature any process's micro-batch
-    holds: a sharded model (FSDP2, ZeRO-3) gathers its parameters in every pass, so processes that ran different
-    numbers of passes would wait for each other forever.
+    With `lockstep` (a model sharded across processes: FSDP, DeepSpeed), every process runs a pass for each temperature
+    any process's micro-batch holds: a sharded model gathers its parameters in every pass, so processes that ran
+    different numbers of passes would wait for each other forever. (Under DDP a pass has no collective: each process
+    runs its own.)
     """
 
     def __init__(self, model, temperature: float, lockstep: bool = False):
@@ -150,8 +151,9 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
         self.loss_temperatures = None
         if schedule is not None and any(stage.temperature != self.args.temperature or stage.temperature_end is not None
                                         for stage in schedule.stages):  # fmt: skip
+            sharded = self.is_fsdp_enabled or self.is_deepspeed_enabled  # (transformers' Trainer sets both)
             self.loss_temperatures = LossTemperatures(self.model, self.args.temperature,
-                                                      lockstep=self.accelerator.num_processes > 1)
+                                                      lockstep=sharded and self.accelerator.num_processes > 1)
         self._channel = None
         if (schedule is not None or dynamic_sampling) and isinstance(self.rollout_worker, AsyncRolloutWorker):
             # rank 0 holds the worker; `AsyncRolloutWorker.start` spawns `_loop_cls(**_loop_kwargs)` in its child
