@@ -4,6 +4,12 @@ mutation is a text patch of one line of the package, applied to a temporary copy
 for it run against the copy, and the mutant is *killed* when they fail. Not run in CI (minutes; the distributed mutant
 launches `torchrun`).
 
+Honest by construction (issue 55): each selection first runs on an unmutated copy and must pass there (else every
+mutant using it is a `broken selection`, not run); a mutant counts as killed only when pytest ends with failed tests
+and no error (JUnit report: failures, no collection, setup or teardown errors); a usage error, an interrupted run, an
+internal error or the timeout is reported as `not killed: ...`. The table's last column is the first failure's message,
+to check that the kill is the assertion meant.
+
     python benchmarks/mutations.py                 # every mutation, a table and the kill rate
     python benchmarks/mutations.py --list          # the mutations
     python benchmarks/mutations.py take_keeps_waiting num_items_not_gathered
@@ -15,8 +21,10 @@ of this script (exit 1), like a surviving mutant: update its text, not the tests
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -204,6 +212,60 @@ MUTATIONS = [
              "        if False:",
              ("tests/test_async_curriculum.py", "-k", "once"),
              "a resumed asynchronous worker counts the groups the checkpoint counted again"),
+    # Issue 55: the newest code's behaviours no test guarded (each test fails on its mutant, docs/testing.md).
+    Mutation("ramp_loss_at_args_temperature", "grpo_curriculum/training/_trl_async.py",
+             "        if schedule is not None and any(stage.temperature != self.args.temperature or stage.temperature_end "
+             "is not None",
+             "        if schedule is not None and any(stage.temperature != self.args.temperature or False",
+             ("tests/test_async_temperature.py", "-k", "ramp"),
+             "a one-stage temperature ramp starting at args.temperature trains every sample at args.temperature"),
+    Mutation("second_checkpoint_loses_its_round", "grpo_curriculum/training/async_curriculum.py",
+             "        for g in [g for g in self._origin if g < first]:",
+             "        for g in [g for g in self._origin if g <= first]:",
+             ("tests/test_async_curriculum.py", "-k", "two_checkpoints"),
+             "a second checkpoint with the same first untrained group resumes past it (never sampled again)"),
+    Mutation("drop_not_reported", "grpo_curriculum/training/_trl_async_worker.py",
+             "            self.curriculum.dropped(group.group_id)",
+             "            pass",
+             ("tests/test_async.py", "-k", "dynamic_sampling_drops"),
+             "a group dynamic sampling drops under a schedule is not reported: a checkpoint restarts the stream at it"),
+    Mutation("planned_at_the_first_version", "grpo_curriculum/training/_trl_async_worker.py",
+             "                    plan = self.curriculum.next_group(group_id, version)",
+             "                    plan = self.curriculum.next_group(group_id, 1)",
+             ("tests/test_async.py", "-k", "worker_plans"),
+             "the worker plans every group at policy version 1's stage, not at the version current when it starts"),
+    Mutation("version_steps_without_sync_interval", "grpo_curriculum/training/async_curriculum.py",
+             "        return max(version - 1, 0) * self.weight_sync_steps",
+             "        return max(version - 1, 0)",
+             ("tests/test_async.py", "-k", "worker_plans"),
+             "a policy version read as one optimizer step whatever weight_sync_steps is"),
+    Mutation("async_reward_not_awaited", "grpo_curriculum/cli/preflight.py",
+             "        if inspect.isawaitable(output):",
+             "        if False:",
+             ("tests/test_preflight.py", "-k", "good_dataset"),
+             "the preflight does not await an `async def` reward function (a valid one refused)"),
+    Mutation("minus_inf_reward_accepted", "grpo_curriculum/core/reward_output.py",
+             "        if infinite and math.isinf(value):",
+             "        if infinite and value == math.inf:",
+             ("tests/test_preflight.py", "-k", "minus_inf"),
+             "the preflight refuses a reward of +inf but lets -inf through to step 1"),
+    Mutation("output_dir_checked_on_rank_0_only", "grpo_curriculum/cli/train.py",
+             '    raise_if_any(output_dir_problems(output_dir, "output_dir", fix, resuming=resumes_in(output_dir, '
+             "resume))",
+             '    raise_if_any((output_dir_problems(output_dir, "output_dir", fix, resuming=resumes_in(output_dir, '
+             "resume)) if main_process() else [])",
+             ("tests/test_folders.py", "-k", "holds_a_users_file"),
+             "under torchrun only rank 0 refuses an output_dir that holds files: rank 1 goes on alone"),
+    Mutation("async_max_steps_0_accepted", "grpo_curriculum/core/asynchronous.py",
+             "    if curriculum and (max_steps is None or max_steps <= 0):",
+             "    if curriculum and (max_steps is None or max_steps < 0):",
+             ("tests/test_async.py::test_what_the_asynchronous_curriculum_refuses_is_named_before_any_model_loads",),
+             "max_steps 0 (TRL: unset, an epoch stop) accepted with dynamic sampling on the asynchronous trainer"),
+    Mutation("async_state_not_atomic", "grpo_curriculum/training/async_state.py",
+             "    atomic_write(os.path.join(folder, ASYNC_STATE_FILE), lambda f: json.dump(state, f))",
+             '    (lambda f: json.dump(state, f))(open(os.path.join(folder, ASYNC_STATE_FILE), "w", encoding="utf-8"))',
+             ("tests/test_async_state.py", "-k", "midway"),
+             "the asynchronous state file written in place: a failed write leaves half a file"),
 ]
 
 
@@ -213,29 +275,130 @@ def ignore(directory, names):
             or n.startswith(".venv") or n.endswith(".egg-info")]  # fmt: skip
 
 
-def run(mutation: Mutation, timeout: int, show: bool = False) -> tuple[str, float, str]:
-    """Apply `mutation` to a copy of the repository and run its tests: `("killed" | "survived" | "stale", s, tail)`."""
-    source = (ROOT / mutation.path).read_text()
-    if source.count(mutation.old) != 1:
-        return "stale", 0.0, f"{mutation.path}: the text occurs {source.count(mutation.old)} times"
-    with tempfile.TemporaryDirectory(prefix=f"mutant-{mutation.name}-") as copy:
-        shutil.copytree(ROOT, copy, dirs_exist_ok=True, ignore=ignore)
-        (Path(copy) / mutation.path).write_text(source.replace(mutation.old, mutation.new))
-        env = {**os.environ, "PYTHONPATH": copy, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-n", "0", *mutation.tests]
-        start = time.perf_counter()
-        try:
-            done = subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return "killed (timeout)", time.perf_counter() - start, ""
-        seconds = time.perf_counter() - start
-        lines = (done.stdout + done.stderr).strip().splitlines()
-        if show:  # the assertion that killed it, to check that it is the one meant
+# pytest's exit codes (`pytest.ExitCode`), named here so that this script imports no pytest
+EXIT_NAMES = {0: "passed", 1: "tests failed", 2: "interrupted", 3: "internal error", 4: "usage error",
+              5: "no tests collected"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one run of a selection gave: pytest's exit code (`None`: the timeout stopped it), the failed and errored
+    tests (from pytest's JUnit XML report), its seconds and its last output line."""
+
+    code: int | None
+    failures: int
+    errors: int
+    seconds: float
+    tail: str
+
+    @property
+    def passed(self) -> bool:
+        return self.code == 0
+
+    @property
+    def failed_assertions(self) -> bool:
+        """Tests failed, and nothing else went wrong: no collection, setup or teardown error (a kill)."""
+        return self.code == 1 and self.failures > 0 and self.errors == 0
+
+    def describe(self) -> str:
+        if self.code is None:
+            return "timeout"
+        what = EXIT_NAMES.get(self.code, f"exit {self.code}")
+        return what + (f", {self.errors} errors" if self.errors else "")
+
+
+def pytest_command(tests: tuple[str, ...], report: str) -> list[str]:
+    """The pytest command for a selection: one process (`-n 0` only where pytest-xdist is installed, which would take
+    it; without xdist pytest refuses the option), stopping at the first failure, its JUnit report into `report`."""
+    parallel = ["-n", "0"] if importlib.util.find_spec("xdist") is not None else []
+    return [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *parallel, f"--junitxml={report}",
+            *tests]  # fmt: skip
+
+
+def run_selection(copy: str, tests: tuple[str, ...], timeout: int) -> tuple[Outcome, list[str]]:
+    """Run the pytest selection `tests` in the repository copy `copy`: its [`Outcome`] and its output lines."""
+    import xml.etree.ElementTree as ElementTree
+
+    report = os.path.join(copy, ".mutation-report.xml")
+    if os.path.exists(report):
+        os.remove(report)  # ours: the previous selection's report in this temporary copy
+    env = {**os.environ, "PYTHONPATH": copy, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    start = time.perf_counter()
+    # a session of its own, so that a timeout stops what the tests started too (torchrun and its workers)
+    process = subprocess.Popen(pytest_command(tests, report), cwd=copy, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        return Outcome(None, 0, 0, time.perf_counter() - start, f"stopped after {timeout} s"), []
+    seconds = time.perf_counter() - start
+    lines = output.strip().splitlines()
+    failures = errors = 0
+    tail = (lines[-1:] or [""])[0]
+    if os.path.exists(report):
+        root = ElementTree.parse(report).getroot()
+        for suite in root.iter("testsuite"):
+            failures += int(suite.get("failures", 0))
+            errors += int(suite.get("errors", 0))
+        failed = next(root.iter("failure"), None)
+        if failed is not None:  # what failed: the assertion (or exception) that a kill comes from
+            tail = " ".join((failed.get("message") or tail).split())[:200]
+    return Outcome(process.returncode, failures, errors, seconds, tail), lines
+
+
+class Runner:
+    """
+    Runs mutants of the repository at `root`, each in a temporary copy. A mutant is *killed* only when its selection
+    passes on the unmutated copy (run once a selection, first) and fails on the mutated one with failed tests and
+    nothing else: a selection that fails or errors unmutated (a missing file, a broken test) is a *broken selection*
+    and the mutant is not run; a collection, setup or usage error, an interrupted run or a timeout of the mutant is
+    reported as what it is, never as a kill.
+    """
+
+    def __init__(self, root: Path = ROOT, timeout: int = 1200, show: bool = False):
+        self.root, self.timeout, self.show = Path(root), timeout, show
+        self._baselines: dict[tuple[str, ...], Outcome] = {}
+        self._clean: tempfile.TemporaryDirectory | None = None
+
+    def _copy(self, into: str) -> None:
+        shutil.copytree(self.root, into, dirs_exist_ok=True, ignore=ignore)
+
+    def baseline(self, tests: tuple[str, ...]) -> Outcome:
+        """The selection's outcome on the unmutated copy (run once a selection)."""
+        if tests not in self._baselines:
+            if self._clean is None:
+                self._clean = tempfile.TemporaryDirectory(prefix="mutant-baseline-")
+                self._copy(self._clean.name)
+            self._baselines[tests] = run_selection(self._clean.name, tests, self.timeout)[0]
+        return self._baselines[tests]
+
+    def run(self, mutation: Mutation) -> tuple[str, float, str]:
+        """`(result, seconds, last line)`: result `killed`, `survived`, `stale`, `broken selection (...)`, or
+        `not killed: ...` (the mutant's run ended in an error or a timeout, not in failed tests)."""
+        source = (self.root / mutation.path).read_text()
+        if source.count(mutation.old) != 1:
+            return "stale", 0.0, f"{mutation.path}: the text occurs {source.count(mutation.old)} times"
+        clean = self.baseline(mutation.tests)
+        if not clean.passed:
+            return f"broken selection ({clean.describe()} unmutated)", clean.seconds, clean.tail
+        with tempfile.TemporaryDirectory(prefix=f"mutant-{mutation.name}-") as copy:
+            self._copy(copy)
+            (Path(copy) / mutation.path).write_text(source.replace(mutation.old, mutation.new))
+            outcome, lines = run_selection(copy, mutation.tests, self.timeout)
+        if self.show:  # the assertion that killed it, to check that it is the one meant
             print("\n".join(line for line in lines if line.startswith(("E ", "FAILED", "ERROR")))[-3000:])
-        tail = lines[-1:] or [""]
-        if done.returncode == 5:  # no test collected: the selection is stale
-            return "stale", seconds, tail[0]
-        return ("killed" if done.returncode else "survived"), seconds, tail[0]
+        if outcome.failed_assertions:
+            return "killed", outcome.seconds, outcome.tail
+        if outcome.passed:
+            return "survived", outcome.seconds, outcome.tail
+        return f"not killed: {outcome.describe()}", outcome.seconds, outcome.tail
+
+    def close(self) -> None:
+        if self._clean is not None:
+            self._clean.cleanup()
+            self._clean = None
 
 
 def main(argv=None) -> int:
@@ -255,12 +418,16 @@ def main(argv=None) -> int:
         parser.error(f"unknown mutations {sorted(unknown)}: see --list")
     chosen = [m for m in MUTATIONS if not args.names or m.name in args.names]
     results = []
+    runner = Runner(ROOT, args.timeout, args.show)
     print("| mutation | result | seconds | last line |\n|---|---|---:|---|")
-    for mutation in chosen:
-        outcome, seconds, tail = run(mutation, args.timeout, args.show)
-        results.append(outcome)
-        print(f"| {mutation.name} | {outcome} | {seconds:.0f} | {tail} |", flush=True)
-    killed = sum(outcome.startswith("killed") for outcome in results)
+    try:
+        for mutation in chosen:
+            outcome, seconds, tail = runner.run(mutation)
+            results.append(outcome)
+            print(f"| {mutation.name} | {outcome} | {seconds:.0f} | {tail} |", flush=True)
+    finally:
+        runner.close()
+    killed = results.count("killed")
     print(f"\nkilled {killed} of {len(results)} ({100 * killed / len(results):.0f}%)")
     return 0 if killed == len(results) else 1
 
