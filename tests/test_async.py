@@ -78,6 +78,7 @@ def _refusals(tmp_path, max_steps=10, config=None, **options) -> list[str]:
 
 @pytest.mark.parametrize(("options", "max_steps", "said"), [
     ({"dynamic_sampling": True}, -1, ["max_steps: must be set (> 0)"]),
+    ({"dynamic_sampling": True}, 0, ["max_steps: must be set (> 0)"]),  # TRL reads 0 as unset: an epoch stop
     ({"stages": "G2"}, -1, ["max_steps: must be set (> 0)"]),
     ({"stages": "hysteresis"}, 10, ["stages[0].adaptive.policy: is not supported on the asynchronous trainer"]),
     ({"stages": "top_up"}, 10, ["stages[0].adaptive.policy: is not supported on the asynchronous trainer"]),
@@ -124,3 +125,95 @@ def test_what_the_asynchronous_trainer_supports_passes_its_checks(tmp_path):
     with pytest.raises(OSError) as caught:
         CurriculumAsyncGRPOTrainer(model=str(tmp_path / "no-model"), args=args, stages=stages, dynamic_sampling=True)
     assert not isinstance(caught.value, CurriculumError)
+
+
+class _Value:
+    def __init__(self, value):
+        self.value = value
+
+
+def _worker_loop(stages, weight_sync_steps=1, max_steps=100, num_prompts=16):
+    """A [`CurriculumRolloutLoop`] with its curriculum, on the state its generation and scoring read (no child
+    process, no server: tests drive `_generate_loop` with a stand-in `_generate_one`, and `_score_group`)."""
+    from collections import defaultdict
+
+    from accelerate.state import PartialState
+
+    from grpo_curriculum.core.schedule import StageSchedule
+    from grpo_curriculum.training._trl_async_worker import AsyncCurriculum, CurriculumRolloutLoop
+
+    from .conftest import indexed_dataset
+
+    PartialState()  # as TRL's worker process does first (its logger needs it)
+    loop = object.__new__(CurriculumRolloutLoop)
+    loop.curriculum = AsyncCurriculum(StageSchedule(stages).resolve(max_steps), indexed_dataset(num_prompts),
+                                      weight_sync_steps=weight_sync_steps, budget=8, seed=0)  # fmt: skip
+    loop.dynamic_sampling, loop.channel, loop._planned = False, None, {}
+    loop.reward_funcs, loop.reward_func_names = [given_reward], ["given_reward"]
+    loop._env_reward_types, loop._counters = [], defaultdict(float)
+    loop._rates = defaultdict(lambda: [0.0, 0.0])
+    loop._heartbeat_value, loop._model_version_value = _Value(0.0), _Value(1)
+    loop.max_inflight_tasks, loop._inflight, loop._total_completion_tokens = 1, 0, 0
+    return loop
+
+
+def test_the_worker_plans_each_group_at_the_stage_of_the_policy_version_current_when_it_starts():
+    """
+    Issue 55, item 4: TRL's policy version moves on while the worker generates (version 1 before the first step, one
+    more every `weight_sync_steps` = 2 steps); a group started at version v is sampled whole at the schedule's setting
+    at step (v - 1) * 2: G 2 at 1.0 up to step 4, then G 4 at 0.5. `_generate_loop` runs for real, one group at a
+    time (`max_inflight_tasks` 1); the stand-in `_generate_one` records each request's sampling temperature and moves
+    the version on as the trainer would.
+    """
+    import asyncio
+
+    from grpo_curriculum import Stage
+    from grpo_curriculum.training._trl_async_worker import _SAMPLING_TEMPERATURE
+
+    loop = _worker_loop([Stage(num_generations=2, temperature=1.0, until_step=4),
+                         Stage(num_generations=4, temperature=0.5)], weight_sync_steps=2)  # fmt: skip
+    versions = [1, 1, 2, 2, 3, 3, 5]  # the version current when group g starts
+    requests = []
+
+    async def generate_one(prompt, tool_dict, tools, group_id):
+        requests.append((group_id, _SAMPLING_TEMPERATURE.get()))
+        if sum(r[0] == group_id for r in requests) == loop._planned[group_id].size and group_id + 1 < len(versions):
+            loop._model_version_value.value = versions[group_id + 1]  # the next group starts after this one
+        await asyncio.sleep(0)
+        return [{"role": "assistant", "content": "c"}], [5, 6], [], 0, 0, None
+
+    loop._generate_one = generate_one
+    queued = []
+
+    async def main():
+        loop._groups_to_score = asyncio.Queue()
+        stop = asyncio.Event()
+        generating = asyncio.create_task(loop._generate_loop(stop))
+        while len(queued) < len(versions):
+            queued.append(await loop._groups_to_score.get())
+        stop.set()
+        await generating
+
+    asyncio.run(main())
+    settings = [(group.model_version, len(group.completions), loop._planned[group.group_id].temperature)
+                for group in queued]  # fmt: skip
+    assert settings == [(1, 2, 1.0), (1, 2, 1.0), (2, 2, 1.0), (2, 2, 1.0), (3, 4, 0.5), (3, 4, 0.5), (5, 4, 0.5)]
+    sent = [t for g, t in requests if g < len(versions)]  # (a group may start before the stop: not counted)
+    assert sent == [t for _, size, t in settings for _ in range(size)]  # each request at its group's temperature
+
+
+def test_a_group_dynamic_sampling_drops_under_a_schedule_never_restarts_a_checkpoints_stream():
+    """Issue 55, item 3: with stages and dynamic sampling, a group the worker drops (TRL's real `_score_group`, then
+    the drop) is reported to the curriculum, so a checkpoint taken while it is the first group not trained resumes
+    after it, not at it (it will never be trained: a resumed stream starting there would sample it again)."""
+    import asyncio
+
+    from grpo_curriculum import Stage
+
+    loop = _worker_loop([Stage(num_generations=4, temperature=1.0)])
+    loop.dynamic_sampling = True
+    plans = {g: loop.curriculum.next_group(g, version=1) for g in range(8)}
+    loop._planned = dict(plans)
+    assert asyncio.run(loop._score_group(_group([1.0, 1.0, 1.0, 1.0]))) == []  # group 7: dropped
+    state = loop.curriculum.state(untrained=[7], trained_up_to=8)  # 0-6 trained, 7 not
+    assert (state["stream"]["epoch"], state["stream"]["position"]) == (1, 8)  # after prompt 7 (epochs count from 1)

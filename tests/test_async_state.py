@@ -60,6 +60,24 @@ def test_the_state_round_trips_and_a_fresh_policy_continues_from_it(tmp_path):
     assert policy.allocator.stats.successes[2] == 1.5 and policy.allocator.explore["easy"] == 0.42
 
 
+def test_a_state_write_that_fails_midway_leaves_the_previous_state_whole(tmp_path, monkeypatch):
+    """Issue 55: the state file is written atomically (a temporary file, then a rename): a write that fails after part
+    of the JSON (a full disk, a kill) leaves the state before it readable and no temporary file behind."""
+    write_async_state(str(tmp_path), _state())
+
+    def half_then_full_disk(data, f, **kwargs):
+        f.write(json.dumps(data)[:40])
+        f.flush()
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(json, "dump", half_then_full_disk)
+    with pytest.raises(OSError):
+        write_async_state(str(tmp_path), _state(stream={"epoch": 3, "position": 0, "waiting": []}))
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [ASYNC_ARRAYS_FILE, ASYNC_STATE_FILE]
+    assert read_async_state(str(tmp_path), SIGNATURE, 6)["stream"] == {"epoch": 2, "position": 3, "waiting": [1]}
+
+
 @pytest.mark.parametrize(("damage", "said"), [
     (lambda d: (d / ASYNC_STATE_FILE).unlink(), "holds no curriculum_async_state.json"),
     (lambda d: (d / ASYNC_STATE_FILE).write_text("{not json"), "cannot be read"),

@@ -138,3 +138,59 @@ def test_under_fsdp2_every_process_runs_the_same_passes_and_the_gradient_is_exac
         assert rank["sharded"] and rank["passes"] == 3, rank
         assert rank["loss"] == pytest.approx(rank["reference"], rel=1e-5)
         assert max(rank["gaps"].values()) < 1e-5 * rank["grad_scale"], rank["gaps"]
+
+
+def test_a_single_stage_ramp_trains_each_sample_at_the_temperature_it_was_sampled_at(tmp_path, tiny_model_dir,
+                                                                                   monkeypatch):
+    """
+    Issue 55, item 1: a one-stage temperature ramp whose start is `args.temperature` (as a recipe sets it), so only
+    the ramp makes the trainer score at other temperatures. The real `CurriculumAsyncGRPOTrainer` (TRL's constructor;
+    no server: the test-only CPU attention and a no-op weight transfer, tests/async_cpu.py; the tiny Llama, since
+    TRL's tree attention reads its dtype from a `Linear` layer, which GPT-2's `Conv1D` attention lacks) takes a
+    micro-batch of a sample at the ramp's start (1.0) and one at its end (0.5), each with the engine's log-probabilities
+    at its own temperature, through TRL's packing, collator and `compute_loss`: TRL's `ratio` is 1 and its `kl` 0 only
+    where each term is scored at its sample's temperature (with the 0.5 sample scored at 1.0: ratio 3.37).
+    """
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl.experimental.async_grpo import AsyncGRPOConfig, async_rollout_worker
+    from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollout
+    from trl.experimental.async_grpo.packing import TreeRow
+
+    from grpo_curriculum import Stage
+    from grpo_curriculum.training.async_grpo import CurriculumAsyncGRPOTrainer
+
+    from .async_cpu import NoWeightTransfer, allow_async_grpo_on_cpu
+    from .async_real import chat_tokenizer
+
+    allow_async_grpo_on_cpu(monkeypatch)
+    for check in ("is_vllm_available", "is_aiohttp_available"):  # TRL's worker is built, never started: no engine
+        monkeypatch.setattr(async_rollout_worker, check, lambda: True)
+    args = AsyncGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], max_steps=8,
+                           temperature=1.0, num_generations=2)  # fmt: skip
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": "count one"}]] * 4})
+    trainer = CurriculumAsyncGRPOTrainer(
+        model=tiny_model_dir, reward_funcs=[lambda completions, **kwargs: [0.0] * len(completions)], args=args,
+        train_dataset=dataset, processing_class=chat_tokenizer(), weight_transfer=NoWeightTransfer(),
+        stages=[Stage(num_generations=2, temperature=1.0, temperature_end=0.5)])  # fmt: skip
+    trainer.current_gradient_accumulation_steps = 1  # (the Trainer's training loop sets it)
+    engine = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()  # the policy's weights, plain attention
+    with torch.no_grad():  # logits far from uniform, so that temperatures differ clearly
+        for model in (engine, trainer.model):
+            model.get_output_embeddings().weight.mul_(8.0)
+    generator = torch.Generator().manual_seed(3)
+    row = TreeRow()
+    for group, temperature in enumerate((1.0, 0.5)):
+        ids = torch.randint(4, 20, (9,), generator=generator)  # a prompt of 4 tokens, a completion of 5
+        with torch.no_grad():
+            logits = engine(input_ids=ids.unsqueeze(0)).logits[0].double()
+        old = torch.zeros(len(ids), dtype=torch.float64)  # the engine's: token p at its temperature, from p - 1
+        old[4:] = torch.log_softmax(logits[3:-1] / temperature, dim=-1).gather(1, ids[4:, None])[:, 0]
+        row.add({"input_ids": ids.numpy(), "completion_mask": np.array([0] * 4 + [1] * 5),
+                 "old_log_probs": old.numpy(), "advantage": 1.0, "group_id": group,
+                 "metrics": {SAMPLED_TEMPERATURE: temperature, "reward": 0.0}})  # fmt: skip
+    batch = _with_loss_temperatures(DataCollatorForRollout(pad_token_id=0, num_processes=1), default=1.0)([[row]])
+    trainer.compute_loss(trainer.model, batch)
+    metrics = trainer._metrics["train"]
+    assert metrics["ratio"][-1] == pytest.approx(1.0, abs=1e-4) and metrics["kl"][-1] == pytest.approx(0.0, abs=1e-6)
+    assert metrics["curriculum/loss_temperatures"] == [2.0]  # one pass a temperature
