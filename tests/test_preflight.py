@@ -24,6 +24,8 @@ EXPECTED = {
     "reward_strings": [("reward function strings", "returned a str for completion 0 of 4")],
     "reward_float": [("reward function one_float", "returned a float")],
     "reward_all_nan": [("reward function all_nan", "returned NaN for all 4 completions")],
+    "reward_minus_inf": [("reward function minus_inf", "returned -inf for completion 0 of 4")],  # as +inf is
+    "reward_async_one_short": [("reward function async_one_short", "returned 3 rewards for 4 completions")],
     "reward_dict": [("reward function scores_dict", "returned a dict")],
     "reward_exits": [("reward function exits", "called sys.exit(0)")],
     "reward_weights_nan": [("reward_weights[1]", "must be a finite number")],
@@ -86,7 +88,8 @@ def test_a_good_dataset_and_reward_pass_the_preflight(inputs):
     from grpo_curriculum.cli.preflight import preflight_problems
     from grpo_curriculum.config.recipe import load_recipe
 
-    assert preflight_problems(load_recipe("reward_one_short.yaml", {"reward_funcs": ["bad_rewards:good"]})) == []
+    for good in ("good", "good_async"):  # an `async def` reward function is awaited, as TRL 1.16 awaits it
+        assert preflight_problems(load_recipe("reward_one_short.yaml", {"reward_funcs": [f"bad_rewards:{good}"]})) == []
     for name in ("demo", "rloo-demo", "per-prompt-demo"):  # the shipped recipes' built-in data and rewards
         assert preflight_problems(load_recipe(name)) == []
 

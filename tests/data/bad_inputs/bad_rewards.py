@@ -33,3 +33,15 @@ def exits(completions, **kwargs):
 
 def good(completions, **kwargs):
     return [float(len(c)) for c in completions]
+
+
+def minus_inf(completions, **kwargs):
+    return [float("-inf")] + [0.0] * (len(completions) - 1)
+
+
+async def async_one_short(completions, **kwargs):  # TRL 1.16 awaits async reward functions
+    return [0.0] * (len(completions) - 1)
+
+
+async def good_async(completions, **kwargs):
+    return [float(len(c)) for c in completions]
