@@ -4,7 +4,9 @@ an existing empty `output_dir`, where rank 0 holds its writability probe file in
 the folder. Each rank writes `OUT/rankR.json`: the exit status of its folder checks (0: passed, 2: refused) and what it
 printed. The run stops after the checks (no model is built).
 
-    torchrun --nproc_per_node 2 --standalone tests/probe_race.py OUT RUN_DIR
+    torchrun --nproc_per_node 2 --standalone tests/probe_race.py OUT RUN_DIR [plain]
+
+With `plain`, no rank waits for the other (a folder that holds files: each rank's own verdict, issue 55, item 7).
 """
 
 import contextlib
@@ -17,6 +19,7 @@ import time
 from pathlib import Path
 
 out, run_dir = Path(sys.argv[1]), sys.argv[2]
+plain = sys.argv[3:] == ["plain"]
 rank = int(os.environ["RANK"])
 made, checked = out / "probe-made", out / "rank1-checked"
 
@@ -33,7 +36,9 @@ class ChecksPassed(Exception):
 
 import grpo_curriculum.cli.train as train  # noqa: E402
 
-if rank == 0:  # hold the probe file in the folder until rank 1 has checked it
+if plain:
+    pass
+elif rank == 0:  # hold the probe file in the folder until rank 1 has checked it
     mkstemp = tempfile.mkstemp
 
     def held_mkstemp(*args, **kwargs):

@@ -460,3 +460,20 @@ def test_two_processes_give_one_verdict_on_an_empty_output_dir(tmp_path):
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert [rank["code"] for rank in ranks] == [0, 0], (ranks, done.stderr[-2000:])
     assert list(run_dir.iterdir()) == []  # the probe is gone: nothing written
+
+
+def test_two_processes_both_refuse_an_output_dir_that_holds_a_users_file(tmp_path):
+    """Issue 55, item 7: the other half of one verdict. Under `torchrun` every rank checks the folder (not rank 0
+    alone): with a file of the user's in it, both exit 2 naming it, and the file is untouched."""
+    run_dir, out = tmp_path / "run", tmp_path / "out"
+    run_dir.mkdir()
+    out.mkdir()
+    (run_dir / "notes.txt").write_text("the user's")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+               str(ROOT / "tests" / "probe_race.py"), str(out), str(run_dir), "plain"]  # fmt: skip
+    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [rank["code"] for rank in ranks] == [2, 2], (ranks, done.stderr[-2000:])
+    assert all("is a folder that already holds files" in rank["stderr"] for rank in ranks), ranks
+    assert listing(run_dir) == {"notes.txt": b"the user's"}
