@@ -217,3 +217,16 @@ def test_a_group_dynamic_sampling_drops_under_a_schedule_never_restarts_a_checkp
     assert asyncio.run(loop._score_group(_group([1.0, 1.0, 1.0, 1.0]))) == []  # group 7: dropped
     state = loop.curriculum.state(untrained=[7], trained_up_to=8)  # 0-6 trained, 7 not
     assert (state["stream"]["epoch"], state["stream"]["position"]) == (1, 8)  # after prompt 7 (epochs count from 1)
+
+
+def test_a_per_prompt_round_that_is_no_sum_of_the_candidates_is_named_with_each_factor_and_a_size_that_fits():
+    """Issue 51, item 6: batch 2 x accumulation 3 showed "per_device_train_batch_size = 6"."""
+    from grpo_curriculum import Adaptive, Stage
+    from grpo_curriculum.core.asynchronous import async_problems
+
+    stage = Stage(temperature=1.0, adaptive=Adaptive(num_generations=(4, 8), policy="per_prompt"))
+    (problem,) = async_problems([stage], max_steps=10, batch=(2, 3, 1))
+    assert (problem.key, problem.value) == ("per_device_train_batch_size", 2)
+    assert "= 2 x 3 x 1 = 6 completions, which must be a sum of the candidates [4, 8]" in problem.rule
+    assert "set per_device_train_batch_size: 4 (the next size whose round is such a sum)" in problem.fix  # 12 = 4 + 8
+    assert async_problems([stage], max_steps=10, batch=(4, 3, 1)) == []

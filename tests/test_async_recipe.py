@@ -46,13 +46,30 @@ def test_async_demo_passes_check_and_builds_an_async_grpo_config(capsys):
     assert main(["check", "async-demo"]) == 0
     out = capsys.readouterr().out
     assert "trainer async_grpo: AsyncGRPOConfig" in out and "no generation batch, so any G >= 2 fits" in out
-    assert "a step trains on 16 samples from its queue" in out and "http://127.0.0.1:8000" in out
+    assert "micro-batches of up to the vLLM server's max_model_len tokens a process (token_budget unset" in out
+    assert "http://127.0.0.1:8000" in out and "16 samples a step" not in out  # TRL batches by tokens by default
     assert "stage 0 (explore): G=4, temperature 1, until 0.5 of the run (steps 1-100 of 200): valid" in out
     assert "dynamic sampling (curriculum.dynamic_sampling)" in out and "result: OK, all 2 checks valid" in out
     recipe = load_recipe("async-demo")
     args, _ = trl_arguments(recipe, None, output_dir="unused", bf16=False)
     assert type(args) is AsyncGRPOConfig and args.num_generations == 4 and args.temperature == 1.0
     assert args.max_staleness == 4 and args.vllm_server_base_url == "http://127.0.0.1:8000" and args.max_steps == 200
+
+
+@pytest.mark.parametrize(("token_budget", "said"), [
+    (None, "micro-batches of up to the vLLM server's max_model_len tokens a process (token_budget unset: read when "
+           "training starts), 1 a step: the samples a step vary with their lengths"),
+    (512, "micro-batches of up to 512 tokens a process (token_budget), 1 a step"),
+    (0, "16 samples a step (16 per-device batch x 1 accumulation x 1 process)"),  # TRL's FixedCountBatcher
+])
+def test_check_says_what_a_step_trains_on_as_trl_batches_it(tmp_path, capsys, token_budget, said):
+    """Issue 51, item 1: TRL's asynchronous trainer batches by tokens (`token_budget`, unset: the server's
+    `max_model_len`) unless `token_budget <= 0`; `check` said "16 samples a step" whatever it was."""
+    data = yaml.safe_load(Path(load_recipe("async-demo").path).read_text())
+    if token_budget is not None:
+        data["token_budget"] = token_budget
+    assert main(["check", _write(tmp_path, data), "--no-preflight"]) == 0
+    assert f"the trainer takes from its queue {said}" in capsys.readouterr().out
 
 
 def test_temperature_schedules_and_per_prompt_stages_pass_check(tmp_path, capsys):
@@ -154,6 +171,24 @@ def test_curriculum_dynamic_sampling_is_the_async_trainers_switch_only(tmp_path)
     only.write_text(yaml.safe_dump({"curriculum": {"dynamic_sampling": True, "stages": stages}}))
     with pytest.raises(CurriculumError, match=r"curriculum\.dynamic_sampling = True: is not a curriculum key"):
         load_curriculum(str(only))
+
+
+def test_the_dynamic_sampling_switch_needs_no_stages_and_uncertain_prompts_gets_one_word(tmp_path, capsys):
+    """Issue 51, item 6: `curriculum: {dynamic_sampling: true}` without stages was refused ("curriculum.stages: is
+    required") although `CurriculumAsyncGRPOTrainer(dynamic_sampling=True)` takes no stages; `uncertain_prompts: true`
+    got "is not used" and "must be an integer" at once."""
+    recipe = parse_recipe({**BASE, "num_generations": 4, "curriculum": {"dynamic_sampling": True}})
+    assert [stage.num_generations for stage in recipe.curriculum.stages] == [4]  # the recipe's G, as without one
+    (found,) = problems({**BASE, "curriculum": {"dynamic_sampling": True}, "max_steps": -1})
+    assert found.startswith("max_steps = -1: must be set (> 0) with a curriculum")
+    (found,) = problems({**BASE, "curriculum": {"stages": [{"num_generations": 4, "temperature": 1.0}],
+                                                "uncertain_prompts": True}})
+    assert found.startswith("curriculum.uncertain_prompts = True: is not used by the asynchronous trainer")
+    (found,) = problems({**BASE, "curriculum": {"dynamic_sampling": True, "stage": []}})  # a typo is still named
+    assert found.startswith("curriculum.stage = []: is not a curriculum key")
+    assert main(["check", _write(tmp_path, {**BASE, "curriculum": {"dynamic_sampling": True}}), "--no-preflight"]) == 0
+    out = capsys.readouterr().out
+    assert "G=8 (num_generations): valid" in out and "dynamic sampling (curriculum.dynamic_sampling)" in out
 
 
 def test_trainer_async_grpo_needs_trl_1_16(monkeypatch, tmp_path, capsys):
@@ -282,6 +317,13 @@ def test_build_trainer_makes_the_curriculum_async_trainer_of_a_recipe(tiny_model
         "weight_transfer": NoWeightTransfer()})
     assert trainer.curriculum_schedule is None and trainer.dynamic_sampling is False
     assert trainer.args.num_generations == 3 and trainer.rollout_worker._loop_cls is not CurriculumRolloutLoop
+    switch = parse_recipe({**BASE, "model_name_or_path": tiny_model_dir, "use_cpu": True, "bf16": False,
+                           "report_to": [], "num_generations": 3, "max_steps": 4,
+                           "curriculum": {"dynamic_sampling": True}})  # issue 51 item 6: as the Python API takes it
+    trainer = build_trainer(switch, output_dir=str(tmp_path / "switch"), async_options={
+        "weight_transfer": NoWeightTransfer()})
+    assert trainer.curriculum_schedule is None and trainer.dynamic_sampling is True
+    assert trainer.args.num_generations == 3 and trainer.rollout_worker._loop_kwargs["schedule"] is None
 
 
 def test_an_async_recipe_on_the_installed_trl_is_checked_or_refused_in_one_problem(capsys, tmp_path):

@@ -112,8 +112,8 @@ def _async_trainer(recipe, args, model_args, model, tokenizer, dataset, rewards,
     """
     `CurriculumAsyncGRPOTrainer` for a recipe of `trainer: async_grpo`: the model by name (AsyncGRPOTrainer loads it,
     at `args.dtype`, with its own attention), LoRA from `ModelConfig` as `trl grpo` routes it, the curriculum's stages
-    when the recipe has a `curriculum:` (else TRL's loop at the recipe's G and temperature) and its
-    `dynamic_sampling` switch.
+    when the recipe's `curriculum:` has them (else TRL's loop at the recipe's G and temperature) and its
+    `dynamic_sampling` switch (which needs no stages).
     """
     from trl import get_peft_config
 
@@ -130,7 +130,7 @@ def _async_trainer(recipe, args, model_args, model, tokenizer, dataset, rewards,
         processing_class=tokenizer,
         callbacks=list(callbacks),
         peft_config=get_peft_config(model_args),
-        stages=recipe.curriculum if curriculum is not None else None,
+        stages=recipe.curriculum if isinstance(curriculum, dict) and "stages" in curriculum else None,
         dynamic_sampling=bool(curriculum and curriculum.get("dynamic_sampling")),
         **(options or {}),
     )

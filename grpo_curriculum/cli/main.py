@@ -461,7 +461,7 @@ def async_check_report(recipe, args: argparse.Namespace) -> tuple[list[str], boo
     from ..config.environment import environment_problems
     from ..config.engines import engine_notes
     from ..config.trl_fields import TRAINERS, trl_fields
-    from ..core.asynchronous import round_budget
+    from ..core.asynchronous import step_size
     from .launch import ASYNC_GEOMETRY
 
     training, defaults = recipe.training, trl_fields(ASYNC)
@@ -470,15 +470,14 @@ def async_check_report(recipe, args: argparse.Namespace) -> tuple[list[str], boo
     n = args.num_processes or recipe.num_processes or 1
     source = ("--num-processes" if args.num_processes else "the recipe's num_processes" if recipe.num_processes else
               "assumed: neither --num-processes nor the recipe's num_processes is given")
-    per_step = round_budget(value("per_device_train_batch_size"), value("gradient_accumulation_steps"), n)
+    per_step = step_size(value("per_device_train_batch_size"), value("gradient_accumulation_steps"), n,
+                         value("token_budget"))
     lines = [f"recipe: {recipe.path} ({recipe.model_name_or_path}, dataset {recipe.dataset_name}, trainer {ASYNC}: "
              f"{TRAINERS[ASYNC]})", *engine_notes(training), f"num_processes: {n} ({source})",
              "asynchronous: a rollout worker samples each prompt's group whole, at its stage's G, from the vLLM "
-             f"server at {value('vllm_server_base_url')}; a step trains on {per_step} samples from its queue "
-             f"({value('per_device_train_batch_size')} per-device batch x {value('gradient_accumulation_steps')} "
-             f"accumulation x {plural(n, 'process')}), none more than {value('max_staleness')} policy versions old: "
-             "no generation batch, so any G >= 2 fits"]  # fmt: skip
-    if "curriculum" in recipe.raw and args.num_generations is None:
+             f"server at {value('vllm_server_base_url')}; the trainer takes from its queue {per_step}, none more "
+             f"than {value('max_staleness')} policy versions old: no generation batch, so any G >= 2 fits"]
+    if "stages" in (recipe.raw.get("curriculum") or {}) and args.num_generations is None:
         rows = [label for label, _ in _stage_rows(recipe.curriculum, training.get("max_steps"))]
     else:
         g = args.num_generations or recipe.curriculum.stages[0].num_generations

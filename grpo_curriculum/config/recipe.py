@@ -291,13 +291,17 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         problems += _split_batches_problems(training.get("accelerator_config"))
     problems += generation_kwargs_problems(training.get("generation_kwargs"))
 
+    staged = "curriculum" in data and not (trainer == ASYNC and isinstance(data["curriculum"], Mapping)
+                                           and "stages" not in data["curriculum"])  # (its switch alone)
     if "curriculum" in data:
-        schedule, found = _parse_curriculum(data["curriculum"], recipe=True)
+        schedule, found = _parse_curriculum(data["curriculum"], recipe=True, stages_optional=trainer == ASYNC)
+        if trainer == ASYNC:  # one word on it: the asynchronous trainer does not use it (whatever its value)
+            found = [p for p in found if p.key != "curriculum.uncertain_prompts"]
         problems += found
         top_g = training.get("num_generations")
-        if is_int(top_g):  # GRPOConfig checks it before the curriculum overrides it
+        if is_int(top_g) and staged:  # GRPOConfig checks it before the curriculum overrides it
             problems += NUM_GENERATIONS.problems("num_generations", top_g)
-    else:  # a plain GRPO run: one stage at the recipe's G and temperature
+    if not staged:  # a plain GRPO run: one stage at the recipe's G and temperature
         values = {k: training.get(k, fields[k]["default"]) for k in ("num_generations", "temperature")}
         found = stage_problems(values, key="")
         problems += found

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..compat import ASYNC_TRL, RLOO_TRL, async_trl_problem, rloo_trl_problem
-from ..core.asynchronous import async_problems, round_budget
+from ..core.asynchronous import async_problems
 from ..core.curriculum import STAGE_KEYS
 from ..core.errors import MISSING, CurriculumError, Problem
 from ..core.rloo import rloo_problems
@@ -79,20 +79,21 @@ def trainer_problems(trainer: str, curriculum, schedule, training: Mapping | Non
             curriculum, schedule, lambda stages: rloo_problems(stages, at="curriculum.stages"))
     training = training or {}
     max_steps = training.get("max_steps", trl_fields(ASYNC)["max_steps"]["default"])
-    stages = None if curriculum is None else schedule.stages if schedule is not None else []
+    unstaged = curriculum is None or isinstance(curriculum, Mapping) and "stages" not in curriculum
+    stages = None if unstaged else schedule.stages if schedule is not None else []
     problems = _release_problems(trainer, ASYNC_TRL, async_trl_problem) or _import_problems(trainer)
     sizes = [training.get(key, trl_fields(ASYNC)[key]["default"])
              for key in ("per_device_train_batch_size", "gradient_accumulation_steps")]  # fmt: skip
-    budget = round_budget(*sizes, num_processes or 1) if all(is_int(v) and v > 0 for v in sizes) else None
+    batch = (*sizes, num_processes or 1) if all(is_int(v) and v > 0 for v in sizes) else None
     for problem in async_problems(stages, max_steps=max_steps if is_int(max_steps) else None,
-                                  dynamic_sampling=switch is True, budget=budget, at="curriculum.stages"):
+                                  dynamic_sampling=switch is True, batch=batch, at="curriculum.stages"):
         if problem.key == "max_steps" and ("max_steps" in refused or max_steps == 0):
             continue  # its own rule said it (0: transformers' -1 in effect)
         if problem.key == "max_steps" and "max_steps" not in training:
             problem = Problem(problem.key, MISSING, problem.rule.replace("must be set (> 0)", "is required"),
                               problem.fix)  # (not given: AsyncGRPOConfig's default, -1, trains by epochs)
         problems.append(_in_recipe_words(problem))
-    if schedule is None and curriculum is not None:  # the stages valid on their own (`max_steps` was said above)
+    if schedule is None and not unstaged:  # the stages valid on their own (`max_steps` was said above)
         problems += _stages_problems(curriculum, None, lambda stages: [_in_recipe_words(p) for p in async_problems(
             stages, max_steps=1, at="curriculum.stages")])
     return problems

@@ -25,14 +25,39 @@ POLICIES = ("per_prompt",)
 
 
 def round_budget(per_device_train_batch_size: int, gradient_accumulation_steps: int, num_processes: int) -> int:
-    """The completions a per-prompt round plans on the asynchronous trainer: the samples of one optimizer step at a
-    fixed sample count (`per_device_train_batch_size x gradient_accumulation_steps x num_processes`), the generation
-    batch the synchronous trainer derives from the same settings."""
+    """The completions a per-prompt round plans on the asynchronous trainer: `per_device_train_batch_size x
+    gradient_accumulation_steps x num_processes`, the generation batch the synchronous trainer derives from the same
+    settings. A step trains on that many samples only when TRL batches by count (`token_budget <= 0`); under its
+    default token batching a round is the allocator's planning unit, not a step ([`step_size`])."""
     return per_device_train_batch_size * gradient_accumulation_steps * num_processes
 
 
+def step_size(per_device_train_batch_size: int, gradient_accumulation_steps: int, num_processes: int,
+              token_budget: int | None) -> str:
+    """
+    What one optimizer step of TRL's `AsyncGRPOTrainer` trains on, in words: `gradient_accumulation_steps`
+    micro-batches a process, each of `per_device_train_batch_size` samples when `token_budget <= 0` (TRL's
+    `FixedCountBatcher`), else packed up to `token_budget` tokens (TRL's `TokenBudgetBatcher`; unset, TRL reads the
+    vLLM server's `max_model_len` when training starts), so the samples a step varies with their lengths.
+
+    >>> step_size(16, 1, 1, 0)
+    '16 samples a step (16 per-device batch x 1 accumulation x 1 process)'
+    >>> step_size(16, 2, 1, 512)
+    'micro-batches of up to 512 tokens a process (token_budget), 2 a step: the samples a step vary with their lengths'
+    """
+    if token_budget is not None and token_budget <= 0:
+        n = round_budget(per_device_train_batch_size, gradient_accumulation_steps, num_processes)
+        processes = "1 process" if num_processes == 1 else f"{num_processes} processes"
+        return (f"{n} samples a step ({per_device_train_batch_size} per-device batch x {gradient_accumulation_steps} "
+                f"accumulation x {processes})")
+    budget = (f"{token_budget} tokens a process (token_budget)" if token_budget is not None else
+              "the vLLM server's max_model_len tokens a process (token_budget unset: read when training starts)")
+    return (f"micro-batches of up to {budget}, {gradient_accumulation_steps} a step: the samples a step vary with "
+            "their lengths")
+
+
 def async_problems(stages, *, max_steps, dynamic_sampling: bool = False, tools: bool = False,
-                   rollout_worker: bool = False, budget: int | None = None,
+                   rollout_worker: bool = False, batch: tuple[int, int, int] | None = None,
                    at: str = "stages") -> list[Problem]:  # fmt: skip
     """
     What `CurriculumAsyncGRPOTrainer` refuses of a curriculum, one [`Problem`] each (empty: it runs as given).
@@ -43,11 +68,13 @@ def async_problems(stages, *, max_steps, dynamic_sampling: bool = False, tools: 
         dynamic_sampling (`bool`): Whether the trainer drops zero-variance groups.
         tools (`bool`): Whether the trainer has tools or an environment factory.
         rollout_worker (`bool`): Whether a custom rollout worker is passed.
-        budget (`int`, *optional*): A per-prompt round's completions ([`round_budget`]); `None`: not checked.
+        batch (`tuple[int, int, int]`, *optional*): `per_device_train_batch_size`, `gradient_accumulation_steps` and
+            the processes, whose product a per-prompt round plans ([`round_budget`]); `None`: not checked.
         at (`str`, *optional*, defaults to `"stages"`): The key path of the stages in the messages
             (`"curriculum.stages"` for a recipe).
     """
     problems = []
+    budget = None if batch is None else round_budget(*batch)
     curriculum = stages is not None or dynamic_sampling
     if curriculum and (max_steps is None or max_steps <= 0):
         problems.append(Problem(
@@ -72,11 +99,13 @@ def async_problems(stages, *, max_steps, dynamic_sampling: bool = False, tools: 
                 "use `policy: per_prompt` (a G per prompt, settled prompts skipped), or fixed-G stages"))  # fmt: skip
         if adaptive is not None and adaptive.per_prompt and budget is not None and not fills(adaptive.num_generations,
                                                                                                budget):
+            size, accumulation, processes = batch
             problems.append(Problem(
-                "per_device_train_batch_size", budget, f"a per-prompt round ({key}) plans per_device_train_batch_size "
-                "x gradient_accumulation_steps x processes completions, which must be a sum of the candidates "
-                f"{list(adaptive.num_generations)}", "set per_device_train_batch_size to a multiple of the smallest "
-                "candidate (e.g. 16)"))  # fmt: skip
+                "per_device_train_batch_size", size, f"a per-prompt round ({key}) plans per_device_train_batch_size x "
+                f"gradient_accumulation_steps x processes = {size} x {accumulation} x {processes} = {budget} "
+                f"completions, which must be a sum of the candidates {list(adaptive.num_generations)}",
+                f"set per_device_train_batch_size: {_fitting(adaptive.num_generations, size, accumulation, processes)} "
+                "(the next size whose round is such a sum), or choose candidates that sum to it"))
         if adaptive is not None and adaptive.temperature is not None:
             problems.append(Problem(
                 f"{key}.adaptive.temperature", list(adaptive.temperature), "is not supported on the asynchronous "
@@ -92,3 +121,11 @@ def async_problems(stages, *, max_steps, dynamic_sampling: bool = False, tools: 
                 f"{key}.comparison", "given", "is not supported on the asynchronous trainer",
                 "remove `comparison` from this stage"))  # fmt: skip
     return problems
+
+
+def _fitting(candidates, size: int, accumulation: int, processes: int) -> int:
+    """The smallest per-device batch from `size` up whose round is a sum of `candidates` (one exists: a multiple of
+    the smallest candidate is)."""
+    while not fills(candidates, size * accumulation * processes):
+        size += 1
+    return size

@@ -41,10 +41,12 @@ def curriculum_options(value: Mapping) -> dict:
     return {name: value[name] for name in CURRICULUM_RULES if name in value}
 
 
-def _parse_curriculum(value, key: str = "curriculum", recipe: bool = False) -> tuple[StageSchedule | None,
-                                                                                  list[Problem]]:
+def _parse_curriculum(value, key: str = "curriculum", recipe: bool = False,
+                      stages_optional: bool = False) -> tuple[StageSchedule | None, list[Problem]]:  # fmt: skip
     """Validate a `curriculum:` mapping (`recipe`: a recipe's, which may also hold [`RECIPE_CURRICULUM_RULES`]);
-    return the schedule (when every stage is valid) and every problem."""
+    return the schedule (when every stage is valid) and every problem. With `stages_optional` (`trainer: async_grpo`,
+    whose `dynamic_sampling` switch needs no stages) a mapping without `stages` gives no schedule and no problem for
+    it."""
     if not isinstance(value, Mapping):
         return None, [Problem(key, value, "must be a mapping holding a `stages:` list", f"write {_EXAMPLE_STAGES}")]
     rules = {**CURRICULUM_RULES, **(RECIPE_CURRICULUM_RULES if recipe else {})}
@@ -53,6 +55,8 @@ def _parse_curriculum(value, key: str = "curriculum", recipe: bool = False) -> t
                             f"optionally {optional})", "remove it")  # fmt: skip
     problems += check(rules, value, key)
     stages = value.get("stages")
+    if stages_optional and "stages" not in value:
+        return None, problems
     if not isinstance(stages, list) or not stages:
         rule, shown = ("must be a non-empty list of stages", stages) if "stages" in value else ("is required", MISSING)
         return None, problems + [Problem(f"{key}.stages", shown, rule, f"write {_EXAMPLE_STAGES}")]

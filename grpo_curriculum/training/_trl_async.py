@@ -158,9 +158,9 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
         if (schedule is not None or dynamic_sampling) and isinstance(self.rollout_worker, AsyncRolloutWorker):
             # rank 0 holds the worker; `AsyncRolloutWorker.start` spawns `_loop_cls(**_loop_kwargs)` in its child
             self.rollout_worker._loop_cls = CurriculumRolloutLoop
-            self.rollout_worker._loop_kwargs.update(schedule=schedule, weight_sync_steps=self.args.weight_sync_steps,
-                                                    dynamic_sampling=self.dynamic_sampling, budget=_budget(self.args),
-                                                    seed=self.args.seed)  # fmt: skip
+            self.rollout_worker._loop_kwargs.update(
+                schedule=schedule, weight_sync_steps=self.args.weight_sync_steps, seed=self.args.seed,
+                dynamic_sampling=self.dynamic_sampling, budget=round_budget(*_batch(self.args)))
 
     def _dataset_size(self) -> int | None:
         return len(self.train_dataset) if hasattr(self.train_dataset, "__len__") else None
@@ -223,8 +223,8 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
         return loss
 
 
-def _budget(config) -> int:
-    return round_budget(config.per_device_train_batch_size, config.gradient_accumulation_steps, config.world_size)
+def _batch(config) -> tuple[int, int, int]:
+    return config.per_device_train_batch_size, config.gradient_accumulation_steps, config.world_size
 
 
 def curriculum_problems(config, stages=None, dynamic_sampling: bool = False, **kwargs):
@@ -242,7 +242,7 @@ def curriculum_problems(config, stages=None, dynamic_sampling: bool = False, **k
                                dynamic_sampling=bool(dynamic_sampling),
                                tools=bool(kwargs.get("tools") or kwargs.get("environment_factory")),
                                rollout_worker=kwargs.get("rollout_worker") is not None,
-                               budget=None if config is None else _budget(config))  # fmt: skip
+                               batch=None if config is None else _batch(config))  # fmt: skip
     if schedule is None or problems:
         return None, problems
     return schedule.resolve(max_steps), problems
