@@ -83,3 +83,25 @@ def allow_async_grpo_on_cpu(monkeypatch) -> None:
 
     monkeypatch.setattr(async_grpo_trainer, "get_peak_flops_per_device", lambda accelerator, dtype: None)
     monkeypatch.setattr(packing, "_flash_attn", lambda: VarlenAttention)
+
+
+def build_async_trainer(monkeypatch, model_dir: str, output_dir: str, stages=None, **config):
+    """A `CurriculumAsyncGRPOTrainer` built as TRL builds it, for tests without a server: the CPU patches above, a
+    [`NoWeightTransfer`], and TRL's rollout worker made but never started (it needs neither vLLM nor aiohttp until
+    it starts); four conversation prompts, a reward of 0, `max_steps` 8 unless `config` says otherwise."""
+    from datasets import Dataset
+    from trl.experimental.async_grpo import AsyncGRPOConfig, async_rollout_worker
+
+    from grpo_curriculum.training.async_grpo import CurriculumAsyncGRPOTrainer
+
+    from .async_real import chat_tokenizer
+
+    allow_async_grpo_on_cpu(monkeypatch)
+    for check in ("is_vllm_available", "is_aiohttp_available"):
+        monkeypatch.setattr(async_rollout_worker, check, lambda: True)
+    args = AsyncGRPOConfig(output_dir=output_dir, use_cpu=True, bf16=False, report_to=[],
+                           **{"max_steps": 8, "temperature": 1.0, "num_generations": 2, **config})  # fmt: skip
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": "count one"}]] * 4})
+    return CurriculumAsyncGRPOTrainer(
+        model=model_dir, reward_funcs=[lambda completions, **kwargs: [0.0] * len(completions)], args=args,
+        train_dataset=dataset, processing_class=chat_tokenizer(), weight_transfer=NoWeightTransfer(), stages=stages)

@@ -168,3 +168,81 @@ def test_the_checkpoint_stream_stands_before_the_first_group_neither_trained_nor
     assert state["stream"] == {"epoch": 1, "position": position} and state["round"] is None
     assert state["observed"] is None
     assert min(curriculum._origin, default=up_to) >= min([*untrained, up_to])  # what no later request needs: gone
+
+
+def test_a_resumed_worker_plans_at_the_stage_of_the_step_it_resumes_at():
+    """
+    Issue 51, item 3: TRL restores the checkpoint's policy version and then publishes one more at its start-of-training
+    weight sync, so a run resumed from step 7 (version 8, syncing every step) starts at version 9. Counted from
+    version 1 (step 0) that read step 8, one sync interval early: past a stage boundary at step 8, the resumed worker
+    sampled stage 1's G at step 7. Counted from where the worker starts (`origin`), it is stage 0's until step 8.
+    """
+    stages = [Stage(num_generations=2, temperature=1.0, until_step=8), Stage(num_generations=4, temperature=0.5)]
+    schedule = StageSchedule(stages).resolve(20)
+    for sync_every, origin, expected in (
+        (1, (9, 7), [(9, 0, 2), (10, 1, 4)]),  # resumed at step 7: version 9 is step 7's, 10 step 8's
+        (1, (1, 0), [(1, 0, 2), (8, 0, 2), (9, 1, 4)]),  # a new run: version v is step v - 1's
+        (4, (3, 6), [(3, 0, 2), (4, 1, 4)]),  # resumed at step 6, syncing every 4: version 4 comes at step 8
+    ):
+        curriculum = AsyncCurriculum(schedule, indexed_dataset(num_prompts=16), budget=BUDGET,
+                                     weight_sync_steps=sync_every, origin=origin)  # fmt: skip
+        planned = [(version, curriculum.next_group(g, version)) for g, (version, _, _) in enumerate(expected)]
+        assert [(v, p.stage, p.size) for v, p in planned] == expected, (sync_every, origin)
+
+
+def test_groups_dropped_as_stale_are_never_a_checkpoints_first_untrained_group(tmp_path, tiny_model_dir, monkeypatch):
+    """
+    Issue 51, item 2: TRL's `RolloutQueueDataset` (real) drops a sample more than `max_staleness` versions old; a group
+    dropped whole is never trained. The trainer notes the groups it drops, so a checkpoint after 400 groups, of which
+    group 5 went stale, resumes at prompt 400, not at prompt 5 (which sampled the 394 trained groups after it again at
+    every later resume), and the worker's table of started groups shrinks to what a later request needs.
+    """
+    import queue as queues
+    from types import SimpleNamespace
+
+    from trl.experimental.async_grpo.async_grpo_trainer import RolloutQueueDataset
+
+    from .async_cpu import build_async_trainer
+
+    trainer = build_async_trainer(monkeypatch, tiny_model_dir, str(tmp_path),
+                                  stages=[Stage(num_generations=2, temperature=1.0)], max_staleness=1)  # fmt: skip
+    samples = queues.Queue()
+    for group, version in ((4, 4), (5, 3), (5, 3), (6, 4)):  # at version 5, group 5 (of version 3) is 2 versions old
+        samples.put(SimpleNamespace(model_version=version, group_id=group, input_ids=[1], completion_mask=[1],
+                                    old_log_probs=[0.0], advantage=0.0, metrics={}, enqueued_at=None))  # fmt: skip
+    trainer.model_version = 5
+    dataset = RolloutQueueDataset(rollout_queue=samples, model_version_fn=lambda: trainer.model_version,
+                                  check_health_fn=lambda after: None, stale_after_s=60, metrics=trainer._metrics["train"],
+                                  max_staleness=trainer.args.max_staleness)  # fmt: skip
+    dataset.queue = trainer._stale.watch(dataset.queue, lambda: trainer.model_version, trainer.args.max_staleness)
+    taken = iter(dataset)
+    assert [next(taken)["group_id"] for _ in range(2)] == [4, 6]  # TRL dropped both samples of group 5
+    assert trainer._stale.groups == {5}  # TRL's own test, at its version: not the groups it kept
+    trainer._trained_groups.update(set(range(400)) - {5})
+    untrained, up_to, dropped = trainer._untrained_groups()
+    assert (untrained, up_to, dropped) == ([], 400, [])
+
+    curriculum = AsyncCurriculum(StageSchedule([Stage(num_generations=2, temperature=1.0)]).resolve(100),
+                                 indexed_dataset(num_prompts=500), budget=BUDGET)  # fmt: skip
+    for g in range(400):
+        curriculum.next_group(g, version=1)
+    state = curriculum.state(untrained, up_to, dropped)
+    assert state["stream"]["position"] == 400 and len(curriculum._origin) == 0
+
+
+def test_the_trainer_starts_its_worker_at_the_version_and_step_it_resumes_at(tmp_path, tiny_model_dir, monkeypatch):
+    """Issue 51, item 3, the trainer's side: TRL's start-of-training callback publishes a version, then starts the
+    worker; the worker is told that version and the optimizer step it was published at (here as after a resume from
+    step 7's checkpoint of version 8)."""
+    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
+
+    from .async_cpu import build_async_trainer
+
+    started = []
+    monkeypatch.setattr(AsyncRolloutWorker, "start", lambda worker: started.append(dict(worker._loop_kwargs)))
+    trainer = build_async_trainer(monkeypatch, tiny_model_dir, str(tmp_path),
+                                  stages=[Stage(num_generations=2, temperature=1.0)])  # fmt: skip
+    trainer.model_version, trainer.state.global_step = 9, 7
+    trainer.rollout_worker.start()
+    (kwargs,) = started
+    assert kwargs["version_origin"] == (9, 7) and kwargs["schedule"] is trainer.curriculum_schedule

@@ -49,7 +49,7 @@ def _train(tmp_path, monkeypatch, model_dir, server, reward, max_steps=3, config
     args = AsyncGRPOConfig(
         output_dir=str(tmp_path), num_generations=G, max_completion_length=8, max_steps=max_steps,
         vllm_server_base_url=server.base_url, bf16=False, gradient_checkpointing=False, use_cpu=True, report_to=[],
-        max_staleness=100, seed=0, **{"learning_rate": 1e-3, "save_strategy": "no", **(config or {})})  # fmt: skip
+        seed=0, **{"learning_rate": 1e-3, "save_strategy": "no", "max_staleness": 100, **(config or {})})
     transfer = NoWeightTransfer()
     trainer = CurriculumAsyncGRPOTrainer(model=model_dir, reward_funcs=[reward], args=args,
                                          train_dataset=_dataset(prompts), processing_class=chat_tokenizer(),
@@ -285,6 +285,58 @@ def test_resume_restores_the_stream_and_the_per_prompt_state(tmp_path, monkeypat
     assert again, (len(replayed), sorted(runs))
     for g in again:
         assert (runs[g][0].prompt, len(runs[g])) == (replayed[g].row["prompt"][0]["content"], replayed[g].size), g
+
+
+def test_a_resume_after_stale_drops_starts_after_them_and_in_the_stage_of_its_step(tmp_path, monkeypatch,
+                                                                                  vllm_model_dir, vllm_server):
+    """
+    Issue 51, items 2 and 3. `max_staleness=0`, and each step takes 2 s (a callback), so the worker fills the queue
+    ahead and TRL drops whole groups as stale at every version bump: the checkpoint at step 3 resumes at the first group
+    neither trained nor dropped (a stale group there pinned every later resume). G 2 until step 4, then G 4: TRL
+    restores the checkpoint's version (4) and publishes 5 at its start-of-training sync, at step 3, so the resumed
+    worker samples version 5's groups at G 2 (counting versions from 1, it read step 4: G 4) and later ones at G 4.
+    """
+    import time
+
+    from transformers import TrainerCallback
+
+    from grpo_curriculum import Stage
+    from grpo_curriculum.core.schedule import stage_signature
+    from grpo_curriculum.training._trl_async import CurriculumAsyncGRPOTrainer
+    from grpo_curriculum.training.async_state import read_async_state
+
+    class SlowAndStopAt3(TrainerCallback):  # a run of 6 steps (the schedule's) interrupted after step 3's save
+        def on_step_end(self, args, state, control, **kwargs):
+            time.sleep(2.0)
+            control.should_training_stop = state.global_step >= 3
+
+    saved = []
+    untrained_groups = CurriculumAsyncGRPOTrainer._untrained_groups
+
+    def recording(self):
+        saved.append((untrained_groups(self), set(self._stale.groups)))
+        return saved[-1][0]
+
+    monkeypatch.setattr(CurriculumAsyncGRPOTrainer, "_untrained_groups", recording)
+    stages = [Stage(num_generations=2, temperature=1.0, until_step=4), Stage(num_generations=4, temperature=1.0)]
+    config = {"max_staleness": 0, "max_inflight_tasks": 16, "queue_maxsize": 16, "save_strategy": "steps",
+              "save_steps": 3}  # fmt: skip
+    trainer, _, _, _ = _train(tmp_path, monkeypatch, vllm_model_dir, vllm_server, varied_reward, max_steps=6,
+                              stages=stages, config=config, callbacks=[SlowAndStopAt3()])  # fmt: skip
+    ((untrained, up_to, dropped), stale), = saved
+    assert stale and sum(e.get("sample/dropped_stale_total", 0) for e in trainer.state.log_history) > 0
+    first = untrained[0] if untrained else next(g for g in range(up_to, up_to + len(dropped) + 1) if g not in dropped)
+    assert first not in stale and all(g in trainer._trained_groups or g in stale for g in range(first))
+    state = read_async_state(str(tmp_path / "checkpoint-3"), stage_signature(stages), len(PROMPTS))
+    assert state["stream"]["position"] == first % len(PROMPTS)  # fixed-G stages: group g holds prompt g (cycling)
+    monkeypatch.undo()
+    trainer, taken, _, _ = _train(tmp_path, monkeypatch, vllm_model_dir, vllm_server, varied_reward, max_steps=6,
+                                  stages=stages, config=config, resume=str(tmp_path / "checkpoint-3"))  # fmt: skip
+    assert trainer.state.global_step == 6
+    sizes = {}
+    for sample in taken:
+        sizes.setdefault(sample.model_version, set()).add(sample.num_generations)
+    assert sizes.get(5) == {2.0} and all(g == {4.0} for v, g in sizes.items() if v > 5), sizes
 
 
 def test_dynamic_sampling_without_max_steps_is_refused_before_training(tmp_path):

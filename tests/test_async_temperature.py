@@ -151,28 +151,16 @@ def test_a_single_stage_ramp_trains_each_sample_at_the_temperature_it_was_sample
     at its own temperature, through TRL's packing, collator and `compute_loss`: TRL's `ratio` is 1 and its `kl` 0 only
     where each term is scored at its sample's temperature (with the 0.5 sample scored at 1.0: ratio 3.37).
     """
-    from datasets import Dataset
     from transformers import AutoModelForCausalLM
-    from trl.experimental.async_grpo import AsyncGRPOConfig, async_rollout_worker
     from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollout
     from trl.experimental.async_grpo.packing import TreeRow
 
     from grpo_curriculum import Stage
-    from grpo_curriculum.training.async_grpo import CurriculumAsyncGRPOTrainer
 
-    from .async_cpu import NoWeightTransfer, allow_async_grpo_on_cpu
-    from .async_real import chat_tokenizer
+    from .async_cpu import build_async_trainer
 
-    allow_async_grpo_on_cpu(monkeypatch)
-    for check in ("is_vllm_available", "is_aiohttp_available"):  # TRL's worker is built, never started: no engine
-        monkeypatch.setattr(async_rollout_worker, check, lambda: True)
-    args = AsyncGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], max_steps=8,
-                           temperature=1.0, num_generations=2)  # fmt: skip
-    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": "count one"}]] * 4})
-    trainer = CurriculumAsyncGRPOTrainer(
-        model=tiny_model_dir, reward_funcs=[lambda completions, **kwargs: [0.0] * len(completions)], args=args,
-        train_dataset=dataset, processing_class=chat_tokenizer(), weight_transfer=NoWeightTransfer(),
-        stages=[Stage(num_generations=2, temperature=1.0, temperature_end=0.5)])  # fmt: skip
+    trainer = build_async_trainer(monkeypatch, tiny_model_dir, str(tmp_path),
+                                  stages=[Stage(num_generations=2, temperature=1.0, temperature_end=0.5)])
     trainer.current_gradient_accumulation_steps = 1  # (the Trainer's training loop sets it)
     engine = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()  # the policy's weights, plain attention
     with torch.no_grad():  # logits far from uniform, so that temperatures differ clearly

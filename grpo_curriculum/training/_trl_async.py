@@ -100,6 +100,41 @@ class LossTemperatures:
         return sorted(distinct) or [self.default]
 
 
+class StaleGroups:
+    """
+    The groups whose samples TRL's `RolloutQueueDataset` drops as stale (more than `max_staleness` policy versions
+    old), never to be trained: a checkpoint's first untrained group must not be one, or every later resume would
+    start the stream there and sample the groups trained since again. [`watch`] wraps the rollout queue the dataset
+    reads, and applies its own test to each sample it takes (`version() - sample.model_version > max_staleness`, in
+    the same thread, at the same version). A group's samples share its version and staleness only grows, so a group
+    whose first sample taken is stale is dropped whole.
+    """
+
+    def __init__(self):
+        self.groups: set[int] = set()
+
+    def watch(self, queue, version, max_staleness: int):
+        stale = self
+
+        class Watched:
+            def get(self, *args, **kwargs):
+                sample = queue.get(*args, **kwargs)
+                if version() - sample.model_version > max_staleness:
+                    stale.groups.add(sample.group_id)
+                return sample
+
+            def __getattr__(self, name):  # `qsize` and the rest: the queue's own
+                return getattr(queue, name)
+
+        return Watched()
+
+    def settled(self, trained) -> set[int]:
+        """The stale groups none of whose samples was trained (`trained`: TRL's `_trained_groups`; a group whose
+        first samples were taken before it went stale was trained, and is forgotten here)."""
+        self.groups -= trained
+        return set(self.groups)
+
+
 def _with_loss_temperatures(collate, default: float):
     """TRL's rollout collator, adding each loss term's sampling temperature ([`LOSS_TEMPERATURE`], laid out as
     `token_index`: a sample's terms are where `segment_id` names it)."""
@@ -155,12 +190,20 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
             self.loss_temperatures = LossTemperatures(self.model, self.args.temperature,
                                                       lockstep=sharded and self.accelerator.num_processes > 1)
         self._channel = None
+        self._stale = StaleGroups()
         if (schedule is not None or dynamic_sampling) and isinstance(self.rollout_worker, AsyncRolloutWorker):
             # rank 0 holds the worker; `AsyncRolloutWorker.start` spawns `_loop_cls(**_loop_kwargs)` in its child
             self.rollout_worker._loop_cls = CurriculumRolloutLoop
             self.rollout_worker._loop_kwargs.update(
                 schedule=schedule, weight_sync_steps=self.args.weight_sync_steps, seed=self.args.seed,
                 dynamic_sampling=self.dynamic_sampling, budget=round_budget(*_batch(self.args)))
+            start = self.rollout_worker.start
+
+            def start_at_the_current_version():  # TRL's start-of-training weight sync has published it just before
+                self.rollout_worker._loop_kwargs["version_origin"] = (self.model_version, self.state.global_step)
+                start()
+
+            self.rollout_worker.start = start_at_the_current_version
 
     def _dataset_size(self) -> int | None:
         return len(self.train_dataset) if hasattr(self.train_dataset, "__len__") else None
@@ -184,11 +227,9 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
 
     def _save_checkpoint(self, model, trial):
         if self._channel is not None and self.accelerator.is_main_process:
-            trained = self._trained_groups
-            up_to = max(trained, default=-1) + 1
-            untrained = [g for g in range(up_to) if g not in trained]
+            untrained, up_to, dropped = self._untrained_groups()
             state = self._channel.request(untrained, up_to, lambda: self.rollout_worker.check_health(
-                self.args.heartbeat_stale_after_s))  # fmt: skip
+                self.args.heartbeat_stale_after_s), dropped=dropped)  # fmt: skip
             # the folder TRL's `_save_checkpoint` writes its `rollout_state.json` into, and the Trainer the checkpoint
             name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             folder = os.path.join(self._get_output_dir(trial=trial), name)
@@ -197,8 +238,21 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
                                        "dataset_size": self._dataset_size(), **state})  # fmt: skip
         super()._save_checkpoint(model, trial)
 
+    def _untrained_groups(self) -> tuple[list[int], int, list[int]]:
+        """What a checkpoint's curriculum state is taken from: the groups not trained below the highest trained one
+        (`up_to`, excluded), leaving out those dropped whole as stale (never to be trained), and the stale ones from
+        `up_to` on ([`~training.async_curriculum.AsyncCurriculum.state`])."""
+        trained = self._trained_groups
+        up_to = max(trained, default=-1) + 1
+        stale = self._stale.settled(trained)
+        untrained = [g for g in range(up_to) if g not in trained and g not in stale]
+        return untrained, up_to, sorted(g for g in stale if g >= up_to)
+
     def get_train_dataloader(self):
         loader = super().get_train_dataloader()
+        if self._rollout_dataset is not None and self.curriculum_schedule is not None:  # (rank 0's queue)
+            self._rollout_dataset.queue = self._stale.watch(self._rollout_dataset.queue, lambda: self.model_version,
+                                                            self.args.max_staleness)  # fmt: skip
         if self.loss_temperatures is not None:
             # accelerate's prepared loader (`DataLoaderAdapter`) iterates the DataLoader it wraps
             inner = getattr(loader, "base_dataloader", loader)

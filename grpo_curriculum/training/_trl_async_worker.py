@@ -55,16 +55,20 @@ class CurriculumRolloutLoop(_AsyncRolloutLoop):
         seed (`int`): The run's seed (the deferral draws).
         state_dir (`str`, *optional*): Where the trainer asks for the curriculum state ([`StateChannel`]).
         resume (`dict`, *optional*): A checkpoint's curriculum state ([`~training.async_state.read_async_state`]).
+        version_origin (`tuple[int, int]`, *optional*): The policy version current when the worker starts and its
+            optimizer step (set by the trainer as it starts the worker; see [`AsyncCurriculum`]'s `origin`).
     """
 
     def __init__(self, *, schedule=None, weight_sync_steps: int = 1, dynamic_sampling: bool = False, budget: int = 0,
-                 seed: int = 0, state_dir: str | None = None, resume: dict | None = None, **kwargs):  # fmt: skip
+                 seed: int = 0, state_dir: str | None = None, resume: dict | None = None,
+                 version_origin: tuple[int, int] = (1, 0), **kwargs):  # fmt: skip
         super().__init__(**kwargs)
         self.dynamic_sampling = dynamic_sampling
         self.channel = None if state_dir is None else StateChannel(state_dir)
         self._planned: dict[int, PlannedGroup] = {}  # group id -> its plan, until it is scored
         self.curriculum = None if schedule is None else AsyncCurriculum(
-            schedule, self.dataset, weight_sync_steps=weight_sync_steps, budget=budget, seed=seed, resume=resume)
+            schedule, self.dataset, weight_sync_steps=weight_sync_steps, budget=budget, seed=seed, resume=resume,
+            origin=version_origin)
 
     async def _generate_one_turn(self, prompt_ids):
         # TRL builds the request from `self.temperature` before its first `await`, so setting it here, from the
@@ -181,7 +185,8 @@ class CurriculumRolloutLoop(_AsyncRolloutLoop):
         while not stop_event.is_set():
             request = self.channel.pending()
             if request is not None:
-                self.channel.answer(request, self.curriculum.state(request["untrained"], request["trained_up_to"]))
+                self.channel.answer(request, self.curriculum.state(request["untrained"], request["trained_up_to"],
+                                                                   request["dropped"]))
             await asyncio.sleep(0.05)
 
 
@@ -220,11 +225,13 @@ class StateChannel:
 
     # the trainer's side
 
-    def request(self, untrained: list[int], trained_up_to: int, check_health, timeout: float = 120.0) -> dict:
-        """Ask the worker for its curriculum state and wait for it (`check_health()` raises if the worker died)."""
+    def request(self, untrained: list[int], trained_up_to: int, check_health, dropped: list[int] = (),
+                timeout: float = 120.0) -> dict:  # fmt: skip
+        """Ask the worker for its curriculum state and wait for it (`check_health()` raises if the worker died);
+        `dropped`: the groups the trainer dropped as stale ([`~training.async_curriculum.AsyncCurriculum.state`])."""
         self._answered += 1
         atomic_json(self._path("request.json"), {"id": self._answered, "untrained": untrained,
-                                                 "trained_up_to": trained_up_to})  # fmt: skip
+                                                 "trained_up_to": trained_up_to, "dropped": list(dropped)})
         deadline = time.monotonic() + timeout
         while True:
             try:

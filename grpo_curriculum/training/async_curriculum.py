@@ -62,11 +62,16 @@ class AsyncCurriculum:
         budget (`int`): Completions a per-prompt round plans ([`~core.asynchronous.round_budget`]).
         seed (`int`): The run's seed (the deferral draws).
         resume (`dict`, *optional*): A checkpoint's curriculum state ([`~training.async_state.read_async_state`]).
+        origin (`tuple[int, int]`, *optional*, defaults to `(1, 0)`): The policy version current when the worker
+            starts and the optimizer step it was published at ([`step_of`]): `(1, 0)` for a new run; a resumed one
+            starts at the checkpoint's step with the checkpoint's version plus one (TRL restores the version, then
+            publishes the next one at its start-of-training weight sync).
     """
 
     def __init__(self, schedule, dataset, *, budget: int, weight_sync_steps: int = 1, seed: int = 0,
-                 resume: dict | None = None):  # fmt: skip
+                 resume: dict | None = None, origin: tuple[int, int] = (1, 0)):  # fmt: skip
         self.schedule, self.weight_sync_steps, self.budget, self.seed = schedule, weight_sync_steps, budget, seed
+        self.origin = tuple(origin)
         self.stream = PromptStream(dataset, shuffle=False, seed=seed)
         self.slots = prompt_slots(self.stream)
         self.policy = self.policy_stage = None  # the per-prompt stage's policy, made when the stage is first planned
@@ -94,9 +99,16 @@ class AsyncCurriculum:
             del self._queue[: again["skip"]]
 
     def step_of(self, version: int) -> int:
-        """The optimizer step whose setting a group started while policy `version` is current gets (TRL publishes
-        version 1 before the first step and one more every `weight_sync_steps` steps)."""
-        return max(version - 1, 0) * self.weight_sync_steps
+        """
+        The optimizer step whose setting a group started while policy `version` is current gets: the step that version
+        was published at. TRL publishes a version at the start of training (version 1 at step 0 in a new run; the
+        checkpoint's version plus one at the checkpoint's step in a resumed one: [`origin`](AsyncCurriculum)) and one
+        more at every optimizer step that is a multiple of `weight_sync_steps`. E.g. a new run syncing every 2 steps:
+        version 3 is step 4's; a run resumed from step 7's checkpoint (its version 8) syncing every step: version 9 is
+        step 7's, version 10 step 8's.
+        """
+        version0, step0 = self.origin
+        return max(step0, (step0 // self.weight_sync_steps + version - version0) * self.weight_sync_steps)
 
     def _make_policy(self, stage: int, temperature: float):
         adaptive = self.schedule.stages[stage].adaptive
@@ -173,15 +185,17 @@ class AsyncCurriculum:
         """Dynamic sampling dropped group `group_id` (it will never be trained)."""
         self._dropped.add(group_id)
 
-    def state(self, untrained: list[int], trained_up_to: int) -> dict:
+    def state(self, untrained: list[int], trained_up_to: int, dropped=()) -> dict:
         """
         The curriculum state a checkpoint needs, given the group ids the trainer has not trained below
-        `trained_up_to` (it trained every other id below it): for the first group that is neither trained nor dropped,
+        `trained_up_to` (it trained every other id below it) and those it dropped as stale (`dropped`: never to be
+        trained, as a group dynamic sampling dropped): for the first group that is neither trained nor dropped,
         where the stream stood before its round and, for a per-prompt round, the round's plan, setting and the number
         of its groups before that one (`round`); the per-prompt policy as it is now, and what of it the groups from
         that one on already count (`observed`: the scored groups not applied yet, the prompts counted, and the
         frontier up to which a resumed worker meets them again).
         """
+        self._dropped.update(dropped)
         first = next((g for g in untrained if g not in self._dropped), None)
         if first is None:
             first = next(g for g in range(trained_up_to, trained_up_to + len(self._dropped) + 1)
