@@ -230,3 +230,85 @@ def test_a_per_prompt_round_that_is_no_sum_of_the_candidates_is_named_with_each_
     assert "= 2 x 3 x 1 = 6 completions, which must be a sum of the candidates [4, 8]" in problem.rule
     assert "set per_device_train_batch_size: 4 (the next size whose round is such a sum)" in problem.fix  # 12 = 4 + 8
     assert async_problems([stage], max_steps=10, batch=(4, 3, 1)) == []
+
+
+def test_the_curriculum_loop_logs_how_long_scoring_held_generation_back_as_trls_does():
+    """Issue 51, item 7: TRL's generation loop logs `rollout/score_block_s` when the scoring queue is full; the
+    curriculum's loop (which replaces it under a schedule) did not."""
+    import asyncio
+    import queue
+
+    from grpo_curriculum import Stage
+
+    loop = _worker_loop([Stage(num_generations=2, temperature=1.0)])
+    loop._metrics_queue = queue.Queue()
+
+    async def generate_one(prompt, tool_dict, tools, group_id):
+        await asyncio.sleep(0)
+        return [{"role": "assistant", "content": "c"}], [5, 6], [], 0, 0, None
+
+    loop._generate_one = generate_one
+
+    async def main():
+        loop._groups_to_score = asyncio.Queue(maxsize=1)  # full after one group: the next waits for the scorer
+        stop = asyncio.Event()
+        generating = asyncio.create_task(loop._generate_loop(stop))
+        await asyncio.sleep(0.5)
+        for _ in range(3):
+            await loop._groups_to_score.get()
+        stop.set()
+        await loop._groups_to_score.get()
+        await generating
+
+    asyncio.run(main())
+    pushed = [loop._metrics_queue.get_nowait() for _ in range(loop._metrics_queue.qsize())]
+    blocked = [m["rollout/score_block_s"] for m in pushed if "rollout/score_block_s" in m]
+    assert blocked and 0.3 < blocked[0] < 5.0, pushed
+
+
+@pytest.mark.parametrize("damage", ["method", "parameter"])
+def test_an_asynchronous_module_of_another_shape_is_refused_before_any_model_loads(tmp_path, monkeypatch, damage):
+    """Issue 51, item 7: the curriculum overrides private methods of TRL's rollout loop; a TRL whose loop lacks one
+    (or renamed a parameter the curriculum passes) is one problem naming what is missing and the TRL to install."""
+    from trl.experimental.async_grpo import async_rollout_worker
+
+    loop = async_rollout_worker._AsyncRolloutLoop
+    if damage == "method":
+        monkeypatch.delattr(loop, "_generate_one_turn")
+        said = "_AsyncRolloutLoop._generate_one_turn"
+    else:
+        async def renamed(self, messages, tool_dict, tools, group_id=0):
+            pass
+
+        monkeypatch.setattr(loop, "_generate_one", renamed)
+        said = "_AsyncRolloutLoop._generate_one(prompt)"
+    (problem,) = _refusals(tmp_path, dynamic_sampling=True)
+    assert problem.startswith("trl: has an asynchronous trainer of another shape than TRL 1.16's") and said in problem
+
+
+def test_deepspeed_is_refused_with_a_curriculum_on_the_asynchronous_trainer(tmp_path, monkeypatch):
+    """Issue 51, item 5: TRL's asynchronous trainer is built for FSDP2, and the curriculum is tested under DDP and
+    FSDP2 only: DeepSpeed (here as `accelerate launch` sets it; a config's `deepspeed` needs DeepSpeed installed) is
+    refused before any model loads, in a recipe too."""
+    from grpo_curriculum import Stage
+    from grpo_curriculum.config.recipe import parse_recipe
+    from grpo_curriculum.core.errors import CurriculumError
+
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+
+    from grpo_curriculum.training.async_grpo import CurriculumAsyncGRPOTrainer
+
+    args = AsyncGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], max_steps=10)
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")  # (after the config: it would need DeepSpeed installed)
+    with pytest.raises(CurriculumError) as caught:
+        CurriculumAsyncGRPOTrainer(model=str(tmp_path / "no-model"), args=args,
+                                   stages=[Stage(num_generations=2, temperature=1.0)])
+    assert [p.key for p in caught.value.problems] == ["deepspeed"]
+    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED")
+    recipe = {"model_name_or_path": "org/model", "dataset_name": "builtin:arithmetic", "trainer": "async_grpo",
+              "reward_funcs": ["grpo_curriculum.demo.arithmetic:arithmetic_reward"], "max_steps": 10,
+              "deepspeed": {"zero_optimization": {"stage": 2}},
+              "curriculum": {"stages": [{"num_generations": 2, "temperature": 1.0}]}}
+    with pytest.raises(CurriculumError) as caught:
+        parse_recipe(recipe)
+    assert [p.key for p in caught.value.problems] == ["deepspeed"]

@@ -212,8 +212,8 @@ def test_groups_dropped_as_stale_are_never_a_checkpoints_first_untrained_group(t
                                     old_log_probs=[0.0], advantage=0.0, metrics={}, enqueued_at=None))  # fmt: skip
     trainer.model_version = 5
     dataset = RolloutQueueDataset(rollout_queue=samples, model_version_fn=lambda: trainer.model_version,
-                                  check_health_fn=lambda after: None, stale_after_s=60, metrics=trainer._metrics["train"],
-                                  max_staleness=trainer.args.max_staleness)  # fmt: skip
+                                  check_health_fn=lambda after: None, stale_after_s=60,
+                                  metrics=trainer._metrics["train"], max_staleness=trainer.args.max_staleness)
     dataset.queue = trainer._stale.watch(dataset.queue, lambda: trainer.model_version, trainer.args.max_staleness)
     taken = iter(dataset)
     assert [next(taken)["group_id"] for _ in range(2)] == [4, 6]  # TRL dropped both samples of group 5

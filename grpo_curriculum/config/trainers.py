@@ -86,7 +86,8 @@ def trainer_problems(trainer: str, curriculum, schedule, training: Mapping | Non
              for key in ("per_device_train_batch_size", "gradient_accumulation_steps")]  # fmt: skip
     batch = (*sizes, num_processes or 1) if all(is_int(v) and v > 0 for v in sizes) else None
     for problem in async_problems(stages, max_steps=max_steps if is_int(max_steps) else None,
-                                  dynamic_sampling=switch is True, batch=batch, at="curriculum.stages"):
+                                  dynamic_sampling=switch is True, batch=batch,
+                                  deepspeed=bool(training.get("deepspeed")), at="curriculum.stages"):
         if problem.key == "max_steps" and ("max_steps" in refused or max_steps == 0):
             continue  # its own rule said it (0: transformers' -1 in effect)
         if problem.key == "max_steps" and "max_steps" not in training:

@@ -57,7 +57,7 @@ def step_size(per_device_train_batch_size: int, gradient_accumulation_steps: int
 
 
 def async_problems(stages, *, max_steps, dynamic_sampling: bool = False, tools: bool = False,
-                   rollout_worker: bool = False, batch: tuple[int, int, int] | None = None,
+                   rollout_worker: bool = False, batch: tuple[int, int, int] | None = None, deepspeed: bool = False,
                    at: str = "stages") -> list[Problem]:  # fmt: skip
     """
     What `CurriculumAsyncGRPOTrainer` refuses of a curriculum, one [`Problem`] each (empty: it runs as given).
@@ -70,6 +70,7 @@ def async_problems(stages, *, max_steps, dynamic_sampling: bool = False, tools: 
         rollout_worker (`bool`): Whether a custom rollout worker is passed.
         batch (`tuple[int, int, int]`, *optional*): `per_device_train_batch_size`, `gradient_accumulation_steps` and
             the processes, whose product a per-prompt round plans ([`round_budget`]); `None`: not checked.
+        deepspeed (`bool`): Whether the run uses DeepSpeed (a config's `deepspeed`, or `accelerate launch`'s).
         at (`str`, *optional*, defaults to `"stages"`): The key path of the stages in the messages
             (`"curriculum.stages"` for a recipe).
     """
@@ -85,6 +86,12 @@ def async_problems(stages, *, max_steps, dynamic_sampling: bool = False, tools: 
         problems.append(Problem(
             "rollout_worker", "custom", "must be TRL's own `AsyncRolloutWorker` (the default) with a curriculum: the "
             "curriculum runs in its rollout loop", "leave `rollout_worker` unset"))  # fmt: skip
+    if curriculum and deepspeed:
+        problems.append(Problem(
+            "deepspeed", "given", "is not supported with a curriculum on the asynchronous trainer: TRL's "
+            "AsyncGRPOTrainer is built for FSDP2 (its weight sync gathers FSDP2's sharded tensors), and the "
+            "curriculum's per-sample loss temperatures are tested under DDP and FSDP2 only", "use FSDP2 "
+            "(`fsdp: full_shard` with `fsdp_config: {fsdp_version: 2}`) or DDP, or train without the curriculum"))
     if stages is not None and tools:
         problems.append(Problem(
             "tools", "given", "are not supported with a stage schedule on the asynchronous trainer (the curriculum's "

@@ -10,6 +10,7 @@ was sampled at ([`LossTemperatures`]), and saves and restores the curriculum sta
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import tempfile
@@ -281,6 +282,46 @@ def _batch(config) -> tuple[int, int, int]:
     return config.per_device_train_batch_size, config.gradient_accumulation_steps, config.world_size
 
 
+# What the curriculum uses of TRL's asynchronous module beyond its public API (TRL 1.16; docs/async.md "Coupling"):
+# each class's names, and the parameters of the rollout loop's methods it calls or overrides.
+PRIVATE_NAMES = {
+    "AsyncRolloutWorker": ("_loop_cls", "start"),
+    "_AsyncRolloutLoop": ("_generate_loop", "_generate_one", "_generate_one_turn", "_score_group", "_push_metrics"),
+    "AsyncGRPOTrainer": ("_save_checkpoint", "_inner_training_loop", "get_train_dataloader", "compute_loss"),
+}
+PRIVATE_PARAMETERS = {"_generate_one": ("prompt", "tool_dict", "tools", "group_id"),
+                      "_generate_one_turn": ("prompt_ids",), "_score_group": ("group",)}  # fmt: skip
+
+
+def trl_shape_problems() -> list:
+    """One [`~core.errors.Problem`] when the installed `trl.experimental.async_grpo` lacks a name (or a method
+    parameter) of [`PRIVATE_NAMES`] the curriculum relies on: a TRL other than the release it was built against,
+    refused before any model loads rather than failing mid-run."""
+    from importlib.metadata import version
+
+    from trl.experimental.async_grpo import async_rollout_worker
+
+    from ..compat import ASYNC_TRL
+    from ..core.errors import Problem
+
+    classes = {"AsyncRolloutWorker": AsyncRolloutWorker, "AsyncGRPOTrainer": AsyncGRPOTrainer,
+               "_AsyncRolloutLoop": getattr(async_rollout_worker, "_AsyncRolloutLoop", None)}  # fmt: skip
+    missing = [f"{cls}.{name}" for cls, names in PRIVATE_NAMES.items() for name in names
+               if classes[cls] is None or not hasattr(classes[cls], name)]  # fmt: skip
+    loop = classes["_AsyncRolloutLoop"]
+    for method, parameters in PRIVATE_PARAMETERS.items():
+        if loop is not None and hasattr(loop, method):
+            given = inspect.signature(getattr(loop, method)).parameters
+            missing += [f"_AsyncRolloutLoop.{method}({name})" for name in parameters if name not in given]
+    if not missing:
+        return []
+    wanted = ".".join(map(str, ASYNC_TRL))
+    return [Problem("trl", version("trl"), f"has an asynchronous trainer of another shape than TRL {wanted}'s, which "
+                    f"the curriculum's rollout loop and checkpoints are built on (missing: {', '.join(missing)})",
+                    f"install TRL {wanted} (`pip install 'trl=={wanted}.*'`), or train without `stages` and "
+                    "`dynamic_sampling` (TRL's own trainer)")]
+
+
 def curriculum_problems(config, stages=None, dynamic_sampling: bool = False, **kwargs):
     """
     The resolved schedule of `stages` (`None` without stages or with a problem) and every problem of this curriculum
@@ -288,6 +329,8 @@ def curriculum_problems(config, stages=None, dynamic_sampling: bool = False, **k
     `kwargs`: the trainer's other keyword arguments (`tools`, `environment_factory`, `rollout_worker`).
     """
     schedule, problems = None, []
+    if stages is not None or dynamic_sampling:
+        problems += trl_shape_problems()
     if stages is not None:
         schedule = stages if isinstance(stages, StageSchedule) else StageSchedule(stages)
         problems += schedule.problems()
@@ -296,7 +339,9 @@ def curriculum_problems(config, stages=None, dynamic_sampling: bool = False, **k
                                dynamic_sampling=bool(dynamic_sampling),
                                tools=bool(kwargs.get("tools") or kwargs.get("environment_factory")),
                                rollout_worker=kwargs.get("rollout_worker") is not None,
-                               batch=None if config is None else _batch(config))  # fmt: skip
+                               batch=None if config is None else _batch(config),
+                               deepspeed=bool(getattr(config, "deepspeed", None)) or os.environ.get(
+                                   "ACCELERATE_USE_DEEPSPEED", "false").lower() == "true")  # fmt: skip
     if schedule is None or problems:
         return None, problems
     return schedule.resolve(max_steps), problems

@@ -135,6 +135,7 @@ class CurriculumRolloutLoop(_AsyncRolloutLoop):
                     if len(group.completions) < self._planned[finished].size:
                         continue
                     group.queued_at = time.monotonic()
+                    blocked = None
                     while True:
                         try:
                             self._groups_to_score.put_nowait(group)
@@ -142,7 +143,10 @@ class CurriculumRolloutLoop(_AsyncRolloutLoop):
                         except asyncio.QueueFull:
                             if stop_event.is_set():
                                 return
+                            blocked = blocked or time.monotonic()
                             await asyncio.sleep(0.1)
+                    if blocked is not None:  # generation held back by scoring, as TRL's loop logs it
+                        self._push_metrics({"rollout/score_block_s": time.monotonic() - blocked})
                     del pending[finished]
         finally:
             for task in [*inflight, *([server] if server is not None else [])]:
