@@ -683,6 +683,50 @@ def test_resume_true_skips_a_checkpoint_with_truncated_arrays(saved_run, tmp_pat
     assert [c["step"] for c in recorder.calls] == [6, 7, 8]  # resumed from checkpoint-6
 
 
+def test_same_size_damage_to_a_checkpoint_file_is_named_by_its_manifest_and_the_previous_one_is_resumed(
+        saved_run, tmp_path, caplog):  # fmt: skip
+    """
+    Issue 53, item 5: the second half of checkpoint-9's `model.safetensors` zeroed and `optimizer.pt` garbled at the
+    same size passed every header and size check, and resumed on damaged weights (or failed inside torch). Each
+    checkpoint's manifest (`curriculum_manifest.json`, written before its trainer state) names the file; `resume=True`
+    takes checkpoint-8, an explicit resume from checkpoint-9 names the file and offers checkpoint-8.
+    """
+    from grpo_curriculum.training.checkpoint import CurriculumStateError, resume_checkpoint
+    from grpo_curriculum.training.manifest import MANIFEST_FILE
+
+    output = tmp_path / "run"
+    shutil.copytree(saved_run, output)
+    listed = {entry["name"] for entry in json.loads((output / "checkpoint-9" / MANIFEST_FILE).read_text())["files"]}
+    assert {"model.safetensors", "optimizer.pt", "curriculum_state.json"} <= listed and "trainer_state.json" not in listed
+    weights = output / "checkpoint-9" / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2] + bytes(len(data) - len(data) // 2))
+    optimizer = output / "checkpoint-8" / "optimizer.pt"
+    data = bytearray(optimizer.read_bytes())
+    data[len(data) // 3] ^= 0xFF  # one byte inside a tensor: the zip directory still reads
+    optimizer.write_bytes(bytes(data))
+    with caplog.at_level("WARNING", logger="grpo_curriculum"):
+        assert resume_checkpoint(True, str(output)) == str(output / "checkpoint-6")
+    for damaged in (weights, optimizer):
+        assert f"{damaged} is damaged: it holds other bytes than were saved (the same size" in caplog.text
+    with pytest.raises(CurriculumStateError, match="Or resume from .*checkpoint-6"):
+        resume_checkpoint(str(output / "checkpoint-9"), str(output))
+    (output / "checkpoint-6" / "optimizer.pt").unlink()
+    with pytest.raises(CurriculumStateError, match=r"optimizer.pt is missing: it was saved with the checkpoint"):
+        resume_checkpoint(str(output / "checkpoint-6"), str(output))
+
+
+def test_a_checkpoint_without_a_manifest_is_checked_as_before(saved_run, tmp_path):
+    """Checkpoints written before manifests (or by plain TRL): the header and size checks only, and they resume."""
+    from grpo_curriculum.training.checkpoint import resume_checkpoint
+    from grpo_curriculum.training.manifest import MANIFEST_FILE
+
+    output = tmp_path / "run"
+    shutil.copytree(saved_run, output)
+    (output / "checkpoint-9" / MANIFEST_FILE).unlink()
+    assert resume_checkpoint(True, str(output)) == str(output / "checkpoint-9")
+
+
 HOSTILE = r"""
 import json, os, sys, time
 from grpo_curriculum.training.checkpoint import CurriculumStateError, newest_complete_checkpoint, read_state

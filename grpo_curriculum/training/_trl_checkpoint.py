@@ -99,11 +99,12 @@ def curriculum_state_before_trainer_state(trainer, folder: str, save):
     """
     While `Trainer._save_checkpoint` runs: when it writes the checkpoint's `trainer_state.json` (after the model,
     optimizer and RNG states, before rotating old checkpoints away), call `save(folder)` first, write TRL's
-    `entropy_ctrl_state.json` (adaptive entropy only; TRL's own later write is skipped) and the trainer state
-    atomically. A checkpoint whose `trainer_state.json` parses is then complete, curriculum and entropy state
+    `entropy_ctrl_state.json` (adaptive entropy only; TRL's own later write is skipped), the checkpoint's manifest
+    ([`~training.manifest`]: each file's size and content hash) and the trainer state atomically. A checkpoint whose `trainer_state.json` parses is then complete, curriculum and entropy state
     included, and no older checkpoint is deleted before it is.
     """
     from .checkpoint import ENTROPY_STATE_FILE, atomic_json
+    from .manifest import write_manifest
 
     state = trainer.state
     target = os.path.abspath(os.path.join(folder, "trainer_state.json"))
@@ -115,6 +116,7 @@ def curriculum_state_before_trainer_state(trainer, folder: str, save):
         if entropy:  # TRL writes it after the checkpoint is complete and old ones are rotated away, not atomically
             atomic_json(os.path.join(folder, ENTROPY_STATE_FILE), {"entropy_coef": trainer.entropy_coef,
                                                                    "last_world_entropy": trainer._last_world_entropy})
+        write_manifest(folder)  # the last before the trainer state: every file it covers is written
 
     def save_to_json(json_path: str) -> None:
         if os.path.abspath(json_path) != target:
