@@ -2,12 +2,13 @@
 The preflight `check` and `train` both run on a recipe, before any model loads or any folder is written: what the
 recipe text alone cannot show, said as one verdict with every problem listed (key, value, rule, fix).
 
-- **The dataset**: opened as `train` opens it (`datasets.load_dataset`, streamed: only the first rows are read, a Hub
-  dataset is not downloaded; the built-in ones built), then its train split
-  (and the eval split when the run evaluates), the prompt column (`dataset_prompt_column`; a hint to set it when
-  `prompt` is missing), that the split holds rows, that the first rows' prompts are text or conversations (lists of
-  `{role, content}` messages), and for a conversation a chat template in the model's tokenizer (loaded without the
-  model where it is local or cached). A Hub dataset on an offline machine is named as such.
+- **The dataset**: read as `train` reads it ([`~cli.preflight_data`]: the same `datasets.load_dataset` call, every
+  split built; the built-in ones built), then each split `train` reads (the train split, and the eval split when the
+  run evaluates) scanned at the Arrow level: the prompt column (`dataset_prompt_column`; a hint to set it when
+  `prompt` is missing) and its rename, that the split holds rows, that every prompt is a non-empty string or a
+  conversation (a list of `{role, content}` messages), valid UTF-8, a train split large enough for a generation round,
+  and for a conversation a chat template in the model's tokenizer (loaded without the model where it is local or
+  cached). A file `datasets` cannot read is named; a Hub dataset on an offline machine is named as such.
 - **The reward functions**: each imported, then called once, as TRL calls it, on the first rows with stand-in
   completions ([`STAND_INS`]); what it returns must be one finite number or `None` per completion
   ([`~core.reward_output.reward_output_problem`]; a dict, a float, strings, the wrong length, NaN everywhere are
@@ -18,7 +19,8 @@ recipe text alone cannot show, said as one verdict with every problem listed (ke
   transformers refuses (`max_new_tokens: -3`) is named now, not at step 1. (With vLLM they go to vLLM's sampling
   parameters instead, which are not checked here.)
 
-Cheap: no model forward pass; a few rows of the dataset, a few calls of each reward function. Reward code runs here
+Cheap: no model forward pass; the dataset built once (the cache `train` reuses) and its prompt column scanned, a few
+calls of each reward function. Reward code runs here
 (and may print): it is the code `train` would run.
 """
 
