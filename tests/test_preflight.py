@@ -38,6 +38,7 @@ EXPECTED = {
     "generation_kwargs_negative": [("generation_kwargs", "`max_new_tokens` must be greater than 0")],
     # issue 53: the dataset read as `train` reads it (every split built, every prompt, the rename), each file named
     "jsonl_cut_mid_line": [("dataset_name", "cut_mid_line/train.jsonl: ArrowInvalid: JSON parse error")],
+    "jsonl_cut_mid_line_streamed": [("dataset_name", "cut_mid_line/train.jsonl: ArrowInvalid: JSON parse error")],
     "jsonl_latin1": [("dataset_name", "holds text that is not UTF-8 in column prompt, row 1 of split train")],
     "csv_extra_comma": [("dataset_name", "csv_extra_comma/train.csv: ParserError: Error tokenizing data")],
     "parquet_corrupt": [("dataset_name", "parquet_corrupt/train.parquet: ArrowInvalid: Parquet magic bytes")],

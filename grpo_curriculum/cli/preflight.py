@@ -34,7 +34,7 @@ from types import SimpleNamespace
 from ..config.recipe import BUILTIN, TINY_MODEL, import_reward
 from ..core.errors import CurriculumError, Problem, list_text, shorten
 from ..core.reward_output import reward_output_problem
-from .preflight_data import is_conversation, load_problem, shorten_message, split_problems
+from .preflight_data import is_conversation, load_problem, quiet_datasets, shorten_message, split_problems
 
 ROWS = 2  # dataset rows the reward functions are called on
 STAND_INS = ("", "42")  # completions of each row: an empty one (a model may stop at once) and a short answer
@@ -100,7 +100,7 @@ def dataset_rows(recipe) -> tuple[list[dict] | None, list[Problem]]:
     splits, problem = _load(recipe)
     if problem is not None:
         return None, [problem]
-    problems = split_problems(recipe, splits)
+    problems = split_problems(recipe, splits, _offline())
     if problems:
         return None, problems
     column, dataset = recipe.dataset_prompt_column, splits[recipe.dataset_train_split]
@@ -117,20 +117,13 @@ def _load(recipe):
     """`load_dataset` as `train` calls it (every split built, unless the recipe streams it): `(splits, None)` or
     `(None, the problem)`."""
     from datasets import load_dataset
-    from datasets.utils import logging as datasets_logging
 
-    bars, verbosity = datasets_logging.is_progress_bar_enabled(), datasets_logging.get_verbosity()
-    datasets_logging.disable_progress_bar()  # "Generating train split": `train` shows it when it loads the dataset
-    datasets_logging.set_verbosity(datasets_logging.CRITICAL)  # "Failed to load JSON ...": the problem names it
     try:
-        return load_dataset(recipe.dataset_name, recipe.dataset_config,
-                            streaming=recipe.script.get("dataset_streaming", False)), None  # fmt: skip
+        with quiet_datasets():
+            return load_dataset(recipe.dataset_name, recipe.dataset_config,
+                                streaming=recipe.script.get("dataset_streaming", False)), None  # fmt: skip
     except Exception as error:  # noqa: BLE001 - datasets raises many kinds: each named with its message
         return None, load_problem(recipe, error, _offline())
-    finally:
-        datasets_logging.set_verbosity(verbosity)
-        if bars:
-            datasets_logging.enable_progress_bar()
 
 
 def _offline() -> bool:

@@ -14,6 +14,7 @@ nothing is built: the first rows of each split are checked (a full scan would re
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -34,33 +35,57 @@ def wanted_splits(recipe) -> list[tuple[str, str]]:
     return wanted
 
 
-def split_problems(recipe, splits) -> list[Problem]:
-    """Every problem `train` would meet in the splits it reads of the loaded `splits` (see the module docstring)."""
+def split_problems(recipe, splits, offline: bool = False) -> list[Problem]:
+    """Every problem `train` would meet in the splits it reads of the loaded `splits` (see the module docstring); a
+    read that fails (a streamed file is read here) is named as [`load_problem`] names it (`offline`: see there)."""
     name, problems = recipe.dataset_name, []
     for key, split in wanted_splits(recipe):
         if split not in splits:
             problems.append(Problem(key, split, f"is not a split of dataset {name} (its splits: "
                                     f"{list_text(list(splits)) or 'none'})", f"set `{key}` to one of them"))
             continue
-        dataset = splits[split]
-        streamed = not hasattr(dataset, "num_rows")
-        rows = [dict(row) for row in dataset.take(ROWS)] if streamed else None
-        if (not rows) if streamed else dataset.num_rows == 0:
-            problems.append(Problem("dataset_name", name, f"has no rows in its split {split!r}",
-                                    "give a dataset with prompts in it (is the file empty?)"))
-            continue
-        first = rows[0] if streamed else _first_row(dataset)
-        problem = _column_problem(recipe, list(dataset.column_names or first), split, first)
-        if problem is None and not streamed:
-            problem = _utf8_problem(recipe, dataset, split) or _scan_problem(recipe, dataset, split)
-        elif problem is None:
-            column = recipe.dataset_prompt_column
-            bad = next((i for i, row in enumerate(rows) if not is_prompt(row[column])), None)
-            problem = None if bad is None else _prompt_problem(recipe, split, bad, rows[bad][column])
-        problems += [problem] if problem else []
-        if problem is None and key == "dataset_train_split" and not streamed:
-            problems += _size_problems(recipe, dataset.num_rows)
+        try:
+            with quiet_datasets():
+                problems += _one_split_problems(recipe, key, split, splits[split])
+        except Exception as error:  # noqa: BLE001 - datasets raises many kinds while it reads: each named
+            problems.append(load_problem(recipe, error, offline))
     return problems
+
+
+def _one_split_problems(recipe, key: str, split: str, dataset) -> list[Problem]:
+    streamed = not hasattr(dataset, "num_rows")
+    rows = [dict(row) for row in dataset.take(ROWS)] if streamed else None
+    if (not rows) if streamed else dataset.num_rows == 0:
+        return [Problem("dataset_name", recipe.dataset_name, f"has no rows in its split {split!r}",
+                        "give a dataset with prompts in it (is the file empty?)")]
+    first = rows[0] if streamed else _first_row(dataset)
+    problem = _column_problem(recipe, list(dataset.column_names or first), split, first)
+    if problem is None and not streamed:
+        problem = _utf8_problem(recipe, dataset, split) or _scan_problem(recipe, dataset, split)
+    elif problem is None:
+        column = recipe.dataset_prompt_column
+        bad = next((i for i, row in enumerate(rows) if not is_prompt(row[column])), None)
+        problem = None if bad is None else _prompt_problem(recipe, split, bad, rows[bad][column])
+    if problem is None and key == "dataset_train_split" and not streamed:
+        return _size_problems(recipe, dataset.num_rows)
+    return [problem] if problem else []
+
+
+@contextlib.contextmanager
+def quiet_datasets():
+    """`datasets` without its progress bars ("Generating train split": `train` shows them when it loads the dataset)
+    and its error log ("Failed to load JSON from file ...": the problem names it)."""
+    from datasets.utils import logging as datasets_logging
+
+    bars, verbosity = datasets_logging.is_progress_bar_enabled(), datasets_logging.get_verbosity()
+    datasets_logging.disable_progress_bar()
+    datasets_logging.set_verbosity(datasets_logging.CRITICAL)
+    try:
+        yield
+    finally:
+        datasets_logging.set_verbosity(verbosity)
+        if bars:
+            datasets_logging.enable_progress_bar()
 
 
 def is_prompt(prompt) -> bool:
