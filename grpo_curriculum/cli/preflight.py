@@ -20,8 +20,7 @@ recipe text alone cannot show, said as one verdict with every problem listed (ke
   parameters instead, which are not checked here.)
 
 Cheap: no model forward pass; the dataset built once (the cache `train` reuses) and its prompt column scanned, a few
-calls of each reward function. Reward code runs here
-(and may print): it is the code `train` would run.
+calls of each reward function. Reward code runs here (and may print): it is the code `train` would run.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ import traceback
 from types import SimpleNamespace
 
 from ..config.recipe import BUILTIN, TINY_MODEL, import_reward
-from ..core.errors import CurriculumError, Problem, list_text, shorten
+from ..core.errors import CurriculumError, Problem, shorten
 from ..core.reward_output import reward_output_problem
 from .preflight_data import is_conversation, load_problem, quiet_datasets, shorten_message, split_problems
 
