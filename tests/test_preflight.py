@@ -36,6 +36,22 @@ EXPECTED = {
     "prompt_column_nosuch": [("dataset_prompt_column", "is not a column of dataset data/good")],
     "train_split_nosuch": [("dataset_train_split", "is not a split of dataset data/good (its splits: train)")],
     "generation_kwargs_negative": [("generation_kwargs", "`max_new_tokens` must be greater than 0")],
+    # issue 53: the dataset read as `train` reads it (every split built, every prompt, the rename), each file named
+    "jsonl_cut_mid_line": [("dataset_name", "cut_mid_line/train.jsonl: ArrowInvalid: JSON parse error")],
+    "jsonl_cut_mid_line_streamed": [("dataset_name", "cut_mid_line/train.jsonl: ArrowInvalid: JSON parse error")],
+    "jsonl_latin1": [("dataset_name", "holds text that is not UTF-8 in column prompt, row 1 of split train")],
+    "csv_extra_comma": [("dataset_name", "csv_extra_comma/train.csv: ParserError: Error tokenizing data")],
+    "parquet_corrupt": [("dataset_name", "parquet_corrupt/train.parquet: ArrowInvalid: Parquet magic bytes")],
+    "prompt_none_in_row_2": [("dataset_prompt_column", "holds None in row 2 of split train")],
+    "prompt_empty_in_row_2": [("dataset_prompt_column", "holds an empty string in row 2 of split train")],
+    "prompt_int_in_row_2": [("dataset_prompt_column", "holds a int in row 2 of split train")],
+    "prompt_list_in_row_2": [("dataset_prompt_column", "holds a list in row 2 of split train")],
+    "prompt_column_renamed_onto_prompt": [("dataset_prompt_column", "has a `prompt` column too")],
+    "test_split_other_columns": [("dataset_name", "test.jsonl has the columns question, answer")],
+    "eval_split_without_prompt": [("dataset_prompt_column", "holds None in row 0 of split test")],
+    "one_row_dataset": [("train_dataset", "is too small: a round of 8 completions")],
+    "local_path_missing": [("dataset_name", "is not a file or folder on this machine")],
+    "dataset_glob": [("dataset_name", "is a pattern")],
     "every_problem_at_once": [("generation_kwargs", "max_new_tokens"), ("reward function one_short", "3 rewards"),
                               ("reward function raises", "ValueError"), ("reward function scores_dict", "a dict")],
 }
@@ -92,6 +108,30 @@ def test_a_good_dataset_and_reward_pass_the_preflight(inputs):
         assert preflight_problems(load_recipe("reward_one_short.yaml", {"reward_funcs": [f"bad_rewards:{good}"]})) == []
     for name in ("demo", "rloo-demo", "per-prompt-demo"):  # the shipped recipes' built-in data and rewards
         assert preflight_problems(load_recipe(name)) == []
+
+
+def test_a_test_split_train_builds_but_does_not_read_passes(inputs):
+    """Issue 53: the preflight builds every split as `train` does, and scans only those it reads: a `test` split whose
+    files lack the prompt column (`datasets` fills it with None) is no problem with `eval_strategy: no`, and the
+    problem of its first row when the run evaluates on it."""
+    from grpo_curriculum.cli.preflight import preflight_problems
+    from grpo_curriculum.config.recipe import load_recipe
+
+    assert preflight_problems(load_recipe("eval_split_without_prompt.yaml", {"eval_strategy": "no"})) == []
+    (problem,) = preflight_problems(load_recipe("eval_split_without_prompt.yaml"))
+    assert "row 0 of split test" in problem.rule and "lack None in every row" in problem.rule
+
+
+def test_a_local_dataset_is_not_called_offline(inputs, monkeypatch):
+    """Issue 53: with HF_HUB_OFFLINE=1 every local load failure read "this machine is offline"."""
+    from grpo_curriculum.cli.preflight import preflight_problems
+    from grpo_curriculum.config.recipe import load_recipe
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name in ("data/cut_mid_line", "data/parquet_corrupt", "data/no_such_file.jsonl", "data/goo*"):
+        (problem,) = preflight_problems(load_recipe("reward_one_short.yaml", {"dataset_name": name}))
+        assert problem.key == "dataset_name" and "offline" not in problem.rule + problem.fix, problem
 
 
 def test_an_offline_hub_dataset_is_named_as_offline(inputs, monkeypatch):

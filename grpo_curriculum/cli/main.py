@@ -103,9 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the generation batch, every valid num_generations and each stage's verdict with fixes. "
         "Flags override the recipe; without a recipe they alone describe the geometry, as they do for a file holding "
         "only a `curriculum:` mapping (what `CurriculumCallback.from_yaml` reads). With a recipe it also runs "
-        "`train`'s preflight: it loads the recipe's dataset (a few rows of its train split: columns, types, chat "
-        "template), imports and calls each reward function once on those rows with stand-in completions, and "
-        "validates reward_weights and generation_kwargs, in seconds; no model is loaded. " + EXIT_STATUS + ".")
+        "`train`'s preflight: it loads the recipe's dataset as `train` does (every split built) and scans the prompts "
+        "of the splits `train` reads (columns, types, empty ones, UTF-8, chat template), imports and calls each "
+        "reward function once on the first rows with stand-in completions, and validates reward_weights and "
+        "generation_kwargs, in seconds; no model is loaded. " + EXIT_STATUS + ".")
     check.add_argument("recipe", nargs="?", type=_path, help=recipe_help + ", or a curriculum-only file")
     for name, help in GEOMETRY_FLAGS.items():
         _flag(check, name, type=_integer(COUNT), metavar="N", help=help)

@@ -2,12 +2,13 @@
 The preflight `check` and `train` both run on a recipe, before any model loads or any folder is written: what the
 recipe text alone cannot show, said as one verdict with every problem listed (key, value, rule, fix).
 
-- **The dataset**: opened as `train` opens it (`datasets.load_dataset`, streamed: only the first rows are read, a Hub
-  dataset is not downloaded; the built-in ones built), then its train split
-  (and the eval split when the run evaluates), the prompt column (`dataset_prompt_column`; a hint to set it when
-  `prompt` is missing), that the split holds rows, that the first rows' prompts are text or conversations (lists of
-  `{role, content}` messages), and for a conversation a chat template in the model's tokenizer (loaded without the
-  model where it is local or cached). A Hub dataset on an offline machine is named as such.
+- **The dataset**: read as `train` reads it ([`~cli.preflight_data`]: the same `datasets.load_dataset` call, every
+  split built; the built-in ones built), then each split `train` reads (the train split, and the eval split when the
+  run evaluates) scanned at the Arrow level: the prompt column (`dataset_prompt_column`; a hint to set it when
+  `prompt` is missing) and its rename, that the split holds rows, that every prompt is a non-empty string or a
+  conversation (a list of `{role, content}` messages), valid UTF-8, a train split large enough for a generation round,
+  and for a conversation a chat template in the model's tokenizer (loaded without the model where it is local or
+  cached). A file `datasets` cannot read is named; a Hub dataset on an offline machine is named as such.
 - **The reward functions**: each imported, then called once, as TRL calls it, on the first rows with stand-in
   completions ([`STAND_INS`]); what it returns must be one finite number or `None` per completion
   ([`~core.reward_output.reward_output_problem`]; a dict, a float, strings, the wrong length, NaN everywhere are
@@ -18,8 +19,8 @@ recipe text alone cannot show, said as one verdict with every problem listed (ke
   transformers refuses (`max_new_tokens: -3`) is named now, not at step 1. (With vLLM they go to vLLM's sampling
   parameters instead, which are not checked here.)
 
-Cheap: no model forward pass; a few rows of the dataset, a few calls of each reward function. Reward code runs here
-(and may print): it is the code `train` would run.
+Cheap: no model forward pass; the dataset built once (the cache `train` reuses) and its prompt column scanned, a few
+calls of each reward function. Reward code runs here (and may print): it is the code `train` would run.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ import traceback
 from types import SimpleNamespace
 
 from ..config.recipe import BUILTIN, TINY_MODEL, import_reward
-from ..core.errors import CurriculumError, Problem, list_text, shorten
+from ..core.errors import CurriculumError, Problem, shorten
 from ..core.reward_output import reward_output_problem
+from .preflight_data import is_conversation, load_problem, quiet_datasets, shorten_message, split_problems
 
 ROWS = 2  # dataset rows the reward functions are called on
 STAND_INS = ("", "42")  # completions of each row: an empty one (a model may stop at once) and a short answer
-PROMPT_NAMES = ("question", "problem", "query", "instruction", "input", "text", "messages", "content")
 
 
 def preflight_problems(recipe) -> list[Problem]:
@@ -88,7 +89,8 @@ def generation_kwargs_problems(recipe) -> list[Problem]:
 
 def dataset_rows(recipe) -> tuple[list[dict] | None, list[Problem]]:
     """The first [`ROWS`] rows of the train split, the prompt column renamed `prompt` as `train` renames it (`None`
-    when the dataset cannot be read), and the problems found in the dataset."""
+    when the dataset cannot be read), and the problems found in the dataset (read as `train` reads it: see
+    [`~cli.preflight_data`])."""
     if recipe.dataset_name.startswith(BUILTIN):
         from ..demo.tasks import TASKS
 
@@ -97,38 +99,12 @@ def dataset_rows(recipe) -> tuple[list[dict] | None, list[Problem]]:
     splits, problem = _load(recipe)
     if problem is not None:
         return None, [problem]
-    name, split, column = recipe.dataset_name, recipe.dataset_train_split, recipe.dataset_prompt_column
-    problems = []
-    evaluates = recipe.training.get("eval_strategy", "no") != "no"
-    wanted = [("dataset_train_split", split)]
-    wanted += [("dataset_test_split", recipe.script.get("dataset_test_split", "test"))] if evaluates else []
-    for key, value in wanted:
-        if value not in splits:
-            problems.append(Problem(key, value, f"is not a split of dataset {name} (its splits: "
-                                    f"{list_text(list(splits)) or 'none'})", f"set `{key}` to one of them"))
-    if split not in splits:
+    problems = split_problems(recipe, splits, _offline())
+    if problems:
         return None, problems
-    dataset = splits[split]
-    rows = [dict(row) for row in (dataset.take(ROWS) if hasattr(dataset, "take") else dataset.select(range(ROWS)))]
-    if not rows:
-        return None, problems + [Problem("dataset_name", name, f"has no rows in its split {split!r}",
-                                         "give a dataset with prompts in it (is the file empty?)")]
-    columns = list(getattr(dataset, "column_names", None) or rows[0])
-    if column not in columns:
-        text = [c for c in columns if c in PROMPT_NAMES] or [c for c in columns if isinstance(rows[0][c], str)]
-        given = "dataset_prompt_column" in recipe.raw
-        fix = (f"set `dataset_prompt_column: {text[0]}` (the column holding the prompts; it is renamed `prompt`)"
-               if text else "set `dataset_prompt_column` to the column holding the prompts")
-        return None, problems + [Problem("dataset_prompt_column", column, f"is not a column of dataset {name} (split "
-                                         f"{split}; its columns: {list_text(columns)})" + (
-                                             "" if given else ": TRL reads the prompts from `prompt`"), fix)]
-    for i, row in enumerate(rows):
-        prompt = row.get(column)
-        if not (isinstance(prompt, str) or _is_conversation(prompt)):
-            return None, problems + [Problem(
-                "dataset_prompt_column", column, f"holds a {type(prompt).__name__} in row {i} of split {split} "
-                f"({shorten(prompt)}): a prompt is a string, or a conversation (a list of {{role, content}} messages)",
-                "give prompts as text or messages, or name another column with `dataset_prompt_column`")]
+    column, dataset = recipe.dataset_prompt_column, splits[recipe.dataset_train_split]
+    rows = [dict(row) for row in (dataset.take(ROWS) if not hasattr(dataset, "num_rows") else
+                                  dataset.select(range(min(ROWS, dataset.num_rows))))]  # fmt: skip
     if _is_conversation(rows[0][column]):
         problems += _chat_template_problems(recipe)
     if column != "prompt":
@@ -137,34 +113,16 @@ def dataset_rows(recipe) -> tuple[list[dict] | None, list[Problem]]:
 
 
 def _load(recipe):
-    """`load_dataset` as `train` calls it: `(splits, None)` or `(None, the problem)`."""
+    """`load_dataset` as `train` calls it (every split built, unless the recipe streams it): `(splits, None)` or
+    `(None, the problem)`."""
     from datasets import load_dataset
-    from datasets.utils import logging as datasets_logging
 
-    name, bars = recipe.dataset_name, datasets_logging.is_progress_bar_enabled()
-    datasets_logging.disable_progress_bar()  # "Generating train split": `train` shows it when it loads the dataset
     try:
-        return load_dataset(name, recipe.dataset_config, streaming=True), None  # the first rows, not a download
+        with quiet_datasets():
+            return load_dataset(recipe.dataset_name, recipe.dataset_config,
+                                streaming=recipe.script.get("dataset_streaming", False)), None  # fmt: skip
     except Exception as error:  # noqa: BLE001 - datasets raises many kinds: each named with its message
-        what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-        if isinstance(error, StopIteration) or "StopIteration" in what:
-            return None, Problem("dataset_name", name, "holds no rows (`datasets` found nothing to read: an empty "
-                                 "file?)", "give a dataset with prompts in it")
-        if _offline() or isinstance(error, ConnectionError) or "Connection" in type(error).__name__:
-            return None, Problem("dataset_name", name, f"cannot be loaded: this machine is offline or cannot reach the"
-                                 f" Hub ({shorten_message(what)})", "load it once where there is a network "
-                                 "(`datasets` caches it; HF_DATASETS_OFFLINE=1 then reads the cache), or give a local "
-                                 "path")
-        return None, Problem("dataset_name", name, f"cannot be loaded ({shorten_message(what)})",
-                             "give a Hub dataset id or a local file or folder `datasets.load_dataset` reads")
-    finally:
-        if bars:
-            datasets_logging.enable_progress_bar()
-
-
-def shorten_message(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+        return None, load_problem(recipe, error, _offline())
 
 
 def _offline() -> bool:
@@ -172,9 +130,7 @@ def _offline() -> bool:
                for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
-def _is_conversation(prompt) -> bool:
-    return (isinstance(prompt, list) and bool(prompt)
-            and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt))
+_is_conversation = is_conversation
 
 
 def _chat_template_problems(recipe) -> list[Problem]:

@@ -368,6 +368,16 @@ class StageSchedule:
                   for i, stage in enumerate(self.stages)]
         return max(needs, key=lambda need: need[1])
 
+    def dataset_size_problems(self, num_generations: int, batch: int, size: int) -> list[Problem]:
+        """A train dataset of `size` prompts too small for a generation round of `batch` completions to find its
+        prompts in one pass over it ([`prompts_needed`]): the trainer's check, which the preflight makes too."""
+        what, prompts = self.prompts_needed(num_generations, batch)
+        if size >= prompts:
+            return []
+        return [Problem("train_dataset", f"{size} prompts", f"is too small: a round of {batch} completions at {what} "
+                        f"takes {prompts} prompts from one pass over it",
+                        "use a larger dataset, a smaller generation batch, or a larger num_generations")]
+
     def geometry_problems(self, geometry, key: str = "stages") -> list[Problem]:
         """
         Every G the schedule can reach checked against a [`BatchGeometry`]: each stage's G, or each adaptive candidate

@@ -75,12 +75,7 @@ def _environment_problems(curriculum: CurriculumCallback) -> list[Problem]:
 
 def _dataset_problems(curriculum: CurriculumCallback, args, size: int, batch: int) -> list[Problem]:
     """A generation round must find its prompts in one pass over the dataset, for TRL's loader and every stage."""
-    what, prompts = curriculum.schedule.prompts_needed(args.num_generations, batch)
-    if size >= prompts:
-        return []
-    return [Problem("train_dataset", f"{size} prompts", f"is too small: a round of {batch} completions at {what} "
-                    f"takes {prompts} prompts from one pass over it",
-                    "use a larger dataset, a smaller generation batch, or a larger num_generations")]
+    return curriculum.schedule.dataset_size_problems(args.num_generations, batch, size)
 
 
 class CurriculumTrainerMixin:
