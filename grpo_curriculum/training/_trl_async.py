@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from types import SimpleNamespace
 
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -26,6 +27,7 @@ from ._trl_async_worker import SAMPLED_TEMPERATURE, CurriculumRolloutLoop, State
 from .async_state import read_async_state, write_async_state
 
 LOSS_TEMPERATURE = "loss_temperature"  # a batch column: each loss term's sampling temperature
+BATCH_TEMPERATURES = "loss_temperatures_of_batch"  # a batch column: every temperature of the micro-batch, every row's
 
 
 class LossTemperatures:
@@ -34,14 +36,19 @@ class LossTemperatures:
     `args.temperature`, fixed into the fused LM head it adds to the model (`add_fused_lm_head`); with a temperature
     schedule the queue holds samples of several temperatures (up to `max_staleness` versions old), and a micro-batch
     can pack them together, even on one shared position of TRL's prefix tree. This replaces the model's fused forward
-    (on the module TRL patched) with one that runs TRL's own fused head once per distinct temperature of the
-    micro-batch (one pass where it holds one temperature, as nearly always) and takes each loss term from the pass at
-    its temperature; [`CurriculumAsyncGRPOTrainer.compute_loss`] sets the terms (`plan`) for each micro-batch.
+    (on the module TRL patched) with one that runs the model's body once and applies TRL's own fused head (the function
+    `add_fused_lm_head` builds, at each temperature) to its hidden states once per distinct temperature of the
+    micro-batch (once where it holds one temperature, as nearly always), taking each loss term from the head at its
+    temperature; [`CurriculumAsyncGRPOTrainer.compute_loss`] sets the terms (`plan`) for each micro-batch.
 
-    With `lockstep` (a model sharded across processes: FSDP, DeepSpeed), every process runs a pass for each temperature
-    any process's micro-batch holds: a sharded model gathers its parameters in every pass, so processes that ran
-    different numbers of passes would wait for each other forever. (Under DDP a pass has no collective: each process
-    runs its own.)
+    A sharded model's collectives run once a micro-batch whatever the number of temperatures, so processes whose
+    micro-batches hold different numbers of temperatures stay in step without agreeing on them: the body runs once
+    (FSDP2 gathers each sharded block in its own forward and backward hooks, once), and the head reads the LM head's
+    weight as TRL's head does, already gathered by the root's forward hook, or, left sharded (a `DTensor`), gathered here
+    once for every temperature ([`_OneBody`]). Only DeepSpeed ZeRO-3 gathers the head's weight in each application
+    (TRL's `maybe_gather_lm_head_ctx`, in the forward and again in the kernel's backward): with `lockstep` every
+    process applies the head at every temperature of the whole micro-batch, which the collator puts in the batch
+    ([`BATCH_TEMPERATURES`], `plan`'s third element), so no collective agrees them.
     """
 
     def __init__(self, model, temperature: float, lockstep: bool = False):
@@ -50,23 +57,24 @@ class LossTemperatures:
         self.module = model.get_base_model() if is_peft_model(model) else model
         self.base = self.module.forward  # TRL's fused forward, at `args.temperature`
         self.default, self.lockstep = float(temperature), lockstep
-        self.heads = {float(temperature): self.base}
-        self.plan = None  # (each term's position, each term's temperature), for the micro-batch being computed
-        self.passes = 0  # distinct temperatures of the last micro-batch
+        self.heads = {float(temperature): self.base.__func__}  # TRL's `_fused_forward`, unbound: (model, *args, ...)
+        self.plan = None  # (each term's position, each term's temperature[, the batch's temperatures]): a micro-batch's
+        self.head_passes = 0  # heads applied (temperatures) in the last micro-batch
+        self.body_passes = 0  # body passes in the last micro-batch: 1
         self.module.forward = self.forward
 
     def head(self, temperature: float):
-        """TRL's fused forward at `temperature` (built once, with the arguments TRL builds its own with)."""
+        """TRL's fused forward at `temperature`, unbound (built once, with the arguments TRL builds its own with)."""
         if temperature not in self.heads:
             from trl.trainer.utils import add_fused_lm_head
 
-            if len(self.heads) > 64:  # a ramp gives a temperature a policy version: keep the recent ones
-                self.heads = {t: head for t, head in self.heads.items() if head is self.base}
+            if len(self.heads) > 64:  # a ramp gives a temperature a policy version: keep the default's
+                self.heads = {self.default: self.base.__func__}
 
             self.module.forward = self.base  # (its non-fused path is the model's own forward)
             try:
                 add_fused_lm_head(self.module, temperature=temperature, outputs=("log_probs", "entropy"))
-                self.heads[temperature] = self.module.forward
+                self.heads[temperature] = self.module.forward.__func__
             finally:
                 self.module.forward = self.forward
         return self.heads[temperature]
@@ -74,35 +82,70 @@ class LossTemperatures:
     def forward(self, *args, fused_lm_head=False, **kwargs):
         if not fused_lm_head or self.plan is None:
             return self.base(*args, fused_lm_head=fused_lm_head, **kwargs)
-        index, temperatures = self.plan
-        distinct = self.temperatures(temperatures)
-        self.passes = len(distinct)
+        index, temperatures, *batch = self.plan
+        distinct = self.temperatures(temperatures, *batch)
+        model = self.one_body()
         output = log_probs = entropy = None
         for temperature in distinct:
-            output = self.head(temperature)(*args, fused_lm_head=True, **kwargs)
+            output = self.head(temperature)(model, *args, fused_lm_head=True, **kwargs)
             take = temperatures == temperature
             terms, spread = output.log_probs.flatten()[index], output.entropy.flatten()[index]
             log_probs = terms if log_probs is None else torch.where(take, terms, log_probs)
             entropy = spread if entropy is None else torch.where(take, spread, entropy)
+        self.head_passes, self.body_passes = len(distinct), model.passes
         # TRL's `compute_loss` takes `log_probs.flatten()[token_index]`, its token index renumbered to the terms
         output.log_probs, output.entropy = log_probs.unsqueeze(0), entropy.unsqueeze(0)
         return output
 
-    def temperatures(self, temperatures: torch.Tensor) -> list[float]:
-        """The temperatures to run passes at: the micro-batch's (with `lockstep`, every process's), at least one."""
-        distinct = set(temperatures.tolist())
-        if self.lockstep:
-            import torch.distributed as dist
+    def one_body(self) -> _OneBody:
+        """The model as each head application sees it: the body run once for all of them."""
+        return _OneBody(self.module)
 
-            gathered = [None] * dist.get_world_size()
-            dist.all_gather_object(gathered, sorted(distinct))
-            distinct = set().union(*map(set, gathered))
+    def temperatures(self, temperatures: torch.Tensor, batch: torch.Tensor | None = None) -> list[float]:
+        """The temperatures to apply the head at: the micro-batch's (with `lockstep`, also `batch`'s), at least one."""
+        distinct = set(temperatures.tolist())
+        if self.lockstep and batch is not None:
+            distinct |= set(batch.flatten().tolist())
         return sorted(distinct) or [self.default]
+
+
+class _OneBody:
+    """
+    The model as TRL's fused forward sees it (its `self`) with the body run once: the backbone (read as TRL reads it,
+    `getattr(self, "base_model")`, looked up on each call as FSDP and PEFT replace modules) runs on its first call, and
+    the later calls (the head at the other temperatures) get its outputs, so each head's gradient flows into the one
+    body pass. An LM head whose weight is a `DTensor` (FSDP2 with the head left sharded, which TRL's head gathers with
+    `full_tensor()` in each call) is gathered once for all. Everything else is the model's.
+    """
+
+    def __init__(self, module):
+        self._module, self._body, self._outputs, self._lm_head, self.passes = module, module.base_model, None, None, 0
+
+    def __getattr__(self, name):
+        value = getattr(self._module, name)
+        return self._run_body if value is self._body else value
+
+    def _run_body(self, *args, **kwargs):
+        if self._outputs is None:
+            self._outputs, self.passes = self._body(*args, **kwargs), self.passes + 1
+        return self._outputs
+
+    def get_output_embeddings(self):
+        from torch.distributed.tensor import DTensor
+
+        lm_head = self._module.get_output_embeddings()
+        if not isinstance(lm_head.weight, DTensor):
+            return lm_head
+        if self._lm_head is None:
+            bias = None if lm_head.bias is None else lm_head.bias.full_tensor()
+            self._lm_head = SimpleNamespace(weight=lm_head.weight.full_tensor(), bias=bias)
+        return self._lm_head
 
 
 def _with_loss_temperatures(collate, default: float):
     """TRL's rollout collator, adding each loss term's sampling temperature ([`LOSS_TEMPERATURE`], laid out as
-    `token_index`: a sample's terms are where `segment_id` names it)."""
+    `token_index`: a sample's terms are where `segment_id` names it) and, in each row (one a process), every temperature
+    of the whole micro-batch ([`BATCH_TEMPERATURES`], as TRL's `global_n_tokens` carries a total to each process)."""
 
     def collate_with_temperatures(examples):
         batch = collate(examples)
@@ -114,6 +157,8 @@ def _with_loss_temperatures(collate, default: float):
             terms = batch["token_index"][r] >= 0
             temperatures[r, terms] = per_sample[batch["segment_id"][r, terms]]
         batch[LOSS_TEMPERATURE] = temperatures
+        every = torch.tensor(sorted(set(temperatures[batch["token_index"] >= 0].tolist())), dtype=torch.float64)
+        batch[BATCH_TEMPERATURES] = every.expand(len(rows), -1).clone()
         return batch
 
     return collate_with_temperatures
@@ -151,9 +196,11 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
         self.loss_temperatures = None
         if schedule is not None and any(stage.temperature != self.args.temperature or stage.temperature_end is not None
                                         for stage in schedule.stages):  # fmt: skip
-            sharded = self.is_fsdp_enabled or self.is_deepspeed_enabled  # (transformers' Trainer sets both)
-            self.loss_temperatures = LossTemperatures(self.model, self.args.temperature,
-                                                      lockstep=sharded and self.accelerator.num_processes > 1)
+            from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+
+            # (only ZeRO-3 gathers the head's weight in each application: see `LossTemperatures`)
+            lockstep = is_deepspeed_zero3_enabled() and self.accelerator.num_processes > 1
+            self.loss_temperatures = LossTemperatures(self.model, self.args.temperature, lockstep=lockstep)
         self._channel = None
         if (schedule is not None or dynamic_sampling) and isinstance(self.rollout_worker, AsyncRolloutWorker):
             # rank 0 holds the worker; `AsyncRolloutWorker.start` spawns `_loop_cls(**_loop_kwargs)` in its child
@@ -206,20 +253,20 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
         return loader
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        temperatures = inputs.pop(LOSS_TEMPERATURE, None)
+        temperatures, batch = inputs.pop(LOSS_TEMPERATURE, None), inputs.pop(BATCH_TEMPERATURES, None)
         if temperatures is None or self.loss_temperatures is None:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         index = inputs["token_index"]
         terms = index >= 0
         renumbered = torch.full_like(index, -1)
         renumbered[terms] = torch.arange(int(terms.sum()), device=index.device)
-        self.loss_temperatures.plan = (index[terms], temperatures[terms])
+        self.loss_temperatures.plan = (index[terms], temperatures[terms], batch)
         try:
             loss = super().compute_loss(model, {**inputs, "token_index": renumbered}, return_outputs,
                                         num_items_in_batch)  # fmt: skip
         finally:
             self.loss_temperatures.plan = None
-        self._metrics["train"]["curriculum/loss_temperatures"].append(float(self.loss_temperatures.passes))
+        self._metrics["train"]["curriculum/loss_temperatures"].append(float(self.loss_temperatures.head_passes))
         return loss
 
 
