@@ -96,8 +96,8 @@ def _mixed_batch(kind: str, peft: bool = False):
         model = get_peft_model(model, LoraConfig(r=4, target_modules=targets, init_lora_weights=False))
     ids = torch.randint(0, VOCAB, (1, 12), generator=torch.Generator().manual_seed(4))
     labels = torch.cat([ids[0, 1:], torch.tensor([-100])]).unsqueeze(0)
-    plan = (torch.tensor([1, 3, 4, 4, 7, 9, 10]), torch.tensor([1.0, 0.4, 1.0, 0.4, 1.7, 1.0, 0.4], dtype=torch.float64))
-    return model, ids, labels, plan
+    temperatures = torch.tensor([1.0, 0.4, 1.0, 0.4, 1.7, 1.0, 0.4], dtype=torch.float64)
+    return model, ids, labels, (torch.tensor([1, 3, 4, 4, 7, 9, 10]), temperatures)
 
 
 def _mixed_loss(model, heads, ids, labels, plan):

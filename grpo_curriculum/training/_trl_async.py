@@ -44,8 +44,8 @@ class LossTemperatures:
     A sharded model's collectives run once a micro-batch whatever the number of temperatures, so processes whose
     micro-batches hold different numbers of temperatures stay in step without agreeing on them: the body runs once
     (FSDP2 gathers each sharded block in its own forward and backward hooks, once), and the head reads the LM head's
-    weight as TRL's head does, already gathered by the root's forward hook, or, left sharded (a `DTensor`), gathered here
-    once for every temperature ([`_OneBody`]). Only DeepSpeed ZeRO-3 gathers the head's weight in each application
+    weight as TRL's head does, already gathered by the root's forward hook, or, left sharded (a `DTensor`), gathered
+    here once for every temperature ([`_OneBody`]). Only DeepSpeed ZeRO-3 gathers the head's weight in each application
     (TRL's `maybe_gather_lm_head_ctx`, in the forward and again in the kernel's backward): with `lockstep` every
     process applies the head at every temperature of the whole micro-batch, which the collator puts in the batch
     ([`BATCH_TEMPERATURES`], `plan`'s third element), so no collective agrees them.
