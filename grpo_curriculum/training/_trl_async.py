@@ -39,7 +39,8 @@ class LossTemperatures:
     (on the module TRL patched) with one that runs the model's body once and applies TRL's own fused head (the function
     `add_fused_lm_head` builds, at each temperature) to its hidden states once per distinct temperature of the
     micro-batch (once where it holds one temperature, as nearly always), taking each loss term from the head at its
-    temperature; [`CurriculumAsyncGRPOTrainer.compute_loss`] sets the terms (`plan`) for each micro-batch.
+    temperature; [`CurriculumAsyncGRPOTrainer.compute_loss`] sets the terms (`plan`) for each micro-batch. (PEFT's
+    wrapper, which TRL adds after the head, is looked through; TRL's asynchronous trainer has no reference model.)
 
     A sharded model's collectives run once a micro-batch whatever the number of temperatures, so processes whose
     micro-batches hold different numbers of temperatures stay in step without agreeing on them: the body runs once
