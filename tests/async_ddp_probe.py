@@ -74,7 +74,6 @@ def main(model_dir: str, url: str, out: str, engine: str = "ddp") -> None:
     parameters = list(trainer.model.parameters())
     result = {"rank": rank, "world_size": trainer.accelerator.num_processes, "global_step": trainer.state.global_step,
               "loss_temperatures": seen, "sharded": all(isinstance(p, DTensor) for p in parameters),
-              "lockstep": trainer.loss_temperatures.lockstep,
               "log_history": trainer.state.log_history if rank == 0 else [],
               "taken": [[t.group_id, t.model_version, t.num_generations, t.temperature] for t in taken]}  # fmt: skip
     Path(out, f"rank-{rank}.json").write_text(json.dumps(result))

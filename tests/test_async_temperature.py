@@ -50,7 +50,7 @@ def test_each_term_is_scored_at_its_own_temperature_even_on_a_shared_position(ki
     temperatures = torch.tensor([1.0, 0.4, 1.0, 0.4, 1.7, 1.0], dtype=torch.float64)
     heads.plan = (index, temperatures)
     output = model(input_ids=ids, shift_labels=labels, fused_lm_head=True)
-    assert heads.passes == 3
+    assert heads.head_passes == 3 and heads.body_passes == 1
     for term, (position, temperature) in enumerate(zip(index.tolist(), temperatures.tolist(), strict=True)):
         expected = torch.log_softmax(logits[position] / temperature, dim=-1)
         assert torch.allclose(output.log_probs[0, term], expected[ids[0, position + 1]], atol=1e-5), term
@@ -79,6 +79,73 @@ def test_the_gradient_reaches_the_model_through_every_temperature():
         model(input_ids=ids, shift_labels=labels, fused_lm_head=True).log_probs[0, 1].backward()
         grads.append(model.get_output_embeddings().weight.grad.clone())
     assert grads[0].abs().sum() > 0 and not torch.allclose(grads[0], grads[1])  # term 1's own temperature
+
+
+def _mixed_batch(kind: str, peft: bool = False):
+    """A model (training mode) with TRL's fused head and `LossTemperatures` (PEFT's LoRA wrapped around it after the
+    head, as TRL's trainer does), and a micro-batch of terms at three temperatures, two of them on a shared position."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    model = _model(kind).train()
+    add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))  # as AsyncGRPOTrainer does
+    if peft:
+        from peft import LoraConfig, get_peft_model
+
+        targets = ["c_attn"] if kind == "gpt2" else ["q_proj", "v_proj"]
+        model = get_peft_model(model, LoraConfig(r=4, target_modules=targets, init_lora_weights=False))
+    ids = torch.randint(0, VOCAB, (1, 12), generator=torch.Generator().manual_seed(4))
+    labels = torch.cat([ids[0, 1:], torch.tensor([-100])]).unsqueeze(0)
+    temperatures = torch.tensor([1.0, 0.4, 1.0, 0.4, 1.7, 1.0, 0.4], dtype=torch.float64)
+    return model, ids, labels, (torch.tensor([1, 3, 4, 4, 7, 9, 10]), temperatures)
+
+
+def _mixed_loss(model, heads, ids, labels, plan):
+    heads.plan = plan
+    try:
+        output = model(input_ids=ids, shift_labels=labels, fused_lm_head=True)
+    finally:
+        heads.plan = None
+    weights = torch.linspace(0.5, 1.5, len(plan[0]))  # terms weighted unequally, entropy in it too
+    return -(output.log_probs[0] * weights).sum() + 0.1 * output.entropy[0].sum()
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_a_micro_batch_of_three_temperatures_runs_the_body_once(kind):
+    """Issue 51 item 4: the model's body (TRL's backbone, `base_model`) runs forward once for a micro-batch whose terms
+    hold three temperatures; TRL's head is applied once per temperature on its hidden states."""
+    model, ids, labels, plan = _mixed_batch(kind)
+    heads = LossTemperatures(model, temperature=1.0)
+    calls = []
+    model.base_model.register_forward_hook(lambda *_: calls.append(1))
+    _mixed_loss(model, heads, ids, labels, plan).backward()
+    assert len(calls) == 1
+    assert model.get_output_embeddings().weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("kind,peft", [("gpt2", False), ("llama", False), ("llama", True)])
+def test_one_body_pass_gives_the_losses_and_gradients_of_a_pass_per_temperature(kind, peft):
+    """The loss and every gradient equal those of the implementation before issue 51 (the whole fused forward once per
+    temperature: `PerTemperaturePasses` of benchmarks/loss_temperatures.py) within 1e-5 relative, PEFT's LoRA too."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from loss_temperatures import PerTemperaturePasses
+
+    losses, grads = [], []
+    for kind_of_heads in (PerTemperaturePasses, LossTemperatures):
+        model, ids, labels, plan = _mixed_batch(kind, peft)
+        heads = kind_of_heads(model, temperature=1.0)
+        loss = _mixed_loss(model, heads, ids, labels, plan)
+        loss.backward()
+        assert (heads.head_passes, heads.body_passes) == (3, 3 if kind_of_heads is PerTemperaturePasses else 1)
+        losses.append(float(loss.detach()))
+        grads.append({n: p.grad for n, p in model.named_parameters() if p.requires_grad})
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    assert grads[0].keys() == grads[1].keys() and (not peft or all("lora_" in n for n in grads[0]))
+    scale = max(float(g.abs().max()) for g in grads[0].values())
+    for name, grad in grads[0].items():
+        assert float((grads[1][name] - grad).abs().max()) <= 1e-5 * scale, name
 
 
 def _sample(prompt, completion, temperature, group):
@@ -113,11 +180,12 @@ def test_the_collator_gives_each_loss_term_its_samples_temperature():
     assert len(shared) != len(set(shared))  # a shared position, serving terms of both temperatures
 
 
-def test_under_fsdp2_every_process_runs_the_same_passes_and_the_gradient_is_exact(tmp_path):
+def test_under_fsdp2_each_process_runs_the_body_once_and_the_gradient_is_exact(tmp_path):
     """Real FSDP2 on two CPU processes (`torchrun`, gloo; tests/fsdp_heads_probe.py): rank 0's micro-batch holds two
-    temperatures, rank 1's three. Each pass of a sharded model gathers its parameters, so both run three passes
-    (`lockstep`; without it the run hangs: 300 s, then killed, measured), and each sharded gradient, gathered, is the
-    unsharded model's mean gradient over both micro-batches."""
+    temperatures, rank 1's three. Each process runs the sharded body once and TRL's head once per temperature of its
+    own (the body's gathers run once on each, and the head's weight is gathered once if it is left sharded, so the
+    processes need not agree on their temperatures), and each sharded gradient, gathered, is the unsharded model's mean gradient over both micro-batches with
+    a whole forward per temperature (the implementation before issue 51, which ran three passes on each process)."""
     import json
     import os
     import subprocess
@@ -131,12 +199,14 @@ def test_under_fsdp2_every_process_runs_the_same_passes_and_the_gradient_is_exac
     try:
         done = subprocess.run(command, env=env, cwd=project, capture_output=True, text=True, timeout=180, check=False)
     except subprocess.TimeoutExpired:
-        pytest.fail("the two processes hung: they ran different numbers of forward passes over a sharded model")
+        pytest.fail("the two processes hung: they ran different numbers of collectives over a sharded model")
     assert done.returncode == 0, done.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(2)]
-    for rank in ranks:
-        assert rank["sharded"] and rank["passes"] == 3, rank
+    for r, rank in enumerate(ranks):
+        assert rank["sharded"] and rank["head_passes"] == 2 + r and rank["body_passes"] == rank["body_calls"] == 1, rank
         assert rank["loss"] == pytest.approx(rank["reference"], rel=1e-5)
+        assert rank["head_is_dtensor"] and rank["head_sharded_head_passes"] == 2 + r, rank
+        assert rank["head_sharded_loss"] == pytest.approx(rank["reference"], rel=1e-5)
         assert max(rank["gaps"].values()) < 1e-5 * rank["grad_scale"], rank["gaps"]
 
 

@@ -14,6 +14,7 @@ import inspect
 import os
 import shutil
 import tempfile
+from types import SimpleNamespace
 
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -35,39 +36,46 @@ class LossTemperatures:
     `args.temperature`, fixed into the fused LM head it adds to the model (`add_fused_lm_head`); with a temperature
     schedule the queue holds samples of several temperatures (up to `max_staleness` versions old), and a micro-batch
     can pack them together, even on one shared position of TRL's prefix tree. This replaces the model's fused forward
-    (on the module TRL patched) with one that runs TRL's own fused head once per distinct temperature of the
-    micro-batch (one pass where it holds one temperature, as nearly always) and takes each loss term from the pass at
-    its temperature; [`CurriculumAsyncGRPOTrainer.compute_loss`] sets the terms (`plan`) for each micro-batch.
+    (on the module TRL patched) with one that runs the model's body once and applies TRL's own fused head (the function
+    `add_fused_lm_head` builds, at each temperature) to its hidden states once per distinct temperature of the
+    micro-batch (once where it holds one temperature, as nearly always), taking each loss term from the head at its
+    temperature; [`CurriculumAsyncGRPOTrainer.compute_loss`] sets the terms (`plan`) for each micro-batch. (PEFT's
+    wrapper, which TRL adds after the head, is looked through; TRL's asynchronous trainer has no reference model.)
 
-    With `lockstep` (a model sharded across processes: FSDP, DeepSpeed), every process runs a pass for each temperature
-    any process's micro-batch holds: a sharded model gathers its parameters in every pass, so processes that ran
-    different numbers of passes would wait for each other forever. (Under DDP a pass has no collective: each process
-    runs its own.)
+    A sharded model's collectives run once a micro-batch whatever the number of temperatures, so processes whose
+    micro-batches hold different numbers of temperatures stay in step without agreeing on them: the body runs once
+    (FSDP2 gathers each sharded block in its own forward and backward hooks, once), and the head reads the LM head's
+    weight as TRL's head does, already gathered by the root's forward hook, or, left sharded (a `DTensor`), gathered
+    here once for every temperature ([`_OneBody`]). DeepSpeed is refused with a curriculum
+    ([`~core.asynchronous.async_problems`]): ZeRO-3 gathers the head's weight in each application (TRL's
+    `maybe_gather_lm_head_ctx`), so processes applying the head at different numbers of temperatures would wait for
+    each other.
     """
 
-    def __init__(self, model, temperature: float, lockstep: bool = False):
+    def __init__(self, model, temperature: float):
         from accelerate.utils import is_peft_model
 
         self.module = model.get_base_model() if is_peft_model(model) else model
         self.base = self.module.forward  # TRL's fused forward, at `args.temperature`
-        self.default, self.lockstep = float(temperature), lockstep
-        self.heads = {float(temperature): self.base}
-        self.plan = None  # (each term's position, each term's temperature), for the micro-batch being computed
-        self.passes = 0  # distinct temperatures of the last micro-batch
+        self.default = float(temperature)
+        self.heads = {float(temperature): self.base.__func__}  # TRL's `_fused_forward`, unbound: (model, *args, ...)
+        self.plan = None  # (each term's position, each term's temperature): the micro-batch's
+        self.head_passes = 0  # heads applied (temperatures) in the last micro-batch
+        self.body_passes = 0  # body passes in the last micro-batch: 1
         self.module.forward = self.forward
 
     def head(self, temperature: float):
-        """TRL's fused forward at `temperature` (built once, with the arguments TRL builds its own with)."""
+        """TRL's fused forward at `temperature`, unbound (built once, with the arguments TRL builds its own with)."""
         if temperature not in self.heads:
             from trl.trainer.utils import add_fused_lm_head
 
-            if len(self.heads) > 64:  # a ramp gives a temperature a policy version: keep the recent ones
-                self.heads = {t: head for t, head in self.heads.items() if head is self.base}
+            if len(self.heads) > 64:  # a ramp gives a temperature a policy version: keep the default's
+                self.heads = {self.default: self.base.__func__}
 
             self.module.forward = self.base  # (its non-fused path is the model's own forward)
             try:
                 add_fused_lm_head(self.module, temperature=temperature, outputs=("log_probs", "entropy"))
-                self.heads[temperature] = self.module.forward
+                self.heads[temperature] = self.module.forward.__func__
             finally:
                 self.module.forward = self.forward
         return self.heads[temperature]
@@ -76,29 +84,23 @@ class LossTemperatures:
         if not fused_lm_head or self.plan is None:
             return self.base(*args, fused_lm_head=fused_lm_head, **kwargs)
         index, temperatures = self.plan
-        distinct = self.temperatures(temperatures)
-        self.passes = len(distinct)
+        distinct = sorted(set(temperatures.tolist())) or [self.default]
+        model = self.one_body()
         output = log_probs = entropy = None
         for temperature in distinct:
-            output = self.head(temperature)(*args, fused_lm_head=True, **kwargs)
+            output = self.head(temperature)(model, *args, fused_lm_head=True, **kwargs)
             take = temperatures == temperature
             terms, spread = output.log_probs.flatten()[index], output.entropy.flatten()[index]
             log_probs = terms if log_probs is None else torch.where(take, terms, log_probs)
             entropy = spread if entropy is None else torch.where(take, spread, entropy)
+        self.head_passes, self.body_passes = len(distinct), model.passes
         # TRL's `compute_loss` takes `log_probs.flatten()[token_index]`, its token index renumbered to the terms
         output.log_probs, output.entropy = log_probs.unsqueeze(0), entropy.unsqueeze(0)
         return output
 
-    def temperatures(self, temperatures: torch.Tensor) -> list[float]:
-        """The temperatures to run passes at: the micro-batch's (with `lockstep`, every process's), at least one."""
-        distinct = set(temperatures.tolist())
-        if self.lockstep:
-            import torch.distributed as dist
-
-            gathered = [None] * dist.get_world_size()
-            dist.all_gather_object(gathered, sorted(distinct))
-            distinct = set().union(*map(set, gathered))
-        return sorted(distinct) or [self.default]
+    def one_body(self) -> _OneBody:
+        """The model as each head application sees it: the body run once for all of them."""
+        return _OneBody(self.module)
 
 
 class StaleGroups:
@@ -134,6 +136,39 @@ class StaleGroups:
         first samples were taken before it went stale was trained, and is forgotten here)."""
         self.groups -= trained
         return set(self.groups)
+
+
+class _OneBody:
+    """
+    The model as TRL's fused forward sees it (its `self`) with the body run once: the backbone (read as TRL reads it,
+    `getattr(self, "base_model")`, looked up on each call as FSDP and PEFT replace modules) runs on its first call, and
+    the later calls (the head at the other temperatures) get its outputs, so each head's gradient flows into the one
+    body pass. An LM head whose weight is a `DTensor` (FSDP2 with the head left sharded, which TRL's head gathers with
+    `full_tensor()` in each call) is gathered once for all. Everything else is the model's.
+    """
+
+    def __init__(self, module):
+        self._module, self._body, self._outputs, self._lm_head, self.passes = module, module.base_model, None, None, 0
+
+    def __getattr__(self, name):
+        value = getattr(self._module, name)
+        return self._run_body if value is self._body else value
+
+    def _run_body(self, *args, **kwargs):
+        if self._outputs is None:
+            self._outputs, self.passes = self._body(*args, **kwargs), self.passes + 1
+        return self._outputs
+
+    def get_output_embeddings(self):
+        from torch.distributed.tensor import DTensor
+
+        lm_head = self._module.get_output_embeddings()
+        if not isinstance(lm_head.weight, DTensor):
+            return lm_head
+        if self._lm_head is None:
+            bias = None if lm_head.bias is None else lm_head.bias.full_tensor()
+            self._lm_head = SimpleNamespace(weight=lm_head.weight.full_tensor(), bias=bias)
+        return self._lm_head
 
 
 def _with_loss_temperatures(collate, default: float):
@@ -187,9 +222,7 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
         self.loss_temperatures = None
         if schedule is not None and any(stage.temperature != self.args.temperature or stage.temperature_end is not None
                                         for stage in schedule.stages):  # fmt: skip
-            sharded = self.is_fsdp_enabled or self.is_deepspeed_enabled  # (transformers' Trainer sets both)
-            self.loss_temperatures = LossTemperatures(self.model, self.args.temperature,
-                                                      lockstep=sharded and self.accelerator.num_processes > 1)
+            self.loss_temperatures = LossTemperatures(self.model, self.args.temperature)
         self._channel = None
         self._stale = StaleGroups()
         if (schedule is not None or dynamic_sampling) and isinstance(self.rollout_worker, AsyncRolloutWorker):
@@ -274,7 +307,7 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
                                         num_items_in_batch)  # fmt: skip
         finally:
             self.loss_temperatures.plan = None
-        self._metrics["train"]["curriculum/loss_temperatures"].append(float(self.loss_temperatures.passes))
+        self._metrics["train"]["curriculum/loss_temperatures"].append(float(self.loss_temperatures.head_passes))
         return loss
 
 
