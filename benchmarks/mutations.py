@@ -320,6 +320,17 @@ MUTATIONS = [
              "    if False:",
              ("tests/test_async_recipe.py", "-k", "needs_no_stages"),
              "curriculum: {dynamic_sampling: true} refused without stages (the Python API takes it)"),
+    # Issue 53: checkpoints verified by content.
+    Mutation("manifest_checks_sizes_only", "grpo_curriculum/training/manifest.py",
+             '                if file_hash(file) != entry["hash"] else None)  # fmt: skip',
+             "                if False else None)  # fmt: skip",
+             ("tests/test_resume.py", "-k", "named_by_its_manifest"),
+             "a checkpoint file damaged at the same size passes the manifest (sizes compared, not hashes)"),
+    Mutation("manifest_not_written", "grpo_curriculum/training/_trl_checkpoint.py",
+             "        write_manifest(folder)  # the last before the trainer state: every file it covers is written",
+             "        pass",
+             ("tests/test_resume.py", "-k", "named_by_its_manifest"),
+             "a checkpoint is saved without its manifest (same-size damage resumes silently)"),
 ]
 
 
