@@ -188,3 +188,100 @@ def test_python_m_grpo_curriculum_runs_the_command():
     done = subprocess.run([sys.executable, "-m", "grpo_curriculum", "recipes"], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
     assert done.returncode == 0 and "demo:" in done.stdout, done.stderr[-2000:]
+
+
+# --- issue 53: rewards called as TRL calls them ---------------------------------------------------------------------
+
+
+VALID = ["valid_rewards:progress", "valid_rewards:epochs", "valid_rewards:last_token", "valid_rewards:judged"]
+
+
+def valid_recipe(tmp_path, rewards, **keys) -> Path:
+    """A recipe of the built-in tiny model and task, training 1 step on CPU with `rewards`."""
+    import yaml
+
+    recipe = tmp_path / "valid.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "model_name_or_path": "builtin:tiny", "dataset_name": "builtin:echo", "dataset_num_prompts": 40,
+        "warm_start_steps": 0, "reward_funcs": rewards, "use_cpu": True, "bf16": False, "report_to": [],
+        "per_device_train_batch_size": 8, "num_generations": 4, "max_completion_length": 3, "max_steps": 1,
+        "save_strategy": "no", "output_dir": str(tmp_path / "run"), **keys}))
+    return recipe
+
+
+@pytest.fixture
+def valid_rewards(monkeypatch):
+    """The corpus' valid reward functions importable (tests/data/bad_inputs/valid_rewards.py), its record emptied."""
+    monkeypatch.syspath_prepend(str(INPUTS))
+    import valid_rewards
+
+    valid_rewards.STATES.clear()
+    yield valid_rewards
+    sys.modules.pop("valid_rewards", None)
+
+
+def test_valid_trl_reward_functions_pass_check_and_train_and_train(valid_rewards, tmp_path):
+    """`trainer_state.global_step / trainer_state.max_steps` (TRL's documented use), `trainer_state.num_train_epochs`,
+    `completion_ids[i][-1]` and an async function: refused by the preflight (a `SimpleNamespace` state with
+    `max_steps` 0, empty `completion_ids`), trained by TRL. The preflight's `trainer_state` is the one TRL passes at
+    step 0, field for field."""
+    recipe = valid_recipe(tmp_path, [*VALID, "valid_rewards:recorder"])
+    code, err = run(["check", str(recipe)])
+    assert code == 0 and "Traceback" not in err, err
+    code, err = run(["train", str(recipe)])
+    assert code == 0 and "Traceback" not in err, err
+    checked, preflight, trl = valid_rewards.STATES[:3]  # check's call, train's preflight's call, TRL's first call
+    assert checked == preflight
+    mine, trls = ({key: value for key, value in state.items() if key not in ("stateful_callbacks",
+                                                                              "num_input_tokens_seen")}
+                  for state in (preflight, trl))  # fmt: skip
+    assert mine == trls and preflight["num_input_tokens_seen"] > 0 and trl["num_input_tokens_seen"] > 0
+    assert set(preflight["stateful_callbacks"]) <= set(trl["stateful_callbacks"])
+
+
+def test_train_takes_no_preflight_like_check(valid_rewards, tmp_path, monkeypatch):
+    from grpo_curriculum.cli import preflight
+
+    monkeypatch.setattr(preflight, "run_preflight", lambda *args, **kwargs: pytest.fail("the preflight ran"))
+    recipe = valid_recipe(tmp_path, ["valid_rewards:recorder"])
+    for where, argv in (("after", ["train", str(recipe), "--no-preflight"]),
+                        ("before", ["train", "--no_preflight", str(recipe), "--output_dir", str(tmp_path / "b")])):
+        code, err = run(argv)
+        assert code == 0 and "Traceback" not in err, (where, err)
+    assert [state["global_step"] for state in valid_rewards.STATES] == [0, 0]  # TRL's calls only
+
+
+def test_the_stand_in_state_has_the_steps_and_epochs_transformers_derives():
+    """Measured against TRL 1.16's trainer on a 50-row dataset (the `trainer_state` of its first reward call)."""
+    from grpo_curriculum.cli.preflight import state_at_start
+    from grpo_curriculum.config.recipe import load_recipe
+
+    def state(**keys):
+        values = state_at_start(load_recipe(str(INPUTS / "reward_one_short.yaml"), {"max_steps": 3, **keys}), 50)
+        return values["max_steps"], values["num_train_epochs"], values["train_batch_size"]
+
+    assert state() == (3, 1, 8)
+    assert state(max_steps=-1, num_train_epochs=2) == (50, 2, 8)
+    assert state(max_steps=40, gradient_accumulation_steps=2, per_device_train_batch_size=4) == (40, 2, 4)
+    values = state_at_start(load_recipe(str(INPUTS / "reward_one_short.yaml"), {"logging_steps": 0.5}))
+    assert values["logging_steps"] == 1 and values["global_step"] == 0 and values["max_steps"] == 2
+
+
+def test_completion_ids_are_the_tokenizers_and_never_empty():
+    from grpo_curriculum.cli.preflight import END_STAND_IN, stand_in_ids
+    from grpo_curriculum.demo.tasks import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    assert stand_in_ids(["", "7 7"], tokenizer) == [[tokenizer.eos_token_id], [*tokenizer("7 7")["input_ids"],
+                                                                              tokenizer.eos_token_id]]
+    assert stand_in_ids(["", "42"]) == [[END_STAND_IN], [52, 50, END_STAND_IN]]
+
+
+def test_a_sync_function_returning_a_coroutine_is_refused_as_train_would(inputs):
+    """TRL awaits `async def` functions only: one returning a coroutine passed `check` (which awaited it), then failed
+    `train` at its first step."""
+    from grpo_curriculum.cli.preflight import preflight_problems
+    from grpo_curriculum.config.recipe import load_recipe
+
+    (problem,) = preflight_problems(load_recipe("reward_one_short.yaml", {"reward_funcs": ["valid_rewards:awaitable"]}))
+    assert problem.key == "reward function awaitable" and "async def" in problem.rule

@@ -8,10 +8,15 @@ recipe text alone cannot show, said as one verdict with every problem listed (ke
   `prompt` is missing), that the split holds rows, that the first rows' prompts are text or conversations (lists of
   `{role, content}` messages), and for a conversation a chat template in the model's tokenizer (loaded without the
   model where it is local or cached). A Hub dataset on an offline machine is named as such.
-- **The reward functions**: each imported, then called once, as TRL calls it, on the first rows with stand-in
-  completions ([`STAND_INS`]); what it returns must be one finite number or `None` per completion
-  ([`~core.reward_output.reward_output_problem`]; a dict, a float, strings, the wrong length, NaN everywhere are
-  refused), and it must not raise or call `sys.exit`.
+- **The reward functions**: each imported, then called once, as TRL's `_calculate_rewards` calls it, on the first rows
+  (every column but the prompt's, by name) with stand-in completions ([`STAND_INS`]), their `completion_ids` (the
+  model's tokenizer's ids and its end-of-sequence token, [`stand_in_ids`]) and `trainer_state` a
+  `transformers.TrainerState` as the trainer holds it at step 0 ([`stand_in_state`]); an `async def` function (or a
+  callable whose `__call__` is one) is awaited, as TRL awaits it, and no other. What it returns must be one finite
+  number or `None` per completion ([`~core.reward_output.reward_output_problem`]; a dict, a float, strings, the wrong
+  length, NaN everywhere are refused), and it must not raise or call `sys.exit`. The call is a real one: what the
+  function logs or counts by itself (its own step counter, its own random numbers) sees one call more than training
+  makes.
 - **`trainer: async_grpo`**: the prompts must be conversations (TRL's rollout worker applies the chat template to
   each prompt's messages).
 - **`generation_kwargs`**: built into transformers' `GenerationConfig` as TRL builds it (sampling on), so a value
@@ -24,24 +29,29 @@ Cheap: no model forward pass; a few rows of the dataset, a few calls of each rew
 
 from __future__ import annotations
 
+import functools
 import inspect
+import math
 import os
+import sys
 import traceback
-from types import SimpleNamespace
 
-from ..config.recipe import BUILTIN, TINY_MODEL, import_reward
+from ..config.recipe import BUILTIN, TINY_MODEL, import_reward, run_geometry, starting_num_generations
+from ..config.trainers import ASYNC
+from ..config.trl_fields import trl_fields
 from ..core.errors import CurriculumError, Problem, list_text, shorten
 from ..core.reward_output import reward_output_problem
 
 ROWS = 2  # dataset rows the reward functions are called on
 STAND_INS = ("", "42")  # completions of each row: an empty one (a model may stop at once) and a short answer
+END_STAND_IN = 0  # the end-of-sequence id of the stand-in completion ids where the model's tokenizer cannot be loaded
 PROMPT_NAMES = ("question", "problem", "query", "instruction", "input", "text", "messages", "content")
 
 
 def preflight_problems(recipe) -> list[Problem]:
     """Every problem the preflight finds in `recipe` (see the module docstring); `[]` when it is ready to train."""
     problems = generation_kwargs_problems(recipe)
-    rows, found = dataset_rows(recipe)
+    rows, found, num_rows = dataset_rows(recipe)
     problems += found
     if rows and recipe.trainer == "async_grpo" and not _is_conversation(rows[0]["prompt"]):
         problems.append(Problem(
@@ -58,9 +68,11 @@ def preflight_problems(recipe) -> list[Problem]:
                                                 "reward_funcs")))
         except CurriculumError as error:
             problems += error.problems
-    if rows:
+    if rows and rewards:
+        state, tokenizer = stand_in_state(recipe, num_rows), stand_in_tokenizer(recipe)
+        state.num_input_tokens_seen = stand_in_tokens(rows, tokenizer)
         for path, func in rewards:
-            problem = reward_call_problem(path, func, rows)
+            problem = reward_call_problem(path, func, rows, state, tokenizer)
             problems += [problem] if problem else []
     return problems
 
@@ -86,17 +98,20 @@ def generation_kwargs_problems(recipe) -> list[Problem]:
     return []
 
 
-def dataset_rows(recipe) -> tuple[list[dict] | None, list[Problem]]:
+def dataset_rows(recipe) -> tuple[list[dict] | None, list[Problem], int | None]:
     """The first [`ROWS`] rows of the train split, the prompt column renamed `prompt` as `train` renames it (`None`
-    when the dataset cannot be read), and the problems found in the dataset."""
+    when the dataset cannot be read), the problems found in the dataset, and the number of rows of the train split
+    where it is known without reading it whole (a built-in dataset, a Hub dataset that records its split sizes)."""
     if recipe.dataset_name.startswith(BUILTIN):
+        from ..config.environment import BUILTIN_PROMPTS
         from ..demo.tasks import TASKS
 
         make_dataset, _ = TASKS[recipe.dataset_name.removeprefix(BUILTIN)]
-        return [dict(row) for row in make_dataset(ROWS, seed=0)], []  # the package's own: nothing to check
+        rows = [dict(row) for row in make_dataset(ROWS, seed=0)]  # the package's own: nothing to check
+        return rows, [], recipe.dataset_num_prompts or BUILTIN_PROMPTS
     splits, problem = _load(recipe)
     if problem is not None:
-        return None, [problem]
+        return None, [problem], None
     name, split, column = recipe.dataset_name, recipe.dataset_train_split, recipe.dataset_prompt_column
     problems = []
     evaluates = recipe.training.get("eval_strategy", "no") != "no"
@@ -107,12 +122,12 @@ def dataset_rows(recipe) -> tuple[list[dict] | None, list[Problem]]:
             problems.append(Problem(key, value, f"is not a split of dataset {name} (its splits: "
                                     f"{list_text(list(splits)) or 'none'})", f"set `{key}` to one of them"))
     if split not in splits:
-        return None, problems
+        return None, problems, None
     dataset = splits[split]
     rows = [dict(row) for row in (dataset.take(ROWS) if hasattr(dataset, "take") else dataset.select(range(ROWS)))]
     if not rows:
         return None, problems + [Problem("dataset_name", name, f"has no rows in its split {split!r}",
-                                         "give a dataset with prompts in it (is the file empty?)")]
+                                         "give a dataset with prompts in it (is the file empty?)")], None
     columns = list(getattr(dataset, "column_names", None) or rows[0])
     if column not in columns:
         text = [c for c in columns if c in PROMPT_NAMES] or [c for c in columns if isinstance(rows[0][c], str)]
@@ -121,19 +136,29 @@ def dataset_rows(recipe) -> tuple[list[dict] | None, list[Problem]]:
                if text else "set `dataset_prompt_column` to the column holding the prompts")
         return None, problems + [Problem("dataset_prompt_column", column, f"is not a column of dataset {name} (split "
                                          f"{split}; its columns: {list_text(columns)})" + (
-                                             "" if given else ": TRL reads the prompts from `prompt`"), fix)]
+                                             "" if given else ": TRL reads the prompts from `prompt`"), fix)], None
     for i, row in enumerate(rows):
         prompt = row.get(column)
         if not (isinstance(prompt, str) or _is_conversation(prompt)):
             return None, problems + [Problem(
                 "dataset_prompt_column", column, f"holds a {type(prompt).__name__} in row {i} of split {split} "
                 f"({shorten(prompt)}): a prompt is a string, or a conversation (a list of {{role, content}} messages)",
-                "give prompts as text or messages, or name another column with `dataset_prompt_column`")]
+                "give prompts as text or messages, or name another column with `dataset_prompt_column`")], None
     if _is_conversation(rows[0][column]):
         problems += _chat_template_problems(recipe)
     if column != "prompt":
         rows = [{**{k: v for k, v in row.items() if k != column}, "prompt": row[column]} for row in rows]
-    return (rows if not problems else None), problems
+    return (rows if not problems else None), problems, _split_size(dataset, split)
+
+
+def _split_size(dataset, split: str) -> int | None:
+    """The rows of `split` as the dataset's metadata records them (a Hub dataset's card), else `None` (a local file
+    streamed: its length is known only once read whole)."""
+    try:
+        size = dataset.info.splits[split].num_examples
+    except (AttributeError, KeyError, TypeError):
+        return None
+    return size if isinstance(size, int) and size > 0 else None
 
 
 def _load(recipe):
@@ -180,42 +205,151 @@ def _is_conversation(prompt) -> bool:
 def _chat_template_problems(recipe) -> list[Problem]:
     """Conversational prompts need a chat template: the tokenizer's, loaded without the model where it can be."""
     model = recipe.model_name_or_path
-    if model == TINY_MODEL:
-        template = None
-    elif model.startswith(BUILTIN):
+    if model.startswith(BUILTIN) and model != TINY_MODEL:
         return []  # the pretrained built-in models are chat models with templates
-    else:
-        try:
-            from transformers import AutoTokenizer
-
-            template = AutoTokenizer.from_pretrained(model, local_files_only=_offline()).chat_template
-        except Exception:  # noqa: BLE001 - not reachable now: the model's own load says why, after this preflight
-            return []
-    if template:
+    tokenizer = stand_in_tokenizer(recipe)
+    if tokenizer is None and model != TINY_MODEL:
+        return []  # not reachable now: the model's own load says why, after this preflight
+    if tokenizer is not None and tokenizer.chat_template:
         return []
     return [Problem("dataset_prompt_column", recipe.dataset_prompt_column, "holds conversations (lists of messages), "
                     f"and the tokenizer of {model} has no chat template to turn them into text",
                     "use a chat model (one with a chat template), or give the prompts as plain text")]
 
 
-def reward_call_problem(path: str, func, rows: list[dict]) -> Problem | None:
-    """Call `func` once as TRL calls it, on `rows` with each of [`STAND_INS`], and check what it returns."""
+@functools.lru_cache(maxsize=4)
+def _tokenizer(model: str, offline: bool):
+    from transformers import AutoTokenizer
+
+    if model == TINY_MODEL:
+        from ..demo.tasks import build_tokenizer
+
+        return build_tokenizer()
+    if model.startswith(BUILTIN):
+        from ..demo.models import fetched_path
+
+        path = fetched_path(model.removeprefix(BUILTIN))  # converted already; never fetched here
+        return None if path is None else AutoTokenizer.from_pretrained(str(path))
+    return AutoTokenizer.from_pretrained(model, local_files_only=offline)
+
+
+def stand_in_tokenizer(recipe):
+    """The tokenizer of the recipe's model where it loads without the model (the built-in tiny model's; a local
+    folder's, a cached or reachable Hub model's, a built-in pretrained model already fetched), else `None`."""
+    try:
+        return _tokenizer(recipe.model_name_or_path, _offline())
+    except Exception:  # noqa: BLE001 - not reachable now: the model's own load says why, after this preflight
+        return None
+
+
+def stand_in_ids(texts: list[str], tokenizer=None) -> list[list[int]]:
+    """
+    The `completion_ids` TRL would pass with completions `texts`: each text's token ids under `tokenizer` (no special
+    tokens added) and its end-of-sequence token, as a completion the model ended holds it (TRL decodes them with
+    `skip_special_tokens=True`, so the empty completion is `[eos]`). Without a tokenizer: the text's UTF-8 bytes and
+    [`END_STAND_IN`], never an empty list.
+    """
+    if tokenizer is None:
+        return [[*text.encode("utf-8"), END_STAND_IN] for text in texts]
+    end = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else END_STAND_IN
+    return [[*tokenizer(text, add_special_tokens=False)["input_ids"], end] for text in texts]
+
+
+def stand_in_tokens(rows: list[dict], tokenizer=None) -> int:
+    """The trainer's `num_input_tokens_seen` at its first reward call (TRL counts the round's prompt and completion
+    tokens before it scores them), for the stand-in round: `rows`' prompts (a conversation's message contents) and
+    [`STAND_INS`], as [`stand_in_ids`] counts them."""
+    prompts = [" ".join(str(m["content"]) for m in row["prompt"]) if _is_conversation(row["prompt"]) else
+               str(row["prompt"]) for row in rows for _ in STAND_INS]  # fmt: skip
+    ids = stand_in_ids(prompts, tokenizer) + stand_in_ids([*STAND_INS] * len(rows), tokenizer)
+    return sum(len(row) for row in ids) - len(prompts)  # a prompt has no end-of-sequence token
+
+
+def state_at_start(recipe, num_rows: int | None = None) -> dict:
+    """
+    The fields of the `TrainerState` TRL's trainer (transformers' `Trainer._init_training_state`) holds when it first
+    calls the reward functions: step 0, epoch 0, `max_steps` and `num_train_epochs` as transformers'
+    `set_initial_training_values` derives them (from the train split's `num_rows`, TRL's `RepeatSampler` and the
+    batch geometry at the first stage's G), the logging, eval and save steps, the per-device train batch. Where
+    `num_rows` is not known (a local file, read as a stream here), `num_train_epochs` is the recipe's rounded up and a
+    run by epochs (`max_steps: -1`) gets one step an epoch: stand-ins, positive as in training. Pure: no torch.
+    """
+    fields = trl_fields(recipe.trainer)
+    value = lambda key: recipe.training.get(key, (fields.get(key) or {}).get("default"))  # noqa: E731
+    max_steps, epochs = value("max_steps"), value("num_train_epochs")
+    per_device, accumulation = value("per_device_train_batch_size"), value("gradient_accumulation_steps")
+    streamed = bool(recipe.script.get("dataset_streaming"))
+    length = None  # the data loader's length, as TRL's sampler makes it
+    if num_rows is not None and recipe.trainer != ASYNC and not streamed:
+        geometry = run_geometry(recipe)
+        prompts = geometry.generation_batch_size // starting_num_generations(recipe, geometry)
+        length = num_rows // max(prompts, 1) * (value("num_iterations") or 1) * geometry.steps_per_generation
+    if length is None and not streamed:  # not known here: stand-ins
+        num_train_epochs = math.ceil(epochs)
+        max_steps = max_steps if max_steps > 0 else num_train_epochs
+    elif length:  # as transformers' `set_initial_training_values`
+        per_epoch = max(length // accumulation + int(length % accumulation > 0), 1)
+        max_steps = max_steps if max_steps > 0 else math.ceil(epochs * per_epoch)
+        num_train_epochs = (max_steps // per_epoch + int(max_steps % per_epoch > 0) if value("max_steps") > 0
+                            else math.ceil(epochs))  # fmt: skip
+    else:  # a data loader without a length (a streamed dataset), or an empty one: as many epochs as the steps need
+        num_train_epochs = sys.maxsize
+        max_steps = max_steps if max_steps > 0 else math.ceil(epochs)
+    steps = {}
+    for kind in ("logging", "eval", "save"):
+        given = value(f"{kind}_steps")
+        if kind == "eval" and given is None and value("eval_strategy") == "steps":
+            given = value("logging_steps")  # as `TrainingArguments` fills it in
+        if given is not None:
+            steps[f"{kind}_steps"] = math.ceil(max_steps * given) if given < 1 else int(given)
+    return {"epoch": 0, "global_step": 0, "max_steps": max_steps, "num_train_epochs": num_train_epochs,
+            "train_batch_size": per_device, **steps}
+
+
+def stand_in_state(recipe, num_rows: int | None = None):
+    """A `transformers.TrainerState` with the fields of [`state_at_start`] (TRL passes `trainer_state=self.state`):
+    a reward function may read any field, and compute with `global_step / max_steps`."""
+    from transformers import TrainerControl, TrainerState
+
+    state = TrainerState(stateful_callbacks=[TrainerControl()])  # the trainer's, whose control is always one
+    for key, field_value in state_at_start(recipe, num_rows).items():
+        setattr(state, key, field_value)
+    return state
+
+
+def _is_async(func) -> bool:
+    """Whether TRL awaits `func` (`trl.trainer.utils.is_async_callable`: a partial unwrapped, an instance's
+    `__call__` looked at)."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
+
+
+def reward_call_problem(path: str, func, rows: list[dict], state=None, tokenizer=None) -> Problem | None:
+    """Call `func` once as TRL calls it, on `rows` with each of [`STAND_INS`], and check what it returns. `state`: the
+    `trainer_state` (default: [`stand_in_state`] of a recipe-less run); `tokenizer`: for the `completion_ids`."""
     conversational = _is_conversation(rows[0]["prompt"])
     prompts = [row["prompt"] for row in rows for _ in STAND_INS]
-    completions = [[{"role": "assistant", "content": text}] if conversational else text
-                   for _ in rows for text in STAND_INS]  # fmt: skip
+    texts = [text for _ in rows for text in STAND_INS]
+    completions = [[{"role": "assistant", "content": text}] if conversational else text for text in texts]
     kwargs = {key: [row[key] for row in rows for _ in STAND_INS] for key in rows[0]
               if key not in ("prompt", "completion", "completion_ids")}
-    kwargs.update(trainer_state=SimpleNamespace(global_step=0, epoch=0.0, max_steps=0, log_history=[]),
-                  log_extra=lambda *args, **kw: None, log_metric=lambda *args, **kw: None)
+    if state is None:
+        from transformers import TrainerControl, TrainerState
+
+        state = TrainerState(stateful_callbacks=[TrainerControl()])
+    kwargs.update(trainer_state=state, log_extra=lambda *args, **kw: None, log_metric=lambda *args, **kw: None)
     name = getattr(func, "__name__", path)
     where = f"rows 0-{len(rows) - 1} of the train split with the stand-in completions {list(STAND_INS)}"
     try:
-        output = func(prompts=prompts, completions=completions, completion_ids=[[] for _ in completions], **kwargs)
-        if inspect.isawaitable(output):
+        call = functools.partial(func, prompts=prompts, completions=completions,
+                                 completion_ids=stand_in_ids(texts, tokenizer), **kwargs)  # fmt: skip
+        if _is_async(func):  # TRL awaits these (on its event loop) and no other
             import asyncio
 
-            output = asyncio.run(output)
+            output = asyncio.run(call())
+        else:
+            output = call()
     except (Exception, SystemExit) as error:  # noqa: BLE001 - user code: anything it raises is named
         frames = traceback.extract_tb(error.__traceback__)
         at = f" ({frames[-1].filename}, line {frames[-1].lineno})" if len(frames) > 1 else ""
@@ -224,7 +358,24 @@ def reward_call_problem(path: str, func, rows: list[dict]) -> Problem | None:
         return Problem(f"reward function {name}", path, f"{what}{at} when called on {where}: `train` would stop at "
                        "its first call", f"fix {name}: it must return one reward per completion (None for one it "
                        "cannot score), for any completion the model may write")
+    if inspect.isawaitable(output):
+        if inspect.iscoroutine(output):
+            output.close()  # never awaited: no "coroutine was never awaited" warning
+        return Problem(f"reward function {name}", path, f"returned an awaitable ({type(output).__name__}) from a "
+                       "function not defined with `async def`: TRL awaits only `async def` functions (and callables "
+                       "whose `__call__` is one), and would read this as the rewards", f"define {name} with `async "
+                       "def`, or return the rewards themselves")
     return reward_output_problem(name, output, len(completions))
+
+
+PREFLIGHT_FLAGS = {"no_preflight": None}
+"""The preflight's flags of `check` and `train` ([`~cli.progress.take_flags`] reads them among `train`'s overrides)."""
+
+
+def preflight_unless_skipped(recipe, args) -> None:
+    """[`run_preflight`] for `check` and `train`, unless `args.no_preflight` (`--no-preflight`)."""
+    if not getattr(args, "no_preflight", False):
+        run_preflight(recipe)
 
 
 def run_preflight(recipe) -> None:
