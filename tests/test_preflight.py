@@ -283,5 +283,122 @@ def test_a_sync_function_returning_a_coroutine_is_refused_as_train_would(inputs)
     from grpo_curriculum.cli.preflight import preflight_problems
     from grpo_curriculum.config.recipe import load_recipe
 
-    (problem,) = preflight_problems(load_recipe("reward_one_short.yaml", {"reward_funcs": ["valid_rewards:awaitable"]}))
+    recipe = load_recipe("reward_one_short.yaml", {"reward_funcs": ["valid_rewards:awaitable"]})
+    (problem,) = preflight_problems(recipe)
     assert problem.key == "reward function awaitable" and "async def" in problem.rule
+
+
+# --- issue 53: bounded and talkative --------------------------------------------------------------------------------
+
+
+def command(tmp_path, *argv, env=None, timeout=120) -> tuple[int, str, float]:
+    """`grpo-curriculum ARGV` of this checkout in a child process, in the corpus' folder (its reward modules import
+    from there): its exit status, standard error and seconds (a hang fails at `timeout`)."""
+    import os
+    import subprocess
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "grpo_curriculum", *map(str, argv)], capture_output=True, text=True,
+                          cwd=INPUTS, env=env, timeout=timeout)
+    return done.returncode, done.stderr, time.perf_counter() - start
+
+
+def hanging_recipe(tmp_path, *rewards, dataset="builtin:echo") -> Path:
+    """A recipe of `rewards`; on the built-in dataset (no load: only the reward calls run under the limit)."""
+    recipe = tmp_path / "hangs.yaml"
+    recipe.write_text((INPUTS / "reward_one_short.yaml").read_text().replace("data/good", dataset).replace(
+        "- bad_rewards:one_short", "\n".join(f"- {reward}" for reward in rewards)))
+    return recipe
+
+
+def test_a_reward_that_never_returns_is_named_at_the_limit(tmp_path):
+    """A reward sleeping, or waiting for a judge service that never answers, kept `check` silent until killed."""
+    recipe = hanging_recipe(tmp_path, "hanging_rewards:sleeps", "hanging_rewards:waits_for_a_judge",
+                            "hanging_rewards:times_itself", "bad_rewards:one_short")
+    code, err, seconds = command(tmp_path, "check", recipe, env={"GRPO_CURRICULUM_PREFLIGHT_TIMEOUT": "1"})
+    assert code == 2 and "Traceback" not in err, err
+    assert "preflight: calling reward function hanging_rewards:sleeps (limit 1 s) ..." in err
+    for name in ("sleeps", "waits_for_a_judge"):
+        assert f"  - reward function {name} = 'hanging_rewards:{name}': did not return within 1 s" in err, err
+    assert all(fix in err for fix in ("--preflight-timeout SECONDS", "GRPO_CURRICULUM_PREFLIGHT_TIMEOUT",
+                                      "--no-preflight"))
+    assert "reward function one_short" in err and "times_itself" not in err.split("error:")[-1]  # the others checked
+    assert seconds < 100  # Python's start and imports (5-20 s on a busy machine) and 1 s a hanging reward
+
+
+def test_train_takes_the_limit_after_the_recipe_over_the_environments(tmp_path, inputs, monkeypatch):
+    """In this process: the limit interrupts the sleeping call in this (the main) thread."""
+    monkeypatch.setenv("GRPO_CURRICULUM_PREFLIGHT_TIMEOUT", "30")
+    out = tmp_path / "never"
+    code, err = run(["train", str(hanging_recipe(tmp_path, "hanging_rewards:sleeps")), "--output_dir", str(out),
+                     "--preflight-timeout=1.5"])
+    assert code == 2 and "did not return within 1.5 s" in err and "Traceback" not in err and not out.exists(), err
+
+
+def test_a_reward_deaf_to_the_interrupt_ends_the_process_with_its_message(tmp_path):
+    """C code that never returns to Python cannot be interrupted in its thread: the process ends (status 2) with
+    the problem, after the grace period."""
+    code, err, seconds = command(tmp_path, "check", hanging_recipe(tmp_path, "hanging_rewards:deaf"),
+                                 "--preflight-timeout", "1")
+    assert code == 2 and "reward function deaf = 'hanging_rewards:deaf': did not return within 1 s" in err, err
+    assert "did not give way to the interrupt" in err and "Traceback" not in err and seconds < 100
+
+
+def test_a_hub_that_never_answers_is_named_at_the_limit(tmp_path):
+    """A Hub that accepts the connection and never answers: 398 s of silence, then exit 2."""
+    import socket
+
+    with socket.socket() as hub:
+        hub.bind(("127.0.0.1", 0))
+        hub.listen(8)  # connections complete in the backlog; nothing is ever read or answered
+        env = {"HF_ENDPOINT": f"http://127.0.0.1:{hub.getsockname()[1]}", "HF_HUB_OFFLINE": "0",
+               "HF_DATASETS_OFFLINE": "0"}
+        code, err, seconds = command(tmp_path, "check", hanging_recipe(tmp_path, "bad_rewards:good",
+                                                                      dataset="grpo-curriculum-tests/silent"),
+                                     env={**env, "GRPO_CURRICULUM_PREFLIGHT_TIMEOUT": "2"})
+    assert code == 2 and "preflight: loading dataset grpo-curriculum-tests/silent (limit 2 s) ..." in err, err
+    assert "dataset_name = 'grpo-curriculum-tests/silent': did not load within 2 s" in err and seconds < 100, err
+
+
+def test_ctrl_c_during_the_preflight_is_one_line_and_exit_130(tmp_path):
+    import os
+    import select
+    import signal
+    import subprocess
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    child = subprocess.Popen([sys.executable, "-m", "grpo_curriculum", "check", str(hanging_recipe(
+        tmp_path, "hanging_rewards:sleeps"))], cwd=INPUTS, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        lines, deadline = [], time.monotonic() + 120  # the reward's call announced (today: silent, till killed)
+        while not any("calling reward function" in line for line in lines):
+            ready, _, _ = select.select([child.stderr], [], [], max(deadline - time.monotonic(), 0))
+            assert ready and child.poll() is None, lines
+            lines.append(child.stderr.readline())
+        time.sleep(0.5)
+        child.send_signal(signal.SIGINT)
+        code, rest = child.wait(timeout=30), child.stderr.read()
+    finally:
+        child.kill()
+    assert code == 130 and "Traceback" not in rest, rest
+    assert rest.strip().splitlines() == ["grpo-curriculum check: interrupted during the preflight (calling reward "
+                                         "function hanging_rewards:sleeps); nothing was written"]
+
+
+@pytest.mark.parametrize("words, message", [
+    (["check", "reward_one_short.yaml", "--preflight-timeout", "0"], "must be a positive number of seconds"),
+    (["train", "reward_one_short.yaml", "--preflight-timeout", "soon"], "--preflight-timeout = 'soon': must be a"),
+    (["train", "reward_one_short.yaml", "--preflight-timeout"], "--preflight-timeout: must be a positive number"),
+])
+def test_a_bad_limit_is_refused(words, message, inputs):
+    code, err = run(words)
+    assert code == 2 and message in err and "Traceback" not in err, err
+
+
+def test_a_bad_limit_in_the_environment_is_named(inputs, monkeypatch):
+    monkeypatch.setenv("GRPO_CURRICULUM_PREFLIGHT_TIMEOUT", "-1")
+    code, err = run(["check", "reward_one_short.yaml"])
+    assert code == 2 and "GRPO_CURRICULUM_PREFLIGHT_TIMEOUT = '-1': must be a positive number" in err, err

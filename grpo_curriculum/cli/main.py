@@ -90,11 +90,27 @@ def _flag(parser: argparse.ArgumentParser, name: str, *short: str, **kwargs) -> 
     parser.add_argument(*flags, dest=name, **kwargs)
 
 
+def _seconds(text: str) -> float:
+    """An argparse `type` reading `--preflight-timeout` (see [`~cli.preflight.parse_timeout`])."""
+    from .preflight import parse_timeout
+
+    try:
+        return parse_timeout(text)
+    except CurriculumError as error:
+        raise argparse.ArgumentTypeError(f"{error.problems[0].rule}, got {shorten(text)}") from None
+
+
 def _preflight_flags(parser: argparse.ArgumentParser, skipped: str) -> None:
-    """`check`'s and `train`'s `--no-preflight` (`train` reads it among the overrides too: [`~cli.preflight.
-    PREFLIGHT_FLAGS`])."""
+    """`check`'s and `train`'s `--no-preflight` and `--preflight-timeout` (`train` reads them among the overrides
+    too: [`~cli.preflight.PREFLIGHT_FLAGS`])."""
+    from .preflight import DEFAULT_TIMEOUT, TIMEOUT_ENV
+
     _flag(parser, "no_preflight", action="store_true", help="skip the preflight (the dataset, the reward functions, "
           f"generation_kwargs): {skipped}, e.g. for a recipe whose dataset this machine cannot reach")
+    _flag(parser, "preflight_timeout", type=_seconds, metavar="SECONDS", help="the longest the preflight waits for "
+          "the dataset's first rows, the model's tokenizer or one reward function's call; one that runs out is named "
+          f"with the fixes (exit 2) (default: ${TIMEOUT_ENV}, else {DEFAULT_TIMEOUT:g}). Ctrl-C during the preflight "
+          "exits with status 130")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -593,6 +609,9 @@ def main(argv: list[str] | None = None) -> int:
         return exit.code if isinstance(exit.code, int) else 2
     try:
         return COMMANDS[args.command](args)
+    except KeyboardInterrupt as stop:  # Ctrl-C before `train`'s training (which says where it stopped) or elsewhere
+        print(f"grpo-curriculum {args.command}: {stop or 'interrupted'}", file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT
     except BrokenPipeError:  # `grpo-curriculum check ... | head`: the reader left; exit as SIGPIPE would, quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
         return 128 + getattr(signal, "SIGPIPE", 13)

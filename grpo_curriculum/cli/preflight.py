@@ -25,6 +25,11 @@ recipe text alone cannot show, said as one verdict with every problem listed (ke
 
 Cheap: no model forward pass; a few rows of the dataset, a few calls of each reward function. Reward code runs here
 (and may print): it is the code `train` would run.
+
+Bounded and talkative ([`Limit`]): the dataset's load, the tokenizer's and each reward function's call run under a
+time limit (`--preflight-timeout SECONDS`, else `$GRPO_CURRICULUM_PREFLIGHT_TIMEOUT`, else [`DEFAULT_TIMEOUT`]), each
+announced by a line on standard error; one that runs out is a problem naming it, the limit and the fixes. Ctrl-C
+ends the command with status 130 and one line ([`PreflightInterrupted`]).
 """
 
 from __future__ import annotations
@@ -33,13 +38,15 @@ import functools
 import inspect
 import math
 import os
+import signal
 import sys
+import threading
 import traceback
 
 from ..config.recipe import BUILTIN, TINY_MODEL, import_reward, run_geometry, starting_num_generations
 from ..config.trainers import ASYNC
 from ..config.trl_fields import trl_fields
-from ..core.errors import CurriculumError, Problem, list_text, shorten
+from ..core.errors import MISSING, CurriculumError, Problem, list_text, shorten
 from ..core.reward_output import reward_output_problem
 
 ROWS = 2  # dataset rows the reward functions are called on
@@ -48,11 +55,126 @@ END_STAND_IN = 0  # the end-of-sequence id of the stand-in completion ids where 
 PROMPT_NAMES = ("question", "problem", "query", "instruction", "input", "text", "messages", "content")
 
 
-def preflight_problems(recipe) -> list[Problem]:
-    """Every problem the preflight finds in `recipe` (see the module docstring); `[]` when it is ready to train."""
+DEFAULT_TIMEOUT = 60.0  # seconds: the longest the dataset's load or one reward function's call may take
+TIMEOUT_ENV = "GRPO_CURRICULUM_PREFLIGHT_TIMEOUT"
+GRACE = 3.0  # seconds a call that ran out gets to give way to the interrupt before the process ends (exit 2)
+RAISE_LIMIT = (f"raise the limit (`--preflight-timeout SECONDS`, or {TIMEOUT_ENV}=SECONDS for any command), or skip "
+               "the preflight with `--no-preflight`")
+
+
+class _OutOfTime(BaseException):
+    """Raised in the main thread by [`Limit`] at the deadline: a `BaseException`, so user code's `except Exception`
+    does not swallow it."""
+
+
+class PreflightInterrupted(KeyboardInterrupt):
+    """Ctrl-C during the preflight: the command ends with status 130 and this one line (what the preflight was
+    doing), no traceback."""
+
+
+class Limit:
+    """
+    The preflight's time limit and progress lines.
+
+    Args:
+        seconds (`float`, *optional*, defaults to [`DEFAULT_TIMEOUT`]): The longest one part (the dataset's load, the
+            tokenizer's, one reward function's call) may take.
+        command (`str`, *optional*): The command, for its lines (`grpo-curriculum check: preflight: ...`).
+    """
+
+    def __init__(self, seconds: float = DEFAULT_TIMEOUT, command: str | None = None):
+        self.seconds, self.command, self.doing = seconds, command, None
+        self.prefix = f"grpo-curriculum {command}: " if command else "grpo-curriculum: "
+
+    def run(self, doing: str, call, out_of_time: Problem, context: str | None = None):
+        """
+        `call()`, in this thread (TRL calls a reward function in the main thread: one that times itself with
+        `signal.alarm` works only there), announced by a line `preflight: DOING (limit N s) ...` on standard error.
+
+        At the deadline a watchdog thread interrupts the main thread with SIGINT (a blocking `sleep`, socket read or
+        `wait` gives way: Python runs the handler, which raises [`_OutOfTime`] there); a call that does not give way
+        within [`GRACE`] seconds (C code that never returns to Python, a handler that swallows the interrupt) gets
+        `out_of_time` printed and the process ended with status 2, the thread not waited for.
+
+        Returns:
+            `tuple`: `(what call returned, None)`, or `(None, out_of_time)` when it ran out of time.
+        """
+        self.doing = doing
+        if os.environ.get("RANK", "0") == "0":
+            print(f"{self.prefix}preflight: {doing} (limit {self.seconds:g} s) ...", file=sys.stderr, flush=True)
+        if threading.current_thread() is not threading.main_thread():  # no signal handler here: no limit
+            return call(), None
+        done, fired, previous = threading.Event(), [], signal.getsignal(signal.SIGINT)
+
+        def interrupted(signum, frame):
+            if fired and not done.is_set():
+                raise _OutOfTime
+            if callable(previous):
+                return previous(signum, frame)
+            if previous != signal.SIG_IGN:
+                raise KeyboardInterrupt
+
+        def watch():
+            if done.wait(self.seconds):
+                return
+            fired.append(True)
+            if hasattr(signal, "pthread_kill"):
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            else:  # Windows: the handler runs at the next bytecode; a blocking call is not interrupted
+                import _thread
+
+                _thread.interrupt_main()
+            if not done.wait(GRACE):
+                error = CurriculumError([out_of_time], context)
+                print(f"{self.prefix}error: {error} (it did not give way to the interrupt: the process ends)",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                os._exit(2)
+
+        signal.signal(signal.SIGINT, interrupted)
+        threading.Thread(target=watch, name="grpo-curriculum preflight limit", daemon=True).start()
+        try:
+            try:
+                return call(), None
+            finally:
+                done.set()
+                signal.signal(signal.SIGINT, previous)
+        except _OutOfTime:  # (also when it came as the call returned, at the deadline)
+            done.set()
+            signal.signal(signal.SIGINT, previous)
+            return None, out_of_time
+
+
+def parse_timeout(text, key: str = "--preflight-timeout") -> float:
+    """`--preflight-timeout`'s value (or [`TIMEOUT_ENV`]'s, `key`): a positive finite number of seconds.
+
+    Raises:
+        [`CurriculumError`]: naming `key`, for anything else.
+    """
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise CurriculumError([Problem(key, MISSING if text is None else text, "must be a positive number of seconds: "
+                                       "the longest the preflight waits for the dataset's load or one reward "
+                                       "function's call", "e.g. `--preflight-timeout 300`; `--no-preflight` skips the "
+                                       "preflight")], "command line")  # fmt: skip
+    return value
+
+
+def preflight_problems(recipe, limit: Limit | None = None) -> list[Problem]:
+    """Every problem the preflight finds in `recipe` (see the module docstring); `[]` when it is ready to train.
+    `limit`: the time limit of each part, and its progress lines (default: [`Limit`]'s)."""
+    limit = limit or Limit()
     problems = generation_kwargs_problems(recipe)
-    rows, found, num_rows = dataset_rows(recipe)
-    problems += found
+    rows, found, num_rows = dataset_rows(recipe, limit)
+    tokenizer = None
+    if rows:
+        tokenizer, more = stand_in_tokenizer(recipe, limit)
+        found += more
+    if rows and _is_conversation(rows[0]["prompt"]):
+        found += _chat_template_problems(recipe, tokenizer)
+    problems, rows = problems + found, None if found else rows  # a dataset with problems: no rewards called on it
     if rows and recipe.trainer == "async_grpo" and not _is_conversation(rows[0]["prompt"]):
         problems.append(Problem(
             "dataset_prompt_column", recipe.dataset_prompt_column, f"holds text prompts in dataset "
@@ -69,10 +191,10 @@ def preflight_problems(recipe) -> list[Problem]:
         except CurriculumError as error:
             problems += error.problems
     if rows and rewards:
-        state, tokenizer = stand_in_state(recipe, num_rows), stand_in_tokenizer(recipe)
+        state = stand_in_state(recipe, num_rows)
         state.num_input_tokens_seen = stand_in_tokens(rows, tokenizer)
         for path, func in rewards:
-            problem = reward_call_problem(path, func, rows, state, tokenizer)
+            problem = reward_call_problem(path, func, rows, state, tokenizer, limit)
             problems += [problem] if problem else []
     return problems
 
@@ -98,10 +220,11 @@ def generation_kwargs_problems(recipe) -> list[Problem]:
     return []
 
 
-def dataset_rows(recipe) -> tuple[list[dict] | None, list[Problem], int | None]:
+def dataset_rows(recipe, limit: Limit | None = None) -> tuple[list[dict] | None, list[Problem], int | None]:
     """The first [`ROWS`] rows of the train split, the prompt column renamed `prompt` as `train` renames it (`None`
-    when the dataset cannot be read), the problems found in the dataset, and the number of rows of the train split
-    where it is known without reading it whole (a built-in dataset, a Hub dataset that records its split sizes)."""
+    when they cannot be read or hold no prompts), the problems found in the dataset, and the number of rows of the
+    split where it is known without reading it whole (a built-in dataset, a Hub dataset that records its split
+    sizes)."""
     if recipe.dataset_name.startswith(BUILTIN):
         from ..config.environment import BUILTIN_PROMPTS
         from ..demo.tasks import TASKS
@@ -109,7 +232,17 @@ def dataset_rows(recipe) -> tuple[list[dict] | None, list[Problem], int | None]:
         make_dataset, _ = TASKS[recipe.dataset_name.removeprefix(BUILTIN)]
         rows = [dict(row) for row in make_dataset(ROWS, seed=0)]  # the package's own: nothing to check
         return rows, [], recipe.dataset_num_prompts or BUILTIN_PROMPTS
-    splits, problem = _load(recipe)
+    import datasets  # noqa: F401 - imported before the clock starts: the limit is the load's
+
+    limit = limit or Limit()
+    out_of_time = Problem("dataset_name", recipe.dataset_name, f"did not load within {limit.seconds:g} s (the "
+                          "preflight's limit for its first rows; a Hub that accepts and never answers, a slow network "
+                          "or file system)", f"use a local copy, or HF_HUB_OFFLINE=1 to read the cache; or "
+                          f"{RAISE_LIMIT}")
+    loaded, problem = limit.run(f"loading dataset {recipe.dataset_name}", lambda: _first_rows(recipe), out_of_time,
+                                f"recipe {recipe.path}: preflight")  # fmt: skip
+    if problem is None:
+        splits, rows, problem = loaded
     if problem is not None:
         return None, [problem], None
     name, split, column = recipe.dataset_name, recipe.dataset_train_split, recipe.dataset_prompt_column
@@ -124,7 +257,6 @@ def dataset_rows(recipe) -> tuple[list[dict] | None, list[Problem], int | None]:
     if split not in splits:
         return None, problems, None
     dataset = splits[split]
-    rows = [dict(row) for row in (dataset.take(ROWS) if hasattr(dataset, "take") else dataset.select(range(ROWS)))]
     if not rows:
         return None, problems + [Problem("dataset_name", name, f"has no rows in its split {split!r}",
                                          "give a dataset with prompts in it (is the file empty?)")], None
@@ -144,11 +276,9 @@ def dataset_rows(recipe) -> tuple[list[dict] | None, list[Problem], int | None]:
                 "dataset_prompt_column", column, f"holds a {type(prompt).__name__} in row {i} of split {split} "
                 f"({shorten(prompt)}): a prompt is a string, or a conversation (a list of {{role, content}} messages)",
                 "give prompts as text or messages, or name another column with `dataset_prompt_column`")], None
-    if _is_conversation(rows[0][column]):
-        problems += _chat_template_problems(recipe)
     if column != "prompt":
         rows = [{**{k: v for k, v in row.items() if k != column}, "prompt": row[column]} for row in rows]
-    return (rows if not problems else None), problems, _split_size(dataset, split)
+    return rows, problems, _split_size(dataset, split)
 
 
 def _split_size(dataset, split: str) -> int | None:
@@ -159,6 +289,18 @@ def _split_size(dataset, split: str) -> int | None:
     except (AttributeError, KeyError, TypeError):
         return None
     return size if isinstance(size, int) and size > 0 else None
+
+
+def _first_rows(recipe):
+    """`(splits, the first [`ROWS`] rows of the train split, None)`, or `(None, None, the problem)`."""
+    splits, problem = _load(recipe)
+    if problem is not None:
+        return None, None, problem
+    dataset = splits.get(recipe.dataset_train_split)
+    if dataset is None:
+        return splits, None, None
+    rows = [dict(row) for row in (dataset.take(ROWS) if hasattr(dataset, "take") else dataset.select(range(ROWS)))]
+    return splits, rows, None
 
 
 def _load(recipe):
@@ -202,12 +344,12 @@ def _is_conversation(prompt) -> bool:
             and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt))
 
 
-def _chat_template_problems(recipe) -> list[Problem]:
-    """Conversational prompts need a chat template: the tokenizer's, loaded without the model where it can be."""
+def _chat_template_problems(recipe, tokenizer) -> list[Problem]:
+    """Conversational prompts need a chat template: the tokenizer's ([`stand_in_tokenizer`], loaded without the
+    model where it can be; `None` where it cannot)."""
     model = recipe.model_name_or_path
     if model.startswith(BUILTIN) and model != TINY_MODEL:
         return []  # the pretrained built-in models are chat models with templates
-    tokenizer = stand_in_tokenizer(recipe)
     if tokenizer is None and model != TINY_MODEL:
         return []  # not reachable now: the model's own load says why, after this preflight
     if tokenizer is not None and tokenizer.chat_template:
@@ -233,13 +375,32 @@ def _tokenizer(model: str, offline: bool):
     return AutoTokenizer.from_pretrained(model, local_files_only=offline)
 
 
-def stand_in_tokenizer(recipe):
-    """The tokenizer of the recipe's model where it loads without the model (the built-in tiny model's; a local
-    folder's, a cached or reachable Hub model's, a built-in pretrained model already fetched), else `None`."""
-    try:
-        return _tokenizer(recipe.model_name_or_path, _offline())
-    except Exception:  # noqa: BLE001 - not reachable now: the model's own load says why, after this preflight
-        return None
+def stand_in_tokenizer(recipe, limit: Limit | None = None):
+    """
+    The tokenizer of the recipe's model where it loads without the model (the built-in tiny model's; a local
+    folder's, a cached or reachable Hub model's, a built-in pretrained model already fetched), else `None`; loaded
+    under `limit`.
+
+    Returns:
+        `tuple`: The tokenizer or `None`, and `[the problem]` when its load ran out of time (else `[]`).
+    """
+    model, limit = recipe.model_name_or_path, limit or Limit()
+
+    def load():
+        try:
+            return _tokenizer(model, _offline())
+        except Exception:  # noqa: BLE001 - not reachable now: the model's own load says why, after this preflight
+            return None
+
+    if model.startswith(BUILTIN):  # the package's own, or a converted folder: local, no Hub
+        return load(), []
+    import transformers  # noqa: F401 - imported before the clock starts: the limit is the load's
+    out_of_time = Problem("model_name_or_path", model, f"its tokenizer did not load within {limit.seconds:g} s (the "
+                          "preflight's limit; a Hub that accepts and never answers, a slow network)",
+                          f"give a local folder, or HF_HUB_OFFLINE=1 to read the cache; or {RAISE_LIMIT}")
+    tokenizer, problem = limit.run(f"loading the tokenizer of {model}", load, out_of_time,
+                                   f"recipe {recipe.path}: preflight")  # fmt: skip
+    return tokenizer, [problem] if problem else []
 
 
 def stand_in_ids(texts: list[str], tokenizer=None) -> list[list[int]]:
@@ -325,9 +486,11 @@ def _is_async(func) -> bool:
     return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
 
 
-def reward_call_problem(path: str, func, rows: list[dict], state=None, tokenizer=None) -> Problem | None:
+def reward_call_problem(path: str, func, rows: list[dict], state=None, tokenizer=None,
+                        limit: Limit | None = None) -> Problem | None:
     """Call `func` once as TRL calls it, on `rows` with each of [`STAND_INS`], and check what it returns. `state`: the
-    `trainer_state` (default: [`stand_in_state`] of a recipe-less run); `tokenizer`: for the `completion_ids`."""
+    `trainer_state` (default: a `TrainerState` at step 0); `tokenizer`: for the `completion_ids`; `limit`: the time
+    the call may take ([`Limit`])."""
     conversational = _is_conversation(rows[0]["prompt"])
     prompts = [row["prompt"] for row in rows for _ in STAND_INS]
     texts = [text for _ in rows for text in STAND_INS]
@@ -339,7 +502,7 @@ def reward_call_problem(path: str, func, rows: list[dict], state=None, tokenizer
 
         state = TrainerState(stateful_callbacks=[TrainerControl()])
     kwargs.update(trainer_state=state, log_extra=lambda *args, **kw: None, log_metric=lambda *args, **kw: None)
-    name = getattr(func, "__name__", path)
+    name, limit = getattr(func, "__name__", path), limit or Limit()
     where = f"rows 0-{len(rows) - 1} of the train split with the stand-in completions {list(STAND_INS)}"
     try:
         call = functools.partial(func, prompts=prompts, completions=completions,
@@ -347,9 +510,14 @@ def reward_call_problem(path: str, func, rows: list[dict], state=None, tokenizer
         if _is_async(func):  # TRL awaits these (on its event loop) and no other
             import asyncio
 
-            output = asyncio.run(call())
-        else:
-            output = call()
+            call = functools.partial(asyncio.run, call())
+        out_of_time = Problem(f"reward function {name}", path, f"did not return within {limit.seconds:g} s (the "
+                              f"preflight's limit) when called on {where}: `train` would wait as long at its first "
+                              "step (a service that never answers, a loop)", f"make {name} return in time (a timeout "
+                              f"on what it waits for); if it is only slow, {RAISE_LIMIT}")  # fmt: skip
+        output, problem = limit.run(f"calling reward function {path}", call, out_of_time)
+        if problem is not None:
+            return problem
     except (Exception, SystemExit) as error:  # noqa: BLE001 - user code: anything it raises is named
         frames = traceback.extract_tb(error.__traceback__)
         at = f" ({frames[-1].filename}, line {frames[-1].lineno})" if len(frames) > 1 else ""
@@ -368,19 +536,33 @@ def reward_call_problem(path: str, func, rows: list[dict], state=None, tokenizer
     return reward_output_problem(name, output, len(completions))
 
 
-PREFLIGHT_FLAGS = {"no_preflight": None}
+PREFLIGHT_FLAGS = {"no_preflight": None, "preflight_timeout": parse_timeout}
 """The preflight's flags of `check` and `train` ([`~cli.progress.take_flags`] reads them among `train`'s overrides)."""
 
 
 def preflight_unless_skipped(recipe, args) -> None:
-    """[`run_preflight`] for `check` and `train`, unless `args.no_preflight` (`--no-preflight`)."""
+    """[`run_preflight`] for `check` and `train` (`args.command`), with `args.preflight_timeout`, unless
+    `args.no_preflight` (`--no-preflight`)."""
     if not getattr(args, "no_preflight", False):
-        run_preflight(recipe)
+        run_preflight(recipe, getattr(args, "preflight_timeout", None), getattr(args, "command", None))
 
 
-def run_preflight(recipe) -> None:
-    """Raise one [`CurriculumError`] listing every problem [`preflight_problems`] finds."""
-    problems = preflight_problems(recipe)
+def run_preflight(recipe, timeout: float | None = None, command: str | None = None) -> None:
+    """
+    Raise one [`CurriculumError`] listing every problem [`preflight_problems`] finds, each part under `timeout`
+    seconds (else [`TIMEOUT_ENV`]'s, else [`DEFAULT_TIMEOUT`]); `command` names the lines it prints.
+
+    Raises:
+        [`PreflightInterrupted`]: on Ctrl-C, saying what the preflight was doing.
+    """
+    if timeout is None:
+        text = os.environ.get(TIMEOUT_ENV)
+        timeout = DEFAULT_TIMEOUT if text is None or not text.strip() else parse_timeout(text, TIMEOUT_ENV)
+    limit = Limit(timeout, command)
+    try:
+        problems = preflight_problems(recipe, limit)
+    except KeyboardInterrupt:
+        doing = f" ({limit.doing})" if limit.doing else ""
+        raise PreflightInterrupted(f"interrupted during the preflight{doing}; nothing was written") from None
     if problems:
         raise CurriculumError(problems, context=f"recipe {recipe.path}: preflight")
-
