@@ -195,7 +195,8 @@ def test_the_session_caches_are_empty_and_its_own():
     root = Path(HERMETIC_ROOT)
     for key in ("XDG_CACHE_HOME", "HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "WANDB_DIR", "TRITON_CACHE_DIR"):
         assert root in Path(os.environ[key]).parents, key
-    assert root in cache_dir().parents and fetched_path("smollm2") is None and "GRPO_CURRICULUM_CACHE" not in os.environ
+    assert root in cache_dir().parents and fetched_path("smollm2") is None
+    assert "GRPO_CURRICULUM_CACHE" not in os.environ
     import datasets.config
     import huggingface_hub.constants
 

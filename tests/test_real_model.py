@@ -23,7 +23,8 @@ PROMPTS = ["What is 12 + 7? Answer with just the number.", "What is 6 * 8?", "Na
 
 @pytest.fixture(scope="session")
 def smollm2_dir():
-    """The converted model in the machine's own cache (tests/conftest.py: fetched once per machine, not per session)."""
+    """The converted model in the machine's own cache (tests/conftest.py: fetched once per machine, not per
+    session)."""
     from grpo_curriculum.demo.models import fetch_model
 
     from .conftest import real_caches
