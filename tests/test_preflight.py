@@ -243,6 +243,7 @@ def valid_rewards(monkeypatch):
     valid_rewards.STATES.clear()
     yield valid_rewards
     sys.modules.pop("valid_rewards", None)
+    sys.modules.pop("late_rewards", None)
 
 
 def test_valid_trl_reward_functions_pass_check_and_train_and_train(valid_rewards, tmp_path):
@@ -427,3 +428,20 @@ def test_a_bad_limit_in_the_environment_is_named(inputs, monkeypatch):
     monkeypatch.setenv("GRPO_CURRICULUM_PREFLIGHT_TIMEOUT", "-1")
     code, err = run(["check", "reward_one_short.yaml"])
     assert code == 2 and "GRPO_CURRICULUM_PREFLIGHT_TIMEOUT = '-1': must be a positive number" in err, err
+
+
+# --- issue 53: the training-time checks hold for every kind of reward function -------------------------------------
+
+
+@pytest.mark.parametrize("rewards, key, rule", [
+    (["late_rewards:short_later"], "reward function short_later", "returned 7 rewards for 8 completions at step 1"),
+    (["late_rewards:unscored_later"], "reward_funcs", "scored none of the 8 completions of step 1: the reward "
+                                                      "function returned None (or NaN) for every one"),
+    (["late_rewards:unscored_later_async"], "reward function unscored_later_async",
+     "returned NaN for all 8 completions at step 1"),
+], ids=["async_short", "all_none", "async_all_nan"])
+def test_a_reward_that_breaks_later_stops_train_at_that_step(rewards, key, rule, valid_rewards, tmp_path):
+    """An async function returning the wrong length was not wrapped by the checks (TRL's ValueError, a traceback);
+    None for every completion, and an async function's NaN for every one, trained to the end with reward nan."""
+    code, err = run(["train", str(valid_recipe(tmp_path, rewards, max_steps=3))])
+    assert code == 2 and f"  - {key} = " in err and rule in err and "Traceback" not in err, err
