@@ -345,10 +345,11 @@ def refuse_unscored_rounds(trainer, rewards_per_func) -> None:
     if rewards_per_func.numel() == 0 or not torch.isnan(rewards_per_func).all():
         return
     names = list(trainer.reward_func_names)
+    who = "every reward function" if len(names) > 1 else "the reward function"
     raise CurriculumError([Problem(
         "reward_funcs", names, f"scored none of the {len(rewards_per_func)} completions of step "
-        f"{trainer.state.global_step}: {'every reward function' if len(names) > 1 else 'the reward function'} returned "
-        "None (or NaN) for every one, so the step has no reward to train on (TRL would log reward nan and go on)",
+        f"{trainer.state.global_step}: {who} returned None (or NaN) for every one, so the step has no reward to "
+        "train on (TRL would log reward nan and go on)",
         "make the reward functions score the completions the model writes (None is for a completion a function cannot "
         "score); check the dataset columns they read")], context="training")  # fmt: skip
 
