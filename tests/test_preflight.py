@@ -277,6 +277,21 @@ def test_train_takes_no_preflight_like_check(valid_rewards, tmp_path, monkeypatc
     assert [state["global_step"] for state in valid_rewards.STATES] == [0, 0]  # TRL's calls only
 
 
+def test_the_resume_command_keeps_the_preflight_flags(tmp_path, monkeypatch):
+    """`--no-preflight` and `--preflight-timeout` are taken out of `train`'s overrides: the command that resumes an
+    interrupted run gives them again (a run that needed `--no-preflight` would be refused without it)."""
+    from argparse import Namespace
+
+    from grpo_curriculum.cli.train import resume_hint
+    from grpo_curriculum.training import checkpoint
+
+    monkeypatch.setattr(checkpoint, "newest_complete_checkpoint", lambda folder: f"{folder}/checkpoint-2")
+    args = Namespace(recipe="r.yaml", overrides=["--max_steps", "9"], no_preflight=True, preflight_timeout=90.0)
+    assert resume_hint(str(tmp_path), args).endswith(f"grpo-curriculum train r.yaml --max_steps 9 --no-preflight "
+                                                     f"--preflight-timeout 90 --output_dir {tmp_path} "
+                                                     "--resume_from_checkpoint true")
+
+
 def test_the_stand_in_state_has_the_steps_and_epochs_transformers_derives():
     """Measured against TRL 1.16's trainer on a 50-row dataset (the `trainer_state` of its first reward call)."""
     from grpo_curriculum.cli.preflight import state_at_start

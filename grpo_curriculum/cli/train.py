@@ -190,7 +190,9 @@ def resume_hint(output_dir: str, args) -> str:
                 rest.pop(0)
             continue
         overrides.append(token)
-    command = shlex.join(["grpo-curriculum", "train", args.recipe, *overrides, "--output_dir", output_dir,
+    own = ["--no-preflight"] if getattr(args, "no_preflight", False) else []  # taken out of the overrides
+    own += ["--preflight-timeout", f"{args.preflight_timeout:g}"] if getattr(args, "preflight_timeout", None) else []
+    command = shlex.join(["grpo-curriculum", "train", args.recipe, *overrides, *own, "--output_dir", output_dir,
                           "--resume_from_checkpoint", "true"])
     return f"; the last complete checkpoint is {found}. Resume from it with:\n  {command}"
 
