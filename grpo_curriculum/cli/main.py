@@ -90,6 +90,29 @@ def _flag(parser: argparse.ArgumentParser, name: str, *short: str, **kwargs) -> 
     parser.add_argument(*flags, dest=name, **kwargs)
 
 
+def _seconds(text: str) -> float:
+    """An argparse `type` reading `--preflight-timeout` (see [`~cli.preflight.parse_timeout`])."""
+    from .preflight import parse_timeout
+
+    try:
+        return parse_timeout(text)
+    except CurriculumError as error:
+        raise argparse.ArgumentTypeError(f"{error.problems[0].rule}, got {shorten(text)}") from None
+
+
+def _preflight_flags(parser: argparse.ArgumentParser, skipped: str) -> None:
+    """`check`'s and `train`'s `--no-preflight` and `--preflight-timeout` (`train` reads them among the overrides
+    too: [`~cli.preflight.PREFLIGHT_FLAGS`])."""
+    from .preflight import DEFAULT_TIMEOUT, TIMEOUT_ENV
+
+    _flag(parser, "no_preflight", action="store_true", help="skip the preflight (the dataset, the reward functions, "
+          f"generation_kwargs): {skipped}, e.g. for a recipe whose dataset this machine cannot reach")
+    _flag(parser, "preflight_timeout", type=_seconds, metavar="SECONDS", help="the longest the preflight waits for "
+          "the dataset's first rows, the model's tokenizer or one reward function's call; one that runs out is named "
+          f"with the fixes (exit 2) (default: ${TIMEOUT_ENV}, else {DEFAULT_TIMEOUT:g}). Ctrl-C during the preflight "
+          "exits with status 130")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `grpo-curriculum` argument parser, with its `check`, `train`, `demo` and `plot` subcommands."""
     parser = argparse.ArgumentParser(
@@ -112,9 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         _flag(check, name, type=_integer(COUNT), metavar="N", help=help)
     _flag(check, "num_generations", type=_integer(NUM_GENERATIONS), metavar="G",
           help="check this G instead of the recipe's stages (TRL's default: 8)")
-    _flag(check, "no_preflight", action="store_true", help="skip the preflight (the dataset, the reward functions, "
-          "generation_kwargs): check the recipe text and geometry only, e.g. for a recipe whose dataset this machine "
-          "cannot reach")
+    _preflight_flags(check, "check the recipe text and geometry only")
 
     train = commands.add_parser(
         "train", help="train a recipe", description="Train a recipe (with CurriculumGRPOTrainer, or "
@@ -136,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
           "report_to trackers). May follow the recipe, among the overrides")
     _flag(train, "verbose", action="store_true", help="TRL's own output instead of the progress line: its "
           "progress bar and every log dict (may follow the recipe)")
+    _preflight_flags(train, "train without it, as `trl grpo` would (may follow the recipe)")
 
     demo = commands.add_parser("demo", help="train the built-in demo on CPU and plot it")
     _flag(demo, "recipe", type=_path, metavar="RECIPE", help=recipe_help + " (default: demo)")
@@ -500,10 +522,9 @@ def _checks_as_train(recipe, args: argparse.Namespace) -> None:
 
     raise_if_any(folder_problems(recipe.training.get("output_dir") or "trainer_output", "output_dir"),
                  f"recipe {recipe.path}")  # fmt: skip
-    if not getattr(args, "no_preflight", False):
-        from .preflight import run_preflight
+    from .preflight import preflight_unless_skipped
 
-        run_preflight(recipe)
+    preflight_unless_skipped(recipe, args)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -588,6 +609,9 @@ def main(argv: list[str] | None = None) -> int:
         return exit.code if isinstance(exit.code, int) else 2
     try:
         return COMMANDS[args.command](args)
+    except KeyboardInterrupt as stop:  # Ctrl-C before `train`'s training (which says where it stopped) or elsewhere
+        print(f"grpo-curriculum {args.command}: {stop or 'interrupted'}", file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT
     except BrokenPipeError:  # `grpo-curriculum check ... | head`: the reader left; exit as SIGPIPE would, quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
         return 128 + getattr(signal, "SIGPIPE", 13)

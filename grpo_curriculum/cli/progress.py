@@ -36,28 +36,46 @@ def split_output_flags(overrides: list[str], log_every: int | None = None, verbo
     Raises:
         [`CurriculumError`]: for `--log-every` without a positive integer, or with `--verbose`.
     """
-    rest, i = [], 0
-    while i < len(overrides):
-        word = overrides[i]
-        name, _, inline = word.partition("=")
-        if name == "--verbose" and not inline:
-            verbose = True
-        elif name in ("--log-every", "--log_every"):
-            if inline:
-                text = inline
-            elif i + 1 < len(overrides):
-                text, i = overrides[i + 1], i + 1
-            else:
-                text = None
-            log_every = _positive(text)
-        else:
-            rest.append(word)
-        i += 1
+    rest, found = take_flags(overrides, {"log_every": _positive, "verbose": None})
+    log_every, verbose = found.get("log_every", log_every), found.get("verbose", verbose)
     if log_every is not None and verbose:
         raise CurriculumError([Problem("--log-every", log_every, "cannot be combined with --verbose (which prints "
                                        "TRL's own output: every log line, at the recipe's logging_steps)",
                                        "give one of them")], "train")  # fmt: skip
     return rest, log_every, verbose
+
+
+def take_flags(overrides: list[str], flags: dict) -> tuple[list[str], dict]:
+    """
+    Take a command's own flags out of its `--key value` overrides (where they land when given after the recipe).
+
+    Args:
+        overrides (`list[str]`): The words after the recipe.
+        flags (`dict`): Each flag's name (`log_every`: `--log-every N`, `--log_every N` or `--log-every=N`) and the
+            function reading its value's text (`None` when the value is missing), or `None` for a switch (`--verbose`).
+
+    Returns:
+        `tuple[list[str], dict]`: The other overrides, in order, and `{name: value}` of the flags given.
+    """
+    rest, found, i = [], {}, 0
+    while i < len(overrides):
+        word = overrides[i]
+        name, equals, inline = word.partition("=")
+        flag = name[2:].replace("-", "_") if name.startswith("--") else None
+        if flag in flags and flags[flag] is None and not equals:
+            found[flag] = True
+        elif flag in flags and flags[flag] is not None:
+            if equals:
+                text = inline
+            elif i + 1 < len(overrides):
+                text, i = overrides[i + 1], i + 1
+            else:
+                text = None
+            found[flag] = flags[flag](text)
+        else:
+            rest.append(word)
+        i += 1
+    return rest, found
 
 
 def _positive(text) -> int:

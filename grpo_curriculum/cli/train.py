@@ -13,7 +13,7 @@ from ..core.errors import Problem, raise_if_any
 from .build import build_trainer
 from .folders import folder_problems, hold_folder, main_process, output_dir_problems, resumes_in, writable_problems
 from .launch import set_threads, torch_threads, unused_override_problems, validate_for_launch, vllm_server_problems
-from .preflight import run_preflight
+from .preflight import PREFLIGHT_FLAGS, preflight_unless_skipped
 from .progress import curriculum_output, progress_callback
 from .summary import print_end, print_start
 
@@ -34,10 +34,12 @@ def train_main(args) -> int:
     `trainer: rloo`, `CurriculumRLOOTrainer`; for `trainer: async_grpo`, `CurriculumAsyncGRPOTrainer`, once its vLLM
     server answers)."""
     from ..training.checkpoint import CheckpointWriteError
-    from .progress import announce, split_output_flags
+    from .progress import announce, split_output_flags, take_flags
 
     args.overrides, args.log_every, args.verbose = split_output_flags(
         args.overrides, getattr(args, "log_every", None), getattr(args, "verbose", False))
+    args.overrides, own = take_flags(args.overrides, PREFLIGHT_FLAGS)  # `--no-preflight` after the recipe
+    vars(args).update(own)
     from ..core.loading import find_recipe, read_yaml
 
     data, _ = read_yaml(find_recipe(args.recipe))  # a missing or unreadable recipe is said at once, before the imports
@@ -49,7 +51,7 @@ def train_main(args) -> int:
     recipe = load_recipe(args.recipe, given)
     raise_if_any(unused_override_problems(recipe, given), context=f"recipe {recipe.path}")
     validate_for_launch(recipe)
-    run_preflight(recipe)  # the dataset, the reward functions: before any folder or model
+    preflight_unless_skipped(recipe, args)  # the dataset, the reward functions: before any folder or model
     raise_if_any(vllm_server_problems(recipe), context=f"recipe {recipe.path}")  # (`trainer: async_grpo`)
     resume = recipe.training.get("resume_from_checkpoint")
     output_dir = recipe.training.get("output_dir") or "trainer_output"  # TRL's default
@@ -188,7 +190,9 @@ def resume_hint(output_dir: str, args) -> str:
                 rest.pop(0)
             continue
         overrides.append(token)
-    command = shlex.join(["grpo-curriculum", "train", args.recipe, *overrides, "--output_dir", output_dir,
+    own = ["--no-preflight"] if getattr(args, "no_preflight", False) else []  # taken out of the overrides
+    own += ["--preflight-timeout", f"{args.preflight_timeout:g}"] if getattr(args, "preflight_timeout", None) else []
+    command = shlex.join(["grpo-curriculum", "train", args.recipe, *overrides, *own, "--output_dir", output_dir,
                           "--resume_from_checkpoint", "true"])
     return f"; the last complete checkpoint is {found}. Resume from it with:\n  {command}"
 

@@ -281,17 +281,33 @@ def new_prompt_stream(trainer) -> PromptStream:
 
 def check_reward_calls(trainer) -> None:
     """
-    Check every call of the trainer's reward functions (plain callables, not reward models nor async functions, which
-    TRL scores itself): a function that raises (`SystemExit` included: a `sys.exit()` in reward code would end `train`
-    with no word), returns the wrong length or type, an infinite value or NaN for every completion stops the run at
-    that call with one error naming the function, the step, the completion and the rule
+    Check every call of the trainer's reward functions (plain and `async def` callables, not reward models): a
+    function that raises (`SystemExit` included: a `sys.exit()` in reward code would end `train` with no word),
+    returns the wrong length or type, an infinite value or NaN for every completion stops the run at that call with one
+    error naming the function, the step, the completion and the rule
     ([`~core.reward_output.reward_output_problem`]), instead of a traceback inside TRL or a run trained on `nan`.
-    TRL calls `trainer.reward_funcs[i](prompts=..., completions=..., ...)`: each is replaced by a wrapper that keeps
-    its name (`reward_func_names` were read at `__init__`).
+    TRL calls `trainer.reward_funcs[i](prompts=..., completions=..., ...)` (and awaits it when it is async): each is
+    replaced by a wrapper of the same kind that keeps its name (`reward_func_names` were read at `__init__`).
     """
     import inspect
 
     from ..core.reward_output import reward_output_problem
+
+    def failed(error, name, step, kwargs) -> CurriculumError:
+        where = _user_frame(error)
+        what = (f"called sys.exit({error.code!r})" if isinstance(error, SystemExit) else
+                f"raised {type(error).__name__}: {error}")
+        return CurriculumError([Problem(f"reward function {name}", f"{len(kwargs.get('completions') or [])} "
+                                "completions", f"{what}{where}, scoring the completions of step {step}: a reward "
+                                "function must return one reward per completion, not raise or exit",
+                                f"fix {name} (return None for a completion it cannot score)")], context="training")
+
+    def verified(output, name, step, kwargs):
+        problem = reward_output_problem(name, output, len(kwargs.get("completions") or []), step=step,
+                                        infinite=False)  # refused once gathered
+        if problem is not None:
+            raise CurriculumError([problem], context="training")
+        return output
 
     def checked(func, name):
         @functools.wraps(func)
@@ -300,27 +316,42 @@ def check_reward_calls(trainer) -> None:
             try:
                 output = func(*args, **kwargs)
             except (Exception, SystemExit) as error:
-                where = _user_frame(error)
-                what = (f"called sys.exit({error.code!r})" if isinstance(error, SystemExit) else
-                        f"raised {type(error).__name__}: {error}")
-                raise CurriculumError([Problem(f"reward function {name}", f"{len(kwargs.get('completions') or [])} "
-                                       "completions", f"{what}{where}, scoring the completions of step {step}: a "
-                                       "reward function must return one reward per completion, not raise or exit",
-                                       f"fix {name} (return None for a completion it cannot score)")],
-                                      context="training") from error
-            problem = reward_output_problem(name, output, len(kwargs.get("completions") or []), step=step,
-                                            infinite=False)  # refused once gathered
-            if problem is not None:
-                raise CurriculumError([problem], context="training")
-            return output
+                raise failed(error, name, step, kwargs) from error
+            return verified(output, name, step, kwargs)
 
-        return call
+        @functools.wraps(func)
+        async def call_async(*args, **kwargs):  # TRL awaits it (`is_async_callable`), on its event loop's thread
+            step = trainer.state.global_step
+            try:
+                output = await func(*args, **kwargs)
+            except (Exception, SystemExit) as error:
+                raise failed(error, name, step, kwargs) from error
+            return verified(output, name, step, kwargs)
 
-    trainer.reward_funcs = [
-        func if isinstance(func, torch.nn.Module) or not callable(func) or inspect.iscoroutinefunction(func)
-        or inspect.iscoroutinefunction(getattr(func, "__call__", None))
-        else checked(func, name) for func, name in zip(trainer.reward_funcs, trainer.reward_func_names)
-    ]
+        awaited = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
+        return call_async if awaited else call
+
+    trainer.reward_funcs = [func if isinstance(func, torch.nn.Module) or not callable(func) else checked(func, name)
+                            for func, name in zip(trainer.reward_funcs, trainer.reward_func_names)]
+
+
+def refuse_unscored_rounds(trainer, rewards_per_func) -> None:
+    """
+    Stop where no completion of a scoring call got a reward: every reward function returned `None` (or NaN) for every
+    completion (TRL only warns per row; the run trained to the end on nothing, logging reward nan). A function's NaN
+    for every completion is refused at its call ([`check_reward_calls`]); `None` for every completion is one function's
+    right where another scores them. `rewards_per_func` is gathered: every process stops alike.
+    """
+    if rewards_per_func.numel() == 0 or not torch.isnan(rewards_per_func).all():
+        return
+    names = list(trainer.reward_func_names)
+    who = "every reward function" if len(names) > 1 else "the reward function"
+    raise CurriculumError([Problem(
+        "reward_funcs", names, f"scored none of the {len(rewards_per_func)} completions of step "
+        f"{trainer.state.global_step}: {who} returned None (or NaN) for every one, so the step has no reward to "
+        "train on (TRL would log reward nan and go on)",
+        "make the reward functions score the completions the model writes (None is for a completion a function cannot "
+        "score); check the dataset columns they read")], context="training")  # fmt: skip
 
 
 def _user_frame(error: BaseException) -> str:

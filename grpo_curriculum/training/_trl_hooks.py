@@ -6,7 +6,8 @@ are implemented by `CurriculumGRPOTrainer` and `CurriculumRLOOTrainer` (their sh
 
 from __future__ import annotations
 
-from ._trl import GRPO_MODULE, RLOO_MODULE, is_training, refuse_infinite_rewards, round_rewards, set_num_generations
+from ._trl import (GRPO_MODULE, RLOO_MODULE, is_training, refuse_infinite_rewards, refuse_unscored_rounds,
+                   round_rewards, set_num_generations)
 from ._trl_checkpoint import (checkpoint_dir, curriculum_state_before_trainer_state, load_trainer_state_first,
                               record_checkpoint)
 from ._trl_merge import IncrementRecords, apply_comparison, finish_round
@@ -96,6 +97,7 @@ class GRPOHooks:
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self._curriculum_active():
             refuse_infinite_rewards(self, rewards_per_func)
+            refuse_unscored_rounds(self, rewards_per_func)
         records = getattr(self, "_increment_records", None)
         if records is not None and is_training(self):
             records.scored = (rewards_per_func, completion_ids_list)

@@ -440,7 +440,7 @@ def sweep_main(args) -> int:
         validate_arms(recipe.path, recipe.raw, arms, named=bool(getattr(args, "arms", None)))
     from ..preflight import run_preflight
 
-    run_preflight(recipe)  # the dataset and the reward functions, as `train` checks them: before any folder
+    run_preflight(recipe, command="sweep")  # the dataset and reward functions, as `train` checks them: before folders
     held_out = resolve_held_out(recipe, args.held_out)  # before anything is written
     if args.plan_memory:
         from ..progress import announce
