@@ -331,6 +331,11 @@ MUTATIONS = [
              "        pass",
              ("tests/test_resume.py", "-k", "named_by_its_manifest"),
              "a checkpoint is saved without its manifest (same-size damage resumes silently)"),
+    Mutation("unknown_generation_kwargs_kept", "grpo_curriculum/cli/preflight.py",
+             "        elif key not in known:",
+             "        elif False:",
+             ("tests/test_preflight.py", "-k", "generation_kwargs_unknown"),
+             "an unknown generation_kwargs key (`max_new_token`) is kept and ignored, as transformers does"),
 ]
 
 

@@ -36,6 +36,10 @@ EXPECTED = {
     "prompt_column_nosuch": [("dataset_prompt_column", "is not a column of dataset data/good")],
     "train_split_nosuch": [("dataset_train_split", "is not a split of dataset data/good (its splits: train)")],
     "generation_kwargs_negative": [("generation_kwargs", "`max_new_tokens` must be greater than 0")],
+    # issue 53: valid for GenerationConfig, fatal for (or ignored by) TRL's generate
+    "generation_kwargs_unknown": [("generation_kwargs.max_new_token", "did you mean `max_new_tokens`?")],
+    "generation_kwargs_num_return": [("generation_kwargs.num_return_sequences", "one completion a prompt row")],
+    "generation_kwargs_stop_strings": [("generation_kwargs.stop_strings", "TRL does not pass it")],
     # issue 53: the dataset read as `train` reads it (every split built, every prompt, the rename), each file named
     "jsonl_cut_mid_line": [("dataset_name", "cut_mid_line/train.jsonl: ArrowInvalid: JSON parse error")],
     "jsonl_cut_mid_line_streamed": [("dataset_name", "cut_mid_line/train.jsonl: ArrowInvalid: JSON parse error")],

@@ -200,15 +200,44 @@ def preflight_problems(recipe, limit: Limit | None = None) -> list[Problem]:
     return problems
 
 
+GENERATE_REFUSES = {
+    "num_return_sequences": ("must not be set: TRL's generate call samples one completion a prompt row (it repeats "
+                             "each prompt num_generations times), so more sequences would break its grouping",
+                             "remove it; set `num_generations` (or a stage's G) for more completions a prompt"),
+    "stop_strings": ("is not supported by TRL's generate call: transformers needs the tokenizer passed to `generate` "
+                     "for stop strings, and TRL does not pass it (the run stops at its first step)",
+                     "remove it (end completions with the tokenizer's end-of-sequence token), or use vLLM (`use_vllm: "
+                     "true`, whose `generation_kwargs` go to its sampling parameters)"),
+}
+"""`generation_kwargs` keys `GenerationConfig` takes but TRL's transformers generation cannot run with."""
+
+
 def generation_kwargs_problems(recipe) -> list[Problem]:
-    """`generation_kwargs` transformers' `GenerationConfig` refuses, built with sampling on as TRL builds it."""
+    """`generation_kwargs` TRL cannot generate with: a key transformers' `GenerationConfig` does not know (it keeps
+    it and ignores it), one TRL's generate call cannot run with ([`GENERATE_REFUSES`]), or values `GenerationConfig`
+    refuses, built with sampling on as TRL builds it."""
     kwargs = recipe.training.get("generation_kwargs")
     if not isinstance(kwargs, dict) or not kwargs or recipe.training.get("use_vllm"):
         return []
+    import difflib
     import warnings
 
     from transformers import GenerationConfig
 
+    known = set(GenerationConfig().to_dict())
+    problems = []
+    for key in kwargs:
+        if key in GENERATE_REFUSES and kwargs[key] not in (None, 1, []):
+            rule, fix = GENERATE_REFUSES[key]
+            problems.append(Problem(f"generation_kwargs.{key}", kwargs[key], rule, fix))
+        elif key not in known:
+            close = difflib.get_close_matches(str(key), sorted(known), n=1)
+            problems.append(Problem(f"generation_kwargs.{key}", kwargs[key], "is not a generation setting "
+                                    "transformers' GenerationConfig knows: it would be kept and ignored",
+                                    f"did you mean `{close[0]}`?" if close else "remove it (transformers' "
+                                    "GenerationConfig documents each setting)"))  # fmt: skip
+    if problems:
+        return problems
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
