@@ -247,7 +247,7 @@ MUTATIONS = [
              ("tests/test_async.py", "-k", "worker_plans"),
              "a policy version read as one optimizer step whatever weight_sync_steps is"),
     Mutation("async_reward_not_awaited", "grpo_curriculum/cli/preflight.py",
-             "        if inspect.isawaitable(output):",
+             "        if _is_async(func):  # TRL awaits these (on its event loop) and no other",
              "        if False:",
              ("tests/test_preflight.py", "-k", "good_dataset"),
              "the preflight does not await an `async def` reward function (a valid one refused)"),
@@ -336,6 +336,11 @@ MUTATIONS = [
              "        elif False:",
              ("tests/test_preflight.py", "-k", "generation_kwargs_unknown"),
              "an unknown generation_kwargs key (`max_new_token`) is kept and ignored, as transformers does"),
+    Mutation("reward_failure_on_its_process_only", "grpo_curriculum/training/_trl_hooks.py",
+             "        raise_reward_failures(self)  # a reward function's failure on any process: every process stops with it",
+             "        pass",
+             ("tests/test_distributed.py", "-k", "failing_on_one"),
+             "a reward function failing on one process leaves the others in TRL's gather (a gloo traceback)"),
 ]
 
 

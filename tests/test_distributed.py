@@ -139,3 +139,32 @@ def test_rloo_switches_and_per_prompt_rounds_agree_across_ranks(torchrun_scenari
         expected = leave_one_out_reference(rewards, a["sizes"], normalize=False)
         assert a["advantages"] + b["advantages"] == pytest.approx(expected, abs=1e-6)
     assert any(abs(x) > 0 for a, b, *_ in rounds for x in a["advantages"] + b["advantages"])
+
+
+def test_a_reward_failing_on_one_process_stops_every_process_with_its_message(tmp_path):
+    """
+    Issue 53: under torchrun a reward function that raises on process 1 at step 2 stopped process 1 with its message,
+    and left process 0 in TRL's reward gather, which process 1 never reached: a gloo traceback after the message.
+    Now the failure is noted and the gather goes on; after it every process stops with process 1's message (exit 2),
+    and no traceback comes from the package or TRL.
+    """
+    (tmp_path / "rank_rewards.py").write_text(
+        "import os\n\n\ndef reward(completions, trainer_state=None, **kwargs):\n"
+        "    if os.environ.get('RANK') == '1' and trainer_state.global_step >= 1:\n"
+        "        raise ValueError('no answer on this process')\n"
+        "    return [float(len(str(c))) for c in completions]\n")  # fmt: skip
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text((ROOT / "recipes" / "demo.yaml").read_text().replace(
+        "grpo_curriculum.demo.tasks:echo_reward", "rank_rewards:reward"))
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}", "OMP_NUM_THREADS": "1",
+           "WANDB_MODE": "offline"}  # fmt: skip
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+               "-m", "grpo_curriculum.cli", "train", str(recipe), "--max_steps", "4", "--warm_start_steps", "0",
+               "--per_device_train_batch_size", "8", "--output_dir", str(tmp_path / "run")]  # fmt: skip
+    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    said = "reward function reward = '8 completions': raised ValueError: no answer on this process"
+    assert done.stderr.count("error: 1 problem (training, on process 1)") == 2, done.stderr[-3000:]
+    assert done.stderr.count(said) == 2 and "scoring the completions of step 1" in done.stderr
+    frames = "".join(done.stderr.split("Traceback")[1:])  # torchrun's launcher prints its own for a failed child
+    assert "grpo_curriculum/" not in frames and "/trl/" not in frames and "gloo" not in done.stderr.lower(), frames

@@ -293,20 +293,32 @@ def check_reward_calls(trainer) -> None:
 
     from ..core.reward_output import reward_output_problem
 
-    def failed(error, name, step, kwargs) -> CurriculumError:
+    several = trainer.accelerator.num_processes > 1
+    trainer._reward_failures = []
+
+    def stop(error: CurriculumError, kwargs, cause=None):
+        """Raise `error`; with several processes, note it and let TRL's gather go on (every process must reach it):
+        [`raise_reward_failures`] stops every process after it, with this process's message."""
+        if not several:
+            raise error from cause
+        trainer._reward_failures.append(error)
+        return [None] * len(kwargs.get("completions") or [])
+
+    def failed(error, name, step, kwargs):
         where = _user_frame(error)
         what = (f"called sys.exit({error.code!r})" if isinstance(error, SystemExit) else
                 f"raised {type(error).__name__}: {error}")
-        return CurriculumError([Problem(f"reward function {name}", f"{len(kwargs.get('completions') or [])} "
-                                "completions", f"{what}{where}, scoring the completions of step {step}: a reward "
-                                "function must return one reward per completion, not raise or exit",
-                                f"fix {name} (return None for a completion it cannot score)")], context="training")
+        return stop(CurriculumError([Problem(f"reward function {name}", f"{len(kwargs.get('completions') or [])} "
+                                     "completions", f"{what}{where}, scoring the completions of step {step}: a reward "
+                                     "function must return one reward per completion, not raise or exit",
+                                     f"fix {name} (return None for a completion it cannot score)")],
+                                    context="training"), kwargs, error)  # fmt: skip
 
     def verified(output, name, step, kwargs):
         problem = reward_output_problem(name, output, len(kwargs.get("completions") or []), step=step,
                                         infinite=False)  # refused once gathered
         if problem is not None:
-            raise CurriculumError([problem], context="training")
+            return stop(CurriculumError([problem], context="training"), kwargs)
         return output
 
     def checked(func, name):
@@ -316,7 +328,7 @@ def check_reward_calls(trainer) -> None:
             try:
                 output = func(*args, **kwargs)
             except (Exception, SystemExit) as error:
-                raise failed(error, name, step, kwargs) from error
+                return failed(error, name, step, kwargs)
             return verified(output, name, step, kwargs)
 
         @functools.wraps(func)
@@ -325,7 +337,7 @@ def check_reward_calls(trainer) -> None:
             try:
                 output = await func(*args, **kwargs)
             except (Exception, SystemExit) as error:
-                raise failed(error, name, step, kwargs) from error
+                return failed(error, name, step, kwargs)
             return verified(output, name, step, kwargs)
 
         awaited = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
@@ -333,6 +345,26 @@ def check_reward_calls(trainer) -> None:
 
     trainer.reward_funcs = [func if isinstance(func, torch.nn.Module) or not callable(func) else checked(func, name)
                             for func, name in zip(trainer.reward_funcs, trainer.reward_func_names)]
+
+
+def raise_reward_failures(trainer) -> None:
+    """
+    After TRL's `_calculate_rewards` (its gather done by every process): stop every process when a reward function
+    failed on any ([`check_reward_calls`] noted it and let the gather go on), each with the first failing process's
+    problems, so no process is left in a collective its peer never reaches (a gloo traceback after the message).
+    One small `gather_object` a scoring call, with several processes only.
+    """
+    failures = getattr(trainer, "_reward_failures", None)
+    if failures is None or trainer.accelerator.num_processes == 1:
+        return
+    from accelerate.utils import gather_object
+
+    mine = [(trainer.accelerator.process_index, failures[0].problems)] if failures else []
+    failures.clear()
+    found = gather_object(mine)
+    if found:
+        rank, problems = found[0]
+        raise CurriculumError(problems, context=f"training, on process {rank}")
 
 
 def refuse_unscored_rounds(trainer, rewards_per_func) -> None:

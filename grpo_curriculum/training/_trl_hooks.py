@@ -6,8 +6,8 @@ are implemented by `CurriculumGRPOTrainer` and `CurriculumRLOOTrainer` (their sh
 
 from __future__ import annotations
 
-from ._trl import (GRPO_MODULE, RLOO_MODULE, is_training, refuse_infinite_rewards, refuse_unscored_rounds,
-                   round_rewards, set_num_generations)
+from ._trl import (GRPO_MODULE, RLOO_MODULE, is_training, raise_reward_failures, refuse_infinite_rewards,
+                   refuse_unscored_rounds, round_rewards, set_num_generations)
 from ._trl_checkpoint import (checkpoint_dir, curriculum_state_before_trainer_state, load_trainer_state_first,
                               record_checkpoint)
 from ._trl_merge import IncrementRecords, apply_comparison, finish_round
@@ -95,6 +95,7 @@ class GRPOHooks:
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        raise_reward_failures(self)  # a reward function's failure on any process: every process stops with it
         if self._curriculum_active():
             refuse_infinite_rewards(self, rewards_per_func)
             refuse_unscored_rounds(self, rewards_per_func)
