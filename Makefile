@@ -81,7 +81,7 @@ $(VLLM_VENV)/.installed: pyproject.toml tests/vllm_env.py
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed  # the real vLLM engine, colocate and server (docs/vllm.md), and TRL's asynchronous trainer (docs/async.md); one process
-	$(VLLM_VENV)/bin/python -m pytest -q -p no:xdist -m vllm_real tests/test_vllm_real.py tests/test_async_real.py
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:xdist -m vllm_real tests/test_vllm_real.py tests/test_async_real.py tests/test_async_transfer_real.py
 
 mutations: $(VENV)/.installed  # on demand, not in CI: one-line mutants of the critical paths (docs/testing.md)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/mutations.py
