@@ -81,7 +81,7 @@ $(VLLM_VENV)/.installed: pyproject.toml tests/vllm_env.py
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed  # the real vLLM engine, colocate and server (docs/vllm.md), and TRL's asynchronous trainer (docs/async.md); one process
-	$(VLLM_VENV)/bin/python -m pytest -q -p no:xdist -m vllm_real tests/test_vllm_real.py tests/test_async_real.py
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:xdist -m vllm_real tests/test_vllm_real.py tests/test_async_real.py tests/test_async_transfer_real.py
 
 # `make wheel-check`: the package as a pip user gets it (issue 53): the wheel built from this clone's files (tracked,
 # and untracked but not ignored), installed with its dependencies into a fresh virtual environment in a temporary

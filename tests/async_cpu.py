@@ -15,7 +15,8 @@ Two parts of `AsyncGRPOTrainer` cannot run on a CPU:
 - Its weight transfer: TRL's `WeightTransferClient` streams the weights over NCCL only. The tests pass the trainer a
   [`NoWeightTransfer`] (TRL's documented `weight_transfer=` argument: "Pass a no-op implementation to disable
   trainer-side weight sync"): the server keeps its initial weights, so a test trains at `learning_rate=0` where its
-  assertions need the engine to sample with the trainer's weights.
+  assertions need the engine to sample with the trainer's weights. (Without NCCL the package's `FileWeightTransfer`
+  brings the trained weights to the server: tests/test_async_transfer_real.py.)
 
 Everything else (the spawned rollout worker, its HTTP requests to `trl vllm-serve`, scoring, the queue, batching,
 staleness, the loss) runs unpatched.

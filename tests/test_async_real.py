@@ -4,7 +4,8 @@ TRL's asynchronous GRPO trainer (`trl.experimental.async_grpo.AsyncGRPOTrainer`)
 `vllm_real`; docs/async.md). The server is the session's (tests/vllm_real.py); TRL's rollout worker runs in its own
 spawned process and talks to it over HTTP, unpatched. Two parts of the trainer are replaced on a CPU
 (tests/async_cpu.py): its flash-attention kernel (CUDA, fetched from the Hub) by the same varlen attention in PyTorch,
-and its NCCL weight transfer by TRL's documented no-op `weight_transfer`; the server keeps its initial weights.
+and its NCCL weight transfer by TRL's documented no-op `weight_transfer`; the server keeps its initial weights (the
+weights reaching the server through the package's `FileWeightTransfer`: tests/test_async_transfer_real.py).
 
 What the trainer takes from the rollout queue is recorded (tests/async_real.py), so a group that arrives split, short
 or with advantages not over its own completions fails the tests. At the first step the trainer's weights are still the

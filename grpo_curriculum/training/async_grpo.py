@@ -6,6 +6,7 @@ Importing this module imports TRL's experimental package.
 
 from ._trl_async import CurriculumAsyncGRPOTrainer
 from ._trl_async_server import vllm_server_unready
+from ._trl_async_transfer import FileWeightTransfer
 from ._trl_async_worker import CurriculumRolloutLoop
 
-__all__ = ["CurriculumAsyncGRPOTrainer", "CurriculumRolloutLoop", "vllm_server_unready"]
+__all__ = ["CurriculumAsyncGRPOTrainer", "CurriculumRolloutLoop", "FileWeightTransfer", "vllm_server_unready"]
