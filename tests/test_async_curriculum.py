@@ -43,6 +43,15 @@ def _rewards(plan) -> list[float]:
     return [float((int(plan.key) + i) % 3 == 0) for i in range(plan.size)]
 
 
+def _start_and_score(curriculum, groups, plans=None) -> dict:
+    """Start `groups` at policy version 1 and score each; `plans` (updated) by group id."""
+    plans = {} if plans is None else plans
+    for g in groups:
+        plans[g] = curriculum.next_group(g, version=1)
+        curriculum.scored(g, plans[g], _rewards(plans[g]))
+    return plans
+
+
 def _run(curriculum, plans: dict, until) -> None:
     """Start groups and score them in order until the stream stands at `until` with no planned group left."""
     group = max(plans, default=-1) + 1
@@ -99,14 +108,10 @@ def test_a_second_checkpoint_after_a_resume_still_lists_the_groups_counted_befor
     before it is trained lists it again, so a second resume does not count it either."""
     dataset = indexed_dataset(num_prompts=40)
     original, _ = _curriculum(dataset)
-    plans = {g: original.next_group(g, version=1) for g in range(6)}
-    for g in range(6):
-        original.scored(g, plans[g], _rewards(plans[g]))
+    _start_and_score(original, range(6))
     state = original.state(untrained=[3], trained_up_to=6)
     resumed, _ = _curriculum(dataset, {**state, "stream": dict(state["stream"])})
-    again = {g: resumed.next_group(g, version=1) for g in range(3)}
-    for g in range(3):
-        resumed.scored(g, again[g], _rewards(again[g]))
+    _start_and_score(resumed, range(3))
     second = resumed.state(untrained=list(range(3)), trained_up_to=3)
     assert second["observed"]["counted"] == state["observed"]["counted"]
     assert second["observed"]["frontier"] == state["observed"]["frontier"]
@@ -121,13 +126,9 @@ def test_two_checkpoints_with_the_same_first_untrained_group_each_resume_at_it_a
     """
     dataset = indexed_dataset(num_prompts=40)
     curriculum, _ = _curriculum(dataset)
-    plans = {g: curriculum.next_group(g, version=1) for g in range(9)}
-    for g in range(9):
-        curriculum.scored(g, plans[g], _rewards(plans[g]))
+    plans = _start_and_score(curriculum, range(9))
     first = curriculum.state(untrained=[4], trained_up_to=9)
-    plans.update({g: curriculum.next_group(g, version=1) for g in range(9, 12)})
-    for g in range(9, 12):
-        curriculum.scored(g, plans[g], _rewards(plans[g]))
+    _start_and_score(curriculum, range(9, 12), plans)
     second = curriculum.state(untrained=[4], trained_up_to=12)
     assert first["round"] == second["round"] and first["round"]["skip"] == 1
     assert first["stream"] == second["stream"] == {**first["stream"], "position": 3}
