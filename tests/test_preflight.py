@@ -24,6 +24,8 @@ EXPECTED = {
     "reward_strings": [("reward function strings", "returned a str for completion 0 of 4")],
     "reward_float": [("reward function one_float", "returned a float")],
     "reward_all_nan": [("reward function all_nan", "returned NaN for all 4 completions")],
+    "reward_module_exits": [("reward_funcs", "it calls sys.exit(3) while it is imported")],  # issue 53: exit 3, silent
+    "column_named_completions": [("dataset_name", "has a column named completions")],  # blamed on the reward before
     "reward_minus_inf": [("reward function minus_inf", "returned -inf for completion 0 of 4")],  # as +inf is
     "reward_async_one_short": [("reward function async_one_short", "returned 3 rewards for 4 completions")],
     "reward_dict": [("reward function scores_dict", "returned a dict")],

@@ -22,6 +22,9 @@ import os
 from ..core.errors import CurriculumError, Problem, list_text, shorten
 
 ROWS = 2  # rows read from a streamed split
+REWARD_ARGUMENTS = ("prompts", "completions", "trainer_state", "log_extra", "log_metric", "environments")
+"""The arguments TRL 1.16's `_calculate_rewards` passes every reward function besides the dataset's columns (and
+`completion_ids`, which it leaves out of the columns)."""
 PROMPT_NAMES = ("question", "problem", "query", "instruction", "input", "text", "messages", "content")
 FILE_FIX = ("fix the file (JSON Lines: one complete JSON object a line; CSV: as many fields in each row as in the "
             "header; text saved as UTF-8), or move it out of the dataset's folder")  # fmt: skip
@@ -109,6 +112,13 @@ def _column_problem(recipe, columns: list[str], split: str, first: dict) -> Prob
         return Problem("dataset_prompt_column", column, f"is not a column of dataset {name} (split {split}; its "
                        f"columns: {list_text(columns)})" + ("" if "dataset_prompt_column" in recipe.raw else
                                                             ": TRL reads the prompts from `prompt`"), fix)
+    taken = [c for c in columns if c in REWARD_ARGUMENTS and c != column]
+    if taken:
+        return Problem("dataset_name", name, f"has a column named {list_text(taken)} (split {split}), a name TRL gives "
+                       "an argument of its own when it calls the reward functions with the dataset's columns (`prompts`, "
+                       "`completions`: 'got multiple values', the run stops at its first step; `trainer_state`, "
+                       "`log_extra`, `log_metric`, `environments`: the column's values replaced by TRL's)",
+                       "rename that column in the data (the reward functions then read it by its new name)")
     if column != "prompt" and "prompt" in columns:
         return Problem("dataset_prompt_column", column, f"is renamed `prompt` by `train` (TRL reads the prompts from "
                        f"`prompt`), but split {split} of dataset {name} has a `prompt` column too, and `datasets` "

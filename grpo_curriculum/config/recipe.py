@@ -436,9 +436,11 @@ def import_reward(path: str, key: str = "reward_funcs") -> Callable:
     except (ImportError, AttributeError) as error:
         raise CurriculumError([Problem(key, path, f"cannot be imported ({error})",
                                        "check the module is installed or in the current directory")]) from None
-    except Exception as error:  # the module itself fails: a syntax error, or an exception while it runs
+    except (Exception, SystemExit) as error:  # the module itself fails: a syntax error, an exception, a sys.exit
         what = f"{type(error).__name__}: {error}"
-        if isinstance(error, SyntaxError):
+        if isinstance(error, SystemExit):  # (it ended `check` with its status and no word)
+            what = f"it calls sys.exit({error.code!r}) while it is imported"
+        elif isinstance(error, SyntaxError):
             what = f"{type(error).__name__}: {error.msg} ({error.filename}, line {error.lineno})"
         raise CurriculumError([Problem(key, path, f"cannot be imported: its module fails ({what})",
                                        f"fix {module_name}, or list another reward function")]) from None
