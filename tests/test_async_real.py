@@ -338,6 +338,18 @@ def test_a_resume_after_stale_drops_starts_after_them_and_in_the_stage_of_its_st
     for sample in taken:
         sizes.setdefault(sample.model_version, set()).add(sample.num_generations)
     assert sizes.get(5) == {2.0} and all(g == {4.0} for v, g in sizes.items() if v > 5), sizes
+    # issue 53: the checkpoint's manifest names a weights file damaged at the same size, before the worker starts
+    from grpo_curriculum.training.checkpoint import CurriculumStateError
+    from grpo_curriculum.training.manifest import MANIFEST_FILE
+
+    assert (tmp_path / "checkpoint-3" / MANIFEST_FILE).is_file()
+    weights = tmp_path / "checkpoint-3" / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2] + bytes(len(data) - len(data) // 2))
+    monkeypatch.undo()
+    with pytest.raises(CurriculumStateError, match="model.safetensors is damaged: it holds other bytes than were saved"):
+        _train(tmp_path, monkeypatch, vllm_model_dir, vllm_server, varied_reward, max_steps=6, stages=stages,
+               config=config, resume=str(tmp_path / "checkpoint-3"))  # fmt: skip
 
 
 def test_dynamic_sampling_without_max_steps_is_refused_before_training(tmp_path):

@@ -26,6 +26,8 @@ from ..core.errors import raise_if_any
 from ..core.schedule import StageSchedule, stage_signature
 from ._trl_async_worker import SAMPLED_TEMPERATURE, CurriculumRolloutLoop, StateChannel
 from .async_state import read_async_state, write_async_state
+from .checkpoint import _FIX
+from .manifest import check_manifest, write_manifest
 
 LOSS_TEMPERATURE = "loss_temperature"  # a batch column: each loss term's sampling temperature
 
@@ -248,6 +250,8 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
         if self.curriculum_schedule is None or not isinstance(self.rollout_worker, AsyncRolloutWorker):
             return super()._inner_training_loop(*args, **kwargs)
         checkpoint = kwargs.get("resume_from_checkpoint")
+        if checkpoint is not None:
+            check_manifest(checkpoint, _FIX)  # the bytes saved, where the checkpoint has a manifest
         resume = None if checkpoint is None else read_async_state(
             checkpoint, stage_signature(self.curriculum_schedule.stages), self._dataset_size())  # fmt: skip
         folder = tempfile.mkdtemp(prefix="grpo-curriculum-async-")
@@ -260,17 +264,20 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
             shutil.rmtree(folder, ignore_errors=True)  # ours: made above
 
     def _save_checkpoint(self, model, trial):
-        if self._channel is not None and self.accelerator.is_main_process:
-            untrained, up_to, dropped = self._untrained_groups()
-            state = self._channel.request(untrained, up_to, lambda: self.rollout_worker.check_health(
-                self.args.heartbeat_stale_after_s), dropped=dropped)  # fmt: skip
-            # the folder TRL's `_save_checkpoint` writes its `rollout_state.json` into, and the Trainer the checkpoint
-            name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            folder = os.path.join(self._get_output_dir(trial=trial), name)
-            os.makedirs(folder, exist_ok=True)
-            write_async_state(folder, {"stages": stage_signature(self.curriculum_schedule.stages),
-                                       "dataset_size": self._dataset_size(), **state})  # fmt: skip
+        if self._channel is None or not self.accelerator.is_main_process:
+            return super()._save_checkpoint(model, trial)
+        untrained, up_to, dropped = self._untrained_groups()
+        state = self._channel.request(untrained, up_to, lambda: self.rollout_worker.check_health(
+            self.args.heartbeat_stale_after_s), dropped=dropped)  # fmt: skip
+        # the folder TRL's `_save_checkpoint` writes its `rollout_state.json` into, and the Trainer the checkpoint
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        os.makedirs(folder, exist_ok=True)
+        write_async_state(folder, {"stages": stage_signature(self.curriculum_schedule.stages),
+                                   "dataset_size": self._dataset_size(), **state})  # fmt: skip
         super()._save_checkpoint(model, trial)
+        # each file's size and hash (after the trainer state here: a save cut short before it has no manifest, and
+        # resumes with the header checks only, as a checkpoint written before manifests does)
+        write_manifest(folder)
 
     def _untrained_groups(self) -> tuple[list[int], int, list[int]]:
         """What a checkpoint's curriculum state is taken from: the groups not trained below the highest trained one

@@ -1,16 +1,17 @@
 """
 A checkpoint's manifest (`curriculum_manifest.json`): the size and content hash of each file the package's trainers
 wrote into the checkpoint folder, written at save time just before `trainer_state.json` (the file that marks a
-checkpoint complete), and checked when a run resumes from it ([`~training.checkpoint.check_checkpoint`]). A file
+checkpoint complete), and checked when a run resumes from it ([`~training.checkpoint.check_checkpoint`]; the
+asynchronous trainer's resume checks it too). A file
 damaged at the same size (a disk error, a copy that wrote other bytes) then names itself instead of failing inside
 torch, or resuming silently on damaged weights, and `resume_from_checkpoint=True` takes the previous complete
 checkpoint.
 
 What it covers: the regular files directly in the folder when the trainer state is written, except the files other
 processes write on their own schedule (`rng_state_N.pth` of a launch of several processes: rank 0 may list one
-half-written). Not covered: subfolders (sharded FSDP or DeepSpeed states), checkpoints written without a manifest
-(before this version, or by plain TRL), and the asynchronous trainer's checkpoints. The hash is xxHash's XXH3-128: it
-finds damage, not tampering.
+half-written). Not covered: subfolders (sharded FSDP or DeepSpeed states) and checkpoints written without a manifest
+(before this version, or by plain TRL). The asynchronous trainer writes its manifest just after TRL's save (a save cut
+short before it has none). The hash is xxHash's XXH3-128: it finds damage, not tampering.
 """
 
 from __future__ import annotations
