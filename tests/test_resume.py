@@ -697,7 +697,8 @@ def test_same_size_damage_to_a_checkpoint_file_is_named_by_its_manifest_and_the_
     output = tmp_path / "run"
     shutil.copytree(saved_run, output)
     listed = {entry["name"] for entry in json.loads((output / "checkpoint-9" / MANIFEST_FILE).read_text())["files"]}
-    assert {"model.safetensors", "optimizer.pt", "curriculum_state.json"} <= listed and "trainer_state.json" not in listed
+    assert {"model.safetensors", "optimizer.pt", "scheduler.pt"} <= listed  # what resume loads without a schema
+    assert not listed & {"trainer_state.json", "curriculum_state.json", "curriculum_arrays.npz"}  # (their schemas)
     weights = output / "checkpoint-9" / "model.safetensors"
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2] + bytes(len(data) - len(data) // 2))
@@ -795,7 +796,7 @@ def test_resume_with_adaptive_entropy_needs_its_state(tmp_path, caplog, monkeypa
     overrides = dict(max_steps=4, save_strategy="steps", save_steps=2, use_adaptive_entropy=True, entropy_coef=0.01)
     import trl.trainer.grpo_trainer
 
-    from grpo_curriculum.training import checkpoint
+    from grpo_curriculum.training import files as checkpoint  # (atomic_write's module since issue 53)
 
     written, trl_opened, atomic_write = [], [], checkpoint.atomic_write
 
@@ -813,7 +814,7 @@ def test_resume_with_adaptive_entropy_needs_its_state(tmp_path, caplog, monkeypa
     full.train()
     assert json.loads((output / "checkpoint-4" / "entropy_ctrl_state.json").read_text())["entropy_coef"] >= 0
     first = written[: written.index("trainer_state.json") + 1]  # checkpoint-2's files, in order
-    assert first[-2:] == ["entropy_ctrl_state.json", "trainer_state.json"]
+    assert first[-3:] == ["entropy_ctrl_state.json", "curriculum_manifest.json", "trainer_state.json"]
     assert not [path for path in trl_opened if "entropy_ctrl_state" in path]
     (output / "checkpoint-4" / "entropy_ctrl_state.json").write_text('{"entropy_co')  # as if killed while writing it
     resumed, recorder = make_trainer(output, SHORT, **overrides)

@@ -7,9 +7,10 @@ damaged at the same size (a disk error, a copy that wrote other bytes) then name
 torch, or resuming silently on damaged weights, and `resume_from_checkpoint=True` takes the previous complete
 checkpoint.
 
-What it covers: the regular files directly in the folder when the trainer state is written, except the files other
+What it covers: the regular files directly in the folder when the trainer state is written (the weights, optimizer,
+scheduler, RNG states, training arguments: what resume loads without checking its values), except the files other
 processes write on their own schedule (`rng_state_N.pth` of a launch of several processes: rank 0 may list one
-half-written). Not covered: subfolders (sharded FSDP or DeepSpeed states) and checkpoints written without a manifest
+half-written) and the curriculum's state files (checked by their schema). Not covered: subfolders (sharded FSDP or DeepSpeed states) and checkpoints written without a manifest
 (before this version, or by plain TRL). The asynchronous trainer writes its manifest just after TRL's save (a save cut
 short before it has none). The hash is xxHash's XXH3-128: it finds damage, not tampering.
 """
@@ -22,9 +23,12 @@ import re
 from .files import CurriculumStateError, atomic_json, read_json
 
 MANIFEST_FILE = "curriculum_manifest.json"
-LEFT_OUT = re.compile(r"^(trainer_state\.json|curriculum_manifest\.json|rng_state_\d+\.pth|\..*)$")
+LEFT_OUT = re.compile(r"^(trainer_state\.json|curriculum_manifest\.json|rng_state_\d+\.pth|\..*|"
+                      r"curriculum_(async_)?(state\.json|arrays\.npz)|entropy_ctrl_state\.json)$")
 """The files a manifest leaves out: the completion marker, itself, other processes' RNG states, hidden files (an
-atomic write's temporary file)."""
+atomic write's temporary file), and the curriculum's own state files (read back through the bounded reader and
+checked value by value against their schema, which names what is wrong in them: a manifest would only say "other
+bytes")."""
 CHUNK = 8 << 20
 MAX_FILES = 10_000
 
