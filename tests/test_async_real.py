@@ -329,7 +329,8 @@ def test_a_resume_after_stale_drops_starts_after_them_and_in_the_stage_of_its_st
     first = untrained[0] if untrained else next(g for g in range(up_to, up_to + len(dropped) + 1) if g not in dropped)
     assert first not in stale and all(g in trainer._trained_groups or g in stale for g in range(first))
     state = read_async_state(str(tmp_path / "checkpoint-3"), stage_signature(stages), len(PROMPTS))
-    assert state["stream"]["position"] == first % len(PROMPTS)  # fixed-G stages: group g holds prompt g (cycling)
+    stream = state["stream"]  # fixed-G stages: group g holds prompt g of the cycled dataset (epochs count from 1)
+    assert (stream["epoch"] - 1) * len(PROMPTS) + stream["position"] == first, (stream, first)
     monkeypatch.undo()
     trainer, taken, _, _ = _train(tmp_path, monkeypatch, vllm_model_dir, vllm_server, varied_reward, max_steps=6,
                                   stages=stages, config=config, resume=str(tmp_path / "checkpoint-3"))  # fmt: skip

@@ -341,8 +341,7 @@ def _chat_template_problems(recipe, tokenizer) -> list[Problem]:
                     "use a chat model (one with a chat template), or give the prompts as plain text")]
 
 
-@functools.lru_cache(maxsize=4)
-def _tokenizer(model: str, offline: bool):
+def _tokenizer(model: str, offline: bool):  # (loaded afresh each preflight: a folder's tokenizer can change)
     from transformers import AutoTokenizer
 
     if model == TINY_MODEL:
