@@ -411,10 +411,16 @@ def test_train_runs_an_async_recipe_against_the_server(tmp_path, monkeypatch, ca
     assert state["global_step"] == 3 and transfer.syncs >= 3
 
 
-def test_train_of_an_async_recipe_without_a_server_stops_before_the_model_loads(tmp_path, capsys, vllm_model_dir):
+def test_train_of_an_async_recipe_without_a_server_stops_before_the_model_loads(tmp_path, capsys, monkeypatch,
+                                                                                 vllm_model_dir):
     import socket
 
+    from transformers import AutoTokenizer
+
     from grpo_curriculum.cli.main import main
+
+    # the tokenizer with a chat template, as the served model's has (the preflight checks it since issue 53)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda *args, **kwargs: chat_tokenizer())
 
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
