@@ -413,8 +413,9 @@ def state_at_start(recipe, num_rows: int | None = None) -> dict:
     calls the reward functions: step 0, epoch 0, `max_steps` and `num_train_epochs` as transformers'
     `set_initial_training_values` derives them (from the train split's `num_rows`, TRL's `RepeatSampler` and the
     batch geometry at the first stage's G), the logging, eval and save steps, the per-device train batch. Where
-    `num_rows` is not known (a local file, read as a stream here), `num_train_epochs` is the recipe's rounded up and a
-    run by epochs (`max_steps: -1`) gets one step an epoch: stand-ins, positive as in training. Pure: no torch.
+    `num_rows` is not known (a streamed split whose card records no size), `num_train_epochs` is the recipe's rounded
+    up and a run by epochs (`max_steps: -1`) gets one step an epoch: stand-ins, positive as in training. Pure: no
+    torch.
     """
     fields = trl_fields(recipe.trainer)
     value = lambda key: recipe.training.get(key, (fields.get(key) or {}).get("default"))  # noqa: E731
