@@ -16,7 +16,7 @@ import argparse  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-from study.arms import (ARMS, LIBRARY_ARMS, MODES, PEER_MODES, POINTS, REPORTED, STEPS, TUNING,  # noqa: E402
+from study.arms import (ARMS, KNOWS_SETTLED, LIBRARY_ARMS, MODES, PEER_MODES, POINTS, REPORTED, STEPS, TUNING,  # noqa: E402
                         TUNING_SEED_BASE, load_runs, mode_of, peer_missing, run_jobs)
 from study.report import report  # noqa: E402
 from study.stats import choose, defaults  # noqa: E402
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     command = "python benchmarks/study " + " ".join(sys.argv[1:] if argv is None else argv)
     if options.only:
         start = time.perf_counter()
-        run_jobs([(out, task, seed, [a for a in options.only if mode_of(a) != "oracle" or has_settled(task)],
+        run_jobs([(out, task, seed, [a for a in options.only if mode_of(a) not in KNOWS_SETTLED or has_settled(task)],
                    options.steps, options.points) for seed in reported for task in options.tasks], options.jobs)
         print(f"wall time {(time.perf_counter() - start) / 60:.1f} min", flush=True)
         return 0
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
         for task in options.tasks:
             chosen = choose(runs, task, tuning)
             print(f"{task}: chosen on tuning seeds {tuning}: {chosen}", flush=True)
-            extra = [a for a in options.extra if mode_of(a) != "oracle" or has_settled(task)]  # oracles: settled tasks
+            extra = [a for a in options.extra if mode_of(a) not in KNOWS_SETTLED or has_settled(task)]  # oracles: settled tasks
             chosen_arms[task] = list(dict.fromkeys([*chosen.values(), *default.values(), *extra]))
         # seed-major: the tasks advance together, so a run cut short still has every task at the same seeds
         run_jobs([(out, task, seed, chosen_arms[task], options.steps, options.points) for seed in reported

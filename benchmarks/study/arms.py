@@ -39,7 +39,7 @@ MODES = {  # mode: its variants (arm names), the first one the library's default
     "static": [f"static_g{g}" for g in CANDIDATES],
     "per_prompt": ["per_prompt", "per_prompt_variance", "per_prompt_nodefer", "per_prompt_stream",
                    "per_prompt_stream_uniform", "per_prompt_stream_hard", "per_prompt_skip", "per_prompt_skip_wide",
-                   "per_prompt_evidence", "per_prompt_evidence_wide"],
+                   "per_prompt_evidence", "per_prompt_evidence_wide", "per_prompt_evidence_g4"],
     "top_up": ["top_up", "top_up_p16"],
     "dynamic": ["dynamic_g4", "dynamic_g8", "dynamic_g16", "dynamic_g4_r2", "dynamic_g8_r2"],
     # coarse to fine comparisons (issue 29) at the G of the reference static arm the tuning seeds chose (16)
@@ -53,8 +53,12 @@ MODES = {  # mode: its variants (arm names), the first one the library's default
     # issue 42's oracle: static G on the task's prompts less the settled ones (`tasks.without_settled`: what skipping
     # settled prompts buys with perfect knowledge and no cost of finding out); tasks with settled prompts only
     "oracle": ["oracle_g4", "oracle_g8"],
+    # issue 50's reachable ceiling: static G on every training prompt once (a seeded shuffle), then only the
+    # non-settled ones; what a rule that pays a full first visit a prompt can reach (tasks with settled prompts only)
+    "ceiling": ["ceiling_g4", "ceiling_g8"],
 }
-PEER_MODES = ("peer", "rloo", "oracle")
+PEER_MODES = ("peer", "rloo", "oracle", "ceiling")
+KNOWS_SETTLED = ("oracle", "ceiling")  # modes told which prompts are settled: tasks with settled prompts only
 ARMS = [arm for arms in MODES.values() for arm in arms]
 LIBRARY_ARMS = [arm for mode, arms in MODES.items() if mode not in PEER_MODES for arm in arms]  # the tuning phase's
 PEER_PACKAGES = {"trl_cgrpo": ("trl_cgrpo", "pip install --no-deps trl-cgrpo==0.2.0")}  # arm: (module, install)
@@ -86,6 +90,9 @@ SKIP_ARMS = {  # the fixed-kind check's best knobs (benchmarks/study/fixed_kinds
     # issue 42: skipping from evidence (a prompt that ever succeeded is never deferred for failing; the round takes
     # the best half of twice its prompts, the rest skipped for the pass; the pass's end not filled with skipped ones)
     "per_prompt_evidence": {"weight": "hard", "lookahead": 0, "defer": True, "skip_target": 0.05, "skip": "evidence"},
+    # issue 50: one candidate G 4 with skipping from evidence (static G 4 that skips settled prompts)
+    "per_prompt_evidence_g4": {"num_generations": (4,), "lookahead": 0, "defer": True, "skip_target": 0.05,
+                               "skip": "evidence"},
     # the same comparing three times the round's prompts (23 more: the round's M at the candidates' geometric mean)
     "per_prompt_evidence_wide": {"weight": "hard", "lookahead": 23, "defer": True, "skip_target": 0.05,
                                  "skip": "evidence"},
@@ -111,14 +118,14 @@ def arm_stages(arm: str):
     t = TEMPERATURE
     if arm == "rloo_per_prompt":  # the library's per-prompt default (no knob set)
         return [Stage(temperature=t, name=arm, adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt"))]
-    if arm.startswith("oracle_g"):  # static G (on the prompts `run_arm` gives it)
-        return [Stage(num_generations=int(arm.removeprefix("oracle_g")), temperature=t)]
+    if mode_of(arm) in KNOWS_SETTLED:  # static G (on the prompts, in the order, `run_arm` gives it)
+        return [Stage(num_generations=int(arm.rpartition("_g")[2]), temperature=t)]
     arm = arm.removeprefix("rloo_")  # `rloo_static_gN`: static_gN's stages on RLOO
     if arm.startswith("static_g"):
         return [Stage(num_generations=int(arm.removeprefix("static_g")), temperature=t)]
     if arm in SKIP_ARMS:  # issue 37: GRESO's skipping of settled prompts (`defer`) on top of the per-prompt knapsack
-        return [Stage(temperature=t, name=arm, adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt",
-                                                                 **SKIP_ARMS[arm]))]  # fmt: skip
+        knobs = {"num_generations": CANDIDATES, **SKIP_ARMS[arm]}
+        return [Stage(temperature=t, name=arm, adaptive=Adaptive(policy="per_prompt", **knobs))]
     if arm.startswith("per_prompt"):
         weight = {"per_prompt_variance": "variance", "per_prompt_stream_uniform": "uniform",
                   "per_prompt_stream_hard": "hard"}.get(arm, "knapsack")
@@ -164,8 +171,8 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict,
 
     from transformers import PrinterCallback
 
-    if mode_of(arm) == "oracle" and not has_settled(task):
-        raise ValueError(f"the oracle arm {arm!r} needs a task with settled prompts; {task!r} has none")
+    if mode_of(arm) in KNOWS_SETTLED and not has_settled(task):
+        raise ValueError(f"the {mode_of(arm)} arm {arm!r} needs a task with settled prompts; {task!r} has none")
     if install := peer_missing(arm):
         raise ImportError(f"the study's arm `{arm}` needs its package: {install} (or `make study-peers`)")
 
@@ -203,7 +210,11 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict,
                 config, trainer_class = RLOOConfig, CurriculumRLOOTrainer
             args = config(output_dir=output_dir, per_device_train_batch_size=generation_batch, max_steps=steps,
                           num_generations=stages[0].num_generations, **common)  # fmt: skip
-            train = without_settled(warm["train"]) if mode_of(arm) == "oracle" else warm["train"]  # never sampled
+            train = warm["train"]
+            if mode_of(arm) == "oracle":  # the settled prompts never sampled
+                train = without_settled(train)
+            elif mode_of(arm) == "ceiling":  # each settled prompt sampled once, in the arm's order
+                train, args.shuffle_dataset = ceiling_order(train, seed, budget // args.num_generations), False
             trainer = trainer_class(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
                                     train_dataset=train, callbacks=[CurriculumCallback(stages), recorder])
             groups = curriculum_groups(trainer)
@@ -239,6 +250,20 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict,
         "train_time": recorder.train_time, "eval_time": recorder.eval_time, "run_time": time.perf_counter() - start,
         **peer,
     }  # fmt: skip
+
+
+def ceiling_order(train, seed: int, visits: int):
+    """
+    The ceiling arm's prompts in training order: every prompt once (a seeded shuffle), then the non-settled ones
+    ([`without_settled`]), reshuffled each pass, to `visits` prompts or more: a rule that learns a prompt is settled at
+    its first visit and never samples it again.
+    """
+    import datasets
+
+    passes, rest = [train.shuffle(seed=seed)], without_settled(train)
+    while sum(len(p) for p in passes) < visits:
+        passes.append(rest.shuffle(seed=seed + len(passes)))
+    return datasets.concatenate_datasets(passes)
 
 
 def cgrpo_calibration(task: str, seed: int):
