@@ -122,7 +122,7 @@ MUTATIONS = [
              "    state = read_state(folder)",
              ("tests/test_resume.py", "-k", "another_step"),
              "check_checkpoint ignores whether the curriculum state is of the checkpoint's step"),
-    Mutation("replay_not_counted", "grpo_curriculum/training/callback.py",
+    Mutation("replay_not_counted", "grpo_curriculum/training/driver.py",
              "            self._since_log.generated += produced",
              "            pass",
              ("tests/test_increments.py", "-k", "replays_it and dynamic"),

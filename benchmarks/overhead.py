@@ -138,8 +138,8 @@ def allocation_overhead(options, dataset) -> None:
             setattr(owner, name, timed_call)
 
         times, trainer = run(CurriculumGRPOTrainer, [stage], options.steps, seed=repeat, dataset=dataset,
-                             setup=lambda t: [wrap(t, "_per_prompt_round"), wrap(t._curriculum, "observe_round")])  # fmt: skip
-        rounds = [a + b for a, b in zip(timed["_per_prompt_round"], timed["observe_round"], strict=True)]
+                             setup=lambda t: [wrap(t._curriculum, "per_prompt_round"), wrap(t._curriculum, "observe_round")])  # fmt: skip
+        rounds = [a + b for a, b in zip(timed["per_prompt_round"], timed["observe_round"], strict=True)]
         allocation.append(statistics.median(rounds[options.warmup :]))
         steps.append(statistics.median(times[options.warmup :]))
     ratios = [a / s for a, s in zip(allocation, steps, strict=True)]

@@ -7,11 +7,14 @@ are not lost). The real engine: tests/test_async_real.py (`make test-vllm`).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from grpo_curriculum import Adaptive, Stage
-from grpo_curriculum.core.schedule import StageSchedule, stage_signature
-from grpo_curriculum.training.async_curriculum import AsyncCurriculum, Round
+from grpo_curriculum.core.schedule import Setting, StageSchedule, stage_signature
+from grpo_curriculum.training.async_curriculum import AsyncCurriculum
+from grpo_curriculum.training.round import Round
 from grpo_curriculum.training.async_state import read_async_state, write_async_state
 
 from .conftest import indexed_dataset
@@ -24,15 +27,17 @@ def _curriculum(dataset, resume=None) -> tuple[AsyncCurriculum, list[str]]:
     """An [`AsyncCurriculum`] over `dataset` and the prompt keys its policy observes, in order."""
     curriculum = AsyncCurriculum(StageSchedule(STAGES).resolve(100), dataset, budget=BUDGET, seed=0, resume=resume)
     observed: list[str] = []
-    make_policy = curriculum._make_policy
+    policy_for = curriculum.driver.policy_for
 
-    def recording(*args):
-        policy = make_policy(*args)
-        observe = policy.observe
-        policy.observe = lambda stats: (observed.extend(stats.prompt_keys), observe(stats))[1]
+    def recording(index):
+        known = curriculum.driver.policy
+        policy = policy_for(index)
+        if policy is not known:  # made now
+            observe = policy.observe
+            policy.observe = lambda stats: (observed.extend(stats.prompt_keys), observe(stats))[1]
         return policy
 
-    curriculum._make_policy = recording
+    curriculum.driver.policy_for = recording
     if curriculum.policy is not None:  # resumed: made in __init__, before the wrapper
         observe = curriculum.policy.observe
         curriculum.policy.observe = lambda stats: (observed.extend(stats.prompt_keys), observe(stats))[1]
@@ -150,9 +155,10 @@ class _Stream:
 def _bookkeeping() -> AsyncCurriculum:
     """Eight fixed-G groups started, 3 and 4 dropped by dynamic sampling."""
     curriculum = object.__new__(AsyncCurriculum)
-    curriculum.policy = curriculum.policy_stage = None
+    curriculum.driver = SimpleNamespace(policy=None, policy_stage=None)
     curriculum._queue, curriculum._dropped, curriculum._counted = [], {3, 4}, {}
-    curriculum._origin = {g: (Round({"epoch": 1, "position": 10 * g}, None, 0, 1.0), 0) for g in range(8)}
+    curriculum._origin = {g: (Round(Setting(0, 2, 1.0), [g], [2], start_stream={"epoch": 1, "position": 10 * g}), 0)
+                          for g in range(8)}  # fmt: skip
     curriculum.stream = _Stream()
     return curriculum
 
@@ -199,7 +205,6 @@ def test_groups_dropped_as_stale_are_never_a_checkpoints_first_untrained_group(t
     every later resume), and the worker's table of started groups shrinks to what a later request needs.
     """
     import queue as queues
-    from types import SimpleNamespace
 
     from trl.experimental.async_grpo.async_grpo_trainer import RolloutQueueDataset
 

@@ -289,7 +289,6 @@ def test_all_settled_rounds_progress_in_bounded_time_and_memory(size, iterable, 
 
     from grpo_curriculum.core.adaptive import make_policy
     from grpo_curriculum.training import stream as _stream
-    from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
     dataset = Dataset.from_dict({"prompt": [f"p{i}" for i in range(size)], "idx": list(range(size))})
     stream = _stream.PromptStream(dataset.to_iterable_dataset() if iterable else dataset, shuffle=False, seed=0)
@@ -297,9 +296,7 @@ def test_all_settled_rounds_progress_in_bounded_time_and_memory(size, iterable, 
     policy.bind(budget=16, slots=_stream.prompt_slots(stream), seed=0)
     policy.allocator.stats.zero_streak[:] = 1
     monkeypatch.setattr(type(policy.allocator), "deferred", lambda self, slot, epoch: True)
-    fake = SimpleNamespace(_prompt_stream=stream, _curriculum=SimpleNamespace(policy=policy),
-                           args=SimpleNamespace(generation_batch_size=16))  # fmt: skip
-    build = lambda: CurriculumGRPOTrainer._per_prompt_round(fake)  # noqa: E731
+    build = lambda: _per_prompt_round(policy, stream)  # noqa: E731
     build()  # opens the pass (a map-style pass's order is made once a pass)
     seen, deferred, times = [], 0, []
     for measure_memory in (False, False, False, True):
@@ -317,6 +314,15 @@ def test_all_settled_rounds_progress_in_bounded_time_and_memory(size, iterable, 
     assert peak < 2**20, peak  # bytes
 
 
+def _per_prompt_round(policy, stream):
+    """A per-prompt round of `policy` from `stream` as the trainer allocates it: `(start, plan, prompts, sizes,
+    deferred)`."""
+    from grpo_curriculum.training.driver import CurriculumDriver
+
+    start, plan, prompts = CurriculumDriver.per_prompt_round(SimpleNamespace(policy=policy), stream, "round")
+    return start, plan, prompts, list(plan["sizes"]), plan["deferred"]
+
+
 @pytest.mark.parametrize("skip", ["greso", "evidence"])
 def test_a_small_all_settled_dataset_is_still_trained_in_turn(skip):
     """
@@ -330,18 +336,15 @@ def test_a_small_all_settled_dataset_is_still_trained_in_turn(skip):
 
     from grpo_curriculum.core.adaptive import make_policy
     from grpo_curriculum.training import stream as _stream
-    from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
     stream = _stream.PromptStream(Dataset.from_dict({"prompt": [f"p{i}" for i in range(12)]}), shuffle=False, seed=0)
     policy = make_policy(Adaptive((2, 4, 8, 16), policy="per_prompt", defer=True, lookahead=2, skip=skip), 2, 1.0)
     policy.bind(budget=16, slots=_stream.prompt_slots(stream), seed=0)
     policy.allocator.stats.zero_streak[:] = 1
     policy.allocator.explore = {"easy": 0.05, "hard": 0.05}
-    fake = SimpleNamespace(_prompt_stream=stream, _curriculum=SimpleNamespace(policy=policy),
-                           args=SimpleNamespace(generation_batch_size=16))  # fmt: skip
     trained = Counter()
     for _ in range(40):
-        _, _, prompts, sizes, _ = CurriculumGRPOTrainer._per_prompt_round(fake)
+        _, _, prompts, sizes, _ = _per_prompt_round(policy, stream)
         assert sum(sizes) == 16 and len(set(prompts)) == len(prompts)
         trained.update(prompts)
     assert sorted(trained) == list(range(12)) and max(trained.values()) <= 2 * min(trained.values()), trained

@@ -6,7 +6,7 @@ import json
 import logging
 
 from grpo_curriculum import Adaptive, Stage
-from grpo_curriculum.training.callback import SWITCHES_FILE, describe_switch, is_stage_change_only
+from grpo_curriculum.training.switches import SWITCHES_FILE, describe_switch, is_stage_change_only
 from grpo_curriculum.core.schedule import StageSchedule
 
 from .test_trainer import make_trainer, train_history

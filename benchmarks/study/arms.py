@@ -113,6 +113,8 @@ def arm_stages(arm: str):
     """The stages of an arm of this study (the rule variants of `MODES`)."""
     from grpo_curriculum import Adaptive, DynamicSampling, Stage
 
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}; use one of {ARMS}")
     if arm in PEER_PACKAGES:
         raise ValueError(f"{arm!r} is a peer arm (another package's trainer, run by `run_arm`): it has no stages")
     t = TEMPERATURE

@@ -109,7 +109,7 @@ def run(rule, mix: dict[str, int] = EQUAL, seed: int = 0, rounds: int = ROUNDS, 
         plan = None
         for _ in range(2):  # the trainer's `_per_prompt_round`: this pass (deferring, then not), else a new pass
             for defer in (True, False):
-                plan = policy.allocator.plan(waiting, iter(order[pos:]), epoch=epoch, defer=defer)
+                plan = policy.plan(waiting, iter(order[pos:]), epoch=epoch, defer=defer)
                 if plan is not None:
                     break
             if plan is not None:

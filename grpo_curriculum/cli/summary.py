@@ -118,7 +118,7 @@ def switch_summary(switches: list[dict], run_dir: str, log_history: list[dict] =
     The demo's closing lines about the switches: how many, where they are saved, and how steps are numbered; then,
     when some rounds gave each prompt its own G, the distribution of G over the prompts trained (from `log_history`).
     """
-    from ..training.callback import SWITCHES_FILE, is_stage_change_only
+    from ..training.switches import SWITCHES_FILE, is_stage_change_only
 
     counts = per_prompt_g(log_history)
     per_prompt = f"\n{describe_per_prompt_g(counts)}" if counts else ""

@@ -795,6 +795,20 @@ class PerPromptPolicy(Policy):
         """The statistics slot of a prompt key ([`round_stats`]'s `prompt_keys`)."""
         return self.slots.slot_of(key)
 
+    @property
+    def round_prompts(self) -> int:
+        """The prompts a round holds at the candidates' mean G (the groups a round's statistics update counts)."""
+        return self.allocator.prompts
+
+    def plan(self, waiting, fresh, epoch: int, defer: bool = True):
+        """A round's [`RoundPlan`] from the slots of the prompts `waiting` and `fresh` in the pass `epoch`
+        ([`PerPromptAllocator.plan`]), or `None` when they cannot fill one."""
+        return self.allocator.plan(waiting, fresh, epoch=epoch, defer=defer)
+
+    def skip_probabilities(self) -> dict[str, float]:
+        """GRESO's current skip probabilities (`skip_p_easy`, `skip_p_hard`)."""
+        return self.allocator.skip_probabilities()
+
     def _observe(self, stats: RoundStats) -> None:
         if stats.prompt_keys is None:
             raise ValueError("the per-prompt policy needs the round's prompt keys")
@@ -810,7 +824,7 @@ class PerPromptPolicy(Policy):
     def metrics(self) -> dict[str, float]:
         values = super().metrics()
         values.pop("num_generations")
-        return {**values, **self.allocator.skip_probabilities()}
+        return {**values, **self.skip_probabilities()}
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "stats": self.allocator.stats.state_dict(),

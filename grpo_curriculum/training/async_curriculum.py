@@ -17,9 +17,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..core.adaptive import make_policy
+from ..core.schedule import Setting
 from ..core.signals import _finite, round_stats
-from .stream import PromptStream, per_prompt_round, prompt_keys, prompt_slots
+from .driver import CurriculumDriver
+from .round import Round
+from .stream import PromptStream, prompt_keys, prompt_slots
+
+# the end of a per-prompt round's "too few prompts" error, at a round of {0} completions
+ROUND_FIX = ("per-prompt round of {0} completions: use a larger dataset, a smaller per_device_train_batch_size, or "
+             "larger num_generations candidates.")
 
 
 @dataclass
@@ -37,23 +43,14 @@ class PlannedGroup:
     replay: bool = False
 
 
-@dataclass(frozen=True)
-class Round:
-    """Where the stream stood before a round, and a per-prompt round's plan (`None`: a fixed-G stage's one group)."""
-
-    start: dict
-    plan: dict | None
-    stage: int
-    temperature: float
-
-
 def _position(state: dict) -> tuple[int, int]:
     return state["epoch"], state["position"]
 
 
 class AsyncCurriculum:
     """
-    The worker's curriculum bookkeeping: a [`~core.schedule.ResolvedSchedule`] over the dataset's prompt stream.
+    The worker's curriculum: the driver ([`~training.driver.CurriculumDriver`], the synchronous trainers' own) deciding
+    each round over the dataset's prompt stream, and the bookkeeping of the groups a round is split into.
 
     Args:
         schedule ([`~core.schedule.ResolvedSchedule`]): The stage schedule.
@@ -73,8 +70,9 @@ class AsyncCurriculum:
         self.schedule, self.weight_sync_steps, self.budget, self.seed = schedule, weight_sync_steps, budget, seed
         self.origin = tuple(origin)
         self.stream = PromptStream(dataset, shuffle=False, seed=seed)
-        self.slots = prompt_slots(self.stream)
-        self.policy = self.policy_stage = None  # the per-prompt stage's policy, made when the stage is first planned
+        self.driver = CurriculumDriver(list(schedule.stages), uncertain_prompts=0)
+        self.driver.resolved = schedule
+        self.driver.round_context = {"budget": budget, "slots": prompt_slots(self.stream), "seed": seed}
         self._round: Round | None = None  # the round being started
         self._queue: list[PlannedGroup] = []  # its groups not started yet
         self._origin: dict[int, tuple[Round, int]] = {}  # group id -> its round and place in it
@@ -87,15 +85,16 @@ class AsyncCurriculum:
             return
         self.stream.load_state(resume["stream"])
         if resume["policy_stage"] is not None:
-            self._make_policy(resume["policy_stage"], 1.0).load_state_dict(resume["policy"])
+            self.driver.policy_for(resume["policy_stage"]).load_state_dict(resume["policy"])
             observed = resume["observed"]
             self._observed = [(g["key"], g["rewards"]) for g in observed["pending"]]
             self._replays = Counter(observed["counted"])
             self._frontier = _position(observed["frontier"])
         again = resume["round"]
         if again is not None:  # the per-prompt round of the first untrained group: the same prompts, G and setting
-            self._round = Round(resume["stream"], again["plan"], again["stage"], again["temperature"])
-            self._enqueue(self.stream.commit(again["plan"]), again["plan"]["sizes"], replay=True)
+            setting = Setting(again["stage"], None, again["temperature"])
+            self._round = self.driver.replay_round(self.stream, setting, resume["stream"], again["plan"], None)
+            self._enqueue()
             del self._queue[: again["skip"]]
 
     def step_of(self, version: int) -> int:
@@ -110,12 +109,14 @@ class AsyncCurriculum:
         version0, step0 = self.origin
         return max(step0, (step0 // self.weight_sync_steps + version - version0) * self.weight_sync_steps)
 
-    def _make_policy(self, stage: int, temperature: float):
-        adaptive = self.schedule.stages[stage].adaptive
-        self.policy = make_policy(adaptive, adaptive.num_generations[0], temperature)
-        self.policy.bind(budget=self.budget, slots=self.slots, seed=self.seed)
-        self.policy_stage, self._observed, self._counted, self._replays = stage, [], {}, Counter()
-        return self.policy
+    @property
+    def policy(self):
+        """The per-prompt policy in force (`None` in a fixed-G stage)."""
+        return self.driver.policy
+
+    @property
+    def policy_stage(self) -> int | None:
+        return self.driver.policy_stage
 
     def next_group(self, group_id: int, version: int) -> PlannedGroup:
         """Group `group_id`, started while policy `version` is current (planning a round first when none is left)."""
@@ -127,35 +128,27 @@ class AsyncCurriculum:
 
     def _started(self) -> int:
         """How many groups of the round being started have started."""
-        return (1 if self._round.plan is None else len(self._round.plan["sizes"])) - len(self._queue)
+        return len(self._round.sizes) - len(self._queue)
 
     def _plan(self, version: int) -> None:
-        start = self.stream.state()
-        replay = self._frontier is not None and _position(start) < self._frontier
+        replay = self._frontier is not None and _position(self.stream.state()) < self._frontier
         if self._frontier is not None and not replay:  # past the frontier: what was not met again counts as new
             self._frontier, self._replays = None, Counter()
-        setting = self.schedule.setting_at(self.step_of(version))
-        adaptive = self.schedule.stages[setting.stage].adaptive
-        if adaptive is None:  # a fixed-G stage: the next prompt
-            self._round = Round(start, None, setting.stage, setting.temperature)
-            self._enqueue(self.stream.take(1), [setting.num_generations], replay)
-            return
-        if self.policy_stage != setting.stage:
-            self._make_policy(setting.stage, setting.temperature)
-        planned = per_prompt_round(self.stream, self.policy)
-        if planned is None:
-            raise ValueError(f"The train dataset has too few prompts to fill one per-prompt round of "
-                             f"{self.budget} completions: use a larger dataset, a smaller "
-                             "per_device_train_batch_size, or larger num_generations candidates.")
-        start, plan, prompts = planned
-        self._round = Round(start, plan, setting.stage, setting.temperature)
-        self._enqueue(prompts, plan["sizes"], replay, deferred=plan["deferred"])
+        stage = self.driver.policy_stage
+        self._round = self.driver.new_round(self.stream, self.step_of(version), None, ROUND_FIX.format(self.budget))
+        if self.driver.policy_stage != stage:  # a new per-prompt stage: its groups count afresh
+            self._observed, self._counted, self._replays = [], {}, Counter()
+        self._round.replay = replay
+        self._enqueue()
 
-    def _enqueue(self, prompts: list, sizes: list[int], replay: bool, deferred: int = 0) -> None:
-        keys = [None] * len(prompts) if self._round.plan is None else prompt_keys(self.stream, prompts)
-        for row, size, key in zip(self.stream.materialize(prompts), sizes, keys, strict=True):
-            self._queue.append(PlannedGroup(row, size, self._round.temperature, self._round.stage, key, deferred,
-                                            replay))  # fmt: skip
+    def _enqueue(self) -> None:
+        """The round's groups, queued to start (a per-prompt round's deferred prompts counted on its first)."""
+        round_, setting = self._round, self._round.setting
+        keys = [None] * len(round_.prompts) if round_.plan is None else prompt_keys(self.stream, round_.prompts)
+        deferred = round_.deferred
+        for row, size, key in zip(self.stream.materialize(round_.prompts), round_.sizes, keys, strict=True):
+            self._queue.append(PlannedGroup(row, size, setting.temperature, setting.stage, key, deferred,
+                                            round_.replay))  # fmt: skip
             deferred = 0
 
     def scored(self, group_id: int, plan: PlannedGroup, rewards: list) -> dict | None:
@@ -172,14 +165,14 @@ class AsyncCurriculum:
             self._replays[plan.key] -= 1
             return None
         self._observed.append((plan.key, [_finite(r) for r in rewards]))
-        if len(self._observed) < self.policy.allocator.prompts:
+        if len(self._observed) < self.policy.round_prompts:
             return None
         keys, groups = zip(*self._observed, strict=True)
         self._observed = []
         adaptive = self.schedule.stages[self.policy_stage].adaptive
         self.policy.observe(round_stats([r for g in groups for r in g], [len(g) for g in groups], prompt_keys=keys,
                                         success_threshold=adaptive.success_threshold))  # fmt: skip
-        return self.policy.allocator.skip_probabilities()
+        return self.policy.skip_probabilities()
 
     def dropped(self, group_id: int) -> None:
         """Dynamic sampling dropped group `group_id` (it will never be trained)."""
@@ -211,8 +204,9 @@ class AsyncCurriculum:
         self._dropped = {g for g in self._dropped if g >= first}
         self._counted = {g: key for g, key in self._counted.items() if g >= first}
         again = None if round_ is None or round_.plan is None else {
-            "plan": round_.plan, "stage": round_.stage, "temperature": round_.temperature, "skip": skip}
-        state = {"stream": self.stream.state() if round_ is None else round_.start, "round": again,
+            "plan": round_.plan, "stage": round_.setting.stage, "temperature": round_.setting.temperature,
+            "skip": skip}  # fmt: skip
+        state = {"stream": self.stream.state() if round_ is None else round_.start_stream, "round": again,
                  "policy_stage": self.policy_stage, "policy": None, "observed": None}  # fmt: skip
         if self.policy is None:
             return state

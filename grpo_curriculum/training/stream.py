@@ -187,28 +187,6 @@ def local_round_rows(trainer, stream: PromptStream, prompts: list, group_sizes: 
     return [copy.deepcopy(rows[i - first]) for i in owner]
 
 
-def per_prompt_round(stream: PromptStream, policy) -> tuple[dict, dict, list] | None:
-    """
-    Allocate a per-prompt round from `stream` with `policy` (a bound
-    [`~grpo_curriculum.core.adaptive.PerPromptPolicy`]): the rest of this pass, without deferral when every prompt left
-    would be deferred; else a new pass (the rest of this one is dropped, as TRL drops a pass's tail).
-
-    Returns:
-        `(where the stream stood, the plan as a dict, its prompts)`, or `None` when a whole pass cannot fill a round.
-    """
-    for _ in range(2):
-        stream.open_pass()
-        for defer in (True, False):
-            waiting = [policy.slot_of(key) for key in prompt_keys(stream, stream.waiting)]
-            fresh = (policy.slot_of(prompt_keys(stream, [prompt])[0]) for prompt in stream.upcoming())
-            plan = policy.allocator.plan(waiting, fresh, epoch=stream.epoch, defer=defer)
-            if plan is not None:
-                start, plan = stream.state(), plan.as_dict()
-                return start, plan, stream.commit(plan)
-        stream.end_pass()
-    return None
-
-
 def prompt_digest(prompt) -> str:
     """A digest of a prompt (text or chat messages), the same on every process."""
     return hashlib.sha1(json.dumps(prompt, sort_keys=True, default=str).encode()).hexdigest()[:16]

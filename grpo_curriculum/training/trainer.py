@@ -19,14 +19,18 @@ from ..core.rloo import rloo_problems
 from ..core.signals import is_informative, round_stats
 from . import _trl, _trl_checkpoint, _trl_vllm, tracking
 from ._trl_hooks import GRPOHooks, RLOOHooks
-from .callback import CurriculumCallback, DefaultsChanged, describe_g
+from .callback import CurriculumCallback, DefaultsChanged
 from .checkpoint import (RECIPE_FIX, STATE_FILE, CurriculumStateError, fit_problems, read_state, resume_checkpoint,
                          state_error, write_state)
 from .report import PromptReport
 from .round import Round
-from .stream import first_rows, local_round_rows, per_prompt_round, prompt_keys, prompt_slots, prompt_texts
+from .stream import first_rows, local_round_rows, prompt_keys, prompt_slots, prompt_texts
+from .switches import describe_g
 
 logger = logging.getLogger("grpo_curriculum")
+# the end of a per-prompt round's "too few prompts" error, at generation batch {0}
+ROUND_FIX = ("generation round of {0} completions: use a larger dataset, a smaller generation batch, or larger "
+             "num_generations candidates.")
 
 PROMPT_REPORT_FILE = "uncertain_prompts.jsonl"
 
@@ -173,41 +177,22 @@ class CurriculumTrainerMixin:
         A training generation round starts: decide its setting, apply it, choose its prompts (and, in a per-prompt
         stage, each prompt's G) and its first increment.
         """
-        stream = self._prompt_stream
+        stream, batch = self._prompt_stream, self.args.generation_batch_size
         # Resumed from a checkpoint taken inside a round, TRL regenerates that round: it keeps its setting and prompts,
         # and is not observed again (the checkpoint's policy state and prompt report already hold it).
         replay, self._round_to_replay = self._round_to_replay, None
         if replay is not None:
-            setting = self._curriculum.current
-            stream.load_state(replay["start_stream"])
+            round_ = self._curriculum.replay_round(stream, self._curriculum.current, replay["start_stream"],
+                                                   replay["plan"], batch)  # fmt: skip
         else:
-            setting = self._curriculum.setting_for_round(self.state.global_step)
+            round_ = self._curriculum.new_round(stream, self.state.global_step, batch, fix=ROUND_FIX.format(batch))
+        setting, sizes = round_.setting, round_.sizes
         self._apply(setting)
-        deferred, plan = 0, None
-        if replay is not None and replay["plan"] is not None:  # a per-prompt round: replay its allocation
-            start, plan = replay["start_stream"], replay["plan"]
-            prompts, sizes = stream.commit(plan), list(plan["sizes"])
-        elif setting.num_generations is None and setting.top_up is None:
-            start, plan, prompts, sizes, deferred = self._per_prompt_round()
-        else:
-            start = stream.state()
-            g, count = self._round_shape(setting)
-            prompts = stream.take(count)
-            sizes = [g] * count
-        keys = prompt_keys(stream, prompts)
-        round_ = Round(setting, prompts, sizes, start_stream=start, plan=plan, replay=replay is not None,
-                       deferred=deferred)  # fmt: skip
+        keys = prompt_keys(stream, round_.prompts)
         _trl.all_processes_agree(self, (self._curriculum.rounds, setting.stage, setting.num_generations,
                                         setting.temperature, tuple(sizes), tuple(keys)))  # fmt: skip
         self._round = round_
         return round_
-
-    def _round_shape(self, setting) -> tuple[int, int]:
-        """The G of a round's first increment and its number of prompts."""
-        batch = self.args.generation_batch_size
-        if setting.top_up is not None:
-            return setting.top_up.pilot, setting.top_up.prompts_for(batch)
-        return setting.num_generations, batch // setting.num_generations
 
     def _curriculum_increment_rows(self, round_: Round) -> tuple[list[dict], list[int]]:
         """This process's rows of the round's next increment, and the size of each group it samples."""
@@ -275,20 +260,6 @@ class CurriculumTrainerMixin:
             if self._report_rows is not None:
                 keys = [str(self._report_rows[int(key)]) for key in keys]
             self._prompt_report.update(keys, rewards, sizes, texts=texts)
-
-    def _per_prompt_round(self) -> tuple[dict, dict, list, list[int], int]:
-        """
-        Allocate a per-prompt round from the stream: where the stream stood, the plan, its prompts, their G and how
-        many prompts were deferred.
-        """
-        planned = per_prompt_round(self._prompt_stream, self._curriculum.policy)
-        if planned is not None:
-            start, plan, prompts = planned
-            return start, plan, prompts, list(plan["sizes"]), plan["deferred"]
-        raise ValueError(
-            f"The train dataset has too few prompts to fill one generation round of {self.args.generation_batch_size} "
-            "completions: use a larger dataset, a smaller generation batch, or larger num_generations candidates."
-        )
 
     def write_prompt_report(self, directory: str | None = None) -> str | None:
         """
