@@ -8,6 +8,7 @@ is tested with tables in `tests/test_allocation.py`); the trainer must realise w
 from __future__ import annotations
 
 import math
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -319,7 +320,8 @@ def _per_prompt_round(policy, stream):
     deferred)`."""
     from grpo_curriculum.training.driver import CurriculumDriver
 
-    start, plan, prompts = CurriculumDriver.per_prompt_round(SimpleNamespace(policy=policy), stream, "round")
+    start, plan, prompts = CurriculumDriver.per_prompt_round(SimpleNamespace(policy=policy, skipped=Counter()), stream,
+                                                             "round")
     return start, plan, prompts, list(plan["sizes"]), plan["deferred"]
 
 

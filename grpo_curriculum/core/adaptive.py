@@ -809,6 +809,13 @@ class PerPromptPolicy(Policy):
         """GRESO's current skip probabilities (`skip_p_easy`, `skip_p_hard`)."""
         return self.allocator.skip_probabilities()
 
+    @property
+    def fills_pass_end(self) -> bool:
+        """Whether a round the deferral leaves short at the pass's end is filled with the prompts it deferred. Not at
+        one candidate with deferral (a stage of one G that skips, [`~core.skipping.Skip`]): the next pass starts
+        instead, unless a whole pass cannot fill a round."""
+        return len(self.adaptive.num_generations) > 1 or not self.adaptive.defer
+
     def _observe(self, stats: RoundStats) -> None:
         if stats.prompt_keys is None:
             raise ValueError("the per-prompt policy needs the round's prompt keys")

@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -78,6 +78,8 @@ WEIGHTS = {"hard": (1, 3), "knapsack": (1, 2), "variance": (1, 1), "uniform": (0
 EXPLORE_START, EXPLORE_STEP, EXPLORE_BOUNDS, KEEP_FLOOR = 0.5, 0.01, (0.05, 0.95), 0.01
 """GRESO's exploration probabilities: start, step per round, bounds, and the least probability of keeping a prompt."""
 MAX_DEFERRED_WINDOWS = 4
+SKIP_REASONS = ("solved", "failed", "value")  # a deferral's reason: an all-success streak, an all-failure streak, or
+# (`skip="evidence"` with several candidates) less value than the prompts its round took
 """A round defers at most this many windows of prompts, then takes the next ones undrawn."""
 FLAT_MOMENTS = (0.5, 1 / 3, 0.0)  # E[x], E[x^2], E[1/n] of Beta(1, 1) seen without noise: the prior before any data
 
@@ -239,6 +241,7 @@ class RoundPlan:
         left (`tuple[int, ...]`): Positions of the prompts left waiting for the next round, in stream order.
         read (`int`): New prompts read from the stream (taken, left waiting or deferred).
         deferred (`int`): Prompts deferred (skipped for the rest of the pass).
+        skipped (`dict[str, int]`): The deferred prompts by reason ([`SKIP_REASONS`]); for the logs, not checkpointed.
     """
 
     taken: tuple[int, ...]
@@ -246,6 +249,7 @@ class RoundPlan:
     left: tuple[int, ...]
     read: int
     deferred: int
+    skipped: dict = field(default_factory=dict, compare=False)
 
     def as_dict(self) -> dict:
         """JSON-serialisable (for checkpoints)."""
@@ -285,7 +289,8 @@ class PerPromptAllocator:
         if skip not in SKIP_RULES:
             raise ValueError(f"skip {skip!r}: use one of {list(SKIP_RULES)}")
         self.evidence = defer and skip == "evidence"
-        self.window = self.prompts * (2 if self.evidence else 1) + int(lookahead)
+        # evidence compares twice a round's prompts by value; one candidate has no values to compare (every G the same)
+        self.window = self.prompts * (2 if self.evidence and len(self.candidates) > 1 else 1) + int(lookahead)
         self.fill_window = self.prompts + int(lookahead)  # a round without deferral: issue 37's window
         self.max_deferred = MAX_DEFERRED_WINDOWS * self.window
         self.explore = {"easy": EXPLORE_START, "hard": EXPLORE_START}
@@ -345,6 +350,7 @@ class PerPromptAllocator:
             fill the round's prompts).
         """
         window, positions, read, deferred = list(waiting), list(range(len(waiting))), 0, 0
+        skipped = dict.fromkeys(SKIP_REASONS, 0)
         floor = []  # evidence: window positions kept by GRESO's floor, taken whatever their value (they come back)
         iterator = iter(fresh)
         size = self.window if defer else self.fill_window
@@ -355,6 +361,7 @@ class PerPromptAllocator:
             read += 1
             if defer and deferred < self.max_deferred and self.deferred(slot, epoch):
                 deferred += 1
+                skipped["solved" if self.stats.zero_streak[slot] > 0 else "failed"] += 1
                 continue
             if self.evidence and defer and uniform_draw(self.seed, slot, epoch) < KEEP_FLOOR:
                 floor.append(len(window))
@@ -368,9 +375,9 @@ class PerPromptAllocator:
         taken, sizes = chosen
         left = sorted(set(range(len(window))) - set(taken))
         if self.evidence and defer:  # the prompts of less value are skipped for the pass, not kept waiting
-            deferred, left = deferred + len(left), []
+            deferred, skipped["value"], left = deferred + len(left), len(left), []
         return RoundPlan(tuple(positions[i] for i in taken), tuple(sizes), tuple(positions[i] for i in left), read,
-                         deferred)  # fmt: skip
+                         deferred, skipped)  # fmt: skip
 
     def adapt(self, easy_share: float, hard_share: float) -> None:
         """GRESO's update after a round: each kind's exploration probability moves against its zero-std share."""

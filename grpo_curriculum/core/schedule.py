@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .adaptive import Adaptive
     from .comparison import Comparison
     from .sampling import DynamicSampling, TopUp
+    from .skipping import Skip
 
 RAMPS = ("linear", "cosine")
 STAGE_RULES = {  # every field's own rule; the rules between fields are in `stage_problems`
@@ -65,6 +66,13 @@ def _dynamic_sampling_of(value, key: str):
     return DynamicSampling.from_mapping(value, key=key)
 
 
+def _skip_of(value, key: str):
+    """The stage's [`Skip`] (from `True`, a rule name, a mapping or an instance; `None` for none) and the problems."""
+    from .skipping import Skip
+
+    return Skip.from_value(value, key=key)
+
+
 def _smallest_group(adaptive, g) -> tuple[int, str] | None:
     """The smallest group a stage trains and which it is, in words (`None` while its G is not valid)."""
     if adaptive is None:
@@ -93,6 +101,17 @@ def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
     problems += found
     comparison, found = _comparison_of(values.get("comparison"), f"{at}comparison")
     problems += found
+    skip, found = _skip_of(values.get("skip"), f"{at}skip")
+    problems += found
+    if skip is not None and values.get("adaptive") is not None:
+        problems.append(Problem(f"{at}skip", values["skip"], "cannot be combined with `adaptive`: an adaptive stage "
+                                "skips (or not) with its own knobs", "drop `skip` and set `adaptive.defer: true` "
+                                "with `adaptive.skip` (a per-prompt stage), or drop `adaptive`"))  # fmt: skip
+    if skip is not None and values.get("dynamic_sampling") is not None:
+        problems.append(Problem(f"{at}skip", values["skip"], "cannot be combined with `dynamic_sampling`: dynamic "
+                                "sampling refills a round with new prompts until enough groups are informative, "
+                                "skipping leaves settled prompts out before they are sampled",
+                                "keep one of the two"))  # fmt: skip
     given = {name: v for name, v in values.items() if v is not None or name == "temperature_ramp"}
     if "num_generations" not in given and "adaptive" not in values:  # an adaptive stage starts at its smallest G
         problems.append(Problem(f"{at}num_generations", MISSING, "is required", "add e.g. `num_generations: 4`"))
@@ -176,6 +195,11 @@ class Stage:
             Which completions of a group keep a non-zero advantage: `{mode: all}` (TRL's, the default), `{mode:
             extremes}` (the best and the worst) or `{mode: margin, margin: m, margin_end: m2}` (those at least m group
             stds from the mean, ramping to m2); see [`grpo_curriculum.core.comparison`]. Any kind of stage.
+        skip ([`~core.skipping.Skip`], `bool`, `str` or `dict`, *optional*):
+            Skip settled prompts (all successes, or all failures) for the rest of a pass, at the stage's one G:
+            `True` or `"evidence"` (a prompt that ever succeeded is never skipped for failing), `"greso"`, or `{rule:
+            ..., target: ...}` ([`grpo_curriculum.core.skipping`]). The stage then runs as a per-prompt stage whose
+            only candidate is its G. Not with `adaptive` or `dynamic_sampling`.
     """
 
     num_generations: int | None = None
@@ -188,16 +212,20 @@ class Stage:
     adaptive: Adaptive | None = None
     dynamic_sampling: DynamicSampling | None = None
     comparison: Comparison | None = None
+    skip: Skip | None = None
 
     def __post_init__(self):
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         if values["temperature_ramp"] == "linear":  # the default: don't complain that it lacks `temperature_end`
             values.pop("temperature_ramp")
-        for name in ("adaptive", "dynamic_sampling", "comparison"):
+        for name in ("adaptive", "dynamic_sampling", "comparison", "skip"):
             if values[name] is None:
                 values.pop(name)
         raise_if_any(stage_problems(values, key="Stage"))
-        adaptive, _ = _adaptive_of(self.adaptive, "Stage.adaptive")
+        skip = _skip_of(self.skip, "Stage.skip")[0]
+        object.__setattr__(self, "skip", skip)
+        adaptive = _adaptive_of(self.adaptive, "Stage.adaptive")[0] if skip is None else skip.adaptive(
+            self.num_generations)  # a skipping stage runs as a per-prompt stage of one candidate, its G
         dynamic, _ = _dynamic_sampling_of(self.dynamic_sampling, "Stage.dynamic_sampling")
         object.__setattr__(self, "dynamic_sampling", dynamic)
         object.__setattr__(self, "comparison", _comparison_of(self.comparison, "Stage.comparison")[0])

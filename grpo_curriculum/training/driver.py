@@ -10,9 +10,11 @@ trainers apply what it decides.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import asdict
 
 from ..core.adaptive import make_policy
+from ..core.allocation import SKIP_REASONS
 from ..core.comparison import Comparison
 from ..core.errors import raise_if_any
 from ..core.rules import UNCERTAIN_PROMPTS, UNCERTAIN_PROMPTS_DEFAULT
@@ -157,6 +159,7 @@ class CurriculumDriver:
         self.policy_stage: int | None = None
         self.last_stats = None  # signals of the last round (grpo_curriculum.core.signals.RoundStats)
         self.deferred_total = 0  # prompts deferred by per-prompt stages in this run
+        self.skipped = Counter()  # prompts skipped since the last log line, by reason (`SKIP_REASONS`)
         self.informative_share = None  # the last round's share of trained completions in informative groups
         self._since_log, self._last_round = _RoundCounts(), _RoundCounts()
 
@@ -193,8 +196,9 @@ class CurriculumDriver:
     def per_prompt_round(self, stream, fix: str) -> tuple[dict, dict, list]:
         """
         Allocate the per-prompt round of the policy in force from `stream` ([`PromptStream`]): the rest of this pass,
-        without deferral when every prompt left would be deferred; else a new pass (the rest of this one is dropped,
-        as TRL drops a pass's tail).
+        without deferral when every prompt left would be deferred (not at one candidate: [`fills_pass_end`]); else a
+        new pass (the rest of this one is dropped, as TRL drops a pass's tail), filled without deferral if need be.
+        Counts the prompts it skipped, by reason, for the next log line.
 
         Returns:
             `(where the stream stood, the plan as a dict, its prompts)`.
@@ -203,13 +207,15 @@ class CurriculumDriver:
             `ValueError`: when a whole pass cannot fill a round; `fix` says what to change.
         """
         policy = self.policy
-        for _ in range(2):
+        for attempt in range(2):
             stream.open_pass()
-            for defer in (True, False):
+            # a stage of one G that skips starts the next pass rather than fill this one's end with what it skipped
+            for defer in (True, False) if attempt or policy.fills_pass_end else (True,):
                 waiting = [policy.slot_of(key) for key in prompt_keys(stream, stream.waiting)]
                 fresh = (policy.slot_of(prompt_keys(stream, [prompt])[0]) for prompt in stream.upcoming())
                 plan = policy.plan(waiting, fresh, epoch=stream.epoch, defer=defer)
                 if plan is not None:
+                    self.skipped.update(plan.skipped)
                     start, plan = stream.state(), plan.as_dict()
                     return start, plan, stream.commit(plan)
             stream.end_pass()
@@ -319,7 +325,8 @@ class CurriculumDriver:
         The `curriculum/*` values added to a training log line, over the rounds since the previous one (then reset):
         `num_generations` (mean G over the rounds' prompts), `prompts` (per round), `temperature` and `stage` (the
         current round's), and in per-prompt stages `deferred` (prompts deferred), `deferred_total` (in the run) and
-        `prompts_at_g{G}` (prompts trained at each G: their sum over the log lines is the run's G distribution); of the
+        `prompts_at_g{G}` (prompts trained at each G: their sum over the log lines is the run's G distribution),
+        `skipped/{reason}` (prompts skipped since the last log line, by reason: `solved`, `failed`, `value`); of the
         last round, over every group it generated (dynamic sampling: dropped groups included): `mean_group_std`,
         `zero_std_fraction` (its completions' share in groups without a learning signal,
         [`grpo_curriculum.core.signals.is_zero_std`]; TRL's `frac_reward_zero_std` is TRL's own test over the trained
@@ -344,6 +351,9 @@ class CurriculumDriver:
         if self.per_prompt or self.deferred_total:
             metrics["curriculum/deferred"] = since.deferred if since is not self._last_round else 0
             metrics["curriculum/deferred_total"] = self.deferred_total
+            metrics.update({f"curriculum/skipped/{reason}": self.skipped[reason] for reason in SKIP_REASONS
+                            if self.skipped[reason] or self.deferred_total})  # fmt: skip
+            self.skipped = Counter()
         for g in sorted(set(since.sizes)):
             metrics[f"curriculum/prompts_at_g{g}"] = since.sizes.count(g)
         if self.informative_share is not None:

@@ -1,0 +1,86 @@
+"""
+Skipping settled prompts in a stage of one G (`Stage(num_generations=8, skip="evidence")`, a `skip:` block in YAML).
+
+A stage that skips keeps its one G and its temperature (a ramp included); what changes is which prompts its rounds
+sample: a prompt whose last visits were all successes (solved) or all failures (never succeeded) is skipped for the
+rest of the pass with GRESO's probability, and comes back at a later pass with the keep probability (never below 1%),
+so a prompt that becomes learnable is found again. Under `rule="evidence"` (the default) a prompt that has ever
+succeeded is never skipped for failing. A skipped prompt leaves the pass: the pass is shorter and the next one starts
+sooner; the pass's end is never filled with the prompts it skipped (when the prompts left cannot fill a round, the
+next pass starts, as TRL drops a pass's tail), unless a whole pass cannot fill one round.
+
+The rule is the per-prompt allocator's ([`~core.allocation.PerPromptAllocator`]) at one candidate: a skipping stage
+runs as a per-prompt stage whose only candidate is the stage's G ([`Skip.adaptive`]), so it trains, checkpoints and
+resumes wherever per-prompt stages do (both trainers, vLLM, several processes, the asynchronous trainer). Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .allocation import SKIP_RULES
+from .errors import Problem, raise_if_any
+from .rules import Rule, check, fraction, settings_from_mapping
+
+if TYPE_CHECKING:
+    from .adaptive import Adaptive
+
+SKIP_DEFAULT_TARGET = 0.05  # the study's `skip_target` (issue 37's fixed-kind check)
+SKIP_SETTING_RULES = {
+    "rule": Rule("choice", choices=SKIP_RULES, fix=f"use one of {list(SKIP_RULES)}"),
+    "target": fraction(False, False, why="the share of zero-std groups the skipping aims at",
+                       fix=f"e.g. `target: {SKIP_DEFAULT_TARGET}`"),
+}
+
+
+@dataclass(frozen=True)
+class Skip:
+    """
+    How a stage of one G skips settled prompts.
+
+    Args:
+        rule (`str`, *optional*, defaults to `"evidence"`):
+            `"evidence"`: a prompt that has ever succeeded is never skipped for failing (only an all-success streak
+            skips it); `"greso"`: GRESO's streaks of either kind.
+        target (`float`, *optional*, defaults to `0.05`):
+            The share of the round's groups whose rewards are all equal that the skip probabilities are driven towards
+            (GRESO's target): the lower, the more settled prompts are skipped.
+    """
+
+    rule: str = "evidence"
+    target: float = SKIP_DEFAULT_TARGET
+
+    def __post_init__(self):
+        raise_if_any(check(SKIP_SETTING_RULES, {"rule": self.rule, "target": self.target}, "skip"))
+        object.__setattr__(self, "target", float(self.target))
+
+    @classmethod
+    def from_value(cls, value, key: str = "skip") -> tuple[Skip | None, list[Problem]]:
+        """
+        Build from a stage's `skip` value: `True` (the defaults), a rule name (`"evidence"`), a mapping (`{rule:
+        greso, target: 0.1}`) or an instance. `False` and `None`: no skipping.
+
+        Returns:
+            `tuple[Skip | None, list[Problem]]`: The setting (`None` for no skipping) and every problem.
+        """
+        if value is None or value is False:
+            return None, []
+        if value is True:
+            return cls(), []
+        if isinstance(value, str):
+            value = {"rule": value}
+        return settings_from_mapping(cls, value, key, "a skip setting", "`skip: evidence` or `skip: {rule: "
+                                     "evidence, target: 0.05}`", lambda given, at: check(SKIP_SETTING_RULES, given,
+                                                                                         at))  # fmt: skip
+
+    def adaptive(self, num_generations: int) -> Adaptive:
+        """The per-prompt policy a stage of G `num_generations` runs to skip this way (its only candidate: G)."""
+        from .adaptive import Adaptive
+
+        return Adaptive(num_generations=(int(num_generations),), policy="per_prompt", defer=True, skip=self.rule,
+                        skip_target=self.target, lookahead=0)  # fmt: skip
+
+    def describe(self) -> str:
+        """In words, e.g. `"skips settled prompts (evidence, target 0.05)"`."""
+        return f"skips settled prompts ({self.rule}, target {self.target:g})"
