@@ -272,7 +272,7 @@ _POLICY = ByField("policy", {
     "per_prompt": {**_POLICY_BASE, "stats": _PROMPT_STATS,
                    "explore": {"easy": Rule("number", low=0.05, high=0.95), "hard": Rule("number", low=0.05, high=0.95)}},
 })  # fmt: skip
-_STREAM = {"epoch": STEP, "position": STEP, "waiting?": Each(STEP)}
+_STREAM = {"epoch": STEP, "position": STEP, "waiting?": Each(STEP), "filling?": Rule("bool")}
 ROUND_PLAN = {"taken": Each(STEP), "sizes": Each(_G), "left": Each(STEP), "read": STEP, "deferred": STEP}
 """A per-prompt round's allocation ([`~core.allocation.RoundPlan.as_dict`])."""
 STATE_SCHEMA = {

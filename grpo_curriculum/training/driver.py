@@ -209,12 +209,15 @@ class CurriculumDriver:
         policy = self.policy
         for attempt in range(2):
             stream.open_pass()
-            # a stage of one G that skips starts the next pass rather than fill this one's end with what it skipped
-            for defer in (True, False) if attempt or policy.fills_pass_end else (True,):
+            # a stage of one G that skips starts the next pass rather than fill this one's end with what it skipped,
+            # unless a whole pass could not fill a round: that pass is then taken in turn (`stream.filling`)
+            fill = attempt or policy.fills_pass_end or stream.filling
+            for defer in (True, False) if fill else (True,):
                 waiting = [policy.slot_of(key) for key in prompt_keys(stream, stream.waiting)]
                 fresh = (policy.slot_of(prompt_keys(stream, [prompt])[0]) for prompt in stream.upcoming())
                 plan = policy.plan(waiting, fresh, epoch=stream.epoch, defer=defer)
                 if plan is not None:
+                    stream.filling = stream.filling or not (defer or policy.fills_pass_end)
                     self.skipped.update(plan.skipped)
                     start, plan = stream.state(), plan.as_dict()
                     return start, plan, stream.commit(plan)

@@ -48,6 +48,8 @@ class PromptStream:
         self._iterator = None  # iterable: the current pass's stream
         self._lookahead: list = []  # iterable: rows read from the stream but not consumed yet
         self._waiting: list[tuple[int, object]] = []  # (position in the pass, prompt) left by a per-prompt round
+        self.filling = False  # the pass is taken in turn, its skipped prompts too (a stage of one G that skips:
+        # a whole pass of settled prompts could not fill a round)
         if not self.iterable:
             self._generator = torch.Generator()
             if shuffle:
@@ -65,6 +67,7 @@ class PromptStream:
         self._lookahead, self._waiting = [], []
         self.epoch += 1
         self.position = 0
+        self.filling = False
 
     def open_pass(self) -> None:
         """Start a pass if none is open."""
@@ -134,7 +137,8 @@ class PromptStream:
     def state(self) -> dict:
         """Where the stream stands: the pass number, the prompts read in it and the positions of those waiting
         (JSON-serialisable)."""
-        return {"epoch": self.epoch, "position": self.position, "waiting": [i for i, _ in self._waiting]}
+        state = {"epoch": self.epoch, "position": self.position, "waiting": [i for i, _ in self._waiting]}
+        return {**state, "filling": True} if self.filling else state
 
     def load_state(self, state: dict) -> None:
         """Restore a [`state`]: replay the pass's permutation (or stream), skip what was read, keep what waits."""
@@ -154,6 +158,7 @@ class PromptStream:
                 self._start_pass()
             self._waiting = [(i, self._order[i]) for i in waiting]
         self.position = state["position"]
+        self.filling = state.get("filling", False)
 
     def materialize(self, prompts: list) -> list[dict]:
         """The rows of `prompts` (as returned by [`take`]), read in one batched call for map-style datasets."""

@@ -1,0 +1,180 @@
+"""Skipping settled prompts in a stage of one G (`grpo_curriculum.core.skipping`, issue 50): the setting, the pass's
+end, the temperature ramp and real training runs (GRPO and RLOO, resume)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from grpo_curriculum import CurriculumError, Stage
+from grpo_curriculum.core.curriculum import load_curriculum
+from grpo_curriculum.core.skipping import Skip
+from grpo_curriculum.core.schedule import stage_signature
+
+from .conftest import RoundRecorder, indexed_dataset
+from .test_per_prompt import always_defer_settled, settled_or_mixed
+from .test_trainer import make_trainer, train_history
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, None), (False, None), (True, Skip()), ("greso", Skip(rule="greso")),
+    ({"rule": "evidence", "target": 0.2}, Skip(target=0.2)), (Skip(rule="greso"), Skip(rule="greso")),
+])  # fmt: skip
+def test_a_skip_value_builds_its_setting(value, expected):
+    assert Skip.from_value(value) == (expected, [])
+
+
+@pytest.mark.parametrize(("value", "key", "says"), [
+    ("sometimes", "skip.rule", "must be one of"),
+    ({"rule": "evidence", "target": 1.5}, "skip.target", "zero-std groups"),
+    ({"rule": "evidence", "targte": 0.1}, "skip.targte", "target"),
+    (3, "skip", "must be a mapping"),
+])  # fmt: skip
+def test_a_bad_skip_value_is_named_with_its_key(value, key, says):
+    setting, problems = Skip.from_value(value)
+    assert setting is None and [p.key for p in problems] == [key] and says in str(problems[0])
+
+
+def test_a_skipping_stage_runs_as_a_per_prompt_stage_of_its_one_g():
+    stage = Stage(num_generations=4, temperature=0.9, skip="greso")
+    assert stage.skip == Skip(rule="greso") and stage.num_generations == 4
+    adaptive = stage.adaptive
+    assert (adaptive.policy, adaptive.num_generations, adaptive.defer, adaptive.skip, adaptive.lookahead) == \
+        ("per_prompt", (4,), True, "greso", 0)
+    assert stage_signature([stage]) == [{"policy": "per_prompt", "num_generations": [4]}]
+
+
+def test_skipping_off_is_the_stage_of_today():
+    today = Stage(num_generations=4, temperature=0.9)
+    assert Stage(num_generations=4, temperature=0.9, skip=False) == today == \
+        Stage(num_generations=4, temperature=0.9, skip=None)
+    assert today.adaptive is None and stage_signature([today]) == [{"num_generations": 4}]
+
+
+def test_skip_with_adaptive_or_dynamic_sampling_is_refused_with_every_problem_at_once(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("curriculum:\n  stages:\n"
+                      "    - {num_generations: 4, temperature: 0.9, skip: evidence, adaptive: {policy: per_prompt}}\n"
+                      "    - {num_generations: 4, temperature: 0.9, skip: true, dynamic_sampling: {max_rounds: 2}}\n"
+                      "    - {num_generations: 4, temperature: 0.9, skip: {rule: nope}}\n")  # fmt: skip
+    with pytest.raises(CurriculumError) as error:
+        load_curriculum(str(recipe))
+    text = str(error.value)
+    assert "stages[0].skip" in text and "cannot be combined with `adaptive`" in text
+    assert "stages[1].skip" in text and "cannot be combined with `dynamic_sampling`" in text
+    assert "stages[2].skip.rule" in text and "'nope'" in text
+
+
+def test_a_recipe_stage_skips_with_a_rule_name(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("curriculum:\n  stages:\n    - {num_generations: 4, temperature: 0.9, skip: evidence}\n")
+    (stage,) = load_curriculum(str(recipe)).stages
+    assert stage.skip == Skip() and stage.adaptive.num_generations == (4,)
+
+
+def _driver(stages, dataset, budget):
+    from grpo_curriculum.training.driver import CurriculumDriver
+    from grpo_curriculum.training.stream import PromptStream, prompt_slots
+
+    stream = PromptStream(dataset, shuffle=False, seed=0)
+    driver = CurriculumDriver(stages)
+    driver.round_context = {"budget": budget, "slots": prompt_slots(stream), "seed": 0}
+    driver.resolve(100)
+    return driver, stream
+
+
+def _settle(driver, stream, settled):
+    """Mark the prompts at dataset rows `settled` settled (an all-success streak) in the driver's policy."""
+    from grpo_curriculum.training.stream import prompt_keys
+
+    policy = driver.policy_for(0)
+    for row in settled:
+        policy.allocator.stats.zero_streak[policy.slot_of(prompt_keys(stream, [row])[0])] = 3
+
+
+def test_a_skipped_prompt_leaves_the_pass_and_never_fills_its_end(monkeypatch):
+    """
+    20 prompts, rounds of 4 at G 2, the odd ones settled (always skipped): each pass trains 0, 2, 4, 6 and 8, 10, 12,
+    14; 16 and 18 are too few for a round, so the next pass starts. The settled prompts never fill the pass's end (the
+    rule of several candidates fills that round with 15, 16, 17, 18).
+    """
+    always_defer_settled(monkeypatch)
+    driver, stream = _driver([Stage(num_generations=2, temperature=1.0, skip=True)], indexed_dataset(20), budget=8)
+    _settle(driver, stream, range(1, 20, 2))
+    rounds = [driver.new_round(stream, step, 8, "round") for step in range(6)]
+    assert [sorted(r.prompts) for r in rounds] == [[0, 2, 4, 6], [8, 10, 12, 14]] * 3
+    assert [r.start_stream["epoch"] for r in rounds] == [1, 1, 2, 2, 3, 3]  # (passes count from 1)
+    assert all(r.sizes == [2] * 4 for r in rounds)
+    assert driver.skipped == Counter({"solved": 21, "failed": 0, "value": 0})  # 1-13 in each of 3 passes
+
+
+def test_a_pass_of_settled_prompts_only_still_trains_them_in_turn(monkeypatch):
+    """Every prompt skipped: the first pass cannot fill a round, the next one is filled without skipping (the run
+    moves on; none is trained twice in a pass)."""
+    always_defer_settled(monkeypatch)
+    driver, stream = _driver([Stage(num_generations=2, temperature=1.0, skip=True)], indexed_dataset(12), budget=8)
+    _settle(driver, stream, range(12))
+    trained = Counter()
+    for step in range(9):
+        trained.update(driver.new_round(stream, step, 8, "round").prompts)
+    assert sorted(trained) == list(range(12)) and set(trained.values()) == {3}
+
+
+def test_a_skipping_stage_follows_its_temperature_ramp_without_switch_records():
+    stages = [Stage(num_generations=2, temperature=0.5, temperature_end=1.0, until_step=10, skip=True),
+              Stage(num_generations=2, temperature=1.0)]  # fmt: skip
+    driver, stream = _driver(stages, indexed_dataset(40), budget=8)
+    temperatures = [driver.new_round(stream, step, 8, "round").setting.temperature for step in range(10)]
+    assert temperatures == pytest.approx([0.5 + 0.05 * step for step in range(10)])
+    assert driver.switches == []
+    assert driver.evaluation_temperature(4) == pytest.approx(0.7)
+    driver.new_round(stream, 10, 8, "round")
+    assert [s["to"]["stage"] for s in driver.switches] == [1]
+
+
+@pytest.mark.parametrize("trainer", ["grpo", "rloo"])
+def test_a_skipping_stage_trains_skips_settled_prompts_and_logs_why(tmp_path, monkeypatch, trainer):
+    """A real run at G 2: after the first pass, the solved (index % 3 == 0) and never-succeeding (== 1) prompts are
+    skipped; every round keeps G 2; the log says what was skipped and why."""
+    from grpo_curriculum import CurriculumRLOOTrainer
+    from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
+
+    always_defer_settled(monkeypatch)
+    cls = CurriculumRLOOTrainer if trainer == "rloo" else CurriculumGRPOTrainer
+    run, recorder = make_trainer(tmp_path, [Stage(num_generations=2, temperature=1.0, skip=True)],
+                                 recorder=RoundRecorder(settled_or_mixed), dataset=indexed_dataset(12), max_steps=6,
+                                 shuffle_dataset=False, cls=cls)  # fmt: skip
+    run.train()
+    seen = [sorted(set(c["idx"])) for c in recorder.calls]
+    assert seen[:3] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert seen[3:] == [[2, 5, 8, 11]] * 3  # the mixed prompts only: a pass of one round
+    assert all(c["sizes"] == [2] * 4 for c in recorder.calls)
+    history = train_history(run)
+    assert [h.get("curriculum/skipped/solved", 0) for h in history] == [0, 0, 0, 4, 4, 4]
+    assert [h.get("curriculum/skipped/failed", 0) for h in history] == [0, 0, 0, 4, 4, 4]
+    assert [h["curriculum/num_generations"] for h in history] == [2] * 6
+
+
+def _skipping_run(output_dir, monkeypatch):
+    always_defer_settled(monkeypatch)
+    return make_trainer(output_dir, [Stage(num_generations=2, temperature=1.0, skip=True)],
+                        recorder=RoundRecorder(settled_or_mixed), dataset=indexed_dataset(48),
+                        per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=4,
+                        max_steps=24, save_strategy="steps", save_steps=1)  # fmt: skip
+
+
+def test_a_resumed_skipping_stage_trains_the_rounds_of_the_run_that_never_stopped(tmp_path, monkeypatch):
+    """A checkpoint inside a round (2 steps a round, shuffled passes of 6 rounds, then of 2 once the settled prompts
+    are skipped): the resumed run regenerates that round and then skips and trains exactly what the run that never
+    stopped did."""
+    full, full_recorder = _skipping_run(tmp_path / "full", monkeypatch)
+    full.train()
+    expected = [(c["step"], tuple(c["sizes"]), tuple(c["idx"])) for c in full_recorder.calls]
+    assert full._curriculum.deferred_total > 0
+    resumed, recorder = _skipping_run(tmp_path / "resumed", monkeypatch)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-17"))
+    got = [(c["step"], tuple(c["sizes"]), tuple(c["idx"])) for c in recorder.calls]
+    first = max(i for i, r in enumerate(expected) if r[0] <= 17)
+    assert got[0][1:] == expected[first][1:] and got[1:] == expected[first + 1 :]
+    assert resumed._curriculum.deferred_total == full._curriculum.deferred_total
