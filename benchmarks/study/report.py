@@ -119,7 +119,8 @@ def verdict_json(summaries: dict, command: str, tuning: list[int], extra: dict) 
                            "auc_diff_median": s["post_rows"][s["oracle"]["arm"]]["auc_diff_median"],
                            "auc_diff_ci": list(s["post_rows"][s["oracle"]["arm"]]["auc_diff_ci"]),
                            "ratio90_median": finite(s["post_rows"][s["oracle"]["arm"]]["ratio90_median"]),
-                           "position": s["oracle"]["position"]},
+                           "position": s["oracle"]["position"], "ceiling": s["oracle"]["ceiling"],
+                           "ceiling_position": s["oracle"].get("ceiling_position")},
                        "success_bins": list(SUCCESS_BINS),
                        "success_histogram_warm_start": s["rows"][s["reference"]]["hist_start"],
                        "arms": arms}  # fmt: skip
@@ -158,23 +159,27 @@ def headroom_lines(s: dict) -> list[str]:
     if s["oracle"] is None:
         return []
     oracle, post, best = s["oracle"]["arm"], s["post_rows"], s["post_hoc_reference"]
+    ceiling = s["oracle"]["ceiling"]
     lines = ["", f"Headroom (issue 42): each arm between `{best}` (the post-hoc best static G: 0) and the oracle "
              f"`{oracle}` (static G on the prompts less the settled ones, never sampled: 1), paired by seed; where "
              "its completions went by the exact training success of the prompt when trained (solved >= 0.95, "
-             "impossible, rare-success <= 0.05, informative between):", "",
-             f"| arm | AUC - `{best}`: median [90% CI] | share of the oracle's AUC gain | to 90% of `{best}`'s gain "
-             "| share of the oracle's completions saving | solved | impossible | rare-success | informative |",
-             "|" + "---|" * 9]  # fmt: skip
+             "impossible, rare-success <= 0.05, informative between)"
+             + (f"; issue 50: its share of the reachable ceiling's gain (`{ceiling}`: every prompt once, then the "
+                "non-settled ones only)" if ceiling else "") + ":", "",
+             f"| arm | AUC - `{best}`: median [90% CI] | share of the oracle's AUC gain | share of the ceiling's "
+             f"| to 90% of `{best}`'s gain | share of the oracle's completions saving | solved | impossible | "
+             "rare-success | informative |", "|" + "---|" * 10]  # fmt: skip
     for arm in [best, *post]:
         kinds = s["kinds"].get(arm) or {}
         shares = " | ".join(fmt_share(kinds.get(k)) for k in KINDS)
         if arm == best:
-            lines.append(f"| `{arm}` | 0 | 0% | 1.00x | 0% | {shares} |")
+            lines.append(f"| `{arm}` | 0 | 0% | 0% | 1.00x | 0% | {shares} |")
             continue
         row, position = post[arm], s["oracle"]["position"][arm]
-        ci = row["auc_diff_ci"]
+        ci, of_ceiling = row["auc_diff_ci"], (s["oracle"].get("ceiling_position") or {}).get(arm, {})
         lines.append(f"| `{arm}` | {row['auc_diff_median']:+.4f} [{ci[0]:+.4f}, {ci[1]:+.4f}] | "
-                     f"{fmt_share(position['auc_gain_share'])} | {fmt_x(row['ratio90_median'])} | "
+                     f"{fmt_share(position['auc_gain_share'])} | {fmt_share(of_ceiling.get('auc_gain_share'))} | "
+                     f"{fmt_x(row['ratio90_median'])} | "
                      f"{fmt_share(position['saving_share'])} | {shares} |")  # fmt: skip
     return lines
 

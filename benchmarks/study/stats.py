@@ -393,7 +393,11 @@ def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int
     oracle = None
     if oracles:
         best_oracle = max(oracles, key=lambda a: statistics.fmean(rows[a]["auc"]))
-        oracle = {"arm": best_oracle, "position": headroom(post_rows, best_oracle)}
+        oracle = {"arm": best_oracle, "position": headroom(post_rows, best_oracle), "ceiling": None}
+        ceilings = [a for a in arms if mode_of(a) == "ceiling"]  # issue 50: what full-price first visits can reach
+        if ceilings:
+            ceiling = max(ceilings, key=lambda a: statistics.fmean(rows[a]["auc"]))
+            oracle.update(ceiling=ceiling, ceiling_position=headroom(post_rows, ceiling))
     kinds = {a: completions_by_kind([by[(a, seed)]["probe"] for seed in seeds]) for a in arms}
     ref_informative = statistics.fmean(rows[reference]["informative"])
     for row in rows.values():
