@@ -11,6 +11,7 @@ from .core.errors import CurriculumError, Problem
 from .core.geometry import BatchGeometry
 from .core.sampling import DynamicSampling
 from .core.schedule import ResolvedSchedule, Setting, Stage, StageSchedule
+from .core.skipping import Skip
 
 __all__ = [
     "Adaptive",
@@ -23,6 +24,7 @@ __all__ = [
     "Problem",
     "ResolvedSchedule",
     "Setting",
+    "Skip",
     "Stage",
     "StageSchedule",
     "__version__",
