@@ -60,6 +60,18 @@ def test_per_prompt_allocation_agrees_when_ranks_see_different_rewards(torchrun_
         h["curriculum/num_generations"] for h in ranks[1]["history"]]  # fmt: skip
 
 
+def test_a_skipping_stage_skips_the_same_prompts_on_every_rank(torchrun_scenarios):
+    """G 4 skipping settled prompts, groups spanning both ranks, ranks scoring the mixed prompts differently: both
+    ranks skip the same prompts (from the gathered rewards) and sample the same whole groups."""
+    ranks = torchrun_scenarios("skip")
+    assert ranks[0]["deferred_total"] == ranks[1]["deferred_total"] > 0
+    for a, b in zip(ranks[0]["calls"], ranks[1]["calls"], strict=True):
+        assert a["sizes"] == b["sizes"] == [4] and group_runs(a["idx"] + b["idx"]) == [4]
+    skipped = [[h.get(f"curriculum/skipped/{r}") for r in ("solved", "failed")] for h in ranks[0]["history"]]
+    assert skipped == [[h.get(f"curriculum/skipped/{r}") for r in ("solved", "failed")] for h in ranks[1]["history"]]
+    assert any(s != [None, None] and s != [0, 0] for s in skipped), skipped
+
+
 def test_train_command_under_torchrun_validates_the_real_world_size(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
     base = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
