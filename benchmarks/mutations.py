@@ -160,7 +160,7 @@ MUTATIONS = [
              ("tests/test_allocation.py", "-k", "comes_back"),
              "a prompt with a long zero-variance streak is practically never seen again (no KEEP_FLOOR)"),
     # Issue 35, item 14: boundaries the suite did not pin.
-    Mutation("temperature_step_unclamped", "grpo_curriculum/core/adaptive.py",
+    Mutation("temperature_step_unclamped", "grpo_curriculum/core/policies.py",
              "new = min(bounds[1], round(t + a.temperature_step, 6))",
              "new = round(t + a.temperature_step, 6)",
              ("tests/test_adaptive.py", "-k", "step_past_a_bound"),

@@ -1,4 +1,5 @@
-"""Tests for `grpo_curriculum.core.adaptive`: adaptive G and temperature policies on synthetic reward streams."""
+"""Tests for `grpo_curriculum.core.adaptive` and `core.policies`: adaptive G and temperature policies on synthetic
+reward streams."""
 
 import json
 import math
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_curriculum.core.adaptive import Adaptive, Decision, HysteresisPolicy, SuccessRatePolicy, compared, make_policy
+from grpo_curriculum.core.adaptive import Adaptive
+from grpo_curriculum.core.policies import Decision, HysteresisPolicy, SuccessRatePolicy, compared, make_policy
 from grpo_curriculum.training.checkpoint import _join_arrays, _split_arrays
 from grpo_curriculum.core.errors import CurriculumError
 from grpo_curriculum.core.signals import round_stats
@@ -302,7 +304,8 @@ def test_decisions_do_not_depend_on_the_hash_seed():
         "pkg = types.ModuleType('grpo_curriculum')\n"
         f"pkg.__path__ = [{str(PACKAGE_DIR)!r}]\n"
         "sys.modules['grpo_curriculum'] = pkg\n"
-        "from grpo_curriculum.core.adaptive import Adaptive, make_policy\n"
+        "from grpo_curriculum.core.adaptive import Adaptive\n"
+        "from grpo_curriculum.core.policies import make_policy\n"
         "from grpo_curriculum.core.signals import round_stats\n"
         "for name in ('success_rate', 'hysteresis'):\n"
         "    p = make_policy(Adaptive((2, 4, 8), (0.5, 1.5), name, patience=2, cooldown=2), 4, 1.0)\n"
@@ -537,7 +540,7 @@ def test_modules_do_not_import_torch_or_numpy():
         "pkg = types.ModuleType('grpo_curriculum')\n"
         f"pkg.__path__ = [{str(PACKAGE_DIR)!r}]\n"
         "sys.modules['grpo_curriculum'] = pkg\n"
-        "import grpo_curriculum.core.adaptive, grpo_curriculum.core.signals\n"
+        "import grpo_curriculum.core.adaptive, grpo_curriculum.core.policies, grpo_curriculum.core.signals\n"
         "bad = sorted(m for m in ('torch', 'numpy', 'trl', 'transformers') if m in sys.modules)\n"
         "assert not bad, bad\n"
     )

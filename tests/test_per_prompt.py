@@ -287,7 +287,7 @@ def test_all_settled_rounds_progress_in_bounded_time_and_memory(size, iterable, 
 
     from datasets import Dataset
 
-    from grpo_curriculum.core.adaptive import make_policy
+    from grpo_curriculum.core.policies import make_policy
     from grpo_curriculum.training import stream as _stream
     from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 
@@ -328,7 +328,7 @@ def test_a_small_all_settled_dataset_is_still_trained_in_turn(skip):
 
     from datasets import Dataset
 
-    from grpo_curriculum.core.adaptive import make_policy
+    from grpo_curriculum.core.policies import make_policy
     from grpo_curriculum.training import stream as _stream
     from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
 

@@ -251,7 +251,7 @@ def test_a_top_up_stage_starts_at_its_pilot():
 
 
 def test_top_up_has_no_history_policy():
-    from grpo_curriculum.core.adaptive import make_policy
+    from grpo_curriculum.core.policies import make_policy
 
     with pytest.raises(ValueError, match="keeps no policy state"):
         make_policy(Adaptive(policy="top_up", num_generations=(4, 8)), 4, 1.0)

@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 
 from grpo_curriculum import Adaptive, DynamicSampling, Stage
-from grpo_curriculum.core.adaptive import make_policy
+from grpo_curriculum.core.policies import make_policy
 from grpo_curriculum.core.slots import PromptSlots
 from grpo_curriculum.training.callback import DefaultsChanged, defaults_changed
 from grpo_curriculum.core.sampling import TopUp, top_up_prompts_by_rule

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from ..core.adaptive import make_policy
-from ..core.signals import _finite, round_stats
+from ..core.policies import make_policy
+from ..core.signals import finite_or_none, round_stats
 from .stream import PromptStream, per_prompt_round, prompt_keys, prompt_slots
 
 
@@ -171,7 +171,7 @@ class AsyncCurriculum:
         if plan.replay and self._replays[plan.key] > 0:
             self._replays[plan.key] -= 1
             return None
-        self._observed.append((plan.key, [_finite(r) for r in rewards]))
+        self._observed.append((plan.key, [finite_or_none(r) for r in rewards]))
         if len(self._observed) < self.policy.allocator.prompts:
             return None
         keys, groups = zip(*self._observed, strict=True)

@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 from transformers import TrainerCallback
 
-from ..core.adaptive import make_policy
+from ..core.policies import make_policy
 from ..core.comparison import Comparison
 from ..core.errors import raise_if_any
 from ..core.rules import UNCERTAIN_PROMPTS, UNCERTAIN_PROMPTS_DEFAULT

@@ -27,7 +27,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.adaptive import INFORMATION_WEIGHTS
+from ..core.adaptive import WEIGHTS
 from ..core.errors import MISSING, Problem, plural, shorten, shorten_text
 from ..core.rules import COUNT, MAX_COUNT, MAX_STEPS, POSITIVE, TEMPERATURE, Rule, fraction, integer
 from ..core.sampling import MAX_ROUNDS, ON_LIMIT_NAMES, TOP_UP_PROMPTS_RULES
@@ -286,7 +286,7 @@ STATE_SCHEMA = {
                                    "reason": Rule("str")}, high=MAX_SWITCHES),
                  "policy_stage?": Nullable(STEP), "policy": Nullable(_POLICY), "deferred_total?": STEP,
                  "defaults?": {"lookahead?": _LOOKAHEAD, "defer?": Rule("bool"),
-                               "weight?": Rule("choice", choices=INFORMATION_WEIGHTS),
+                               "weight?": Rule("choice", choices=tuple(WEIGHTS)),
                                "skip_target?": fraction(False, True),
                                "max_rounds?": integer(0, MAX_ROUNDS),
                                "top_up_prompts?": Rule("choice", choices=tuple(TOP_UP_PROMPTS_RULES))}},
