@@ -13,7 +13,7 @@ import pytest
 
 from grpo_curriculum.core.adaptive import Adaptive
 from grpo_curriculum.core.policies import Decision, HysteresisPolicy, SuccessRatePolicy, compared, make_policy
-from grpo_curriculum.training.checkpoint import _join_arrays, _split_arrays
+from grpo_curriculum.training.schema import join_arrays, split_arrays
 from grpo_curriculum.core.errors import CurriculumError
 from grpo_curriculum.core.signals import round_stats
 
@@ -275,11 +275,11 @@ def test_restored_policy_continues_identically(name, kinds, keys, completions, s
     head = run(original, kinds[:split], keys=keys, completions=completions)
     if after_decide:
         original.decide()  # a checkpoint taken between decide() and observe()
-    state, arrays = _split_arrays(original.state_dict())  # as a checkpoint stores it: JSON and numpy arrays
-    state = _join_arrays(json.loads(json.dumps(state)), arrays)
+    state, arrays = split_arrays(original.state_dict())  # as a checkpoint stores it: JSON and numpy arrays
+    state = join_arrays(json.loads(json.dumps(state)), arrays)
     restored = make(G=4, T=1.0)
     restored.load_state_dict(state)
-    assert _split_arrays(restored.state_dict())[0] == _split_arrays(original.state_dict())[0]
+    assert split_arrays(restored.state_dict())[0] == split_arrays(original.state_dict())[0]
     tail = []
     for r, kind in enumerate(kinds[split:], start=split):  # same stream, from the same round
         tail.append(restored.decide())

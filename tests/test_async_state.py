@@ -18,7 +18,7 @@ from grpo_curriculum import Adaptive, Stage
 from grpo_curriculum.core.schedule import stage_signature
 from grpo_curriculum.training.async_state import (ASYNC_ARRAYS_FILE, ASYNC_STATE_FILE, read_async_state,
                                                   write_async_state)  # fmt: skip
-from grpo_curriculum.training.checkpoint import CurriculumStateError
+from grpo_curriculum.training.files import CurriculumStateError
 
 STAGES = [Stage(num_generations=4, temperature=1.0, until_step=5),
           Stage(temperature=0.7, adaptive=Adaptive(num_generations=(2, 4), policy="per_prompt"))]  # fmt: skip

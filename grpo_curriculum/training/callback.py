@@ -9,14 +9,14 @@ from dataclasses import asdict
 
 from transformers import TrainerCallback
 
-from ..core.policies import make_policy
 from ..core.comparison import Comparison
 from ..core.errors import raise_if_any
+from ..core.policies import make_policy
 from ..core.rules import UNCERTAIN_PROMPTS, UNCERTAIN_PROMPTS_DEFAULT
-from ..core.sampling import TOP_UP_PROMPTS_RULES, TopUp, top_up_prompts_by_rule, top_up_prompts_divisor
 from ..core.schedule import ResolvedSchedule, Setting, Stage, StageSchedule, stage_signature
 from . import tracking
-from .checkpoint import LEGACY_DEFAULTS, atomic_write, knob_defaults
+from .checkpoint import defaults_changed, knob_defaults
+from .files import atomic_write
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -91,128 +91,6 @@ def describe_switch(switch: dict) -> str:
     else:
         change = f"G {g_before} -> {g_after}, temperature {t_before} -> {t_after}"
     return f"switch {where}: {change} ({switch['reason']})"
-
-
-class DefaultsChanged(ValueError):
-    """A checkpoint was written with other knob defaults, and the schedule leaves such a knob at today's: resuming
-    would change the rule mid-run. `fix` says what to set."""
-
-    def __init__(self, message: str, fix: str):
-        super().__init__(message)
-        self.fix = fix
-
-
-def _text(value) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _default_text(name: str, value) -> str:
-    """A knob's default in words: `lookahead 2`, or a top-up round size's rule as its formula."""
-    if name == "top_up_prompts":
-        return f"top-up prompts {TOP_UP_PROMPTS_RULES[value]}"
-    return f"{name} {_text(value)}"
-
-
-def _stage_knobs(stage: Stage) -> tuple[str, dict] | None:
-    """The knobs of [`knob_defaults`] a stage uses, with where a recipe sets them: `("adaptive", {...})` for a
-    per-prompt stage (`skip_target` only where it defers) or a top-up one (`top_up_prompts`: the default rule it uses,
-    `None` when `prompts` is given), `("dynamic_sampling", {...})` for dynamic sampling, else `None`."""
-    if stage.adaptive is not None and stage.adaptive.per_prompt:
-        knobs = {"lookahead": stage.adaptive.lookahead, "defer": stage.adaptive.defer, "weight": stage.adaptive.weight}
-        if stage.adaptive.defer:  # `skip_target` sets the deferral's rate: without deferral it changes nothing
-            knobs["skip_target"] = stage.adaptive.skip_target
-        return "adaptive", knobs
-    if stage.top_up is not None:
-        return "adaptive", {"top_up_prompts": TopUp.PROMPTS_RULE if stage.top_up.prompts is None else None}
-    if stage.dynamic_sampling is not None:
-        return "dynamic_sampling", {"max_rounds": stage.dynamic_sampling.max_rounds}
-    return None
-
-
-def _ran_with(state: dict, index: int) -> dict:
-    """The dynamic-sampling knobs the state shows stage `index` ran with (its current setting or a switch's)."""
-    settings = [state.get("current")] + [s[end] for s in state.get("switches", []) for end in ("from", "to")]
-    for setting in settings:
-        if setting is not None and setting.get("stage") == index and setting.get("dynamic_sampling") is not None:
-            return {"max_rounds": setting["dynamic_sampling"].get("max_rounds")}
-    return {}
-
-
-def _same_rounds(top_up: TopUp, now: str, saved: str, batch: int | None) -> bool:
-    """Whether two default rules of a top-up round's size give `top_up`'s stage the same rounds: the same prompts at
-    generation batch `batch`, or (`batch` unknown) at every generation batch."""
-    if batch is not None:
-        return top_up_prompts_by_rule(now, top_up.pilot, top_up.largest, batch) == \
-            top_up_prompts_by_rule(saved, top_up.pilot, top_up.largest, batch)
-    return top_up_prompts_divisor(now, top_up.pilot, top_up.largest) == \
-        top_up_prompts_divisor(saved, top_up.pilot, top_up.largest)
-
-
-def _top_up_texts(top_up: TopUp, now: str, saved: str, batch: int | None) -> tuple[str, str]:
-    """What a top-up stage without `prompts` has (today's default round size against the checkpoint's), and the
-    recipe line that keeps the checkpoint's: `prompts: N` at generation batch `batch`, or how to compute N."""
-    pilot, largest = top_up.pilot, top_up.largest
-    if batch is not None:
-        today, before = (top_up_prompts_by_rule(rule, pilot, largest, batch) for rule in (now, saved))
-        return (f"no `prompts` (today's default round size {TOP_UP_PROMPTS_RULES[now]} = {today} prompts at "
-                f"generation batch {batch}; the checkpoint's: {TOP_UP_PROMPTS_RULES[saved]} = {before})",
-                f"`prompts: {before}`")  # fmt: skip
-    return (f"no `prompts` (today's default round size {TOP_UP_PROMPTS_RULES[now]}; the checkpoint's: "
-            f"{TOP_UP_PROMPTS_RULES[saved]})",
-            f"`prompts: N` with N = {TOP_UP_PROMPTS_RULES[saved]} (pilot {pilot}), at least "
-            f"ceil(generation_batch_size / {largest}) and at most generation_batch_size // {pilot}")  # fmt: skip
-
-
-def defaults_changed(stages: list[Stage], state: dict, generation_batch: int | None = None) -> DefaultsChanged | None:
-    """
-    Whether a curriculum state written with other knob defaults ([`knob_defaults`]; a knob the state does not record:
-    [`LEGACY_DEFAULTS`]) would change a stage's rule when resumed with `stages`: a knob whose value is today's default
-    but not the default the state was written with may have been left at the default by the recipe, and so ran with
-    the old one. A knob set to any other value was set by the recipe (the same rule then and now), and a dynamic
-    sampling stage the state shows running with the value (its current setting or a switch) ran with it. A top-up
-    stage without `prompts` uses the default rule of its round size: one the state was written with another rule
-    for is refused with the `prompts` its rounds held (at `generation_batch`, the run's generation batch, when given).
-
-    Returns:
-        [`DefaultsChanged`] naming each such knob and the recipe lines that continue the run as it ran, or `None`.
-    """
-    now, saved = knob_defaults(), {**knob_defaults(), **LEGACY_DEFAULTS, **state.get("defaults", {})}
-    changed, sets = [], []
-    for index, stage in enumerate(stages):
-        found = _stage_knobs(stage)
-        if found is None:
-            continue
-        block, knobs = found
-        ran = _ran_with(state, index)
-        moved = {name: value for name, value in knobs.items()
-                 if value == now[name] != saved[name] and ran.get(name, saved[name]) != value}  # fmt: skip
-        if "top_up_prompts" in moved and _same_rounds(stage.top_up, now["top_up_prompts"], saved["top_up_prompts"],
-                                                      generation_batch):
-            del moved["top_up_prompts"]  # e.g. pilot 4, largest 16: both rules hold generation_batch_size // 8
-        if not moved:
-            continue
-        if "top_up_prompts" in moved:
-            has, line = _top_up_texts(stage.top_up, now["top_up_prompts"], saved["top_up_prompts"], generation_batch)
-            changed.append(f"stage {index} has {has}")
-            sets.append(f"stage {index}'s `{block}`: {line}")
-            continue
-        changed.append(f"stage {index} has " + ", ".join(
-            f"{name} {_text(value)} (today's default; the checkpoint's: {_text(saved[name])}"
-            + (f", and it ran this stage with {_text(ran[name])})" if name in ran else ")")
-            for name, value in moved.items()))  # fmt: skip
-        sets.append(f"stage {index}'s `{block}`: `" + ", ".join(
-            f"{name}: {_text(ran.get(name, saved[name]))}" for name in moved) + "`")  # fmt: skip
-    if not changed:
-        return None
-    message = ("the checkpoint was written by a grpo-curriculum version with other defaults ("
-               + ", ".join(_default_text(name, saved[name]) for name in now if saved[name] != now[name])
-               + "): where the recipe leaves a knob at its default, the run would change rules mid-run: "
-               + "; ".join(changed))  # fmt: skip
-    fix = ("to continue the run as it was written, set these knobs in the recipe to what it ran with ("
-           + "; ".join(sets) + "; in Python the same keyword arguments of `Adaptive` / `DynamicSampling`); if the "
-           "recipe set today's values itself when it wrote the checkpoint, resume with the grpo-curriculum version "
-           "that wrote it, or start a new run from the model weights in it")
-    return DefaultsChanged(message, fix)
 
 
 class CurriculumCallback(TrainerCallback):
