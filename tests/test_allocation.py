@@ -10,11 +10,10 @@ import random
 import numpy as np
 import pytest
 
-from grpo_curriculum.core.adaptive import KNOBS, Adaptive
+from grpo_curriculum.core.adaptive import KNOBS, WEIGHTS, Adaptive
 from grpo_curriculum.core.allocation import (
     FLAT_MOMENTS,
     KEEP_FLOOR,
-    WEIGHTS,
     PerPromptAllocator,
     PromptStats,
     beta_prior,
