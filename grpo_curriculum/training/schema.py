@@ -154,7 +154,8 @@ def validated(path: str, state: dict, arrays_path: str, schema, invariants, fix:
     `invariants(state)` (a list of problems).
 
     Raises:
-        [`CurriculumStateError`]: naming `path` and every problem found.
+        [`CurriculumStateError`]: naming `path` and every problem found, or the archive that cannot be read, and `fix`
+        (what to do).
     """
     try:
         if _has_arrays(state):
@@ -168,7 +169,7 @@ def validated(path: str, state: dict, arrays_path: str, schema, invariants, fix:
 
 
 def _read_arrays(path: str, fix: str) -> dict:
-    """The arrays of `curriculum_arrays.npz`, by name (a truncated, oversized or foreign archive: one error)."""
+    """The arrays of a state's `.npz` archive, by name (a truncated, oversized or foreign archive: one error)."""
     import io
     import zlib
 
