@@ -160,7 +160,7 @@ MUTATIONS = [
              ("tests/test_allocation.py", "-k", "comes_back"),
              "a prompt with a long zero-variance streak is practically never seen again (no KEEP_FLOOR)"),
     # Issue 35, item 14: boundaries the suite did not pin.
-    Mutation("temperature_step_unclamped", "grpo_curriculum/core/adaptive.py",
+    Mutation("temperature_step_unclamped", "grpo_curriculum/core/policies.py",
              "new = min(bounds[1], round(t + a.temperature_step, 6))",
              "new = round(t + a.temperature_step, 6)",
              ("tests/test_adaptive.py", "-k", "step_past_a_bound"),
@@ -175,7 +175,7 @@ MUTATIONS = [
              "k, c in reversed(list(enumerate(candidates))) if c <= r",
              ("tests/test_allocation.py", "-k", "ties_go_to_the_smaller"),
              "the knapsack's ties go to the larger G of the earlier prompt ([4, 4, 2], not [2, 4, 4])"),
-    Mutation("waiting_at_the_position", "grpo_curriculum/training/checkpoint.py",
+    Mutation("waiting_at_the_position", "grpo_curriculum/training/state.py",
              "(waiting and waiting[-1] >= position)",
              "(waiting and waiting[-1] > position)",
              ("tests/test_resume.py", "-k", "waiting_position_must_lie_below"),

@@ -1,4 +1,5 @@
-"""Tests for `grpo_curriculum.core.adaptive`: adaptive G and temperature policies on synthetic reward streams."""
+"""Tests for `grpo_curriculum.core.adaptive` and `core.policies`: adaptive G and temperature policies on synthetic
+reward streams."""
 
 import json
 import math
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_curriculum.core.adaptive import Adaptive, Decision, HysteresisPolicy, SuccessRatePolicy, compared, make_policy
-from grpo_curriculum.training.checkpoint import _join_arrays, _split_arrays
+from grpo_curriculum.core.adaptive import Adaptive
+from grpo_curriculum.core.policies import Decision, HysteresisPolicy, SuccessRatePolicy, compared, make_policy
+from grpo_curriculum.training.schema import join_arrays, split_arrays
 from grpo_curriculum.core.errors import CurriculumError
 from grpo_curriculum.core.signals import round_stats
 
@@ -273,11 +275,11 @@ def test_restored_policy_continues_identically(name, kinds, keys, completions, s
     head = run(original, kinds[:split], keys=keys, completions=completions)
     if after_decide:
         original.decide()  # a checkpoint taken between decide() and observe()
-    state, arrays = _split_arrays(original.state_dict())  # as a checkpoint stores it: JSON and numpy arrays
-    state = _join_arrays(json.loads(json.dumps(state)), arrays)
+    state, arrays = split_arrays(original.state_dict())  # as a checkpoint stores it: JSON and numpy arrays
+    state = join_arrays(json.loads(json.dumps(state)), arrays)
     restored = make(G=4, T=1.0)
     restored.load_state_dict(state)
-    assert _split_arrays(restored.state_dict())[0] == _split_arrays(original.state_dict())[0]
+    assert split_arrays(restored.state_dict())[0] == split_arrays(original.state_dict())[0]
     tail = []
     for r, kind in enumerate(kinds[split:], start=split):  # same stream, from the same round
         tail.append(restored.decide())
@@ -302,7 +304,8 @@ def test_decisions_do_not_depend_on_the_hash_seed():
         "pkg = types.ModuleType('grpo_curriculum')\n"
         f"pkg.__path__ = [{str(PACKAGE_DIR)!r}]\n"
         "sys.modules['grpo_curriculum'] = pkg\n"
-        "from grpo_curriculum.core.adaptive import Adaptive, make_policy\n"
+        "from grpo_curriculum.core.adaptive import Adaptive\n"
+        "from grpo_curriculum.core.policies import make_policy\n"
         "from grpo_curriculum.core.signals import round_stats\n"
         "for name in ('success_rate', 'hysteresis'):\n"
         "    p = make_policy(Adaptive((2, 4, 8), (0.5, 1.5), name, patience=2, cooldown=2), 4, 1.0)\n"
@@ -537,7 +540,7 @@ def test_modules_do_not_import_torch_or_numpy():
         "pkg = types.ModuleType('grpo_curriculum')\n"
         f"pkg.__path__ = [{str(PACKAGE_DIR)!r}]\n"
         "sys.modules['grpo_curriculum'] = pkg\n"
-        "import grpo_curriculum.core.adaptive, grpo_curriculum.core.signals\n"
+        "import grpo_curriculum.core.adaptive, grpo_curriculum.core.policies, grpo_curriculum.core.signals\n"
         "bad = sorted(m for m in ('torch', 'numpy', 'trl', 'transformers') if m in sys.modules)\n"
         "assert not bad, bad\n"
     )

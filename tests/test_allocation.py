@@ -10,11 +10,10 @@ import random
 import numpy as np
 import pytest
 
-from grpo_curriculum.core.adaptive import INFORMATION_WEIGHTS, Adaptive, make_policy
+from grpo_curriculum.core.adaptive import KNOBS, WEIGHTS, Adaptive
 from grpo_curriculum.core.allocation import (
     FLAT_MOMENTS,
     KEEP_FLOOR,
-    WEIGHTS,
     PerPromptAllocator,
     PromptStats,
     beta_prior,
@@ -23,6 +22,7 @@ from grpo_curriculum.core.allocation import (
     uniform_draw,
 )
 from grpo_curriculum.core.geometry import sums
+from grpo_curriculum.core.policies import make_policy
 from grpo_curriculum.core.signals import round_stats
 from grpo_curriculum.core.slots import PromptSlots
 
@@ -83,7 +83,7 @@ def test_expected_value_closed_forms(g):
         for weight, (i, j) in WEIGHTS.items():
             plug_in = (1 - p**g - (1 - p) ** g) * p**i * (1 - p) ** j
             assert expected_value([p * 1e7], [(1 - p) * 1e7], [g], weight)[0, 0] == pytest.approx(plug_in, rel=1e-4)
-    assert set(WEIGHTS) == set(INFORMATION_WEIGHTS)
+    assert set(WEIGHTS) == set(KNOBS["weight"].choices)
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -340,7 +340,7 @@ def test_a_resume_after_stale_drops_starts_after_them_and_in_the_stage_of_its_st
         sizes.setdefault(sample.model_version, set()).add(sample.num_generations)
     assert sizes.get(5) == {2.0} and all(g == {4.0} for v, g in sizes.items() if v > 5), sizes
     # issue 53: the checkpoint's manifest names a weights file damaged at the same size, before the worker starts
-    from grpo_curriculum.training.checkpoint import CurriculumStateError
+    from grpo_curriculum.training.files import CurriculumStateError
     from grpo_curriculum.training.manifest import MANIFEST_FILE
 
     assert (tmp_path / "checkpoint-3" / MANIFEST_FILE).is_file()

@@ -18,7 +18,7 @@ from grpo_curriculum import Adaptive, Stage
 from grpo_curriculum.core.schedule import stage_signature
 from grpo_curriculum.training.async_state import (ASYNC_ARRAYS_FILE, ASYNC_STATE_FILE, read_async_state,
                                                   write_async_state)  # fmt: skip
-from grpo_curriculum.training.checkpoint import CurriculumStateError
+from grpo_curriculum.training.files import CurriculumStateError
 
 STAGES = [Stage(num_generations=4, temperature=1.0, until_step=5),
           Stage(temperature=0.7, adaptive=Adaptive(num_generations=(2, 4), policy="per_prompt"))]  # fmt: skip
@@ -29,7 +29,7 @@ OBSERVED = {"pending": [{"key": "4", "rewards": [1.0, None]}], "counted": ["3", 
 
 
 def _policy(size=6):
-    from grpo_curriculum.core.adaptive import make_policy
+    from grpo_curriculum.core.policies import make_policy
     from grpo_curriculum.core.slots import PromptSlots
 
     policy = make_policy(STAGES[1].adaptive, 2, 0.7)
@@ -51,7 +51,7 @@ def test_the_state_round_trips_and_a_fresh_policy_continues_from_it(tmp_path):
     state = read_async_state(str(tmp_path), SIGNATURE, 6)
     assert state["stream"] == {"epoch": 2, "position": 3, "waiting": [1]} and state["policy_stage"] == 1
     assert state["round"]["plan"] == ROUND and state["observed"] == OBSERVED
-    from grpo_curriculum.core.adaptive import make_policy
+    from grpo_curriculum.core.policies import make_policy
     from grpo_curriculum.core.slots import PromptSlots
 
     policy = make_policy(STAGES[1].adaptive, 2, 0.7)

@@ -160,7 +160,7 @@ def test_comparisons_follow_each_real_group_in_rounds_of_mixed_sizes(tmp_path, k
 
 def test_a_comparison_changed_since_the_checkpoint_is_refused_on_resume(tmp_path):
     """A stage's comparison changed on resume was applied silently (issue 35, item 13)."""
-    from grpo_curriculum.training.checkpoint import CurriculumStateError
+    from grpo_curriculum.training.files import CurriculumStateError
 
     overrides = dict(max_steps=2, save_strategy="steps", save_steps=1, num_generations=4, per_device_train_batch_size=4)
     margin = [Stage(num_generations=4, temperature=1.0, comparison={"mode": "margin", "margin": 1.0})]

@@ -288,7 +288,7 @@ def test_all_settled_rounds_progress_in_bounded_time_and_memory(size, iterable, 
 
     from datasets import Dataset
 
-    from grpo_curriculum.core.adaptive import make_policy
+    from grpo_curriculum.core.policies import make_policy
     from grpo_curriculum.training import stream as _stream
 
     dataset = Dataset.from_dict({"prompt": [f"p{i}" for i in range(size)], "idx": list(range(size))})
@@ -336,7 +336,7 @@ def test_a_small_all_settled_dataset_is_still_trained_in_turn(skip):
 
     from datasets import Dataset
 
-    from grpo_curriculum.core.adaptive import make_policy
+    from grpo_curriculum.core.policies import make_policy
     from grpo_curriculum.training import stream as _stream
 
     stream = _stream.PromptStream(Dataset.from_dict({"prompt": [f"p{i}" for i in range(12)]}), shuffle=False, seed=0)

@@ -15,11 +15,11 @@ def test_committed_reference_matches_the_rules():
 def test_reference_lists_every_key_check_validates():
     from grpo_curriculum.config.recipe import RECIPE_RULES
     from grpo_curriculum.config.trl_fields import trl_fields
-    from grpo_curriculum.core.adaptive import _KNOBS
+    from grpo_curriculum.core.adaptive import KNOBS
     from grpo_curriculum.core.schedule import STAGE_RULES
 
     text = reference.render()
-    for name in [*RECIPE_RULES, *STAGE_RULES, *_KNOBS, *trl_fields()]:
+    for name in [*RECIPE_RULES, *STAGE_RULES, *KNOBS, *trl_fields()]:
         assert f"| `{name}` |" in text, name
 
 

@@ -11,7 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from grpo_curriculum.training.checkpoint import atomic_json, atomic_write, read_state, write_state
+from grpo_curriculum.training.files import atomic_json, atomic_write
+from grpo_curriculum.training.state import read_state, write_state
 from grpo_curriculum.training.report import PromptReport
 from grpo_curriculum.core.slots import PromptSlots
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from grpo_curriculum import Adaptive, Stage
-from grpo_curriculum.training.checkpoint import CurriculumStateError, read_state
+from grpo_curriculum.training.files import CurriculumStateError
+from grpo_curriculum.training.state import read_state
 from grpo_curriculum.training.trainer import CurriculumRLOOTrainer
 
 from .conftest import RoundRecorder, assert_whole_groups, indexed_dataset, per_prompt_stages
@@ -621,8 +622,7 @@ def test_skip_target_counts_in_the_resume_guard_only_where_the_stage_defers(defe
     """A state written before issue 37 (no `skip_target` among its defaults: 0.25 then) and a per-prompt stage left
     at today's 0.05: refused where the stage defers (its deferral rate would change mid-run), accepted where it does
     not (`skip_target` changes nothing there)."""
-    from grpo_curriculum.training.callback import defaults_changed
-    from grpo_curriculum.training.checkpoint import knob_defaults
+    from grpo_curriculum.training.checkpoint import defaults_changed, knob_defaults
 
     saved = {name: value for name, value in knob_defaults().items() if name != "skip_target"}
     stage = Stage(temperature=1.0, adaptive=Adaptive((2, 4, 8), policy="per_prompt", defer=defer))
@@ -691,7 +691,8 @@ def test_same_size_damage_to_a_checkpoint_file_is_named_by_its_manifest_and_the_
     checkpoint's manifest (`curriculum_manifest.json`, written before its trainer state) names the file; `resume=True`
     takes checkpoint-8, an explicit resume from checkpoint-9 names the file and offers checkpoint-8.
     """
-    from grpo_curriculum.training.checkpoint import CurriculumStateError, resume_checkpoint
+    from grpo_curriculum.training.checkpoint import resume_checkpoint
+    from grpo_curriculum.training.files import CurriculumStateError
     from grpo_curriculum.training.manifest import MANIFEST_FILE
 
     output = tmp_path / "run"
@@ -730,7 +731,9 @@ def test_a_checkpoint_without_a_manifest_is_checked_as_before(saved_run, tmp_pat
 
 HOSTILE = r"""
 import json, os, sys, time
-from grpo_curriculum.training.checkpoint import CurriculumStateError, newest_complete_checkpoint, read_state
+from grpo_curriculum.training.checkpoint import newest_complete_checkpoint
+from grpo_curriculum.training.files import CurriculumStateError
+from grpo_curriculum.training.state import read_state
 found = {}
 for folder in sys.argv[1:]:
     begin = time.process_time()  # CPU time (a busy machine stretches the wall clock); a hang meets the run's timeout

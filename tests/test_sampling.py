@@ -251,7 +251,7 @@ def test_a_top_up_stage_starts_at_its_pilot():
 
 
 def test_top_up_has_no_history_policy():
-    from grpo_curriculum.core.adaptive import make_policy
+    from grpo_curriculum.core.policies import make_policy
 
     with pytest.raises(ValueError, match="keeps no policy state"):
         make_policy(Adaptive(policy="top_up", num_generations=(4, 8)), 4, 1.0)
@@ -333,7 +333,7 @@ def test_an_older_flat_first_top_up_checkpoint_reads_as_one_written_now(tmp_path
     `round_priors`): it is read as the state written now, and the run continues where it stopped."""
     import copy
 
-    from grpo_curriculum.training.checkpoint import read_state, write_state
+    from grpo_curriculum.training.state import read_state, write_state
 
     write_state(str(tmp_path), _state_of_the_old_code(copy.deepcopy(OLD_FLAT_FIRST)))
     state = read_state(str(tmp_path), global_step=2)
@@ -360,7 +360,9 @@ def test_a_checkpoint_of_a_value_top_up_stage_is_refused_naming_the_file_and_the
 
     import numpy as np
 
-    from grpo_curriculum.training.checkpoint import CurriculumStateError, check_checkpoint, read_state, write_state
+    from grpo_curriculum.training.checkpoint import check_checkpoint
+    from grpo_curriculum.training.files import CurriculumStateError
+    from grpo_curriculum.training.state import read_state, write_state
 
     callback = copy.deepcopy(OLD_FLAT_FIRST)
     value_top_up = {**OLD_TOP_UP, "rule": "value"}

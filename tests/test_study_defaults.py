@@ -14,11 +14,10 @@ import dataclasses
 import pytest
 
 from grpo_curriculum import Adaptive, DynamicSampling, Stage
-from grpo_curriculum.core.adaptive import make_policy
+from grpo_curriculum.core.policies import make_policy
 from grpo_curriculum.core.slots import PromptSlots
-from grpo_curriculum.training.callback import DefaultsChanged, defaults_changed
 from grpo_curriculum.core.sampling import TopUp, top_up_prompts_by_rule
-from grpo_curriculum.training.checkpoint import LEGACY_DEFAULTS, knob_defaults
+from grpo_curriculum.training.checkpoint import LEGACY_DEFAULTS, DefaultsChanged, defaults_changed, knob_defaults
 
 
 def test_the_defaults_are_the_studys():

@@ -277,7 +277,8 @@ def test_ctrl_c_names_the_last_complete_checkpoint_and_the_resume_command(tmp_pa
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     lines = err.splitlines()
     last = lines[next(i for i, line in enumerate(lines) if "interrupted at step" in line):][:2]  # on a line of its own
-    from grpo_curriculum.training.checkpoint import CurriculumStateError, check_checkpoint
+    from grpo_curriculum.training.checkpoint import check_checkpoint
+    from grpo_curriculum.training.files import CurriculumStateError
 
     match = re.fullmatch(r"grpo-curriculum train: interrupted at step (\d+); the last complete checkpoint is "
                          r"(.*checkpoint-(\d+))\. Resume from it with:", last[0])

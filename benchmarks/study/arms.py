@@ -344,7 +344,7 @@ def run_job(job: tuple) -> list[str]:
     import torch
     from transformers import logging as hf_logging
 
-    from grpo_curriculum.training.checkpoint import atomic_write
+    from grpo_curriculum.training.files import atomic_write
 
     torch.set_num_threads(1)
     hf_logging.set_verbosity_error()

@@ -69,7 +69,7 @@ def run(rule, mix: dict[str, int] = EQUAL, seed: int = 0, rounds: int = ROUNDS, 
     """
     One run of `rounds` rounds. `rule`: an int (a static G), or an `Adaptive` (`policy` `per_prompt` or `top_up`).
     """
-    from grpo_curriculum.core.adaptive import make_policy
+    from grpo_curriculum.core.policies import make_policy
     from grpo_curriculum.core.next_increment import top_up_next
     from grpo_curriculum.core.signals import round_stats
     from grpo_curriculum.core.slots import PromptSlots

@@ -322,7 +322,7 @@ def plot(runs: list[dict], task: str, arms: list[str], seeds: list[int], path: P
 
 def report(out: Path, tasks: list[str], tuning: list[int], reported: list[int], command: str, results: bool | Path,
            steps: int, points: int, extra: list[str] = (), tune_on: list[str] | None = None) -> str:  # fmt: skip
-    from grpo_curriculum.training.checkpoint import atomic_write
+    from grpo_curriculum.training.files import atomic_write
 
     runs = [r for r in load_runs(out) if r["arm"] in ARMS]  # not the runs of arms the study no longer has
     summaries = {}

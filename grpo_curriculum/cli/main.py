@@ -35,7 +35,7 @@ from ..core.rules import COUNT, NUM_GENERATIONS, STEPS, Rule, is_int
 from ..config.trainers import ASYNC
 from ..core.sampling import DynamicSampling, TopUp
 from ..demo.models import MODELS, ModelFetchError
-from ..training.checkpoint import CurriculumStateError
+from ..training.files import CurriculumStateError
 from .sweep.table import DEFAULT_SEEDS
 
 EXIT_STATUS = ("exit status: 0 done (check: every stage valid); 1 a well-formed recipe whose num_generations (a "

@@ -130,7 +130,7 @@ def save_figure(figure, output: str, key: str = "-o") -> str:
             with open(path, "wb") as file:
                 file.write(buffer.getvalue())
         else:
-            from ..training.checkpoint import atomic_write
+            from ..training.files import atomic_write
 
             atomic_write(path, lambda file: file.write(buffer.getvalue()), binary=True)
     except OSError as error:
@@ -143,7 +143,7 @@ def save_figure(figure, output: str, key: str = "-o") -> str:
 def read_log_history(run_dir: str) -> list[dict]:
     """
     The `log_history` of the `trainer_state.json` in `run_dir` (else in its newest `checkpoint-N` folder), read through
-    the bounded loader ([`~grpo_curriculum.training.checkpoint.read_file`]) and checked: every value `plot_run` and
+    the bounded loader ([`~grpo_curriculum.training.files.read_file`]) and checked: every value `plot_run` and
     `switch_steps` read has its type.
 
     Raises:
@@ -151,16 +151,10 @@ def read_log_history(run_dir: str) -> list[dict]:
         value of the wrong type) and the fix.
     """
     from ..core.rules import Rule
-    from ..training.checkpoint import (
-        STEP,
-        TRAINER_STATE_FILE,
-        CurriculumStateError,
-        Nullable,
-        checkpoints,
-        problems_of,
-        read_trainer_state,
-        state_error,
-    )
+    from ..training.checkpoint import TRAINER_STATE_FILE, checkpoints, read_trainer_state
+    from ..training.files import CurriculumStateError
+    from ..training.schema import Nullable, problems_of, state_error
+    from ..training.state import STEP
 
     fix = (f"pass the output directory of a grpo-curriculum run (it holds {TRAINER_STATE_FILE}, or checkpoint-N "
            "folders holding one)")  # fmt: skip

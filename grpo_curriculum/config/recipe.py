@@ -45,7 +45,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ..core.curriculum import _parse_curriculum, _rekey, load_curriculum
+from ..core.curriculum import load_curriculum, parse_curriculum, rekey
 from ..core.errors import MISSING, CurriculumError, Problem, plural, raise_if_any
 from ..core.loading import find_recipe, read_yaml
 from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_batches_problem
@@ -294,7 +294,7 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
     staged = "curriculum" in data and not (trainer == ASYNC and isinstance(data["curriculum"], Mapping)
                                            and "stages" not in data["curriculum"])  # (its switch alone)
     if "curriculum" in data:
-        schedule, found = _parse_curriculum(data["curriculum"], recipe=True, stages_optional=trainer == ASYNC)
+        schedule, found = parse_curriculum(data["curriculum"], recipe=True, stages_optional=trainer == ASYNC)
         if trainer == ASYNC:  # one word on it: the asynchronous trainer does not use it (whatever its value)
             found = [p for p in found if p.key != "curriculum.uncertain_prompts"]
         problems += found
@@ -320,7 +320,7 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
             try:
                 schedule.resolve(max_steps)
             except CurriculumError as error:
-                problems += _rekey(error.problems, "curriculum")
+                problems += rekey(error.problems, "curriculum")
     raise_if_any(problems, context)
     return Recipe(
         path=path, model_name_or_path=model_name, dataset_name=dataset_name,

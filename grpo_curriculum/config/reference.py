@@ -14,7 +14,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from ..core.adaptive import _KNOBS, _ONLY, REMOVED, Adaptive, _CANDIDATES, _condition, _POLICY
+from ..core.adaptive import CANDIDATES, KNOBS, ONLY, POLICY, REMOVED, Adaptive, condition
 from ..core.comparison import COMPARISON_RULES, Comparison
 from ..core.curriculum import CURRICULUM_RULES, RECIPE_CURRICULUM_RULES
 from ..core.errors import list_text
@@ -116,12 +116,12 @@ def render() -> str:
                    ("adaptive", "a mapping (the table below)", "—", "instead of a fixed `num_generations`"),
                    ("dynamic_sampling", "a mapping (`max_rounds`, below)", "—", "a stage of fixed G"),
                    ("comparison", "a mapping (`mode`, `margin`, `margin_end`, below)", "—", "any stage")]
-    knob_rows = [("num_generations", _rule(_CANDIDATES), "required", "every policy"),
+    knob_rows = [("num_generations", _rule(CANDIDATES), "required", "every policy"),
                  ("temperature", "a list [low, high] of temperatures, or a number", "the stage's `temperature`",
                   "every policy"),
-                 ("policy", _rule(_POLICY), _default(adaptive["policy"]), "")]
-    knob_rows += [(name, _rule(rule), _default(adaptive[name]), _condition(_ONLY[name]) if name in _ONLY else "")
-                  for name, rule in _KNOBS.items()]
+                 ("policy", _rule(POLICY), _default(adaptive["policy"]), "")]
+    knob_rows += [(name, _rule(rule), _default(adaptive[name]), condition(ONLY[name]) if name in ONLY else "")
+                  for name, rule in KNOBS.items()]
     removed = "; ".join(f"`{name}`: {why[None][0].removeprefix('removed: ')}" for name, why in REMOVED.items())
     own = [(name, _rule(rule), "—", "") for name, rule in RECIPE_RULES.items()]
     own += [("reward_funcs", "a non-empty list of import paths `module:function` (imported and run, as TRL's "

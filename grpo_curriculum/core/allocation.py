@@ -70,11 +70,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .adaptive import SKIP_RULES
+from .adaptive import SKIP_RULES, WEIGHTS  # (the `adaptive:` block's word lists: information weights, skip rules)
 from .geometry import sums
 
-WEIGHTS = {"hard": (1, 3), "knapsack": (1, 2), "variance": (1, 1), "uniform": (0, 0)}
-"""Information weights `w(p) = p^i (1-p)^j`, as `(i, j)`."""
 EXPLORE_START, EXPLORE_STEP, EXPLORE_BOUNDS, KEEP_FLOOR = 0.5, 0.01, (0.05, 0.95), 0.01
 """GRESO's exploration probabilities: start, step per round, bounds, and the least probability of keeping a prompt."""
 MAX_DEFERRED_WINDOWS = 4

@@ -30,7 +30,7 @@ from dataclasses import dataclass, fields
 
 from .errors import MISSING, Problem, raise_if_any
 from .rules import Rule, check, settings_from_mapping
-from .signals import ZERO_STD_TOLERANCE, _finite, _mean_std
+from .signals import ZERO_STD_TOLERANCE, finite_or_none, mean_std
 
 COMPARISON_MODES = ("all", "extremes", "margin")
 MAX_MARGIN = 64.0
@@ -165,7 +165,7 @@ def comparison_keep(rewards: Sequence[float], group_sizes: Sequence[int], mode: 
         return [True] * len(rewards)
     keep, start = [], 0
     for size in group_sizes:
-        values = [_finite(r) for r in rewards[start : start + size]]
+        values = [finite_or_none(r) for r in rewards[start : start + size]]
         start += size
         finite = [v for v in values if v is not None]
         if not finite or max(finite) - min(finite) <= ZERO_STD_TOLERANCE:
@@ -175,7 +175,7 @@ def comparison_keep(rewards: Sequence[float], group_sizes: Sequence[int], mode: 
             keep += [v is not None and (v >= high - ZERO_STD_TOLERANCE or v <= low + ZERO_STD_TOLERANCE)
                      for v in values]  # fmt: skip
         elif mode == "margin":
-            n, mean, population_std = _mean_std(finite)
+            n, mean, population_std = mean_std(finite)
             std = population_std * math.sqrt(n / (n - 1))
             keep += [v is not None and abs(v - mean) >= margin * std * (1 - 1e-12) for v in values]
         else:

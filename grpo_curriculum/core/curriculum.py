@@ -18,7 +18,8 @@ STAGE_KEYS = tuple(f.name for f in dataclasses.fields(Stage))
 _EXAMPLE_STAGES = "`curriculum: {stages: [{num_generations: 4, temperature: 0.7, until_fraction: 0.5}, ...]}`"
 
 
-def _rekey(problems: list[Problem], prefix: str) -> list[Problem]:
+def rekey(problems: list[Problem], prefix: str) -> list[Problem]:
+    """`problems` with their keys under `prefix` (`stages[0].temperature` -> `curriculum.stages[0].temperature`)."""
     return [dataclasses.replace(p, key=f"{prefix}.{p.key}") for p in problems]
 
 
@@ -41,8 +42,8 @@ def curriculum_options(value: Mapping) -> dict:
     return {name: value[name] for name in CURRICULUM_RULES if name in value}
 
 
-def _parse_curriculum(value, key: str = "curriculum", recipe: bool = False,
-                      stages_optional: bool = False) -> tuple[StageSchedule | None, list[Problem]]:  # fmt: skip
+def parse_curriculum(value, key: str = "curriculum", recipe: bool = False,
+                     stages_optional: bool = False) -> tuple[StageSchedule | None, list[Problem]]:  # fmt: skip
     """Validate a `curriculum:` mapping (`recipe`: a recipe's, which may also hold [`RECIPE_CURRICULUM_RULES`]);
     return the schedule (when every stage is valid) and every problem. With `stages_optional` (`trainer: async_grpo`,
     whose `dynamic_sampling` switch needs no stages) a mapping without `stages` gives no schedule and no problem for
@@ -77,7 +78,7 @@ def _parse_curriculum(value, key: str = "curriculum", recipe: bool = False,
     try:
         return StageSchedule([Stage(**stage) for stage in stages]), problems
     except CurriculumError as error:
-        return None, problems + _rekey(error.problems, key)
+        return None, problems + rekey(error.problems, key)
 
 
 def is_curriculum_file(path: str) -> bool:
@@ -106,6 +107,6 @@ def load_curriculum(path: str, with_options: bool = False) -> StageSchedule | tu
     if not isinstance(data, Mapping) or "curriculum" not in data:
         raise CurriculumError([Problem(f"{path}: curriculum", MISSING, "is required: the file has no top-level "
                                        "`curriculum:` mapping", f"add {_EXAMPLE_STAGES}")], f"recipe {path}")
-    schedule, found = _parse_curriculum(data["curriculum"])
+    schedule, found = parse_curriculum(data["curriculum"])
     raise_if_any(problems + found, f"recipe {path}")
     return (schedule, curriculum_options(data["curriculum"])) if with_options else schedule

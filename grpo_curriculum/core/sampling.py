@@ -25,7 +25,7 @@ from typing import ClassVar
 
 from .errors import Problem, list_text, plural, raise_if_any
 from .rules import COUNT, MAX_COUNT, NUM_GENERATIONS, Rule, check, integer, settings_from_mapping
-from .signals import _finite, _mean_std, is_zero_std
+from .signals import finite_or_none, is_zero_std, mean_std
 
 MAX_ROUNDS = 1024
 """Most generation rounds dynamic sampling may draw for one training batch (no limit, verl's `0`, is refused: a round of
@@ -282,9 +282,9 @@ def top_up_increment(groups_rewards: Sequence[Sequence[float]], sizes: Sequence[
     if not 1 <= pilot <= MAX_COUNT or budget_left < 0:
         raise ValueError(f"pilot must be a positive count and budget_left >= 0, got {pilot} and {budget_left}")
     growable = [i for i, size in enumerate(sizes) if size + pilot <= largest]
-    finite = {i: [v for v in map(_finite, groups_rewards[i]) if v is not None] for i in growable}
+    finite = {i: [v for v in map(finite_or_none, groups_rewards[i]) if v is not None] for i in growable}
     flat = [i for i in growable if not finite[i] or is_zero_std(finite[i])]
-    order = flat or sorted(growable, key=lambda i: (_mean_std(finite[i])[2], i))
+    order = flat or sorted(growable, key=lambda i: (mean_std(finite[i])[2], i))
     added = [0] * len(sizes)
     for i in order[: budget_left // pilot]:
         added[i] = pilot

@@ -3,7 +3,7 @@ Reward-variance signals of a generation round.
 
 Pure logic: the standard library only (no torch, no numpy). The trainer gathers the round's rewards from every process
 and passes them here as flat lists, so every process computes the same [`RoundStats`] and the adaptive policies
-([`~core.adaptive`]) take the same decisions. A group whose rewards are all equal has zero advantage in GRPO
+([`~core.policies`]) take the same decisions. A group whose rewards are all equal has zero advantage in GRPO
 and wastes its completions; the share of completions in such groups is the main signal.
 
 A *zero-std group* is one definition for everything the curriculum computes and logs, TRL's `frac_reward_zero_std` of
@@ -28,14 +28,15 @@ from dataclasses import dataclass
 ZERO_STD_TOLERANCE = 1e-6
 
 
-def _finite(value) -> float | None:
+def finite_or_none(value) -> float | None:
+    """`value` as a float, or `None` when it is `None`, NaN or infinite (a reward that counts as missing)."""
     if value is None:
         return None
     value = float(value)
     return value if math.isfinite(value) else None
 
 
-def _mean_std(values: list[float]) -> tuple[int, float, float]:
+def mean_std(values: list[float]) -> tuple[int, float, float]:
     """
     `(count, mean, population std)` of finite `values`, order-independent (`math.fsum`). Computed on the values scaled
     by their largest magnitude, so any finite rewards (1e300 included) give a finite mean and std, never an overflow.
@@ -166,13 +167,13 @@ def round_stats(
         wrong length.
     """
     sizes = group_sizes_of(num_generations, len(rewards), prompt_keys)
-    groups = split_groups([_finite(r) for r in rewards], sizes)
+    groups = split_groups([finite_or_none(r) for r in rewards], sizes)
     if completion_keys is not None and len(completion_keys) != len(rewards):
         raise ValueError(f"completion_keys has {len(completion_keys)} entries, but there are {len(rewards)} rewards")
     success, counts, stds, zero_std, finite_all = [], [], [], [], []
     for group in groups:
         finite = [v for v in group if v is not None]
-        count, _, std = _mean_std(finite)
+        count, _, std = mean_std(finite)
         counts.append(count)
         success.append(sum(v >= success_threshold for v in finite) / count if count else math.nan)
         zero_std.append(is_zero_std(finite))
@@ -190,7 +191,7 @@ def round_stats(
         num_groups=n,
         zero_std_fraction=sum(size for size, zero in zip(sizes, zero_std) if zero) / scored if n else math.nan,
         mean_group_std=math.fsum(s / n for s in stds) if n else math.nan,
-        mean_reward=_mean_std(finite_all)[1] if finite_all else math.nan,
+        mean_reward=mean_std(finite_all)[1] if finite_all else math.nan,
         distinct_fraction=distinct,
         group_success=tuple(success),
         group_counts=tuple(counts),

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .allocation import SKIP_RULES
+from .adaptive import SKIP_RULES
 from .errors import Problem, raise_if_any
 from .rules import Rule, check, fraction, settings_from_mapping
 

@@ -26,8 +26,8 @@ from ..core.errors import raise_if_any
 from ..core.schedule import StageSchedule, stage_signature
 from ._trl_async_worker import SAMPLED_TEMPERATURE, CurriculumRolloutLoop, StateChannel
 from .async_state import read_async_state, write_async_state
-from .checkpoint import _FIX
 from .manifest import check_manifest, write_manifest
+from .state import FIX
 
 LOSS_TEMPERATURE = "loss_temperature"  # a batch column: each loss term's sampling temperature
 
@@ -251,7 +251,7 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
             return super()._inner_training_loop(*args, **kwargs)
         checkpoint = kwargs.get("resume_from_checkpoint")
         if checkpoint is not None:
-            check_manifest(checkpoint, _FIX)  # the bytes saved, where the checkpoint has a manifest
+            check_manifest(checkpoint, FIX)  # the bytes saved, where the checkpoint has a manifest
         resume = None if checkpoint is None else read_async_state(
             checkpoint, stage_signature(self.curriculum_schedule.stages), self._dataset_size())  # fmt: skip
         folder = tempfile.mkdtemp(prefix="grpo-curriculum-async-")

@@ -26,7 +26,8 @@ from trl.experimental.async_grpo.async_rollout_worker import RolloutGroup, _Asyn
 
 from ..core.signals import is_informative
 from .async_curriculum import AsyncCurriculum, PlannedGroup
-from .checkpoint import _join_arrays, _split_arrays, atomic_json, atomic_write
+from .files import atomic_json, atomic_write
+from .schema import join_arrays, split_arrays
 
 SAMPLED_G = "curriculum/num_generations"  # a sample's metrics: the G its group was planned and sampled at,
 SAMPLED_TEMPERATURE = "curriculum/temperature"  # the temperature the engine sampled it at,
@@ -221,7 +222,7 @@ class StateChannel:
         return request if request["id"] > self._answered else None
 
     def answer(self, request: dict, state: dict) -> None:
-        plain, arrays = _split_arrays(state)
+        plain, arrays = split_arrays(state)
         atomic_write(self._path(f"state-{request['id']}.npz"),
                      lambda f: np.savez(f, state=np.array(json.dumps(plain)), **arrays), binary=True)  # fmt: skip
         atomic_json(self._path("answer.json"), {"id": request["id"]})
@@ -254,4 +255,4 @@ class StateChannel:
             arrays = {name: archive[name] for name in archive.files if name != "state"}
             state = json.loads(str(archive["state"]))
         os.remove(path)  # ours: the worker wrote it for this request
-        return _join_arrays(state, arrays)
+        return join_arrays(state, arrays)

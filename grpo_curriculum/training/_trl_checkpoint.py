@@ -36,7 +36,8 @@ def rotate_only_own_checkpoints(trainer, resume_from_checkpoint):
     import transformers.trainer_utils as trainer_utils
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-    from .checkpoint import TRAINER_STATE_FILE, CurriculumStateError, read_trainer_state
+    from .checkpoint import TRAINER_STATE_FILE, read_trainer_state
+    from .files import CurriculumStateError
 
     output_dir = os.path.realpath(trainer.args.output_dir)
     resumed = resume_from_checkpoint is True or (
@@ -103,7 +104,8 @@ def curriculum_state_before_trainer_state(trainer, folder: str, save):
     ([`~training.manifest`]: each file's size and content hash) and the trainer state atomically. A checkpoint whose `trainer_state.json` parses is then complete, curriculum and entropy state
     included, and no older checkpoint is deleted before it is.
     """
-    from .checkpoint import ENTROPY_STATE_FILE, atomic_json
+    from .checkpoint import ENTROPY_STATE_FILE
+    from .files import atomic_json
     from .manifest import write_manifest
 
     state = trainer.state

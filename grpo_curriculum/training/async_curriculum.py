@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..core.schedule import Setting
-from ..core.signals import _finite, round_stats
+from ..core.signals import finite_or_none, round_stats
 from .driver import CurriculumDriver
 from .round import Round
 from .stream import PromptStream, prompt_keys, prompt_slots
@@ -164,7 +164,7 @@ class AsyncCurriculum:
         if plan.replay and self._replays[plan.key] > 0:
             self._replays[plan.key] -= 1
             return None
-        self._observed.append((plan.key, [_finite(r) for r in rewards]))
+        self._observed.append((plan.key, [finite_or_none(r) for r in rewards]))
         if len(self._observed) < self.policy.round_prompts:
             return None
         keys, groups = zip(*self._observed, strict=True)

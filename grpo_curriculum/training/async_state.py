@@ -1,7 +1,7 @@
 """
 The curriculum state of the asynchronous trainer in a checkpoint (`CurriculumAsyncGRPOTrainer`, docs/async.md):
 `curriculum_async_state.json` (and `curriculum_async_arrays.npz` for a per-prompt stage's statistics), written and read
-back the way the synchronous trainers' state is ([`~training.checkpoint`]: atomic writes, bounded reads, a schema).
+back the way the synchronous trainers' state is ([`~training.state`]: atomic writes, bounded reads, a schema).
 
 It holds where the prompt stream stood before the first group the trainer had not trained (so a resumed worker starts
 there: the groups from it on are sampled again, as TRL's own resume samples again from its first untrained group), the
@@ -16,8 +16,9 @@ import os
 
 from ..core.errors import Problem, shorten
 from ..core.rules import COUNT, TEMPERATURE, Rule, integer
-from .checkpoint import (_FIX, _NUMBER, _POLICY, _STREAM, ROUND_PLAN, STEP, CurriculumStateError, Each, Nullable,
-                         _split_arrays, atomic_write, read_json, state_error, validated)  # fmt: skip
+from .files import CurriculumStateError, atomic_write, read_json
+from .schema import Each, Nullable, split_arrays, state_error, validated
+from .state import FIX, NUMBER, POLICY, ROUND_PLAN, STEP, STREAM
 
 ASYNC_STATE_FILE = "curriculum_async_state.json"
 ASYNC_ARRAYS_FILE = "curriculum_async_arrays.npz"
@@ -27,11 +28,11 @@ SCHEMA = {
     "trainer": Rule("choice", choices=("async_grpo",)),
     "stages": Each(Rule("mapping")),
     "dataset_size": Nullable(COUNT),
-    "stream": _STREAM,
+    "stream": STREAM,
     "round": Nullable({"plan": ROUND_PLAN, "stage": STEP, "temperature": TEMPERATURE, "skip": STEP}),
     "policy_stage": Nullable(STEP),
-    "policy": Nullable(_POLICY),
-    "observed": Nullable({"pending": Each({"key": Rule("str", high=256), "rewards": Each(Nullable(_NUMBER))}),
+    "policy": Nullable(POLICY),
+    "observed": Nullable({"pending": Each({"key": Rule("str", high=256), "rewards": Each(Nullable(NUMBER))}),
                           "counted": Each(Rule("str", high=256)), "frontier": {"epoch": STEP, "position": STEP}}),
 }
 """What `curriculum_async_state.json` (with its arrays) must hold."""
@@ -43,7 +44,7 @@ def write_async_state(folder: str, state: dict) -> None:
 
     import numpy as np
 
-    state, arrays = _split_arrays({"version": 1, "trainer": "async_grpo", **state})
+    state, arrays = split_arrays({"version": 1, "trainer": "async_grpo", **state})
     if arrays:
         atomic_write(os.path.join(folder, ASYNC_ARRAYS_FILE), lambda f: np.savez_compressed(f, **arrays), binary=True)
     atomic_write(os.path.join(folder, ASYNC_STATE_FILE), lambda f: json.dump(state, f))
@@ -60,11 +61,11 @@ def read_async_state(folder: str, stages: list[dict], dataset_size: int | None) 
     if not os.path.lexists(path):
         raise CurriculumStateError(
             f"{folder} holds no {ASYNC_STATE_FILE}: it was not written by CurriculumAsyncGRPOTrainer with a stage "
-            f"schedule (or not completely), so the curriculum cannot continue where it stopped. Fix: {_FIX}.")
-    state = read_json(path, _FIX, MAX_BYTES)
+            f"schedule (or not completely), so the curriculum cannot continue where it stopped. Fix: {FIX}.")
+    state = read_json(path, FIX, MAX_BYTES)
     if not isinstance(state, dict):
-        raise CurriculumStateError(f"{path} holds {type(state).__name__}, not a curriculum state. Fix: {_FIX}.")
-    state = validated(path, state, os.path.join(folder, ASYNC_ARRAYS_FILE), SCHEMA, _invariants)
+        raise CurriculumStateError(f"{path} holds {type(state).__name__}, not a curriculum state. Fix: {FIX}.")
+    state = validated(path, state, os.path.join(folder, ASYNC_ARRAYS_FILE), SCHEMA, _invariants, FIX)
     changed = [Problem(key, state[key], f"was {shorten(state[key])} when the checkpoint was written, now "
                        f"{shorten(now)}")
                for key, now in (("stages", stages), ("dataset_size", dataset_size)) if state[key] != now]  # fmt: skip

@@ -20,7 +20,7 @@ from ..core.errors import raise_if_any
 from ..core.rules import UNCERTAIN_PROMPTS, UNCERTAIN_PROMPTS_DEFAULT
 from ..core.schedule import ResolvedSchedule, Setting, Stage, StageSchedule, stage_signature
 from . import tracking
-from .checkpoint import knob_defaults
+from .checkpoint import defaults_changed, knob_defaults
 from .round import Round
 from .stream import prompt_keys
 from .switches import describe_switch, write_switches
@@ -418,8 +418,6 @@ class CurriculumDriver:
         if saved is not None and saved != now:
             changes = [f"stage {i}: {a} saved, {b} now" for i, (a, b) in enumerate(zip(saved, now)) if a != b]
             raise ValueError("the curriculum's comparisons changed since the checkpoint (" + "; ".join(changes) + ")")
-        from .callback import defaults_changed  # TEMP until the migration moves
-
         batch = getattr(getattr(self._trainer, "args", None), "generation_batch_size", None)
         changed = defaults_changed(self.schedule.stages, state, batch)
         if changed is not None:

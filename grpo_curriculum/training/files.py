@@ -3,7 +3,7 @@ Files the package writes and reads back, whatever they hold (checkpoint states, 
 benchmark results): writes are atomic (a temporary file, synced, then renamed over the target), reads are bounded (a
 regular file of at most a given size, never a FIFO or a device) and every failure is one
 [`CurriculumStateError`] naming the file, what is wrong and what to do. What the values must be is
-[`~training.checkpoint`]'s (schemas) and each reader's own.
+[`~training.schema`]'s (schemas) and each reader's own.
 """
 
 from __future__ import annotations

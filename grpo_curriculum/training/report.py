@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core.signals import group_sizes_of, split_groups
 from ..core.slots import PromptSlots
-from .checkpoint import atomic_write
+from .files import atomic_write
 
 ARRAYS = ("count", "seen", "mean", "std")
 
@@ -120,7 +120,7 @@ class PromptReport:
         return rows
 
     def write_jsonl(self, path: str | os.PathLike, texts: dict | None = None) -> None:
-        """Write [`rows`] as JSON lines, atomically ([`~grpo_curriculum.training.checkpoint.atomic_write`])."""
+        """Write [`rows`] as JSON lines, atomically ([`~grpo_curriculum.training.files.atomic_write`])."""
         rows = self.rows(texts)
         atomic_write(path, lambda f: f.writelines(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n"
                                                   for row in rows))

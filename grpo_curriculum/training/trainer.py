@@ -19,11 +19,13 @@ from ..core.rloo import rloo_problems
 from ..core.signals import is_informative, round_stats
 from . import _trl, _trl_checkpoint, _trl_vllm, tracking
 from ._trl_hooks import GRPOHooks, RLOOHooks
-from .callback import CurriculumCallback, DefaultsChanged
-from .checkpoint import (RECIPE_FIX, STATE_FILE, CurriculumStateError, fit_problems, read_state, resume_checkpoint,
-                         state_error, write_state)
+from .callback import CurriculumCallback
+from .checkpoint import RECIPE_FIX, DefaultsChanged, fit_problems, resume_checkpoint
+from .files import CurriculumStateError
 from .report import PromptReport
 from .round import Round
+from .schema import state_error
+from .state import STATE_FILE, read_state, write_state
 from .stream import first_rows, local_round_rows, prompt_keys, prompt_slots, prompt_texts
 from .switches import describe_g
 

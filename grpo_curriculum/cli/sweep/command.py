@@ -30,7 +30,8 @@ from pathlib import Path
 
 from ...config.trl_ranges import SEED_MAX
 from ...core.errors import CurriculumError, GeometryError, Problem, raise_if_any
-from ...training.checkpoint import CurriculumStateError, atomic_json, atomic_write, problems_of, read_json, state_error
+from ...training.files import CurriculumStateError, atomic_json, atomic_write, read_json
+from ...training.schema import problems_of, state_error
 from ..folders import hold_folder
 from .arms import build_arms
 from .child import _FORK, _import_once, _peak_memory, arm_recipe, die_with_parent

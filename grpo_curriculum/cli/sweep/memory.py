@@ -28,7 +28,7 @@ import signal
 from pathlib import Path
 
 from ...core.errors import CurriculumError, Problem, raise_if_any
-from ...training.checkpoint import atomic_json, atomic_write, read_json
+from ...training.files import atomic_json, atomic_write, read_json
 from ..memory_plan import SAFETY_FRACTION, mib, plan_memory, plan_rows
 from .table import DEFAULT_SEEDS, Arm
 

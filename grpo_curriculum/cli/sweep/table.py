@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass
 
 from ...core.rules import MAX_STEPS, Rule, integer
-from ...training.checkpoint import Each, Nullable
+from ...training.schema import Each, Nullable
 
 RESULT_VERSION = 1
 _STEP = integer(0, MAX_STEPS)
