@@ -13,7 +13,7 @@ import logging
 from collections import Counter
 from dataclasses import asdict
 
-from ..core.adaptive import make_policy
+from ..core.policies import make_policy
 from ..core.allocation import SKIP_REASONS
 from ..core.comparison import Comparison
 from ..core.errors import raise_if_any
