@@ -240,23 +240,23 @@ def test_an_out_folder_holding_other_files_is_refused_and_left_alone(tmp_path, c
 
 def test_held_out_rows_are_kept_out_of_training_and_of_the_warm_start(recipe, monkeypatch):
     from grpo_curriculum.cli.build import build_run
-    from grpo_curriculum.cli.sweep.held_out import _held_out_split
+    from grpo_curriculum.cli.sweep.held_out import held_out_split
     from grpo_curriculum.config.recipe import load_recipe
     from grpo_curriculum.demo import tasks
 
     seen = []
     monkeypatch.setattr(tasks, "warm_start", lambda model, tokenizer, dataset, **kwargs: seen.append(dataset))
     loaded, held = load_recipe(recipe), {}
-    dataset = build_run(loaded, _held_out_split(loaded, 8, held))[2]
+    dataset = build_run(loaded, held_out_split(loaded, 8, held))[2]
     assert held["name"] == "rows 56-63 of the train split `train`" and len(held["rows"]) == 8
     assert len(dataset) == 56 and len(seen[0]) == 56  # the warm start sees only the training rows
     full = tasks.TASKS["echo"][0](64, seed=0)["prompt"]  # the recipe's dataset: the last 8 are held out
     assert list(seen[0]["prompt"]) == full[:56] and [row["prompt"] for row in held["rows"]] == full[56:]
     with pytest.raises(CurriculumError, match="--held-out = 64: needs more rows than the train split `train` holds"):
-        build_run(loaded, _held_out_split(loaded, 64, {}))
+        build_run(loaded, held_out_split(loaded, 64, {}))
     # a recipe that evaluates: its eval split is the held-out set, and every train row trains
     loaded, held = load_recipe(recipe, {"eval_strategy": "steps", "eval_steps": 2}), {}
-    dataset, eval_dataset = build_run(loaded, _held_out_split(loaded, 8, held))[2:4]
+    dataset, eval_dataset = build_run(loaded, held_out_split(loaded, 8, held))[2:4]
     assert held["name"] == "rows 0-7 of the eval split `test`" and len(dataset) == 64
     assert [row["prompt"] for row in held["rows"]] == eval_dataset["prompt"][:8]
 
