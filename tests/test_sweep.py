@@ -154,7 +154,8 @@ def test_a_switch_is_recommended_only_when_the_measured_curves_cross():
 
 
 def test_a_recommended_switch_is_a_recipe_ready_for_train(tmp_path):
-    from grpo_curriculum.cli.main import build_parser, check_report
+    from grpo_curriculum.cli.check import check_report
+    from grpo_curriculum.cli.main import build_parser
     from grpo_curriculum.cli.sweep.command import _write_recommended
     from grpo_curriculum.config.recipe import load_recipe
 
@@ -311,7 +312,8 @@ def test_without_out_the_same_command_finds_its_own_sweep(tmp_path):
 
 
 def _check_outputs(out: Path, arms: list[str]):
-    from grpo_curriculum.cli.main import build_parser, check_report
+    from grpo_curriculum.cli.check import check_report
+    from grpo_curriculum.cli.main import build_parser
     from grpo_curriculum.config.recipe import load_recipe
 
     table = (out / "sweep.md").read_text()
@@ -357,7 +359,7 @@ def test_a_killed_sweep_resumes_at_its_first_unfinished_run(tmp_path, capsys, re
     out = tmp_path / "sweep"
     command = ["sweep", recipe, "--num-generations", "2", "4", "8", *FAST, *ONE, "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(PROJECT), "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum.cli", *command], env=env, cwd=tmp_path,
+    process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum", *command], env=env, cwd=tmp_path,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     second = out / "arms" / "g4" / "seed-0"
     deadline = time.monotonic() + 300
