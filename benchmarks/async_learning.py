@@ -22,9 +22,12 @@ folder and TRL's start-of-training sync sends it to the server.
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,10 +37,25 @@ ROOT = quiet_environment()
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the task module: TRL's spawned worker imports it by name
 
 import async_learning_task as task  # noqa: E402
-from async_allocation import ARMS, run_missing, seed_range, stages  # noqa: E402  (the same arms; the server, the runs)
 
+ARMS = ("static-G4", "per-prompt")
+CANDIDATES = (2, 4, 8)
 CONFIG = ("prompts", "max_count", "warm", "steps", "batch", "lr", "max_staleness", "inflight", "queue", "every",
           "completion")  # fmt: skip
+
+
+def stages(arm: str):
+    from grpo_curriculum import Adaptive, Stage
+
+    if arm == "static-G4":
+        return [Stage(num_generations=4, temperature=1.0)]
+    return [Stage(temperature=1.0, adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt"))]
+
+
+def seed_range(text: str) -> list[int]:
+    """`"500-507"` -> 500..507; `"500"` -> [500]."""
+    low, _, high = text.partition("-")
+    return list(range(int(low), int(high or low) + 1))
 
 
 def warm_model(seed: int, options, model_dir: str):
@@ -137,6 +155,43 @@ def report(results: list[dict], seeds: list[int]) -> str:
         cell = "n/a" if p["n"] < 2 else f"{p['mean']:+.4f} [{p['low']:+.4f}, {p['high']:+.4f}] ({p['n']})"
         lines.append(f"- {key}: {cell}")
     return "\n".join(lines)
+
+
+def run_missing(planned: list[tuple[str, int]], options, config: dict, run, quiet: tuple[str, ...] = ()) -> list[dict]:
+    """
+    The runs `planned` (`(arm, seed)` pairs) of this configuration, each in `options.out` as `{arm}-{seed}.json`.
+    Refuses a folder holding runs of another `config`; unless `options.report_only`, starts the server once (only
+    when a run is missing) on the tiny Llama and does each missing run, `run(arm, seed, options, model_dir, base_url,
+    work)`, writing its result atomically as it finishes (a rerun skips the runs on disk) and printing it without the
+    keys in `quiet`. Returns the results on disk, in the planned order.
+    """
+    out = Path(options.out)
+    other = [p.name for p in sorted(out.glob("*.json")) if json.loads(p.read_text()).get("config") != config]
+    if other:
+        raise SystemExit(f"{out} holds runs of another configuration ({', '.join(other)}), not {config}: use another "
+                         "--out, or the options they were run with (their `config`)")
+    missing = [(arm, seed) for arm, seed in planned if not (out / f"{arm}-{seed}.json").exists()]
+    if missing and not options.report_only:
+        from tests.vllm_real import save_tiny_llama, start_server, stop_server
+
+        work = Path(tempfile.mkdtemp(prefix="async-benchmark-"))
+        model_dir = save_tiny_llama(str(work / "model"))
+        started = time.perf_counter()
+        server = start_server(model_dir, work / "server.log")
+        print(f"server up in {time.perf_counter() - started:.0f} s; {len(missing)} runs to do", flush=True)
+        try:
+            for arm, seed in missing:
+                result = run(arm, seed, options, model_dir, server.base_url, work)
+                path = out / f"{arm}-{seed}.json"
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(result, separators=(",", ":")))
+                tmp.replace(path)
+                print(json.dumps({k: v for k, v in result.items() if k not in quiet}), flush=True)
+        finally:
+            stop_server(server)
+            shutil.rmtree(work, ignore_errors=True)  # ours: made above
+    return [json.loads((out / f"{arm}-{seed}.json").read_text()) for arm, seed in planned
+            if (out / f"{arm}-{seed}.json").exists()]  # fmt: skip
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECK = [sys.executable, "-m", "grpo_curriculum.cli", "check"]
+CHECK = [sys.executable, "-m", "grpo_curriculum", "check"]
 COMMANDS = {
     "check (flags)": CHECK + ["--num-processes", "2", "--per-device-train-batch-size", "3", "--num-generations", "8"],
     "check recipes/2gpu.yaml --no-preflight": CHECK + ["recipes/2gpu.yaml", "--no-preflight"],  # a Hub dataset

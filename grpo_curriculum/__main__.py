@@ -1,4 +1,5 @@
-"""`python -m grpo_curriculum ...`: the `grpo-curriculum` command (as `python -m grpo_curriculum.cli`)."""
+"""`python -m grpo_curriculum ...` (also `accelerate launch -m grpo_curriculum ...`, `torchrun ... -m grpo_curriculum
+...`): the `grpo-curriculum` command."""
 
 import sys
 

@@ -197,7 +197,7 @@ def test_trainer_async_grpo_needs_trl_1_16(monkeypatch, tmp_path, capsys):
     assert async_trl_problem("1.16.0") is None and async_trl_problem("1.16.3") is None
     assert async_trl_problem("1.14.2").endswith("the installed TRL is 1.14.2")
     assert async_trl_problem(None).endswith("the installed TRL is none")
-    monkeypatch.setattr(trainers, "_version", lambda package: "1.14.2")
+    monkeypatch.setattr(trainers, "installed_version", lambda package: "1.14.2")
     (found,) = problems(BASE)
     assert found.startswith("trainer = 'async_grpo': needs TRL 1.16 (CurriculumAsyncGRPOTrainer extends the "
                             "asynchronous trainer of `trl.experimental.async_grpo`") and "trl==1.16.*" in found

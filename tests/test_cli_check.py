@@ -211,8 +211,8 @@ def test_help_exits_0(capsys):
 
 
 def run_check(*argv, timeout=60):
-    """`python -m grpo_curriculum.cli check ...` in a subprocess (a hang fails the test at `timeout`)."""
-    return subprocess.run([sys.executable, "-m", "grpo_curriculum.cli", "check", *map(str, argv)], cwd=ROOT,
+    """`python -m grpo_curriculum check ...` in a subprocess (a hang fails the test at `timeout`)."""
+    return subprocess.run([sys.executable, "-m", "grpo_curriculum", "check", *map(str, argv)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -249,7 +249,7 @@ def test_check_imports_no_torch_transformers_or_trl(tmp_path, argv):
     recipe.write_text(PER_PROMPT_RECIPE.replace("CANDIDATES", "[3, 5, 8]"))
     argv = [recipe if a == "PER_PROMPT" else a for a in argv]
     argv += ["--no-preflight"] if len(argv) == 1 else []
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "grpo_curriculum.cli", "check", *map(str, argv)],
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "grpo_curriculum", "check", *map(str, argv)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode in (0, 1) and "result:" in done.stdout, done.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines()
@@ -258,7 +258,7 @@ def test_check_imports_no_torch_transformers_or_trl(tmp_path, argv):
 
 
 def test_module_runs_as_a_script():
-    done = subprocess.run([sys.executable, "-m", "grpo_curriculum.cli", "check", "recipes/demo.yaml"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "grpo_curriculum", "check", "recipes/demo.yaml"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "result: OK, all 2 checks valid on 1 process" in done.stdout
@@ -471,7 +471,7 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     """`grpo-curriculum check recipe | head -1`: the pipe closes before the report is written; exit 141 (SIGPIPE's),
     quietly (it was a `BrokenPipeError` traceback)."""
     recipe = Path(__file__).resolve().parent.parent / "recipes" / "qwen2.5-0.5b-gsm8k.yaml"
-    process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum.cli", "check", str(recipe), "--no-preflight"],
+    process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum", "check", str(recipe), "--no-preflight"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     process.stdout.close()  # before the command has printed anything
     stderr = process.stderr.read().decode()

@@ -176,3 +176,44 @@ def test_a_comparison_changed_since_the_checkpoint_is_refused_on_resume(tmp_path
     same, _ = make_trainer(tmp_path / "same", margin, recorder=RoundRecorder(reward_fn=graded_reward),
                            **{**overrides, "max_steps": 4})  # fmt: skip
     same.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-1"))  # the same comparison resumes
+
+
+@pytest.mark.parametrize("kind", ["plain", "extremes", "extremes_top_up", "extremes_per_prompt", "margin_dynamic"])
+def test_the_completion_log_shows_the_advantages_trained_on(tmp_path, kind, wanted_by_index):
+    """TRL's completion log (`log_completions`: the printed sample, the tracker tables and the parquet files, all from
+    `_logs["advantages"]`) shows each row's advantage as the model trained on it: after a comparison zeroed some (the
+    log showed them before, issue 52), in rounds of one pass, of mixed group sizes and of several increments."""
+    import pandas
+
+    from grpo_curriculum import Adaptive, DynamicSampling
+
+    extremes = {"mode": "extremes"}
+    stages = {
+        "plain": [Stage(num_generations=4, temperature=1.0)],
+        "extremes": [Stage(num_generations=4, temperature=1.0, comparison=extremes)],
+        "extremes_top_up": [Stage(temperature=1.0, adaptive=Adaptive(num_generations=(2, 4, 8), policy="top_up"),
+                                  comparison=extremes)],
+        "extremes_per_prompt": [Stage(temperature=1.0, comparison=extremes, adaptive=Adaptive(
+            num_generations=(2, 4, 8), policy="per_prompt", defer=False))],
+        "margin_dynamic": [Stage(num_generations=4, temperature=1.0, comparison={"mode": "margin", "margin": 0.8},
+                                 dynamic_sampling=DynamicSampling(max_rounds=3))],
+    }[kind]
+    if kind == "extremes_per_prompt":
+        wanted_by_index(lambda index: (2, 4, 8)[index % 3])
+    def half_settled(completions, idx, **kwargs):  # the even prompts' groups all 1: dynamic sampling draws more
+        return [1.0 if i % 2 == 0 else r for i, r in zip(idx, graded_reward(completions))]
+
+    reward = half_settled if kind == "margin_dynamic" else graded_reward
+    trainer, recorder = make_trainer(tmp_path, stages, recorder=RoundRecorder(reward_fn=reward), max_steps=3,
+                                     num_generations=4, per_device_train_batch_size=16, log_completions=True,
+                                     num_completions_to_print=1)  # fmt: skip
+    trained = capture_rounds(trainer)
+    trainer.train()
+    assert len(trained) == 3
+    if kind in ("extremes_top_up", "margin_dynamic"):
+        assert len(recorder.calls) > 3  # rounds of several increments
+    for step, advantages in enumerate(trained, start=1):
+        logged = pandas.read_parquet(tmp_path / "completions" / f"completions_{step:05d}.parquet")["advantage"]
+        assert logged.tolist() == advantages.tolist()
+    if kind != "plain":
+        assert any((advantages == 0).any() for advantages in trained)  # the comparison zeroed some

@@ -75,7 +75,7 @@ def test_a_skipping_stage_skips_the_same_prompts_on_every_rank(torchrun_scenario
 def test_train_command_under_torchrun_validates_the_real_world_size(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
     base = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
-            "-m", "grpo_curriculum.cli", "train", str(ROOT / "recipes" / "demo.yaml"), "--max_steps", "2",
+            "-m", "grpo_curriculum", "train", str(ROOT / "recipes" / "demo.yaml"), "--max_steps", "2",
             "--warm_start_steps", "0"]  # fmt: skip
     # 2 processes x 8 = generation batch 16: G 2 and 8 fit. `--fsdp` on CPU processes: accelerate trains DDP (it
     # sets up FSDP only on GPU-like devices), and `train` says so; the final model is saved all the same.
@@ -171,7 +171,7 @@ def test_a_reward_failing_on_one_process_stops_every_process_with_its_message(tm
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}", "OMP_NUM_THREADS": "1",
            "WANDB_MODE": "offline"}  # fmt: skip
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
-               "-m", "grpo_curriculum.cli", "train", str(recipe), "--max_steps", "4", "--warm_start_steps", "0",
+               "-m", "grpo_curriculum", "train", str(recipe), "--max_steps", "4", "--warm_start_steps", "0",
                "--per_device_train_batch_size", "8", "--output_dir", str(tmp_path / "run")]  # fmt: skip
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0

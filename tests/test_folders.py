@@ -95,7 +95,7 @@ def test_the_next_demo_keeps_a_finished_run_whose_final_rename_failed(tmp_path, 
     """The error said "the complete run is in .out.partial-...: move it"; the next demo removed it (a dead PID)."""
     out = tmp_path / "out"
     out.mkdir()  # empty: accepted
-    process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum.cli", "demo", "--out", str(out),
+    process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum", "demo", "--out", str(out),
                                 "--max-steps", "2"], env=ENV, cwd=tmp_path, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)  # fmt: skip
     deadline = time.monotonic() + 300
@@ -145,7 +145,7 @@ def test_stale_staging_folders_are_matched_by_name_not_as_a_glob_pattern_and_nee
 def test_a_second_sweep_demo_or_train_into_a_sweeps_folder_exits_2_naming_it(tmp_path, capsys, recipe):
     """The second sweep removed the first one's run in progress and both trained into it (a raw FileExistsError)."""
     out = tmp_path / "sweep"
-    command = [sys.executable, "-m", "grpo_curriculum.cli", "sweep", recipe, "--num-generations", "2", "4",
+    command = [sys.executable, "-m", "grpo_curriculum", "sweep", recipe, "--num-generations", "2", "4",
                "--max-steps", "4", "--held-out", "8", "--eval-every", "2", "--out", str(out)]  # fmt: skip
     first = subprocess.Popen(command, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     running = out / "arms" / "g2" / "seed-0"

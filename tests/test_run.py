@@ -126,7 +126,7 @@ def test_demo_twice_writes_a_second_folder(tmp_path, capsys, monkeypatch):
 def test_a_killed_demo_leaves_no_folder_that_counts_and_the_next_removes_its_leftover(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum.cli", "demo", "--out", "runs/a"], env=env,
+    process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum", "demo", "--out", "runs/a"], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob("runs/.a.partial-*")) and time.monotonic() < deadline:
@@ -232,7 +232,7 @@ def test_plot_of_a_malformed_trainer_state_exits_2(tmp_path, capsys, write, mess
     def limit_memory():
         resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
-    result = subprocess.run([sys.executable, "-m", "grpo_curriculum.cli", "plot", str(run)], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "grpo_curriculum", "plot", str(run)], capture_output=True,
                             text=True, timeout=120, preexec_fn=limit_memory,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
     assert result.returncode == 2, result.stderr[-3000:]

@@ -154,7 +154,8 @@ def test_a_switch_is_recommended_only_when_the_measured_curves_cross():
 
 
 def test_a_recommended_switch_is_a_recipe_ready_for_train(tmp_path):
-    from grpo_curriculum.cli.main import build_parser, check_report
+    from grpo_curriculum.cli.check import check_report
+    from grpo_curriculum.cli.main import build_parser
     from grpo_curriculum.cli.sweep.command import _write_recommended
     from grpo_curriculum.config.recipe import load_recipe
 
@@ -240,23 +241,23 @@ def test_an_out_folder_holding_other_files_is_refused_and_left_alone(tmp_path, c
 
 def test_held_out_rows_are_kept_out_of_training_and_of_the_warm_start(recipe, monkeypatch):
     from grpo_curriculum.cli.build import build_run
-    from grpo_curriculum.cli.sweep.held_out import _held_out_split
+    from grpo_curriculum.cli.sweep.held_out import held_out_split
     from grpo_curriculum.config.recipe import load_recipe
     from grpo_curriculum.demo import tasks
 
     seen = []
     monkeypatch.setattr(tasks, "warm_start", lambda model, tokenizer, dataset, **kwargs: seen.append(dataset))
     loaded, held = load_recipe(recipe), {}
-    dataset = build_run(loaded, _held_out_split(loaded, 8, held))[2]
+    dataset = build_run(loaded, held_out_split(loaded, 8, held))[2]
     assert held["name"] == "rows 56-63 of the train split `train`" and len(held["rows"]) == 8
     assert len(dataset) == 56 and len(seen[0]) == 56  # the warm start sees only the training rows
     full = tasks.TASKS["echo"][0](64, seed=0)["prompt"]  # the recipe's dataset: the last 8 are held out
     assert list(seen[0]["prompt"]) == full[:56] and [row["prompt"] for row in held["rows"]] == full[56:]
     with pytest.raises(CurriculumError, match="--held-out = 64: needs more rows than the train split `train` holds"):
-        build_run(loaded, _held_out_split(loaded, 64, {}))
+        build_run(loaded, held_out_split(loaded, 64, {}))
     # a recipe that evaluates: its eval split is the held-out set, and every train row trains
     loaded, held = load_recipe(recipe, {"eval_strategy": "steps", "eval_steps": 2}), {}
-    dataset, eval_dataset = build_run(loaded, _held_out_split(loaded, 8, held))[2:4]
+    dataset, eval_dataset = build_run(loaded, held_out_split(loaded, 8, held))[2:4]
     assert held["name"] == "rows 0-7 of the eval split `test`" and len(dataset) == 64
     assert [row["prompt"] for row in held["rows"]] == eval_dataset["prompt"][:8]
 
@@ -311,7 +312,8 @@ def test_without_out_the_same_command_finds_its_own_sweep(tmp_path):
 
 
 def _check_outputs(out: Path, arms: list[str]):
-    from grpo_curriculum.cli.main import build_parser, check_report
+    from grpo_curriculum.cli.check import check_report
+    from grpo_curriculum.cli.main import build_parser
     from grpo_curriculum.config.recipe import load_recipe
 
     table = (out / "sweep.md").read_text()
@@ -357,7 +359,7 @@ def test_a_killed_sweep_resumes_at_its_first_unfinished_run(tmp_path, capsys, re
     out = tmp_path / "sweep"
     command = ["sweep", recipe, "--num-generations", "2", "4", "8", *FAST, *ONE, "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(PROJECT), "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum.cli", *command], env=env, cwd=tmp_path,
+    process = subprocess.Popen([sys.executable, "-m", "grpo_curriculum", *command], env=env, cwd=tmp_path,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     second = out / "arms" / "g4" / "seed-0"
     deadline = time.monotonic() + 300

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from grpo_curriculum.demo import tasks
 from grpo_curriculum.rewards import gsm8k_accuracy_reward, last_number
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import benchmark_tasks  # noqa: E402  (benchmarks/benchmark_tasks.py: the mixed-difficulty variants)
 
 
 def test_tokenizer_round_trip_and_specials():
@@ -38,9 +32,7 @@ def test_exact_first_word_reward(completion, reward):
 
 @pytest.mark.parametrize(
     ("make", "reward"),
-    [(tasks.echo_dataset, tasks.echo_reward), (tasks.count_dataset, tasks.exact_first_word_reward),
-     (benchmark_tasks.echo_mixed_dataset, tasks.echo_reward),
-     (benchmark_tasks.count_mixed_dataset, tasks.exact_first_word_reward)],
+    [(tasks.echo_dataset, tasks.echo_reward), (tasks.count_dataset, tasks.exact_first_word_reward)],
 )  # fmt: skip
 def test_datasets_are_seeded_and_their_targets_score_1(make, reward):
     a, b = make(32, seed=1), make(32, seed=1)
@@ -82,10 +74,3 @@ def test_gsm8k_reward_plain_and_conversational():
     assert gsm8k_accuracy_reward(["She makes 18 dollars.", "about 999"], answers) == [1.0, 0.0]
     chat = [[{"role": "assistant", "content": "The answer is 18"}], [{"role": "assistant", "content": "1000"}]]
     assert gsm8k_accuracy_reward(chat, answers) == [1.0, 1.0]
-
-
-def test_benchmark_tasks_hold_every_tiny_model_task_but_arithmetic():
-    # The tiny model's word-level tokenizer cannot read arithmetic (benchmarks/real_model.py runs it on SmolLM2).
-    assert "arithmetic" not in benchmark_tasks.BENCHMARK_TASKS
-    assert set(tasks.TASKS) - {"arithmetic"} | {"echo_mixed", "count_mixed", "echo_tiers"} == set(
-        benchmark_tasks.BENCHMARK_TASKS)

@@ -255,7 +255,7 @@ def _stopped_train(out: Path, checkpoint: str, signum: int, wait: float = 0.0):
     import sys
     import time
 
-    command = [sys.executable, "-m", "grpo_curriculum.cli", "train", DEMO, "--max_steps", "100000", "--output_dir",
+    command = [sys.executable, "-m", "grpo_curriculum", "train", DEMO, "--max_steps", "100000", "--output_dir",
                str(out), *FAST, "--report_to", "none"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONPATH": str(ROOT)})

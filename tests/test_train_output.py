@@ -104,7 +104,7 @@ def test_the_first_output_comes_before_the_slow_imports(tmp_path, argv):
         (shadows / name).mkdir(parents=True)
         (shadows / name / "__init__.py").write_text(f"raise ImportError('{name} imported before the first line')\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shadows), str(ROOT)])}
-    result = subprocess.run([sys.executable, "-m", "grpo_curriculum.cli", *argv], cwd=tmp_path, env=env,
+    result = subprocess.run([sys.executable, "-m", "grpo_curriculum", *argv], cwd=tmp_path, env=env,
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, timeout=120, check=False)  # fmt: skip
     first = result.stderr.splitlines()[0] if result.stderr else ""
     assert first.startswith(f"grpo-curriculum {argv[0]}: loading torch, transformers and TRL"), result.stderr[-2000:]

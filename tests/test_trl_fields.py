@@ -37,7 +37,7 @@ def test_snapshot_is_read_without_importing_trl():
 
 
 def test_other_versions_introspect_the_live_classes(monkeypatch):
-    monkeypatch.setattr(module, "_version", lambda package: "0.0.0")
+    monkeypatch.setattr(module, "installed_version", lambda package: "0.0.0")
     trl_fields.cache_clear()
     try:
         live, live_rloo = trl_fields(), trl_fields("rloo")

@@ -291,16 +291,15 @@ def success_histogram(model, warm: dict) -> list[float]:
 
 def evaluator(warm: dict, reward: ExactAnswer):
     """`evaluate(model) -> dict`: the exact reward (mean and per level), the sampled and greedy rewards."""
-    from benchmark_tasks import exact_echo_reward  # benchmarks/benchmark_tasks.py
-
     tokenizer, held_out = warm["tokenizer"], warm["held_out"]
     prompt_ids = [tokenizer(p).input_ids for p in held_out["prompt"]]
     answer_ids = [reward.answer_ids(t) for t in held_out["target"]]
     levels = held_out["level"]
     targets = list(held_out["target"])
     inputs = tokenizer(list(held_out["prompt"]), return_tensors="pt", padding=True)
-    def score(texts, copies):
-        return exact_echo_reward(texts, [t for t in targets for _ in range(copies)])
+    def score(texts, copies):  # 1.0 when a completion's words are exactly its target's
+        expanded = [t for t in targets for _ in range(copies)]
+        return [float(c.split() == t.split()) for c, t in zip(texts, expanded, strict=True)]
 
     sampled = HeldOut(tokenizer, inputs, score, MAX_COMPLETION_LENGTH, EVAL_TEMPERATURE, EVAL_SAMPLES, EVAL_SEED)
 

@@ -95,8 +95,8 @@ def validate_for_launch(recipe) -> None:
         problems.append(Problem("fsdp", fsdp, "needs a distributed launch: transformers refuses FSDP in a process not "
                                 "started by `accelerate launch` or `torchrun` (\"Using fsdp only works in distributed "
                                 "training\")", "launch with `accelerate launch --config_file examples/distributed/"
-                                "accelerate_fsdp2.yaml -m grpo_curriculum.cli train ...` or `torchrun "
-                                "--nproc_per_node N -m grpo_curriculum.cli train ...`, or remove `fsdp`"))
+                                "accelerate_fsdp2.yaml -m grpo_curriculum train ...` or `torchrun "
+                                "--nproc_per_node N -m grpo_curriculum train ...`, or remove `fsdp`"))
     problems += environment_problems(recipe, geometry, 0 if geometry is None else
                                      starting_num_generations(recipe, geometry))
     for key, why in NOT_ROUTED.items():

@@ -20,7 +20,6 @@ from ..core.errors import MISSING, CurriculumError, Problem
 
 logger = logging.getLogger("grpo_curriculum")
 
-OUTPUT_FLAGS = ("--log-every", "--log_every", "--verbose")
 LINES_PER_RUN = 10  # progress lines of a run written to something that is not a terminal
 PER_PROMPT_PREFIX = "curriculum/prompts_at_g"
 

@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping
 
 from ..core.errors import Problem, list_text
-from .trl_fields import _version
+from .trl_fields import installed_version
 
 FSDP_OPTIONS = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2", "offload",
                 "auto_wrap")
@@ -118,7 +118,7 @@ def engine_problems(training: Mapping, defaults: Mapping) -> list[Problem]:
     if version not in (1, 2):
         problems.append(Problem("fsdp_config.version", version, "must be 2 (FSDP2, transformers' default) or 1 "
                                 "(FSDP1, deprecated)", "`version: 2`"))
-    if version == 2 and int((_version("transformers") or "5").split(".")[0]) >= 5:
+    if version == 2 and int((installed_version("transformers") or "5").split(".")[0]) >= 5:
         fsdp1 = [item for item in items if item in FSDP1_ONLY]
         if fsdp1:
             problems.append(Problem("fsdp", fsdp, f"asks for {list_text(map(repr, fsdp1))}, which only FSDP1 has "

@@ -60,7 +60,7 @@ from .trl_ranges import ranged_rule, related_problems
 __all__ = ["Recipe", "geometry_of", "import_reward", "load_curriculum", "load_recipe", "parse_recipe", "run_geometry",
            "starting_num_generations", "training_geometry"]
 
-RECIPE_RULES = {  # the recipe's own keys besides `reward_funcs` and `curriculum` (TRL's: see `_trl_rule`)
+RECIPE_RULES = {  # the recipe's own keys besides `reward_funcs` and `curriculum` (TRL's: see `trl_rule`)
     "num_processes": dataclasses.replace(COUNT, fix="e.g. `num_processes: 2` (the world size the recipe is for)"),
     "dataset_num_prompts": dataclasses.replace(COUNT, fix="e.g. `dataset_num_prompts: 256`"),
     "warm_start_steps": integer(0, MAX_STEPS, fix="e.g. `warm_start_steps: 20`"),
@@ -138,7 +138,7 @@ def _trl_option(name: str, kind) -> Rule:
     return ranged_rule(name, _TYPES[kind]) if kind in ("int", "float") else _TYPES[kind]
 
 
-def _trl_rule(name: str, spec: dict) -> Rule:
+def trl_rule(name: str, spec: dict) -> Rule:
     """The rule of a TRL field from its snapshot entry: its type and range, with TRL's default as the example fix."""
     options = tuple(_trl_option(name, t) for t in spec["type"])
     if name == "resume_from_checkpoint":  # `Trainer.train` also takes `true`: the newest complete checkpoint
@@ -237,7 +237,7 @@ def _parse(data, path, overrides, problems: list[Problem]) -> Recipe:
         if key in UNSUPPORTED:
             problems.append(Problem(key, value, "is not supported in grpo-curriculum recipes", UNSUPPORTED[key]))
         elif key in fields:
-            found = _trl_rule(key, fields[key]).problems(key, value)
+            found = trl_rule(key, fields[key]).problems(key, value)
             problems += found
             refused.update([key] if found else [])
             parts[CLASSES[fields[key]["owner"]]][key] = value

@@ -21,7 +21,7 @@ from ..core.errors import list_text
 from ..core.rules import UNCERTAIN_PROMPTS_DEFAULT, Rule
 from ..core.sampling import DYNAMIC_SAMPLING_RULES, DynamicSampling
 from ..core.schedule import STAGE_RULES, Stage
-from .recipe import RECIPE_RULES, _trl_rule
+from .recipe import RECIPE_RULES, trl_rule
 from .trl_fields import SHARED, trl_fields, write_generated
 
 
@@ -69,11 +69,11 @@ RLOO_PROBES = {  # what a curriculum may hold that RLOO might refuse, as the sma
 def refused_with_rloo() -> list[str]:
     """What of [`RLOO_PROBES`] `trainer: rloo` refuses (asked of [`~core.rloo.rloo_problems`], so it cannot drift)."""
     from ..core.rloo import rloo_problems
-    from .trainers import _stage
+    from .trainers import parsed_stage
 
     refused = []
     for what, stage in RLOO_PROBES.items():
-        probe = None if stage is None else _stage(stage)
+        probe = None if stage is None else parsed_stage(stage)
         if stage is not None and probe is None:
             raise ValueError(f"RLOO_PROBES: {stage} is not a valid stage")
         if probe is not None and rloo_problems([probe]):
@@ -96,11 +96,11 @@ ASYNC_PROBES = {  # what a curriculum may hold that the asynchronous trainer mig
 def refused_with_async() -> list[str]:
     """What of [`ASYNC_PROBES`] `trainer: async_grpo` refuses (asked of [`~core.asynchronous.async_problems`])."""
     from ..core.asynchronous import async_problems
-    from .trainers import _stage
+    from .trainers import parsed_stage
 
     refused = []
     for what, stage in ASYNC_PROBES.items():
-        probe = _stage(stage)
+        probe = parsed_stage(stage)
         if probe is None:
             raise ValueError(f"ASYNC_PROBES: {stage} is not a valid stage")
         if async_problems([probe], max_steps=1):
@@ -131,16 +131,16 @@ def render() -> str:
              _default(UNCERTAIN_PROMPTS_DEFAULT), ""),
             ("curriculum.dynamic_sampling", _rule(RECIPE_CURRICULUM_RULES["dynamic_sampling"]), "—",
              "`trainer: async_grpo` only")]
-    trl = [(name, _rule(_trl_rule(name, spec)), _default(spec["default"]), spec["owner"])
+    trl = [(name, _rule(trl_rule(name, spec)), _default(spec["default"]), spec["owner"])
            for name, spec in trl_fields().items()]
     grpo, rloo = trl_fields("grpo"), trl_fields("rloo")
-    rloo_rows = [(name, _rule(_trl_rule(name, spec)), _default(spec["default"]),
+    rloo_rows = [(name, _rule(trl_rule(name, spec)), _default(spec["default"]),
                   "RLOOConfig only" if name not in grpo else f"GRPOConfig's: {_default(grpo[name]['default'])}")
                  for name, spec in rloo.items()
                  if name not in grpo or spec["default"] != grpo[name]["default"]]
     grpo_only = ", ".join(f"`{name}`" for name in grpo if name not in rloo)
     asynchronous = trl_fields("async_grpo")
-    async_rows = [(name, _rule(_trl_rule(name, spec)), _default(spec["default"]),
+    async_rows = [(name, _rule(trl_rule(name, spec)), _default(spec["default"]),
                    "AsyncGRPOConfig only" if name not in grpo else
                    f"{grpo[name]['owner']}'s: {_default(grpo[name]['default'])}")
                   for name, spec in asynchronous.items()

@@ -21,7 +21,7 @@ from ..core.rloo import rloo_problems
 from ..core.rules import Rule, is_int
 from ..core.schedule import Stage, stage_problems
 from .builtins import BUILTIN, TINY_MODEL
-from .trl_fields import CONFIG_MODULES, TRAINERS, _version, has_fields, trl_fields
+from .trl_fields import CONFIG_MODULES, TRAINERS, installed_version, has_fields, trl_fields
 
 TRAINER = Rule("choice", choices=tuple(TRAINERS), why="grpo: TRL's GRPOTrainer and GRPOConfig; rloo: RLOOTrainer and "
                "RLOOConfig; async_grpo: TRL's asynchronous AsyncGRPOTrainer and AsyncGRPOConfig (a vLLM server "
@@ -115,14 +115,14 @@ def _import_problems(trainer: str) -> list[Problem]:
         return []
     module = CONFIG_MODULES.get(TRAINERS[trainer], "trl")
     return [Problem("trainer", trainer, f"needs `{module}.{TRAINERS[trainer]}`, which does not import with the "
-                    f"installed packages (transformers {_version('transformers')})",
+                    f"installed packages (transformers {installed_version('transformers')})",
                     "install transformers 5 (TRL 1.16's asynchronous trainer needs it), or use `trainer: grpo`")]
 
 
 def _release_problems(trainer: str, release: tuple[int, int], why) -> list[Problem]:
     """The `trainer` problem when the installed TRL is not `release` (`why`: compat's reason, or `None`)."""
     wanted = ".".join(map(str, release))
-    reason = why(_version("trl"))
+    reason = why(installed_version("trl"))
     return [Problem("trainer", trainer, reason, f"install it (`pip install 'trl=={wanted}.*'`), or use "
                     "`trainer: grpo`")] if reason else []
 
@@ -134,7 +134,7 @@ def _stages_problems(curriculum, schedule, refused) -> list[Problem]:
     stages = curriculum.get("stages") if isinstance(curriculum, Mapping) else None
     problems = []
     for i, stage in enumerate(stages if isinstance(stages, list) else []):
-        one = _stage(stage)
+        one = parsed_stage(stage)
         at = f"curriculum.stages[{i}]"
         problems += [Problem(p.key.replace("curriculum.stages[0]", at, 1), p.value, p.rule, p.fix)
                      for p in ([] if one is None else refused([one]))]
@@ -197,7 +197,7 @@ def async_recipe_problems(model_name, training: Mapping, model: Mapping, curricu
     return problems
 
 
-def _stage(stage):
+def parsed_stage(stage):
     """A stage mapping as a [`~core.schedule.Stage`], or `None` when it is not a valid one (said elsewhere)."""
     if not isinstance(stage, Mapping) or set(stage) - set(STAGE_KEYS) or stage_problems(stage, key=""):
         return None

@@ -230,7 +230,7 @@ def describe_trl() -> dict:
         parser leaves out for that trainer).
     """
     derived, keywords = derived_choices(), scheduler_keywords()
-    snapshot = {"trl": _version("trl"), "transformers": _version("transformers")}
+    snapshot = {"trl": installed_version("trl"), "transformers": installed_version("transformers")}
     for trainer, config in TRAINERS.items():
         if config_class(config) is not None:
             snapshot[fields_key(trainer)] = _describe_classes([config, *SHARED], derived, keywords)
@@ -267,7 +267,7 @@ def _describe_classes(names: list[str], derived: dict, keywords: dict) -> dict:
     return fields
 
 
-def _version(package: str) -> str | None:
+def installed_version(package: str) -> str | None:
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
@@ -279,7 +279,7 @@ def _snapshot() -> dict:
     """The shipped snapshot when the installed TRL and transformers are the versions it was generated from, else
     the live classes' (which imports TRL: seconds instead of milliseconds)."""
     snapshot = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
-    if (snapshot["trl"], snapshot["transformers"]) == (_version("trl"), _version("transformers")):
+    if (snapshot["trl"], snapshot["transformers"]) == (installed_version("trl"), installed_version("transformers")):
         return snapshot
     return describe_trl()
 
@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     return write_generated(SNAPSHOT, render(describe_trl()), argv == ["--check"],
                            f"differs from the installed TRL: run python -m {__name__}",
-                           f" (TRL {_version('trl')}, transformers {_version('transformers')})")
+                           f" (TRL {installed_version('trl')}, transformers {installed_version('transformers')})")
 
 
 if __name__ == "__main__":

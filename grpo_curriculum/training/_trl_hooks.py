@@ -64,7 +64,7 @@ class GRPOHooks:
             round_.request_sizes = None
             set_num_generations(self, num_generations)
         output = finish_round(self, records, round_)
-        apply_comparison(self, output, round_)
+        records.write_logs(apply_comparison(self, output, round_))  # the log shows the advantages trained on
         self._curriculum_round_end(round_)
         return output
 

@@ -61,6 +61,7 @@ class IncrementRecords:
         self.pass_logps: list[list] = []  # per increment, its `logps`
         self.lengths: list[dict] = []  # per increment, this process's rows as `_generate` returned them (`generated`)
         self.user_metrics: list[dict] = []  # per increment, the `log_metric` values of this process (name: values)
+        self.trained = None  # the round's trained rows (every process) and their advantages: `(order, advantages)`
         self._metric_lengths = {key: len(values) for key, values in trainer._metrics["train"].items()}
         self._kept_logs = trainer._logs
         self.tokens_seen = trainer.state.num_input_tokens_seen  # before the round
@@ -93,18 +94,24 @@ class IncrementRecords:
         self.rewards_per_func.append(rewards_per_func)
         self.rows.append(len(rewards_per_func))
 
-    def write_logs(self, order: list[int], advantages=None) -> None:
+    def write_logs(self, keep: list[bool] | None = None) -> None:
         """
-        Append the completion log of the rows trained on (`order`: indices into the increments' rows, all processes,
-        increment after increment) to TRL's, with their `advantages` (default: the ones TRL logged).
+        Append the completion log of the rows trained on ([`trained`]: indices into the increments' rows, all
+        processes, increment after increment, and their advantages, default the ones TRL logged) to TRL's, with the
+        advantages the model trains on: 0 for the rows the round's comparison does not `keep` ([`apply_comparison`]).
         """
+        order, advantages = self.trained
         logs = self._kept_logs
         for name in ("prompt", "completion", "images", "advantages"):
             values = self._column(lambda log: log[name])
             if name == "advantages" and advantages is not None:
-                logs[name].extend(advantages.tolist())
+                values = advantages.tolist()
             elif values is not None:
-                logs[name].extend(values[i] for i in order)
+                values = [values[i] for i in order]
+            if values is not None and name == "advantages" and keep is not None:
+                values = [value if kept else value * 0.0 for value, kept in zip(values, keep, strict=True)]
+            if values is not None:
+                logs[name].extend(values)
         for group in ("rewards", "extra"):
             for column in sorted({column for log in self.logs for column in log[group]}):
                 values = self._column(lambda log: log[group].get(column))
@@ -205,7 +212,8 @@ def finish_round(trainer, records: IncrementRecords, round_) -> dict:
     """
     The output TRL trains on for a sampled round ([`Round`]): a round of one pass as TRL returned it (with the
     advantages of its real groups when they differ in size); a round of several increments, or one that drops groups,
-    merged ([`merge_increments`]).
+    merged ([`merge_increments`]). The round's completion log is written after its comparison
+    ([`IncrementRecords.write_logs`]).
     """
     if not round_.one_pass:
         masked = round_.masked_rows() if round_.masked else None
@@ -219,17 +227,18 @@ def finish_round(trainer, records: IncrementRecords, round_) -> dict:
         metrics = trainer._metrics["train"]
         if metrics.get("frac_reward_zero_std"):  # TRL's, computed for the real groups (TRL saw groups of 1)
             metrics["frac_reward_zero_std"][-1] = zero_std
-    records.write_logs(list(range(records.rows[0])), advantages)
+    records.trained = (list(range(records.rows[0])), advantages)
     return output
 
 
-def apply_comparison(trainer, output: dict, round_) -> None:
+def apply_comparison(trainer, output: dict, round_) -> list[bool] | None:
     """
     Zero the advantage of the trained rows that the round's comparison mode leaves out
     ([`grpo_curriculum.core.comparison`]; a stage without `comparison`, or `mode: all`, leaves TRL's output as it is),
     and log `curriculum/comparison_kept` (the share of the round's trained completions that keep their advantage) and
     `curriculum/comparison_margin`. The rows stay in the batch (their tokens still count in the loss normaliser and
     the KL term). The mode is a pure function of the step the round starts at, so a resumed run applies the same.
+    Returns which of the round's trained rows (every process) keep their advantage (`None`: all of them).
     """
     # The step the round started at: the generation step itself, or for a round regenerated after a resume from a
     # checkpoint taken inside it, the optimizer steps before the round (the micro-steps already trained in it back).
@@ -237,7 +246,7 @@ def apply_comparison(trainer, output: dict, round_) -> None:
     start_step = trainer.state.global_step - phase // trainer.args.gradient_accumulation_steps
     mode, margin = trainer._curriculum.resolved.comparison_at(start_step)
     if mode == "all":
-        return
+        return None
     rewards, sizes = round_.group_rewards(round_.trained_groups)
     keep = comparison_keep(rewards, sizes, mode, margin)
     advantages = output["advantages"]
@@ -247,6 +256,7 @@ def apply_comparison(trainer, output: dict, round_) -> None:
     trainer._metrics["train"]["curriculum/comparison_kept"].append(sum(keep) / len(keep))
     if margin is not None:
         trainer._metrics["train"]["curriculum/comparison_margin"].append(margin)
+    return keep
 
 
 def merge_increments(trainer, records: IncrementRecords, order: list[int], group_sizes: list[int],
@@ -255,14 +265,15 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
     One round output from its increments' outputs: the rows `order` (indices into the increments' rows of every
     process, concatenated in increment order) in that order, each process taking its contiguous share, as if TRL had
     generated them in one pass. Every group is whole and contiguous; its advantages are computed over all its rows
-    ([`round_advantages`]; rows `masked` have no part in them); `num_items_in_batch`, the completion log and TRL's
-    metrics describe the rows trained on. Each process's rows are padded as TRL pads one pass: to the widest of its own
-    rows' prompts (on the left) and completions (rounded up to `pad_to_multiple_of`). When that moves a row's prompt (a
-    model with absolute positions gives other log-probabilities), the policy's and reference model's log-probabilities
-    are computed again for the round, as TRL computes them for one pass; the vLLM importance-sampling ratio is computed
-    from them by TRL's formula. Rows `masked` (one flag a row of `order`) are out of the loss: their `tool_mask`, TRL's
-    loss mask, is 0. `RLOOTrainer`'s output merges the same way, its per-row `old_logps` gathered and re-sliced (and
-    computed again with the KL when a prompt moves); it has no loss mask, so it cannot have rows `masked`.
+    ([`round_advantages`]; rows `masked` have no part in them); `num_items_in_batch`, the completion log (written by
+    [`IncrementRecords.write_logs`]) and TRL's metrics describe the rows trained on. Each process's rows are padded as
+    TRL pads one pass: to the widest of its own rows' prompts (on the left) and completions (rounded up to
+    `pad_to_multiple_of`). When that moves a row's prompt (a model with absolute positions gives other
+    log-probabilities), the policy's and reference model's log-probabilities are computed again for the round, as TRL
+    computes them for one pass; the vLLM importance-sampling ratio is computed from them by TRL's formula. Rows
+    `masked` (one flag a row of `order`) are out of the loss: their `tool_mask`, TRL's loss mask, is 0. `RLOOTrainer`'s
+    output merges the same way, its per-row `old_logps` gathered and re-sliced (and computed again with the KL when a
+    prompt moves); it has no loss mask, so it cannot have rows `masked`.
     """
     accelerator = trainer.accelerator
     outputs = records.outputs
@@ -334,7 +345,7 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
         metrics["kl"][-1] = (sequence_kl.sum() / tokens.clamp(min=1.0)).item()
     if metrics.get("frac_reward_zero_std"):
         metrics["frac_reward_zero_std"][-1] = zero_std
-    records.write_logs(order, advantages)
+    records.trained = (order, advantages)
     return merged
 
 

@@ -22,7 +22,6 @@ from ...core.errors import Problem, raise_if_any
 from ...core.sampling import DynamicSampling
 from .table import Arm
 
-ADAPTIVE_ARMS = ("per_prompt", "top_up", "dynamic")
 ARM_NAMES = "gN (static G N), per_prompt, top_up, dynamic (or dynamic-gN, at G N), recipe"
 _STATIC = re.compile(r"g([0-9]{1,9})")
 _DYNAMIC = re.compile(r"dynamic(?:-g([0-9]{1,9}))?")

@@ -28,7 +28,7 @@ def arm_recipe(path: str, raw: dict, arm: Arm, seed: int | None = None, output_d
     return parse_recipe(raw, path, overrides)
 
 
-def _peak_memory(model) -> tuple[int, str]:
+def peak_memory(model) -> tuple[int, str]:
     import resource
 
     import torch
@@ -50,11 +50,11 @@ def die_with_parent(parent: int) -> None:
         os._exit(3)
 
 
-_FORK = "fork" in multiprocessing.get_all_start_methods()
+FORK = "fork" in multiprocessing.get_all_start_methods()
 
 
-def _import_once() -> None:
+def import_once() -> None:
     """Import torch, transformers and TRL in the sweep process before forking its runs: each run inherits them."""
-    if _FORK:
+    if FORK:
         from ...training import trainer  # noqa: F401  (CurriculumGRPOTrainer: TRL's GRPOTrainer, transformers, torch)
         from ..build import build_run  # noqa: F401

@@ -34,8 +34,8 @@ from ...training.files import CurriculumStateError, atomic_json, atomic_write, r
 from ...training.schema import problems_of, state_error
 from ..folders import hold_folder
 from .arms import build_arms
-from .child import _FORK, _import_once, _peak_memory, arm_recipe, die_with_parent
-from .held_out import _held_out_split, resolve_held_out
+from .child import FORK, import_once, peak_memory, arm_recipe, die_with_parent
+from .held_out import held_out_split, resolve_held_out
 from .table import RESULT_SCHEMA, RESULT_VERSION, Arm, recommend, recommended_stages, summarise, table_rows
 
 MANIFEST_FILE = "sweep_manifest.json"
@@ -213,7 +213,7 @@ def train_run(out: str, index: int, seed: int, parent: int) -> None:
     set_threads(torch_threads(recipe)[0])
     held: dict = {}
     with curriculum_output(quiet=True):
-        trainer = build_trainer(recipe, output_dir=folder, split=_held_out_split(recipe, manifest["held_out"], held))
+        trainer = build_trainer(recipe, output_dir=folder, split=held_out_split(recipe, manifest["held_out"], held))
         trainer.remove_callback(PrinterCallback)
         evaluation, per_step = _evaluation(trainer, held["rows"], manifest["eval_every"], parent)
         trainer.add_callback(evaluation)
@@ -221,7 +221,7 @@ def train_run(out: str, index: int, seed: int, parent: int) -> None:
     history = [entry for entry in trainer.state.log_history if "reward" in entry and "curriculum/stage" in entry]
     add_generated(evaluation.points, history, per_step)
     tokens = [entry["num_tokens"] for entry in trainer.state.log_history if "num_tokens" in entry]
-    memory, kind = _peak_memory(trainer.model)
+    memory, kind = peak_memory(trainer.model)
     result = {"version": RESULT_VERSION, "arm": arm.name, "seed": seed, "steps": trainer.state.global_step,
               "completions_per_step": per_step, "train_time": evaluation.train_time,
               "num_tokens": float(tokens[-1]) if tokens else 0.0, "peak_memory": memory, "memory_kind": kind,
@@ -251,8 +251,8 @@ def run_all(out: str, arms: list[Arm], seeds: list[int], jobs: int = 1) -> dict[
     """
     from multiprocessing.connection import wait
 
-    _import_once()
-    context = multiprocessing.get_context("fork" if _FORK else "spawn")
+    import_once()
+    context = multiprocessing.get_context("fork" if FORK else "spawn")
     todo, running = [], {}
     for index, arm in enumerate(arms):
         for seed in seeds:

@@ -13,7 +13,7 @@ DEFAULT_HELD_OUT = 64
 (at least 1); all of an eval split's rows when it holds fewer."""
 
 
-def _held_out_source(recipe) -> tuple[str, bool]:
+def held_out_source(recipe) -> tuple[str, bool]:
     """Where the held-out prompts come from: the name of the split, and whether it is the train split."""
     if recipe.training.get("eval_strategy", "no") != "no":
         return f"the eval split `{recipe.script.get('dataset_test_split', 'test')}`", False
@@ -37,13 +37,13 @@ def default_held_out(rows: int, from_train: bool) -> int:
 
 def held_out_rows(recipe) -> int | None:
     """
-    The rows of the split the sweep holds prompts out of (see [`_held_out_split`]), read before anything is written:
+    The rows of the split the sweep holds prompts out of (see [`held_out_split`]), read before anything is written:
     a built-in dataset's from the recipe, another's by loading it (`datasets` caches it for the runs); `None` when
     streamed (the runs refuse it).
     """
     from ...config.recipe import BUILTIN
 
-    _, from_train = _held_out_source(recipe)
+    _, from_train = held_out_source(recipe)
     if recipe.dataset_name.startswith(BUILTIN):  # as `build_run` makes them
         return recipe.dataset_num_prompts or 256 if from_train else 64
     if recipe.script.get("dataset_streaming", False):
@@ -69,20 +69,20 @@ def resolve_held_out(recipe, given: int | None) -> int:
     rows = held_out_rows(recipe)
     if rows is None:
         return DEFAULT_HELD_OUT if given is None else given
-    name, from_train = _held_out_source(recipe)
+    name, from_train = held_out_source(recipe)
     size = default_held_out(rows, from_train) if given is None else given
     problem = held_out_problem(size, rows, name, from_train)
     raise_if_any([problem] if problem else [], "sweep")
     return size
 
 
-def _held_out_split(recipe, size: int, held: dict):
+def held_out_split(recipe, size: int, held: dict):
     """A `build_run` split keeping `size` held-out rows in `held`: the eval split's first, else the train's last."""
 
     def split(dataset, eval_dataset):
         from datasets import IterableDataset
 
-        name, from_train = _held_out_source(recipe)
+        name, from_train = held_out_source(recipe)
         source = dataset if from_train or eval_dataset is None else eval_dataset
         if isinstance(source, IterableDataset):
             raise CurriculumError([Problem("dataset_streaming", True, "leaves no rows to hold out: the sweep "

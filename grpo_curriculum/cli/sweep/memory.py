@@ -55,7 +55,7 @@ def _probe(recipe, folder: str, held_out: int | None = None) -> dict:
     """
     Train the probe's one step; its peak memory (bytes, `None`: out of memory), its kind and the device's total. With
     `held_out`, on the rows the sweep trains on (its held-out prompts kept out, see
-    [`~cli.sweep.held_out._held_out_split`]).
+    [`~cli.sweep.held_out.held_out_split`]).
     """
     import torch
     from transformers import PrinterCallback
@@ -64,12 +64,12 @@ def _probe(recipe, folder: str, held_out: int | None = None) -> dict:
     from ..build import build_trainer
     from ..launch import set_threads, torch_threads
     from ..progress import curriculum_output
-    from .child import _peak_memory
-    from .held_out import _held_out_split
+    from .child import peak_memory
+    from .held_out import held_out_split
 
     set_threads(torch_threads(recipe)[0])
     with curriculum_output(quiet=True):
-        split = _held_out_split(recipe, held_out, {}) if held_out else None
+        split = held_out_split(recipe, held_out, {}) if held_out else None
         trainer = build_trainer(recipe, output_dir=folder, split=split)
         trainer.remove_callback(PrinterCallback)
         full_length = full_length_completions(trainer)
@@ -79,7 +79,7 @@ def _probe(recipe, folder: str, held_out: int | None = None) -> dict:
             trainer.train()
         except (torch.OutOfMemoryError, MemoryError):
             return {"peak": None, "kind": device.type if device.type == "cuda" else "rss", "total": total}
-    peak, kind = _peak_memory(trainer.model)
+    peak, kind = peak_memory(trainer.model)
     lengths = [entry["completions/mean_length"] for entry in trainer.state.log_history
                if "completions/mean_length" in entry]  # fmt: skip
     return {"peak": peak, "kind": kind, "total": total, "full_length": full_length,
@@ -109,11 +109,11 @@ class Prober:
     """
 
     def __init__(self, out: str, path: str, raw: dict, temperature, held_out: int | None = None):
-        from .child import _FORK, _import_once
+        from .child import FORK, import_once
 
-        _import_once()
+        import_once()
         self.out, self.path, self.raw, self.temperature, self.held_out = out, path, raw, temperature, held_out
-        self.context = multiprocessing.get_context("fork" if _FORK else "spawn")
+        self.context = multiprocessing.get_context("fork" if FORK else "spawn")
         self.results: dict[tuple[int, int, int], dict] = {}
 
     def measure(self, batch: int, steps: int, num_generations: int) -> float | None:
@@ -225,9 +225,9 @@ def plan_main(args, recipe, arms: list[Arm], held_out: int | None = None) -> int
     available = _available_ram()
     created = not os.path.lexists(out)
     os.makedirs(out, exist_ok=True)
-    from .held_out import _held_out_source
+    from .held_out import held_out_source
 
-    kept_out = held_out if _held_out_source(recipe)[1] else None  # held out of the train split: not trained on
+    kept_out = held_out if held_out_source(recipe)[1] else None  # held out of the train split: not trained on
     prober = Prober(out, recipe.path, recipe.raw, arms[0].temperature, kept_out)
     smallest = min(num_generations)
     first = smallest // math.gcd(smallest, processes)
