@@ -411,7 +411,7 @@ class CurriculumGRPOTrainer(CurriculumTrainerMixin, GRPOHooks, GRPOTrainer):
 
     `num_generations` and `temperature` in `args` are overridden by the first stage; evaluation keeps G fixed at
     `num_generations_eval or num_generations` from `args` and samples and scores at the temperature of the stage in
-    force at that step. Checkpoints hold the curriculum's state ([`grpo_curriculum.training.checkpoint`]).
+    force at that step. Checkpoints hold the curriculum's state ([`grpo_curriculum.training.state`]).
     """
 
     _trl_trainer = GRPOTrainer
