@@ -146,3 +146,20 @@ def test_a_worker_that_stops_answering_fails_the_checkpoint_loudly(tmp_path):
 
     with pytest.raises(RuntimeError, match="did not send its curriculum state within 0 s"):
         StateChannel(str(tmp_path)).request([], 0, check_health=lambda: None, timeout=0.05)
+
+
+@pytest.mark.parametrize(("written", "refused"), [
+    (None, False),  # written before the state recorded its defaults: today's (`UNRECORDED_DEFAULTS`)
+    ({"lookahead": 0, "defer": True, "weight": "hard", "skip_target": 0.05}, False),
+    ({"lookahead": 2, "defer": True, "weight": "hard", "skip_target": 0.05}, True),  # another default lookahead
+])  # fmt: skip
+def test_a_state_written_with_other_knob_defaults_takes_the_synchronous_migration(tmp_path, written, refused):
+    """The per-prompt stage leaves `lookahead` at today's default (0): a state written where the default was 2 would
+    change its rule mid-run, and is refused as the synchronous trainers' is, with the recipe line that continues it."""
+    write_async_state(str(tmp_path), _state(**({} if written is None else {"defaults": written})))
+    if not refused:
+        assert read_async_state(str(tmp_path), SIGNATURE, 6, STAGES)["policy_stage"] == 1
+        return
+    with pytest.raises(CurriculumStateError, match="other defaults") as caught:
+        read_async_state(str(tmp_path), SIGNATURE, 6, STAGES)
+    assert "stage 1's `adaptive`: `lookahead: 2`" in str(caught.value)

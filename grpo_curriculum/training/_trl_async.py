@@ -26,6 +26,7 @@ from ..core.errors import raise_if_any
 from ..core.schedule import StageSchedule, stage_signature
 from ._trl_async_worker import SAMPLED_TEMPERATURE, CurriculumRolloutLoop, StateChannel
 from .async_state import read_async_state, write_async_state
+from .checkpoint import knob_defaults
 from .manifest import check_manifest, write_manifest
 from .state import FIX
 
@@ -253,7 +254,8 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
         if checkpoint is not None:
             check_manifest(checkpoint, FIX)  # the bytes saved, where the checkpoint has a manifest
         resume = None if checkpoint is None else read_async_state(
-            checkpoint, stage_signature(self.curriculum_schedule.stages), self._dataset_size())  # fmt: skip
+            checkpoint, stage_signature(self.curriculum_schedule.stages), self._dataset_size(),
+            self.curriculum_schedule.stages)  # fmt: skip
         folder = tempfile.mkdtemp(prefix="grpo-curriculum-async-")
         self._channel = StateChannel(folder)
         self.rollout_worker._loop_kwargs.update(state_dir=folder, resume=resume)
@@ -273,7 +275,8 @@ class CurriculumAsyncGRPOTrainer(AsyncGRPOTrainer):
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         os.makedirs(folder, exist_ok=True)
         write_async_state(folder, {"stages": stage_signature(self.curriculum_schedule.stages),
-                                   "dataset_size": self._dataset_size(), **state})  # fmt: skip
+                                   "dataset_size": self._dataset_size(), "defaults": knob_defaults(),
+                                   **state})  # fmt: skip
         super()._save_checkpoint(model, trial)
         # each file's size and hash (after the trainer state here: a save cut short before it has no manifest, and
         # resumes with the header checks only, as a checkpoint written before manifests does)

@@ -18,7 +18,7 @@ from ..core.errors import Problem, shorten
 from ..core.rules import COUNT, TEMPERATURE, Rule, integer
 from .files import CurriculumStateError, atomic_write, read_json
 from .schema import Each, Nullable, split_arrays, state_error, validated
-from .state import FIX, NUMBER, POLICY, ROUND_PLAN, STEP, STREAM
+from .state import DEFAULTS, FIX, NUMBER, POLICY, ROUND_PLAN, STEP, STREAM
 
 ASYNC_STATE_FILE = "curriculum_async_state.json"
 ASYNC_ARRAYS_FILE = "curriculum_async_arrays.npz"
@@ -32,6 +32,7 @@ SCHEMA = {
     "round": Nullable({"plan": ROUND_PLAN, "stage": STEP, "temperature": TEMPERATURE, "skip": STEP}),
     "policy_stage": Nullable(STEP),
     "policy": Nullable(POLICY),
+    "defaults?": DEFAULTS,
     "observed": Nullable({"pending": Each({"key": Rule("str", high=256), "rewards": Each(Nullable(NUMBER))}),
                           "counted": Each(Rule("str", high=256)), "frontier": {"epoch": STEP, "position": STEP}}),
 }
@@ -50,9 +51,16 @@ def write_async_state(folder: str, state: dict) -> None:
     atomic_write(os.path.join(folder, ASYNC_STATE_FILE), lambda f: json.dump(state, f))
 
 
-def read_async_state(folder: str, stages: list[dict], dataset_size: int | None) -> dict:
+# the knob defaults of the versions that wrote an asynchronous state without recording them (before issue 52)
+UNRECORDED_DEFAULTS = {"lookahead": 0, "defer": True, "weight": "hard", "skip_target": 0.05, "max_rounds": 2,
+                       "top_up_prompts": "largest_half"}  # fmt: skip
+
+
+def read_async_state(folder: str, stages: list[dict], dataset_size: int | None, schedule=None) -> dict:
     """
-    Read and check the state of checkpoint `folder` against this run's stage signature and dataset size.
+    Read and check the state of checkpoint `folder` against this run's stage signature and dataset size, and (given
+    `schedule`, the run's stages) against the knob defaults it was written with: the synchronous trainers' migration
+    ([`~training.checkpoint.defaults_changed`]), one path for both state files.
 
     Raises:
         [`CurriculumStateError`]: naming the file, what is wrong and what to do.
@@ -73,6 +81,12 @@ def read_async_state(folder: str, stages: list[dict], dataset_size: int | None) 
         raise state_error(path, changed, what="a curriculum this run cannot continue",
                           fix="resume with the stages and dataset the checkpoint was written with, or start a new "
                               "run from the model weights in it")  # fmt: skip
+    if schedule is not None:
+        from .checkpoint import defaults_changed
+
+        moved = defaults_changed(list(schedule), {"defaults": state.get("defaults", UNRECORDED_DEFAULTS)})
+        if moved is not None:
+            raise CurriculumStateError(f"{path} does not fit this run: {moved}. Fix: {moved.fix}.")
     return state
 
 

@@ -73,6 +73,12 @@ POLICY = ByField("policy", {
 STREAM = {"epoch": STEP, "position": STEP, "waiting?": Each(STEP), "filling?": Rule("bool")}
 ROUND_PLAN = {"taken": Each(STEP), "sizes": Each(_G), "left": Each(STEP), "read": STEP, "deferred": STEP}
 """A per-prompt round's allocation ([`~core.allocation.RoundPlan.as_dict`])."""
+DEFAULTS = {"lookahead?": _LOOKAHEAD, "defer?": Rule("bool"), "weight?": Rule("choice", choices=tuple(WEIGHTS)),
+            "skip_target?": fraction(False, True), "max_rounds?": integer(0, MAX_ROUNDS),
+            "top_up_prompts?": Rule("choice", choices=tuple(TOP_UP_PROMPTS_RULES))}
+"""The knob defaults a state was written with (`training.checkpoint.knob_defaults`), for the one migration path of
+both state files (`training.checkpoint.defaults_changed`)."""
+
 STATE_SCHEMA = {
     "trainer?": Rule("choice", choices=TRAINER_KINDS),  # which trainer wrote it (absent before issue 44)
     "global_step": STEP,
@@ -83,11 +89,7 @@ STATE_SCHEMA = {
                  "switches": Each({"step": STEP, "round": STEP, "from": _SETTING, "to": _SETTING,
                                    "reason": Rule("str")}, high=MAX_SWITCHES),
                  "policy_stage?": Nullable(STEP), "policy": Nullable(POLICY), "deferred_total?": STEP,
-                 "defaults?": {"lookahead?": _LOOKAHEAD, "defer?": Rule("bool"),
-                               "weight?": Rule("choice", choices=tuple(WEIGHTS)),
-                               "skip_target?": fraction(False, True),
-                               "max_rounds?": integer(0, MAX_ROUNDS),
-                               "top_up_prompts?": Rule("choice", choices=tuple(TOP_UP_PROMPTS_RULES))}},
+                 "defaults?": DEFAULTS},
     "stream": STREAM,
     "round_start_stream": Nullable(STREAM),
     "round_plan": Nullable(ROUND_PLAN),
