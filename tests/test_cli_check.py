@@ -477,3 +477,17 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=120) == 141, stderr
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+
+
+def test_a_skipping_stage_is_checked_as_its_one_g(tmp_path, capsys):
+    """A stage that skips settled prompts says so, and is checked as a stage of its one G (G 16 cannot divide 8)."""
+    recipe = tmp_path / "skip.yaml"
+    text = Path(DEMO).read_text()
+    text = text[: text.index("curriculum:")].replace("per_device_train_batch_size: 16", "per_device_train_batch_size: 8")
+    recipe.write_text(text + "curriculum:\n  stages:\n"
+                      "    - {num_generations: 4, temperature: 0.9, skip: evidence, until_fraction: 0.5}\n"
+                      "    - {num_generations: 16, temperature: 1.0, skip: {rule: greso, target: 0.1}}\n")  # fmt: skip
+    code, out, _ = check(capsys, recipe, "--no-preflight")
+    assert "stage 0: G=4, skips settled prompts (evidence, target 0.05), temperature 0.9" in out
+    assert "valid (8 / 4 = 2 prompts per generation round)" in out
+    assert "stage 1: G=16, skips settled prompts (greso, target 0.1)" in out and code == 1

@@ -48,9 +48,9 @@ def _stage_rows(schedule, max_steps=None) -> list[tuple[str, object]]:
                          f"temperature {temperature}, {ends}",
                          (stage.num_generations, stage.dynamic_sampling)))
             continue
-        if stage.adaptive is None:
-            g = stage.num_generations
-            rows.append((f"{label}: G={g}, temperature {temperature}, {ends}", g))
+        if stage.adaptive is None or stage.skip is not None:  # (a stage that skips: one G, as a fixed one)
+            g, skips = stage.num_generations, "" if stage.skip is None else f", {stage.skip.describe()}"
+            rows.append((f"{label}: G={g}{skips}, temperature {temperature}, {ends}", g))
             continue
         if stage.top_up is not None:  # the stage's temperature: a top-up stage adapts none
             top_up = stage.top_up

@@ -21,6 +21,7 @@ from ..core.errors import list_text
 from ..core.rules import UNCERTAIN_PROMPTS_DEFAULT, Rule
 from ..core.sampling import DYNAMIC_SAMPLING_RULES, DynamicSampling
 from ..core.schedule import STAGE_RULES, Stage
+from ..core.skipping import SKIP_SETTING_RULES, Skip
 from .recipe import RECIPE_RULES, trl_rule
 from .trl_fields import SHARED, trl_fields, write_generated
 
@@ -115,7 +116,9 @@ def render() -> str:
     stage_rows += [("name", "a string (shown in logs and tables)", "—", ""),
                    ("adaptive", "a mapping (the table below)", "—", "instead of a fixed `num_generations`"),
                    ("dynamic_sampling", "a mapping (`max_rounds`, below)", "—", "a stage of fixed G"),
-                   ("comparison", "a mapping (`mode`, `margin`, `margin_end`, below)", "—", "any stage")]
+                   ("comparison", "a mapping (`mode`, `margin`, `margin_end`, below)", "—", "any stage"),
+                   ("skip", "true, a rule name, or a mapping (`rule`, `target`, below)", "—",
+                    "a stage of fixed G (not with `adaptive` or `dynamic_sampling`)")]
     knob_rows = [("num_generations", _rule(CANDIDATES), "required", "every policy"),
                  ("temperature", "a list [low, high] of temperatures, or a number", "the stage's `temperature`",
                   "every policy"),
@@ -154,7 +157,8 @@ def render() -> str:
              "without importing torch or TRL.", "",
              "- [The recipe's own keys](#the-recipes-own-keys)", "- [A stage](#a-stage)",
              "- [An adaptive stage](#an-adaptive-stage)", "- [Dynamic sampling](#dynamic-sampling)",
-             "- [Comparisons](#comparisons)", "- [TRL's fields](#trls-fields)",
+             "- [Comparisons](#comparisons)", "- [Skipping settled prompts](#skipping-settled-prompts)",
+             "- [TRL's fields](#trls-fields)",
              "- [`trainer: rloo`](#trainer-rloo)", "- [`trainer: async_grpo`](#trainer-async_grpo)", "",
              "## The recipe's own keys", "", *_table(own), "",
              "## A stage", "",
@@ -170,6 +174,11 @@ def render() -> str:
              "(`grpo_curriculum/core/comparison.py`).", "",
              *_table([(n, _rule(r), _default(_defaults(Comparison)[n]),
                        "`mode: margin`" if n.startswith("margin") else "") for n, r in COMPARISON_RULES.items()]), "",
+             "## Skipping settled prompts", "",
+             "`skip: {...}` inside a stage of fixed G (`skip: true` or `skip: RULE` take the defaults): its settled "
+             "prompts are skipped for the rest of a pass, every group at the stage's G "
+             "(`grpo_curriculum/core/skipping.py`, docs/per-prompt.md).", "",
+             *_table([(n, _rule(r), _default(_defaults(Skip)[n]), "") for n, r in SKIP_SETTING_RULES.items()]), "",
              "## TRL's fields", "",
              "Top-level keys of `GRPOConfig`, `ModelConfig` and `ScriptArguments`, as `trl grpo --config` reads them "
              "(and `--key value` on the command line of `train`).", "", *_table(trl), "",
