@@ -9,8 +9,8 @@ import pytest
 
 from grpo_curriculum import CurriculumError, Stage
 from grpo_curriculum.core.curriculum import load_curriculum
-from grpo_curriculum.core.skipping import Skip
 from grpo_curriculum.core.schedule import stage_signature
+from grpo_curriculum.core.skipping import Skip
 
 from .conftest import RoundRecorder, indexed_dataset
 from .test_per_prompt import always_defer_settled, settled_or_mixed

@@ -23,9 +23,26 @@ import time
 import warnings
 from pathlib import Path
 
-from .tasks import (CANDIDATES, GRADED, IMPOSSIBLE, MAX_COMPLETION_LENGTH, REWARD_FLIP, TASKS, TEMPERATURE,
-                    ExactAnswer, GenerationCounter, Probe, budget_callback, curriculum_groups, evaluator,
-                    has_settled, level_dataset, success_histogram, warm_model, without_settled)
+from .tasks import (
+    CANDIDATES,
+    GRADED,
+    IMPOSSIBLE,
+    MAX_COMPLETION_LENGTH,
+    REWARD_FLIP,
+    TASKS,
+    TEMPERATURE,
+    ExactAnswer,
+    GenerationCounter,
+    Probe,
+    budget_callback,
+    curriculum_groups,
+    evaluator,
+    has_settled,
+    level_dataset,
+    success_histogram,
+    warm_model,
+    without_settled,
+)
 
 GENERATION_BATCH = 128
 LEARNING_RATE = 1e-3  # chosen on tuning seeds 100, 101 (docs/study.md): every static arm and rule rose at it

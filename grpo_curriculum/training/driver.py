@@ -13,10 +13,10 @@ import logging
 from collections import Counter
 from dataclasses import asdict
 
-from ..core.policies import make_policy
 from ..core.allocation import SKIP_REASONS
 from ..core.comparison import Comparison
 from ..core.errors import raise_if_any
+from ..core.policies import make_policy
 from ..core.rules import UNCERTAIN_PROMPTS, UNCERTAIN_PROMPTS_DEFAULT
 from ..core.schedule import ResolvedSchedule, Setting, Stage, StageSchedule, stage_signature
 from . import tracking
