@@ -34,6 +34,18 @@ def test_arm_names_are_read_and_bad_ones_named():
     assert "--arms = 'dynamic-g8': and dynamic-g08 name one arm" in text
 
 
+def test_a_skip_arm_is_static_g_skipping_settled_prompts():
+    """`skip-gN` / `skip`: G N (the recipe's first stage's) with `skip: true`; a recipe's own skipping stage is taken."""
+    assert parse_arms(["skip", "skip-g4"]) == [("skip", None), ("skip", 4)]
+    demo = load_recipe("demo")
+    arms = {arm.name: arm for arm in named_arms(demo, ["g4", "skip-g4", "skip"])}
+    assert arms["skip-g4"].stages == [{"num_generations": 4, "temperature": 0.8, "skip": True}]
+    assert arms["skip"].stages[0]["num_generations"] == demo.curriculum.stages[0].num_generations
+    assert arms["skip-g4"].label == "G 4 skipping settled prompts"
+    with pytest.raises(CurriculumError, match="'skip-g1': needs G >= 2"):
+        named_arms(demo, ["skip-g1"])
+
+
 def test_a_sweep_whose_later_seeds_pass_the_largest_seed_is_refused_before_any_run(tmp_path, capsys):
     """`seed: 4294967295` with 2 seeds was refused only after the first arm trained."""
     import yaml
@@ -133,3 +145,18 @@ def test_a_sweep_of_per_prompt_and_dynamic_arms_over_two_seeds_shows_intervals(t
     assert [p["generated"] for p in result["points"]] == [p["completions"] for p in result["points"]]  # no extra
     line = summary["recommendation"]
     assert line in printed and (line.startswith("none: cannot separate") == (summary["recommended_stages"] is None))
+
+
+def test_a_sweep_trains_a_skip_arm(tmp_path, capsys):
+    """A user's own sweep shows what skipping buys on their data: `skip-g4` trains beside `g4`."""
+    import yaml
+
+    data = yaml.safe_load((PROJECT / "recipes" / "demo.yaml").read_text())
+    recipe = tmp_path / "quick.yaml"
+    recipe.write_text(yaml.safe_dump({**data, "dataset_num_prompts": 32}))
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(recipe), "--arms", "g4", "skip-g4", "--seeds", "1", "--max-steps", "8",
+                 "--held-out", "8", "--eval-every", "4", "--out", str(out)]) == 0  # fmt: skip
+    assert "2 arms (g4, skip-g4) x 1 seed" in capsys.readouterr().out
+    result = json.loads((out / "arms" / "skip-g4" / "seed-0" / "sweep_result.json").read_text())
+    assert result["points"] and (out / "arms" / "skip-g4" / "seed-0").is_dir()

@@ -175,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(sweep, "curriculum", action="store_true", help="also run the recipe's own schedule as an arm (`recipe`)")
     _flag(sweep, "arms", nargs="+", metavar="ARM", help="the arms by name, instead of --num-generations and "
           "--curriculum: gN (static G N), per_prompt, top_up, dynamic or dynamic-gN (DAPO's dynamic sampling at G N), "
-          "recipe (its own schedule); e.g. `--arms g2 g4 g8 per_prompt top_up dynamic`. An adaptive arm is the "
+          "skip or skip-gN (G N skipping settled prompts), recipe (its own schedule); e.g. `--arms g2 g4 g8 "
+          "per_prompt top_up dynamic skip-g4`. An adaptive arm is the "
           "recipe's stage of that kind for the whole run, else one built from the candidates: the recipe's adaptive "
           "stage's, else the static arms' G values, else every valid G")
     _flag(sweep, "max_steps", type=_integer(STEPS), metavar="N", help="override the recipe's max_steps (every arm)")

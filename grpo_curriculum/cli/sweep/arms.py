@@ -5,13 +5,15 @@
 - `per_prompt`: each prompt gets its own G from the candidates every round (`policy: per_prompt`);
 - `top_up`: every prompt a pilot group, then increments where the rewards are all equal (`policy: top_up`);
 - `dynamic`, `dynamic-gN`: DAPO's dynamic sampling at G N (`dynamic_sampling`);
+- `skip`, `skip-gN`: G N skipping settled prompts (`skip: true`: the default rule, `evidence`);
 - `recipe`: the recipe's own schedule (what `--curriculum` adds).
 
 An adaptive arm is one stage for the whole run. Where the recipe has a stage of that kind, the arm is that stage (its
 options, temperature and candidates; its end removed); otherwise it is built from the candidates: the recipe's first
 adaptive stage's `num_generations` list, else the static arms' G values of this sweep (two or more), else every valid
 G of the batch geometry. `dynamic` takes the recipe's dynamic-sampling stage, else its first stage's G, with
-[`DynamicSampling`]'s default `max_rounds` (2, the study's choice), written out. Pure logic: no torch.
+[`DynamicSampling`]'s default `max_rounds` (2, the study's choice), written out; `skip` the recipe's skipping stage,
+else its first stage's G with `skip: true`. Pure logic: no torch.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from ...core.errors import Problem, raise_if_any
 from ...core.sampling import DynamicSampling
 from .table import Arm
 
-ARM_NAMES = "gN (static G N), per_prompt, top_up, dynamic (or dynamic-gN, at G N), recipe"
+ARM_NAMES = ("gN (static G N), per_prompt, top_up, dynamic (or dynamic-gN, at G N), skip (or skip-gN, G N skipping "
+             "settled prompts), recipe")
 _STATIC = re.compile(r"g([0-9]{1,9})")
 _DYNAMIC = re.compile(r"dynamic(?:-g([0-9]{1,9}))?")
+_SKIP = re.compile(r"skip(?:-g([0-9]{1,9}))?")
 _ENDS = ("until_step", "until_fraction", "name")
 DEFAULT_MAX_ROUNDS = DynamicSampling().max_rounds  # written into a built `dynamic` arm (its label names it)
 
@@ -35,10 +39,12 @@ def _stages(recipe) -> list[dict]:
 
 
 def _kind(stage: dict) -> str | None:
-    """`per_prompt`, `top_up` or `dynamic` for a raw stage of that kind, else `None`."""
+    """`per_prompt`, `top_up`, `dynamic` or `skip` for a raw stage of that kind, else `None`."""
     adaptive = stage.get("adaptive")
     if isinstance(adaptive, dict) and adaptive.get("policy") in ("per_prompt", "top_up"):
         return adaptive["policy"]
+    if stage.get("skip") not in (None, False):
+        return "skip"
     return "dynamic" if stage.get("dynamic_sampling") is not None else None
 
 
@@ -56,18 +62,21 @@ def candidates(recipe, static: list[int]) -> tuple[list[int], str]:
 
 def _parse_arm(name: str) -> tuple[str, int | None] | None:
     """`(kind, G)` of one `--arms` name, or `None` when it names no arm."""
-    static, dynamic = _STATIC.fullmatch(name), _DYNAMIC.fullmatch(name)
+    static = _STATIC.fullmatch(name)
     if static:
         return "static", int(static.group(1))
-    if dynamic:
-        return "dynamic", int(dynamic.group(1)) if dynamic.group(1) else None
+    for kind, pattern in (("dynamic", _DYNAMIC), ("skip", _SKIP)):
+        found = pattern.fullmatch(name)
+        if found:
+            return kind, int(found.group(1)) if found.group(1) else None
     return (name, None) if name in ("per_prompt", "top_up", "recipe") else None
 
 
 def parse_arms(names: list[str]) -> list[tuple[str, int | None]]:
     """
     `(kind, G)` for each name of `--arms`: `("static", 4)` for `g4`, `("dynamic", 8)` for `dynamic-g8`, `("dynamic",
-    None)`, `("per_prompt", None)`, `("top_up", None)`, `("recipe", None)`.
+    None)`, `("skip", 4)` for `skip-g4`, `("skip", None)`, `("per_prompt", None)`, `("top_up", None)`, `("recipe",
+    None)`.
 
     Raises:
         [`CurriculumError`]: for a name that is no arm, or one arm given twice (under one spelling or two: `g2 g02`).
@@ -137,7 +146,7 @@ def named_arms(recipe, names: list[str], temperatures=None) -> list[Arm]:
     """
     parsed = parse_arms(names)
     static = [g for kind, g in parsed if kind == "static"]
-    problems = [Problem("--arms", f"g{g}" if kind == "static" else f"dynamic-g{g}", "needs G >= 2: GRPO compares "
+    problems = [Problem("--arms", f"g{g}" if kind == "static" else f"{kind}-g{g}", "needs G >= 2: GRPO compares "
                         "at least two completions of a prompt", "e.g. `g4`") for kind, g in parsed
                 if g is not None and g < 2]  # fmt: skip
     if temperatures and not static:
@@ -158,8 +167,11 @@ def named_arms(recipe, names: list[str], temperatures=None) -> list[Arm]:
             arms.append(build_arms(recipe, [], None, curriculum=True)[-1])
             continue
         own = next((stage for stage in stages if _kind(stage) == kind), None)
-        if own is not None and (kind != "dynamic" or g is None or own.get("num_generations") == g):
+        if own is not None and (kind not in ("dynamic", "skip") or g is None or own.get("num_generations") == g):
             stage = {key: value for key, value in own.items() if key not in _ENDS}
+        elif kind == "skip":
+            g = g if g is not None else recipe.curriculum.stages[0].num_generations
+            stage = {"num_generations": g, "temperature": temperature, "skip": True}
         elif kind == "dynamic":
             g = g if g is not None else recipe.curriculum.stages[0].num_generations
             stage = {"num_generations": g, "temperature": temperature,

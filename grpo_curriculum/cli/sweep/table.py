@@ -58,7 +58,8 @@ class Arm:
     @property
     def label(self) -> str:
         """The arm in words: `"G 4 T 0.8"`, `"per-prompt G from [2, 4, 8]"`, `"top-up [2, 4, 8]"`, `"dynamic
-        sampling at G 8 (max_rounds 4)"` (a one-stage arm of `sweep --arms`), else `"the recipe's schedule"`."""
+        sampling at G 8 (max_rounds 4)"`, `"G 4 skipping settled prompts"` (a one-stage arm of `sweep --arms`), else `"the
+        recipe's schedule"`."""
         if self.num_generations is not None:
             return f"G {self.num_generations}" + (f" T {self.temperature:g}" if self.temperature is not None else "")
         stage = self.stages[0] if len(self.stages) == 1 and self.name != "recipe" else {}
@@ -66,6 +67,8 @@ class Arm:
         if stage.get("dynamic_sampling") is not None:
             rounds = (stage["dynamic_sampling"] or {}).get("max_rounds", "default")
             return f"dynamic sampling at G {stage.get('num_generations')} (max_rounds {rounds})"
+        if stage.get("skip") not in (None, False):
+            return f"G {stage.get('num_generations')} skipping settled prompts"
         if adaptive.get("policy") in ("per_prompt", "top_up"):
             kind = "per-prompt G from " if adaptive["policy"] == "per_prompt" else "top-up "
             return kind + str(adaptive.get("num_generations"))
