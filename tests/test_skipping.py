@@ -3,6 +3,7 @@ end, the temperature ramp and real training runs (GRPO and RLOO, resume)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -154,6 +155,10 @@ def test_a_skipping_stage_trains_skips_settled_prompts_and_logs_why(tmp_path, mo
     assert [h.get("curriculum/skipped/solved", 0) for h in history] == [0, 0, 0, 4, 4, 4]
     assert [h.get("curriculum/skipped/failed", 0) for h in history] == [0, 0, 0, 4, 4, 4]
     assert [h["curriculum/num_generations"] for h in history] == [2] * 6
+    settled = [json.loads(line) for line in (tmp_path / "settled_prompts.jsonl").read_text().splitlines()]
+    kinds = {int(row["prompt"]): row["kind"] for row in settled}  # the run folder names them, with their evidence
+    assert kinds == {i: "solved" if i % 3 == 0 else "never succeeded" for i in range(12) if i % 3 != 2}
+    assert all(row["text"].startswith("echo") and row["streak"] >= 1 for row in settled)
 
 
 def _skipping_run(output_dir, monkeypatch):

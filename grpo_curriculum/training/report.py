@@ -183,3 +183,34 @@ def _square(value: float) -> float | None:
 
 
 _MAX = sys.float_info.max
+
+
+SETTLED_FILE = "settled_prompts.jsonl"
+
+
+def settled_rows(policy, limit: int) -> list[dict]:
+    """
+    The prompts a per-prompt policy (a skipping stage's too) judges settled at the end of a run: the slots whose last
+    visits were all successes (`solved`) or all failures (`never succeeded`, or `failed lately` for a prompt that
+    succeeded before), with their evidence (the streak of all-equal visits and the discounted successes and
+    failures), longest streak first, at most `limit`. What a practitioner filters the next run's data by.
+    """
+    stats = policy.allocator.stats
+    streak = np.asarray(stats.zero_streak)
+    slots = np.flatnonzero(streak)
+    order = slots[np.lexsort((slots, -np.abs(streak[slots])))][:limit]
+    rows = []
+    for slot in order.tolist():
+        z, successes = int(streak[slot]), float(stats.successes[slot])
+        kind = "solved" if z > 0 else "failed lately" if successes > 0 else "never succeeded"
+        rows.append({"prompt": policy.slots.key_of(slot), "kind": kind, "streak": abs(z),
+                     "successes": round(successes, 4), "failures": round(float(stats.failures[slot]), 4)})
+    return rows
+
+
+def write_settled(path: str | os.PathLike, rows: list[dict], texts: dict | None = None) -> None:
+    """Write [`settled_rows`] as JSON lines (with each prompt's text where `texts` has it, by slot), atomically."""
+    texts = texts or {}
+    atomic_write(path, lambda f: f.writelines(json.dumps({**row, **({"text": texts[row["prompt"]]} if row["prompt"] in
+                                                                   texts else {})}, ensure_ascii=False) + "\n"
+                                              for row in rows))  # fmt: skip

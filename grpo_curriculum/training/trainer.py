@@ -22,7 +22,7 @@ from ._trl_hooks import GRPOHooks, RLOOHooks
 from .callback import CurriculumCallback
 from .checkpoint import RECIPE_FIX, DefaultsChanged, fit_problems, resume_checkpoint
 from .files import CurriculumStateError
-from .report import PromptReport
+from .report import SETTLED_FILE, PromptReport, settled_rows, write_settled
 from .round import Round
 from .schema import state_error
 from .state import STATE_FILE, read_state, write_state
@@ -283,6 +283,28 @@ class CurriculumTrainerMixin:
         report.write_jsonl(path, texts)
         return path
 
+    def write_settled_prompts(self, directory: str | None = None) -> str | None:
+        """
+        Write `settled_prompts.jsonl` to `directory` (default: `output_dir`): the prompts the per-prompt policy in
+        force at the end (a skipping stage's too) judges settled, solved or never succeeding, with their evidence, at
+        most `uncertain_prompts` of them ([`~training.report.settled_rows`]); map-style datasets name each by its row
+        and give its text. Main process only; `None` (nothing written) without such a policy.
+        """
+        policy = None if self._curriculum is None else self._curriculum.policy
+        if policy is None or not hasattr(policy, "allocator") or not self.accelerator.is_main_process:
+            return None
+        rows = settled_rows(policy, self._curriculum.uncertain_prompts or 1000)
+        texts = None
+        if not self._prompt_stream.iterable:
+            slots = [int(row["prompt"]) for row in rows]
+            texts = {str(slot): text for slot, text in zip(slots, prompt_texts(self._prompt_stream, slots),
+                                                             strict=True)}  # fmt: skip
+        directory = directory or self.args.output_dir
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, SETTLED_FILE)
+        write_settled(path, rows, texts)
+        return path
+
     # --- checkpoint and resume ---------------------------------------------------------------------------------------
 
     def _curriculum_save(self, folder: str) -> None:
@@ -363,6 +385,7 @@ class CurriculumTrainerMixin:
         with _trl_checkpoint.rotate_only_own_checkpoints(self, resume_from_checkpoint):  # never another run's
             output = super().train(resume_from_checkpoint, *args, **kwargs)
         self.write_prompt_report()
+        self.write_settled_prompts()
         return output
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
