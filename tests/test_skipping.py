@@ -183,3 +183,16 @@ def test_a_resumed_skipping_stage_trains_the_rounds_of_the_run_that_never_stoppe
     first = max(i for i, r in enumerate(expected) if r[0] <= 17)
     assert got[0][1:] == expected[first][1:] and got[1:] == expected[first + 1 :]
     assert resumed._curriculum.deferred_total == full._curriculum.deferred_total
+
+
+def test_skip_explore_sets_greso_s_start():
+    """`explore`: the chance at the start that a prompt settled in one visit comes back (GRESO starts at 0.5)."""
+    from grpo_curriculum.core.policies import make_policy
+    from grpo_curriculum.core.slots import PromptSlots
+
+    stage = Stage(num_generations=4, temperature=0.9, skip={"explore": 0.2})
+    assert stage.skip == Skip(explore=0.2) and stage.adaptive.skip_explore == 0.2
+    policy = make_policy(stage.adaptive, 4, 0.9)
+    policy.bind(budget=8, slots=PromptSlots(16, indexed=True), seed=0)
+    assert policy.skip_probabilities() == pytest.approx({"skip_p_easy": 0.8, "skip_p_hard": 0.8})
+    assert Skip.from_value({"explore": 1.0})[1][0].key == "skip.explore"

@@ -59,7 +59,8 @@ MODES = {  # mode: its variants (arm names), the first one the library's default
                    "per_prompt_evidence", "per_prompt_evidence_wide", "per_prompt_evidence_g4"],
     "top_up": ["top_up", "top_up_p16"],
     # issue 50: a stage of one G that skips settled prompts (`Stage(num_generations=G, skip=...)`), evidence by default
-    "skip": ["static_g4_skip", "static_g4_skip_greso", "static_g4_skip_t15", "static_g8_skip", "static_g2_skip"],
+    "skip": ["static_g4_skip", "static_g4_skip_greso", "static_g4_skip_t15", "static_g8_skip", "static_g2_skip",
+             "static_g4_skip_e05", "static_g4_skip_e20", "static_g8_skip_e05"],
     "dynamic": ["dynamic_g4", "dynamic_g8", "dynamic_g16", "dynamic_g4_r2", "dynamic_g8_r2"],
     # coarse to fine comparisons (issue 29) at the G of the reference static arm the tuning seeds chose (16)
     "comparison": ["comparison_extremes_g16", "comparison_margin_g16"],
@@ -141,10 +142,11 @@ def arm_stages(arm: str):
         return [Stage(temperature=t, name=arm, adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt"))]
     if mode_of(arm) in KNOWS_SETTLED:  # static G (on the prompts, in the order, `run_arm` gives it)
         return [Stage(num_generations=int(arm.rpartition("_g")[2]), temperature=t)]
-    if mode_of(arm) == "skip":  # `static_gN_skip[_greso | _tNN]`: rule evidence (or GRESO's), target 0.05 (or NN %)
-        size, _, variant = arm.removeprefix("static_g").partition("_skip")
+    if mode_of(arm) == "skip":  # `static_gN_skip[_greso | _tNN | _eNN]`: rule evidence (or GRESO's), target 0.05
+        size, _, variant = arm.removeprefix("static_g").partition("_skip")  # (or NN %), exploring from 0.5 (NN %)
         skip = {"rule": "greso" if variant == "_greso" else "evidence",
-                "target": int(variant.removeprefix("_t")) / 100 if variant.startswith("_t") else 0.05}
+                "target": int(variant.removeprefix("_t")) / 100 if variant.startswith("_t") else 0.05,
+                "explore": int(variant.removeprefix("_e")) / 100 if variant.startswith("_e") else 0.5}
         return [Stage(num_generations=int(size), temperature=t, name=arm, skip=skip)]
     arm = arm.removeprefix("rloo_")  # `rloo_static_gN`: static_gN's stages on RLOO
     if arm.startswith("static_g"):

@@ -47,8 +47,8 @@ ONLY = {  # knobs that only mean something with some policies, or with temperatu
     **dict.fromkeys(("margin", "window"), ("success_rate",)),
     "target": ("success_rate",),
     "success_threshold": ("success_rate", "per_prompt"),
-    **dict.fromkeys(("defer", "decay", "mean_generations", "lookahead", "weight", "skip_target", "skip"),
-                    ("per_prompt",)),
+    **dict.fromkeys(("defer", "decay", "mean_generations", "lookahead", "weight", "skip_target", "skip",
+                     "skip_explore"), ("per_prompt",)),
     **dict.fromkeys(("lower_below", "patience", "cooldown", "smoothing"), HISTORY_POLICIES),
     **dict.fromkeys(("pilot", "prompts"), ("top_up",)),
     **dict.fromkeys(("temperature_step", "collapse_below", "diverse_above"), "temperature: [low, high]"),
@@ -68,6 +68,8 @@ KNOBS = {  # the rule of every knob
     "mean_generations": integer(1, MAX_COUNT),  # or None
     "lookahead": integer(0, MAX_COUNT), "weight": Rule("choice", choices=tuple(WEIGHTS)),
     "skip_target": fraction(False, True), "skip": Rule("choice", choices=SKIP_RULES),
+    "skip_explore": fraction(False, False, why="the chance, at the start, that a prompt settled in one visit is "
+                             "sampled again"),
     "pilot": dataclasses.replace(NUM_GENERATIONS, why="completions every prompt of a top-up round gets first",
                                  fix="e.g. `pilot: 4`, or omit it (the smallest candidate)"),
     "prompts": integer(1, MAX_COUNT, why="prompts a top-up round holds",
@@ -262,6 +264,10 @@ class Adaptive:
             failing, so impossible prompts are told from rare-success ones; the round compares twice its prompts and
             skips the ones of least value for the pass; the pass's end is not filled with deferred prompts) or
             `"greso"` (issue 37's rule: GRESO's streaks alone). See [`grpo_curriculum.core.allocation`].
+        skip_explore (`float`, *optional*, defaults to `0.5`):
+            Per prompt, with `defer`: GRESO's exploration probability at the start, of each kind (the chance that a
+            prompt whose one visit was all successes, or all failures, is sampled again on its next pass; `z` such
+            visits: its `z`-th power). It then moves by 0.01 a round towards `skip_target`, within [0.05, 0.95].
         pilot (`int`, *optional*):
             Top-up: completions every prompt of a round gets first, and the size of each later increment of a group;
             it must divide every candidate. `None`: the smallest candidate. A group then holds `pilot`, `2 * pilot`,
@@ -294,6 +300,7 @@ class Adaptive:
     weight: str = "hard"
     skip_target: float = 0.05
     skip: str = "greso"
+    skip_explore: float = 0.5
     pilot: int | None = None
     prompts: int | None = None
 

@@ -270,11 +270,12 @@ class PerPromptAllocator:
         skip_target (`float`): The share of zero-std groups the deferral aims at.
         seed (`int`): Seed of the deferral draws.
         skip (`str`): With `defer`: `"evidence"` (issue 42) or `"greso"` (issue 37), a key of [`SKIP_RULES`].
+        explore (`float`): GRESO's exploration probability of each kind at the start.
     """
 
     def __init__(self, candidates: Sequence[int], budget: int, prompts: int, stats: PromptStats,
                  weight: str = "hard", lookahead: int = 0, defer: bool = False, skip_target: float = 0.25,
-                 seed: int = 0, skip: str = "greso"):  # fmt: skip
+                 seed: int = 0, skip: str = "greso", explore: float = EXPLORE_START):  # fmt: skip
         self.candidates = tuple(int(c) for c in candidates)
         self.budget = int(budget)
         if not sums(self.candidates, self.budget) >> self.budget & 1:
@@ -291,7 +292,7 @@ class PerPromptAllocator:
         self.window = self.prompts * (2 if self.evidence and len(self.candidates) > 1 else 1) + int(lookahead)
         self.fill_window = self.prompts + int(lookahead)  # a round without deferral: issue 37's window
         self.max_deferred = MAX_DEFERRED_WINDOWS * self.window
-        self.explore = {"easy": EXPLORE_START, "hard": EXPLORE_START}
+        self.explore = {"easy": float(explore), "hard": float(explore)}
 
     def deferred(self, slot: int, epoch: int) -> bool:
         """Whether the stream's prompt in `slot`, met during pass `epoch`, is deferred for the rest of that pass."""

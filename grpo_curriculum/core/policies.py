@@ -436,7 +436,7 @@ class PerPromptPolicy(Policy):
         prompts = max(round(budget / mean), 1)
         self.allocator = PerPromptAllocator(a.num_generations, budget, prompts, stats, weight=a.weight,
                                             lookahead=a.lookahead, defer=a.defer, skip_target=a.skip_target,
-                                            seed=seed, skip=a.skip)  # fmt: skip
+                                            seed=seed, skip=a.skip, explore=a.skip_explore)  # fmt: skip
         self.slots = slots
 
     def slot_of(self, key: str) -> int:

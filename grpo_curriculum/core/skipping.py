@@ -31,6 +31,8 @@ SKIP_SETTING_RULES = {
     "rule": Rule("choice", choices=SKIP_RULES, fix=f"use one of {list(SKIP_RULES)}"),
     "target": fraction(False, False, why="the share of zero-std groups the skipping aims at",
                        fix=f"e.g. `target: {SKIP_DEFAULT_TARGET}`"),
+    "explore": fraction(False, False, why="the chance, at the start, that a prompt settled in one visit is sampled "
+                        "again", fix="e.g. `explore: 0.5`"),
 }
 
 
@@ -46,14 +48,21 @@ class Skip:
         target (`float`, *optional*, defaults to `0.05`):
             The share of the round's groups whose rewards are all equal that the skip probabilities are driven towards
             (GRESO's target): the lower, the more settled prompts are skipped.
+        explore (`float`, *optional*, defaults to `0.5`):
+            GRESO's exploration probability at the start: the chance that a prompt settled in one visit is sampled
+            again on its next pass (after `z` such visits, its `z`-th power); it then moves by 0.01 a round towards
+            `target`.
     """
 
     rule: str = "evidence"
     target: float = SKIP_DEFAULT_TARGET
+    explore: float = 0.5
 
     def __post_init__(self):
-        raise_if_any(check(SKIP_SETTING_RULES, {"rule": self.rule, "target": self.target}, "skip"))
+        raise_if_any(check(SKIP_SETTING_RULES, {"rule": self.rule, "target": self.target, "explore": self.explore},
+                           "skip"))  # fmt: skip
         object.__setattr__(self, "target", float(self.target))
+        object.__setattr__(self, "explore", float(self.explore))
 
     @classmethod
     def from_value(cls, value, key: str = "skip") -> tuple[Skip | None, list[Problem]]:
@@ -79,8 +88,9 @@ class Skip:
         from .adaptive import Adaptive
 
         return Adaptive(num_generations=(int(num_generations),), policy="per_prompt", defer=True, skip=self.rule,
-                        skip_target=self.target, lookahead=0)  # fmt: skip
+                        skip_target=self.target, skip_explore=self.explore, lookahead=0)  # fmt: skip
 
     def describe(self) -> str:
         """In words, e.g. `"skips settled prompts (evidence, target 0.05)"`."""
-        return f"skips settled prompts ({self.rule}, target {self.target:g})"
+        explore = "" if self.explore == 0.5 else f", explore {self.explore:g}"
+        return f"skips settled prompts ({self.rule}, target {self.target:g}{explore})"
