@@ -195,4 +195,4 @@ def test_skip_explore_sets_greso_s_start():
     policy = make_policy(stage.adaptive, 4, 0.9)
     policy.bind(budget=8, slots=PromptSlots(16, indexed=True), seed=0)
     assert policy.skip_probabilities() == pytest.approx({"skip_p_easy": 0.8, "skip_p_hard": 0.8})
-    assert Skip.from_value({"explore": 1.0})[1][0].key == "skip.explore"
+    assert Skip.from_value({"explore": 1.5})[1][0].key == "skip.explore"
