@@ -6,12 +6,12 @@ are implemented by `CurriculumGRPOTrainer` and `CurriculumRLOOTrainer` (their sh
 
 from __future__ import annotations
 
-from ._trl import (GRPO_MODULE, RLOO_MODULE, is_training, raise_reward_failures, refuse_infinite_rewards,
-                   refuse_unscored_rounds, round_rewards, set_num_generations)
-from ._trl_checkpoint import (checkpoint_dir, curriculum_state_before_trainer_state, load_trainer_state_first,
-                              record_checkpoint)
-from ._trl_merge import IncrementRecords, apply_comparison, finish_round
-from .checkpoint import CheckpointWriteError
+from ..checkpoint import CheckpointWriteError
+from .checkpoint import (checkpoint_dir, curriculum_state_before_trainer_state, load_trainer_state_first,
+                         record_checkpoint)
+from .merge import IncrementRecords, apply_comparison, finish_round
+from .settings import (GRPO_MODULE, RLOO_MODULE, is_training, raise_reward_failures, refuse_infinite_rewards,
+                       refuse_unscored_rounds, round_rewards, set_num_generations)
 
 class GRPOHooks:
     """
