@@ -1,8 +1,9 @@
 """
 Everything that knows TRL's `GRPOTrainer` internals lives in the seam, this module and its siblings in
-`training/_trl/`, so a TRL upgrade touches only them: `hooks.py` (the overridden methods), `merge.py` (rounds sampled
-in increments, their advantages and comparisons), `checkpoint.py` (checkpoints and resume), `vllm.py` (vLLM server
-requests), `evaluation.py` (greedy evaluation). This one holds the settings and rewards they share.
+`training/_trl/`, so a TRL upgrade touches only them: `hooks.py` (the overridden methods; `contract.py`, what they call
+on the trainer), `merge.py` (rounds sampled in increments, their advantages and comparisons), `checkpoint.py`
+(checkpoints and resume), `vllm.py` (vLLM server requests), `evaluation.py` (greedy evaluation). This one holds the
+settings and rewards they share.
 
 Tested against TRL 1.14, 1.15 and 1.16 (`grpo_curriculum.compat.TRL_RANGE`; docs/compatibility.md). Where their
 internals differ, the code below looks the feature up (marked "TRL < 1.15" etc.) rather than the version. What the
