@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grpo_curriculum.training._trl_async import LossTemperatures, _OneBody  # noqa: E402
+from grpo_curriculum.training._trl.async_trainer import LossTemperatures, _OneBody  # noqa: E402
 
 TEMPERATURES = (1.0, 0.7, 0.4)
 

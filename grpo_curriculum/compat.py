@@ -1,12 +1,12 @@
 """
 The TRL releases this version of grpo-curriculum is tested with, checked when the package is imported.
 
-The seam, `grpo_curriculum.training._trl*`, adapts to the differences between them by feature (it looks the method or
+The seam, `grpo_curriculum.training._trl`, adapts to the differences between them by feature (it looks the method or
 attribute up); this module only states the range, read from the installed TRL's metadata without importing it
 (importing TRL takes seconds and pulls in torch; `grpo-curriculum check` imports neither). A TRL outside the range
 fails at once, with one message naming the range, rather than deep in a training round (uncaught: that one line and
 exit status 2, not a traceback; in an interactive session, the line). `GRPO_CURRICULUM_ANY_TRL=1` (or `true`,
-`yes`, `on`) turns that into a warning, to try a newer TRL at one's own risk: `_trl.py` then raises
+`yes`, `on`) turns that into a warning, to try a newer TRL at one's own risk: `_trl/settings.py` then raises
 [`UnsupportedTRLError`] where an internal it relies on is missing.
 
 Keep `TRL_RANGE` equal to the `trl` requirement in `pyproject.toml` (a test compares them).

@@ -37,7 +37,7 @@ def main(model_dir: str, url: str, out: str, engine: str = "ddp") -> None:
 
     from grpo_curriculum import Stage
     from grpo_curriculum.training.async_grpo import CurriculumAsyncGRPOTrainer
-    from grpo_curriculum.training._trl_async import LOSS_TEMPERATURE
+    from grpo_curriculum.training._trl.async_trainer import LOSS_TEMPERATURE
 
     seen: list[float] = []
 

@@ -1,6 +1,6 @@
 """
-TEST-ONLY: the asynchronous trainer's per-term loss temperatures (`_trl_async.LossTemperatures`) under real FSDP2 on
-two CPU processes (gloo), for tests/test_async_temperature.py.
+TEST-ONLY: the asynchronous trainer's per-term loss temperatures (`_trl.async_trainer.LossTemperatures`) under real
+FSDP2 on two CPU processes (gloo), for tests/test_async_temperature.py.
 
     python -m torch.distributed.run --nproc_per_node 2 tests/fsdp_heads_probe.py OUT_DIR
 
@@ -50,7 +50,7 @@ def _with_heads(model, before: bool = False):
     from loss_temperatures import PerTemperaturePasses
     from trl.trainer.utils import add_fused_lm_head
 
-    from grpo_curriculum.training._trl_async import LossTemperatures
+    from grpo_curriculum.training._trl.async_trainer import LossTemperatures
 
     add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))  # as AsyncGRPOTrainer does
     return (PerTemperaturePasses if before else LossTemperatures)(model, temperature=1.0)

@@ -38,7 +38,7 @@ def test_dynamic_sampling_keeps_a_scored_group_only_when_informative(rewards, ke
 
     from accelerate.state import PartialState
 
-    from grpo_curriculum.training._trl_async_worker import (
+    from grpo_curriculum.training._trl.async_worker import (
         DROPPED_COMPLETIONS,  # fmt: skip
         DROPPED_GROUPS,
         SAMPLED_G,
@@ -140,7 +140,7 @@ def _worker_loop(stages, weight_sync_steps=1, max_steps=100, num_prompts=16):
     from accelerate.state import PartialState
 
     from grpo_curriculum.core.schedule import StageSchedule
-    from grpo_curriculum.training._trl_async_worker import AsyncCurriculum, CurriculumRolloutLoop
+    from grpo_curriculum.training._trl.async_worker import AsyncCurriculum, CurriculumRolloutLoop
 
     from .conftest import indexed_dataset
 
@@ -168,7 +168,7 @@ def test_the_worker_plans_each_group_at_the_stage_of_the_policy_version_current_
     import asyncio
 
     from grpo_curriculum import Stage
-    from grpo_curriculum.training._trl_async_worker import _SAMPLING_TEMPERATURE
+    from grpo_curriculum.training._trl.async_worker import _SAMPLING_TEMPERATURE
 
     loop = _worker_loop([Stage(num_generations=2, temperature=1.0, until_step=4),
                          Stage(num_generations=4, temperature=0.5)], weight_sync_steps=2)  # fmt: skip

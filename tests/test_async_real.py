@@ -303,7 +303,7 @@ def test_a_resume_after_stale_drops_starts_after_them_and_in_the_stage_of_its_st
 
     from grpo_curriculum import Stage
     from grpo_curriculum.core.schedule import stage_signature
-    from grpo_curriculum.training._trl_async import CurriculumAsyncGRPOTrainer
+    from grpo_curriculum.training._trl.async_trainer import CurriculumAsyncGRPOTrainer
     from grpo_curriculum.training.async_state import read_async_state
 
     class SlowAndStopAt3(TrainerCallback):  # a run of 6 steps (the schedule's) interrupted after step 3's save

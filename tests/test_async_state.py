@@ -1,6 +1,6 @@
 """
 The asynchronous trainer's curriculum state (training/async_state.py, the worker's side in
-training/_trl_async_worker.py; docs/async.md): written atomically, read back through the bounded, validated reader,
+training/_trl/async_worker.py; docs/async.md): written atomically, read back through the bounded, validated reader,
 refused with the file, the problem and the fix when damaged or from another curriculum; and what the worker reports for
 a checkpoint: tests/test_async_curriculum.py. No vLLM (the real run:
 tests/test_async_real.py, `make test-vllm`).
@@ -117,7 +117,7 @@ def test_a_state_of_another_curriculum_or_dataset_is_refused(tmp_path, stages, s
 
 
 def test_the_state_channel_carries_a_request_and_its_answer_between_processes_files(tmp_path):
-    from grpo_curriculum.training._trl_async_worker import StateChannel
+    from grpo_curriculum.training._trl.async_worker import StateChannel
 
     trainer, worker = StateChannel(str(tmp_path)), StateChannel(str(tmp_path))
     assert worker.pending() is None
@@ -142,7 +142,7 @@ def test_the_state_channel_carries_a_request_and_its_answer_between_processes_fi
 
 
 def test_a_worker_that_stops_answering_fails_the_checkpoint_loudly(tmp_path):
-    from grpo_curriculum.training._trl_async_worker import StateChannel
+    from grpo_curriculum.training._trl.async_worker import StateChannel
 
     with pytest.raises(RuntimeError, match="did not send its curriculum state within 0 s"):
         StateChannel(str(tmp_path)).request([], 0, check_health=lambda: None, timeout=0.05)

@@ -1,6 +1,6 @@
 """
-Each loss term of the asynchronous trainer at its own sampling temperature (`_trl_async.LossTemperatures` and the
-collator column it reads; docs/async.md), on CPU without vLLM: TRL's real fused LM head (`add_fused_lm_head`, as
+Each loss term of the asynchronous trainer at its own sampling temperature (`_trl.async_trainer.LossTemperatures` and
+the collator column it reads; docs/async.md), on CPU without vLLM: TRL's real fused LM head (`add_fused_lm_head`, as
 `AsyncGRPOTrainer` adds it) on a tiny GPT-2 and a tiny Llama, TRL's real prefix-tree packing and rollout collator.
 (The trainer against the real engine: tests/test_async_real.py, `make test-vllm`.)
 """
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_curriculum.training._trl_async import LOSS_TEMPERATURE, LossTemperatures, _with_loss_temperatures
-from grpo_curriculum.training._trl_async_worker import SAMPLED_TEMPERATURE
+from grpo_curriculum.training._trl.async_trainer import LOSS_TEMPERATURE, LossTemperatures, _with_loss_temperatures
+from grpo_curriculum.training._trl.async_worker import SAMPLED_TEMPERATURE
 
 VOCAB = 50
 

@@ -1,5 +1,5 @@
 """
-`FileWeightTransfer` (grpo_curriculum/training/_trl_async_transfer.py, docs/async.md "Weight transfer without NCCL")
+`FileWeightTransfer` (grpo_curriculum/training/_trl/async_transfer.py, docs/async.md "Weight transfer without NCCL")
 without a server: what it sends, in which order, the file it writes, its folder's life and its errors. The real
 engine loading the file: tests/test_async_transfer_real.py (`make test-vllm`).
 """
@@ -13,7 +13,7 @@ import requests
 import torch
 from safetensors.torch import load_file
 
-from grpo_curriculum.training._trl_async_transfer import WEIGHTS_FILE, FileWeightTransfer
+from grpo_curriculum.training._trl.async_transfer import WEIGHTS_FILE, FileWeightTransfer
 
 
 class _Answer:

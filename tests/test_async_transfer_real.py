@@ -15,7 +15,7 @@ import pytest
 import requests
 import torch
 
-from grpo_curriculum.training._trl_async_transfer import FileWeightTransfer
+from grpo_curriculum.training._trl.async_transfer import FileWeightTransfer
 
 from .async_cpu import allow_async_grpo_on_cpu
 from .async_real import chat_tokenizer, varied_reward

@@ -1,12 +1,15 @@
-"""The package's layers: the pure core imports no torch, TRL or transformers; no module imports a layer above it. Its
-files: docs/layout.md names each of them."""
+"""The package's layers: the pure core imports no torch, TRL or transformers; no module imports a layer above it; the
+TRL seam (`training/_trl/`) and the trainer hold to their contract (`CurriculumHost`). Its files: docs/layout.md names
+each of them."""
 
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -132,10 +135,10 @@ def test_no_module_is_on_an_import_circle():
 
 
 def test_only_training_imports_the_trl_seam():
-    """`training/_trl*.py` know TRL internals; the other layers reach them through training's public modules."""
+    """`training/_trl/` knows TRL internals; the other layers reach it through training's public modules."""
     reaching = set()
     for path in PACKAGE.rglob("*.py"):
-        if path.parent.name == "training":
+        if path.relative_to(PACKAGE).parts[0] == "training":  # training/ and the seam itself
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
@@ -148,6 +151,72 @@ def test_only_training_imports_the_trl_seam():
             if any(pair[0] == "training" and pair[1:] and pair[1].startswith("_trl") for pair in pairs):
                 reaching.add(str(path.relative_to(PACKAGE)))
     assert not reaching, f"import training's public modules instead of the seam: {sorted(reaching)}"
+
+
+
+SEAM = PACKAGE / "training" / "_trl"
+
+
+def _protocol_members(protocol) -> tuple[set[str], set[str]]:
+    """A `typing.Protocol`'s (methods, attributes): the names its class body defines and annotates."""
+    methods = {name for name, value in vars(protocol).items() if callable(value) and not name.startswith("__")}
+    return methods, set(protocol.__annotations__)
+
+
+def _mixin_attributes(mixin) -> set[str]:
+    """The attributes `mixin` sets: those of its class body (and its bases') and every `self.NAME = ...` in them."""
+    found = set()
+    for cls in mixin.__mro__[:-1]:
+        found |= {name for name in vars(cls) if not name.startswith("__")}
+        for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(cls)))):
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            found |= {target.attr for target in targets if isinstance(target, ast.Attribute)
+                      and isinstance(target.value, ast.Name) and target.value.id == "self"}  # fmt: skip
+    return found
+
+
+def test_the_trainer_mixin_implements_the_seams_contract():
+    """`CurriculumHost` (training/_trl/contract.py), the Protocol the hooks call the trainer through: the mixin of the
+    synchronous trainers has each of its methods, with the same parameters, and sets each of its attributes."""
+    from grpo_curriculum.training._trl.contract import CurriculumHost
+    from grpo_curriculum.training.trainer import CurriculumTrainerMixin
+
+    methods, attributes = _protocol_members(CurriculumHost)
+    assert {"_curriculum_round_start", "_curriculum_save", "_curriculum_load"} <= methods and "_round" in attributes
+    missing = sorted(name for name in methods if not callable(getattr(CurriculumTrainerMixin, name, None)))
+    assert not missing, f"CurriculumTrainerMixin lacks the contract's methods {missing}"
+    differ = {name: (list(inspect.signature(getattr(CurriculumTrainerMixin, name)).parameters),
+                     list(inspect.signature(getattr(CurriculumHost, name)).parameters))
+              for name in methods}  # fmt: skip
+    differ = {name: pair for name, pair in differ.items() if pair[0] != pair[1]}
+    assert not differ, f"(the mixin's parameters, the contract's) differ: {differ}"
+    unset = sorted(attributes - _mixin_attributes(CurriculumTrainerMixin))
+    assert not unset, f"CurriculumTrainerMixin never sets the contract's attributes {unset}"
+
+
+def test_the_seam_calls_no_curriculum_event_outside_its_contract():
+    """Every `_curriculum_*` name the seam's modules use is a member of `CurriculumHost`, and so is every other name
+    the seam reads that only the trainer mixin defines (`_round`, `trainer_kind`, `_curriculum`)."""
+    from trl import GRPOTrainer, RLOOTrainer
+
+    from grpo_curriculum.training._trl.contract import CurriculumHost
+    from grpo_curriculum.training.trainer import CurriculumTrainerMixin
+
+    contract = set().union(*_protocol_members(CurriculumHost))
+    own = _mixin_attributes(CurriculumTrainerMixin) - set(dir(GRPOTrainer)) - set(dir(RLOOTrainer))  # not TRL's API
+    used = {}
+    for path in sorted(SEAM.glob("*.py")):
+        if path.name == "contract.py":
+            continue
+        names = {node.attr for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Attribute)}
+        outside = sorted(name for name in names - contract
+                         if name.startswith("_curriculum_") or name in own)  # fmt: skip
+        if outside:
+            used[path.name] = outside
+    assert not used, f"the seam uses trainer-mixin names its contract (CurriculumHost) does not declare: {used}"
+    hooks = {node.attr for node in ast.walk(ast.parse((SEAM / "hooks.py").read_text()))
+             if isinstance(node, ast.Attribute) and node.attr.startswith("_curriculum_")}  # fmt: skip
+    assert hooks == {name for name in contract if name.startswith("_curriculum_")}, "an event the hooks never call"
 
 
 # An entry of docs/layout.md's tree: `├── NAME` or `└── NAME` after 4 columns a level (`│   ` or 4 spaces).

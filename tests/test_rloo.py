@@ -444,7 +444,7 @@ def test_the_callback_on_plain_rloo_refuses_to_train(tmp_path):
 def test_another_trl_release_is_refused_before_anything_is_built(tmp_path, monkeypatch):
     import trl
 
-    from grpo_curriculum.training._trl import UnsupportedTRLError
+    from grpo_curriculum.training._trl.settings import UnsupportedTRLError
 
     monkeypatch.setattr(trl, "__version__", "1.15.2")
     with pytest.raises(UnsupportedTRLError, match=r"CurriculumRLOOTrainer needs TRL 1\.16.*the installed TRL is "

@@ -1,9 +1,10 @@
 """
 What a reward function must return, as TRL reads it: one number (or `None`, "cannot score") per completion, in a list
 (or any sequence) as long as the completions. Checked where the preflight calls each reward function on stand-in
-completions (`grpo_curriculum.cli.preflight`) and at every call during training (`training._trl.check_reward_calls`),
-so a function returning 7 rewards for 8 completions, a float, a dict, strings or NaN for every row is named with its
-rule and fix instead of failing inside TRL (or training on a `nan` reward). Pure: no torch.
+completions (`grpo_curriculum.cli.preflight`) and at every call during training
+(`training._trl.settings.check_reward_calls`), so a function returning 7 rewards for 8 completions, a float, a dict,
+strings or NaN for every row is named with its rule and fix instead of failing inside TRL (or training on a `nan`
+reward). Pure: no torch.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def reward_output_problem(name: str, output, expected: int, step: int | None = N
         expected (`int`): The completions it was given.
         step (`int`, *optional*): The optimizer step of the call (`None`: the preflight's call).
         infinite (`bool`, *optional*, defaults to `True`): Refuse `inf` too (training refuses it once the rewards are
-            gathered, where float32 overflow shows, see `training._trl.refuse_infinite_rewards`).
+            gathered, where float32 overflow shows, see `training._trl.settings.refuse_infinite_rewards`).
     """
     key, where = f"reward function {name}", _where(step)
     if isinstance(output, Mapping):

@@ -1,1 +1,1 @@
-"""The TRL integration: trainer, callback, checkpoints, and the seam `_trl*.py`, the only modules knowing TRL internals."""
+"""The TRL integration: trainer, callback, checkpoints, and the seam `_trl/`, the only modules knowing TRL internals."""

@@ -1,6 +1,6 @@
 """
 What the asynchronous trainer's rollout worker knows of the curriculum (docs/async.md), apart from TRL's loop
-([`~training._trl_async_worker.CurriculumRolloutLoop`] drives it): which group to start next and at what setting,
+([`~training._trl.async_worker.CurriculumRolloutLoop`] drives it): which group to start next and at what setting,
 what a scored group tells a per-prompt stage's statistics, and the state a checkpoint needs.
 
 Groups are numbered in the order they start (TRL's `group_id`). A checkpoint records the first group the trainer had

@@ -4,9 +4,9 @@ schedules of G and temperature, per-prompt G with skipping, and DAPO-style dynam
 Importing this module imports TRL's experimental package.
 """
 
-from ._trl_async import CurriculumAsyncGRPOTrainer
-from ._trl_async_server import vllm_server_unready
-from ._trl_async_transfer import FileWeightTransfer
-from ._trl_async_worker import CurriculumRolloutLoop
+from ._trl.async_trainer import CurriculumAsyncGRPOTrainer
+from ._trl.async_server import vllm_server_unready
+from ._trl.async_transfer import FileWeightTransfer
+from ._trl.async_worker import CurriculumRolloutLoop
 
 __all__ = ["CurriculumAsyncGRPOTrainer", "CurriculumRolloutLoop", "FileWeightTransfer", "vllm_server_unready"]

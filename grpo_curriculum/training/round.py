@@ -1,6 +1,6 @@
 """
 One generation round as one object: its setting, its prompts and how their completions were sampled. The trainer
-builds it when a round starts; the TRL hooks ([`grpo_curriculum.training._trl_hooks.GRPOHooks`]) sample and merge it.
+builds it when a round starts; the TRL hooks ([`grpo_curriculum.training._trl.hooks.GRPOHooks`]) sample and merge it.
 
 A round is sampled in one or more *increments*, each one generation and scoring pass of TRL: a round of one G and a
 per-prompt round are one increment; a top-up round is a pilot for every prompt, then increments for the groups whose

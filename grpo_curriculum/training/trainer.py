@@ -17,8 +17,11 @@ from ..core.geometry import BatchGeometry, generation_kwargs_problems, split_bat
 from ..core.next_increment import dynamic_next, top_up_next
 from ..core.rloo import rloo_problems
 from ..core.signals import is_informative, round_stats
-from . import _trl, _trl_checkpoint, _trl_vllm, tracking
-from ._trl_hooks import GRPOHooks, RLOOHooks
+from . import tracking
+from ._trl import checkpoint as trl_checkpoint
+from ._trl import settings as trl_settings
+from ._trl import vllm as trl_vllm
+from ._trl.hooks import GRPOHooks, RLOOHooks
 from .callback import CurriculumCallback
 from .checkpoint import RECIPE_FIX, DefaultsChanged, fit_problems, resume_checkpoint
 from .files import CurriculumStateError
@@ -103,8 +106,8 @@ class CurriculumTrainerMixin:
         if self._curriculum is not None and training_args is not None:  # fail before loading anything
             self._validate(training_args, dataset, environment_owns_data)
         self._temperature_cells: list = []
-        with _trl.record_fused_lm_head_temperature(self._temperature_cells, self._trl_module), \
-                _trl.reference_from_instance(bound.arguments.get("model"), self._trl_module):
+        with trl_settings.record_fused_lm_head_temperature(self._temperature_cells, self._trl_module), \
+                trl_settings.reference_from_instance(bound.arguments.get("model"), self._trl_module):
             super().__init__(*args, **kwargs)
         self._prompt_stream = None
         self._prompt_report = None
@@ -115,11 +118,11 @@ class CurriculumTrainerMixin:
         if training_args is None:  # the TRL trainer built default args from the model name
             self._validate(self.args, self.train_dataset)
         self._curriculum._trainer = self
-        _trl.check_reward_calls(self)  # a reward function's mistake named at its first call
+        trl_settings.check_reward_calls(self)  # a reward function's mistake named at its first call
         if environment_owns_data:  # TRL's placeholder holds one round at its own G: make it hold one at the smallest
             smallest = self._curriculum.schedule.num_generations_values[0]
-            _trl.fit_environment_placeholder(self, -(-self.args.generation_batch_size // smallest))
-        self._prompt_stream = _trl.new_prompt_stream(self)
+            trl_settings.fit_environment_placeholder(self, -(-self.args.generation_batch_size // smallest))
+        self._prompt_stream = trl_settings.new_prompt_stream(self)
         slots = prompt_slots(self._prompt_stream)
         self._curriculum.round_context = {"budget": self.args.generation_batch_size, "seed": self.args.seed,
                                           "slots": slots}  # fmt: skip
@@ -127,7 +130,7 @@ class CurriculumTrainerMixin:
         # The report counts a prompt the dataset repeats once, under its first row (the policies keep a row's own key).
         if self._curriculum.uncertain_prompts and self.accelerator.is_main_process:  # (the report's process)
             self._report_rows = first_rows(self._prompt_stream)
-        _trl_vllm.install_variable_group_requests(self)  # a no-op unless vLLM server mode
+        trl_vllm.install_variable_group_requests(self)  # a no-op unless vLLM server mode
         if self.args.max_steps > 0:
             self._curriculum.resolve(self.args.max_steps)  # stage ends are known: check them now
         self._apply(self._curriculum.initial_setting())
@@ -150,29 +153,29 @@ class CurriculumTrainerMixin:
 
     def _curriculum_restart(self) -> None:
         self._curriculum.reset_run()
-        self._prompt_stream = _trl.new_prompt_stream(self)
+        self._prompt_stream = trl_settings.new_prompt_stream(self)
         self._reset_round_state()
         self._apply(self._curriculum.initial_setting())
 
     @contextlib.contextmanager
     def _curriculum_evaluation(self):
         """Evaluate at the temperature of the stage in force at this step; then back to the round's temperature."""
-        training = _trl.current_sampling(self)[1]
+        training = trl_settings.current_sampling(self)[1]
         evaluation = self._curriculum.evaluation_temperature(self.state.global_step)
         if evaluation != training:
-            _trl.set_temperature(self, evaluation, self._temperature_cells)
+            trl_settings.set_temperature(self, evaluation, self._temperature_cells)
         try:
             yield
         finally:
             if evaluation != training:
-                _trl.set_temperature(self, training, self._temperature_cells)
+                trl_settings.set_temperature(self, training, self._temperature_cells)
 
     def _apply(self, setting) -> None:
-        num_generations, temperature = _trl.current_sampling(self)
+        num_generations, temperature = trl_settings.current_sampling(self)
         if setting.num_generations is not None and setting.num_generations != num_generations:
-            _trl.set_num_generations(self, setting.num_generations)
+            trl_settings.set_num_generations(self, setting.num_generations)
         if setting.temperature != temperature or self._curriculum.current is None:
-            _trl.set_temperature(self, setting.temperature, self._temperature_cells)
+            trl_settings.set_temperature(self, setting.temperature, self._temperature_cells)
 
     def _curriculum_round_start(self) -> Round:
         """
@@ -191,8 +194,8 @@ class CurriculumTrainerMixin:
         setting, sizes = round_.setting, round_.sizes
         self._apply(setting)
         keys = prompt_keys(stream, round_.prompts)
-        _trl.all_processes_agree(self, (self._curriculum.rounds, setting.stage, setting.num_generations,
-                                        setting.temperature, tuple(sizes), tuple(keys)))  # fmt: skip
+        trl_settings.all_processes_agree(self, (self._curriculum.rounds, setting.stage, setting.num_generations,
+                                                setting.temperature, tuple(sizes), tuple(keys)))  # fmt: skip
         self._round = round_
         return round_
 
@@ -210,7 +213,7 @@ class CurriculumTrainerMixin:
         """
         keys = None
         if self._curriculum.needs_completion_keys:
-            keys = _trl.completion_keys(self, completion_ids)
+            keys = trl_settings.completion_keys(self, completion_ids)
         round_.add_rewards(rewards, keys)
         setting, batch = round_.setting, self.args.generation_batch_size
         if setting.top_up is not None:
@@ -232,8 +235,8 @@ class CurriculumTrainerMixin:
             round_.add_groups(self._prompt_stream.take(step.more), setting.num_generations)
         else:
             return False
-        _trl.all_processes_agree(self, (self._curriculum.rounds, len(round_.increments),
-                                        tuple(round_.increments[-1])))  # fmt: skip
+        trl_settings.all_processes_agree(self, (self._curriculum.rounds, len(round_.increments),
+                                                tuple(round_.increments[-1])))  # fmt: skip
         return True
 
     def _curriculum_round_end(self, round_: Round) -> None:
@@ -311,7 +314,7 @@ class CurriculumTrainerMixin:
         write_state(folder, {
             "trainer": self.trainer_kind,
             "global_step": self.state.global_step,
-            "micro_step": _trl_checkpoint.micro_step(self),
+            "micro_step": trl_checkpoint.micro_step(self),
             "geometry": self._geometry(),
             "callback": self._curriculum.state_dict(),
             "stream": self._prompt_stream.state(),
@@ -327,7 +330,7 @@ class CurriculumTrainerMixin:
 
     def _curriculum_load(self, checkpoint: str) -> None:
         state = read_state(checkpoint, global_step=self.state.global_step)
-        stream = _trl.new_prompt_stream(self)
+        stream = trl_settings.new_prompt_stream(self)
         if state["callback"]["stages"] == self._curriculum.stage_signature():  # else load_state_dict names the change
             size = None if stream.iterable else len(stream.dataset)
             problems = fit_problems(state, self._curriculum.schedule.stages, size)
@@ -346,9 +349,9 @@ class CurriculumTrainerMixin:
                 f"{os.path.join(checkpoint, STATE_FILE)} does not fit this run: {error}. Fix: resume with the recipe "
                 "(curriculum) the checkpoint was written with, or start a new run from the model weights in it."
             ) from None
-        _trl_checkpoint.restore_micro_step(self, state["micro_step"])
+        trl_checkpoint.restore_micro_step(self, state["micro_step"])
         self._prompt_stream = stream
-        in_round = _trl_checkpoint.round_in_progress(self) and state["round_start_stream"] is not None
+        in_round = trl_checkpoint.round_in_progress(self) and state["round_start_stream"] is not None
         if in_round and state["geometry"] == self._geometry():
             # TRL regenerates the round the checkpoint was taken in: the same setting and prompts (and a per-prompt
             # round's group sizes; a top-up round's pilot, its later increments planned from the new rewards).
@@ -374,22 +377,22 @@ class CurriculumTrainerMixin:
         *complete* checkpoint in `output_dir` (one a run stopped while writing, or a damaged one, is skipped with a
         warning naming it), and a checkpoint that is missing, incomplete or damaged is one clear error before any step
         ([`~grpo_curriculum.training.checkpoint.resume_checkpoint`]). Rotating checkpoints away (`save_total_limit`)
-        deletes only this run's ([`~_trl_checkpoint.rotate_only_own_checkpoints`]).
+        deletes only this run's ([`~_trl.checkpoint.rotate_only_own_checkpoints`]).
         """
         if self._curriculum is not None:  # one clear error for a missing, incomplete or damaged checkpoint
             resume_from_checkpoint = resume_checkpoint(resume_from_checkpoint, self.args.output_dir,
-                                                       entropy=_trl_checkpoint.uses_entropy_state(self),
+                                                       entropy=trl_checkpoint.uses_entropy_state(self),
                                                        trainer=self.trainer_kind)  # fmt: skip
         if self._curriculum is not None and self._curriculum.current is not None and not resume_from_checkpoint:
             self._curriculum_restart()  # a second `train()` starts over from step 0: so does the curriculum
-        with _trl_checkpoint.rotate_only_own_checkpoints(self, resume_from_checkpoint):  # never another run's
+        with trl_checkpoint.rotate_only_own_checkpoints(self, resume_from_checkpoint):  # never another run's
             output = super().train(resume_from_checkpoint, *args, **kwargs)
         self.write_prompt_report()
         self.write_settled_prompts()
         return output
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self._curriculum is not None and _trl.is_training(self):
+        if self._curriculum is not None and trl_settings.is_training(self):
             sizes = self._curriculum.round_sizes_since_log()
             logs.update(self._curriculum.log_metrics())
             if sizes and self.accelerator.is_main_process:
@@ -471,7 +474,7 @@ class CurriculumRLOOTrainer(CurriculumTrainerMixin, RLOOHooks, RLOOTrainer):
     trainer_kind = "rloo"
 
     def __init__(self, *args, **kwargs):
-        _trl.require_rloo_trl()  # before anything is loaded
+        trl_settings.require_rloo_trl()  # before anything is loaded
         super().__init__(*args, **kwargs)
 
     def _unsupported_problems(self, args) -> list[Problem]:

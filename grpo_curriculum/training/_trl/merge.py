@@ -2,7 +2,7 @@
 The seam, rounds sampled in increments: TRL's output of each generation pass of a round (top-up, dynamic sampling,
 mixed group sizes) recorded ([`IncrementRecords`]) and merged into the one output TRL trains on ([`finish_round`],
 [`merge_increments`]), its metrics computed TRL's way from the trained rows. Knows GRPOTrainer internals, like the rest
-of the seam (`_trl.py` describes what the curriculum relies on).
+of the seam (`settings.py` describes what the curriculum relies on).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import math
 
 import torch
 
-from ..core.comparison import comparison_keep
-from ._trl import _unsupported, generation_round_length
-from .advantages import grpo_advantages, rloo_advantages, weighted_rewards
+from ...core.comparison import comparison_keep
+from .settings import _unsupported, generation_round_length
+from ..advantages import grpo_advantages, rloo_advantages, weighted_rewards
 
 # The per-row tensors of TRL's round output (`_generate_and_score_completions`), with the side and value they are
 # padded with (`None`: the tokenizer's pad token). `advantages` and `num_items_in_batch` are recomputed for the round.

@@ -1,7 +1,7 @@
 """
 The seam, checkpoints: where transformers writes one, the rotation that deletes only this run's, the curriculum's state
 written before TRL's trainer state, the trainer state read first on resume, and the micro-step counter a resume
-restores. Knows Trainer / GRPOTrainer internals, like the rest of the seam (`_trl.py`).
+restores. Knows Trainer / GRPOTrainer internals, like the rest of the seam (`training/_trl/`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import os
 
-from ._trl import _unsupported, generation_round_length
+from .settings import _unsupported, generation_round_length
 
 def checkpoint_dir(trainer, trial) -> str:
     """The folder `Trainer._save_checkpoint` writes the current checkpoint to."""
@@ -36,8 +36,8 @@ def rotate_only_own_checkpoints(trainer, resume_from_checkpoint):
     import transformers.trainer_utils as trainer_utils
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-    from .checkpoint import TRAINER_STATE_FILE, read_trainer_state
-    from .files import CurriculumStateError
+    from ..checkpoint import TRAINER_STATE_FILE, read_trainer_state
+    from ..files import CurriculumStateError
 
     output_dir = os.path.realpath(trainer.args.output_dir)
     resumed = resume_from_checkpoint is True or (
@@ -104,9 +104,9 @@ def curriculum_state_before_trainer_state(trainer, folder: str, save):
     ([`~training.manifest`]: each file's size and content hash) and the trainer state atomically. A checkpoint whose `trainer_state.json` parses is then complete, curriculum and entropy state
     included, and no older checkpoint is deleted before it is.
     """
-    from .checkpoint import ENTROPY_STATE_FILE
-    from .files import atomic_json
-    from .manifest import write_manifest
+    from ..checkpoint import ENTROPY_STATE_FILE
+    from ..files import atomic_json
+    from ..manifest import write_manifest
 
     state = trainer.state
     target = os.path.abspath(os.path.join(folder, "trainer_state.json"))
@@ -148,7 +148,7 @@ def load_trainer_state_first(trainer, checkpoint: str) -> None:
     """
     from transformers import TrainerState
 
-    from .checkpoint import TRAINER_STATE_FILE
+    from ..checkpoint import TRAINER_STATE_FILE
 
     path = os.path.join(checkpoint, TRAINER_STATE_FILE)
     if trainer.state.global_step == 0 and os.path.isfile(path):

@@ -1,9 +1,9 @@
 """
 The curriculum on TRL's asynchronous GRPO trainer (`trl.experimental.async_grpo.AsyncGRPOTrainer`, TRL 1.16):
-everything here knows TRL's internals (docs/async.md). The rollout worker's side: `_trl_async_worker.py`.
+everything here knows TRL's internals (docs/async.md). The rollout worker's side: `async_worker.py`.
 
 [`CurriculumAsyncGRPOTrainer`] checks the curriculum before any model loads ([`curriculum_problems`]), installs
-[`~_trl_async_worker.CurriculumRolloutLoop`] in TRL's rollout worker, computes each sample's loss at the temperature it
+[`~async_worker.CurriculumRolloutLoop`] in TRL's rollout worker, computes each sample's loss at the temperature it
 was sampled at ([`LossTemperatures`]), and saves and restores the curriculum state with TRL's checkpoints
 ([`~async_state`]).
 """
@@ -21,14 +21,14 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.experimental.async_grpo import AsyncGRPOTrainer
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 
-from ..core.asynchronous import async_problems, round_budget
-from ..core.errors import raise_if_any
-from ..core.schedule import StageSchedule, stage_signature
-from ._trl_async_worker import SAMPLED_TEMPERATURE, CurriculumRolloutLoop, StateChannel
-from .async_state import read_async_state, write_async_state
-from .checkpoint import knob_defaults
-from .manifest import check_manifest, write_manifest
-from .state import FIX
+from ...core.asynchronous import async_problems, round_budget
+from ...core.errors import raise_if_any
+from ...core.schedule import StageSchedule, stage_signature
+from .async_worker import SAMPLED_TEMPERATURE, CurriculumRolloutLoop, StateChannel
+from ..async_state import read_async_state, write_async_state
+from ..checkpoint import knob_defaults
+from ..manifest import check_manifest, write_manifest
+from ..state import FIX
 
 LOSS_TEMPERATURE = "loss_temperature"  # a batch column: each loss term's sampling temperature
 
@@ -344,8 +344,8 @@ def trl_shape_problems() -> list:
 
     from trl.experimental.async_grpo import async_rollout_worker
 
-    from ..compat import ASYNC_TRL
-    from ..core.errors import Problem
+    from ...compat import ASYNC_TRL
+    from ...core.errors import Problem
 
     classes = {"AsyncRolloutWorker": AsyncRolloutWorker, "AsyncGRPOTrainer": AsyncGRPOTrainer,
                "_AsyncRolloutLoop": getattr(async_rollout_worker, "_AsyncRolloutLoop", None)}  # fmt: skip

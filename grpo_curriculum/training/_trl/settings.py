@@ -1,8 +1,9 @@
 """
-Everything that knows TRL's `GRPOTrainer` internals lives in the seam, this module and its `_trl_*` siblings, so a
-TRL upgrade touches only them: `_trl_hooks.py` (the overridden methods), `_trl_merge.py` (rounds sampled in increments,
-their advantages and comparisons), `_trl_checkpoint.py` (checkpoints and resume), `_trl_vllm.py` (vLLM server requests),
-`_trl_evaluation.py` (greedy evaluation). This one holds the settings and rewards they share.
+Everything that knows TRL's `GRPOTrainer` internals lives in the seam, this module and its siblings in
+`training/_trl/`, so a TRL upgrade touches only them: `hooks.py` (the overridden methods; `contract.py`, what they call
+on the trainer), `merge.py` (rounds sampled in increments, their advantages and comparisons), `checkpoint.py`
+(checkpoints and resume), `vllm.py` (vLLM server requests), `evaluation.py` (greedy evaluation). This one holds the
+settings and rewards they share.
 
 Tested against TRL 1.14, 1.15 and 1.16 (`grpo_curriculum.compat.TRL_RANGE`; docs/compatibility.md). Where their
 internals differ, the code below looks the feature up (marked "TRL < 1.15" etc.) rather than the version. What the
@@ -62,9 +63,9 @@ import logging
 import torch
 from datasets import Dataset
 
-from ..core.errors import CurriculumError, Problem
-from .advantages import weighted_rewards
-from .stream import PromptStream
+from ...core.errors import CurriculumError, Problem
+from ..advantages import weighted_rewards
+from ..stream import PromptStream
 
 logger = logging.getLogger("grpo_curriculum")
 
@@ -79,7 +80,7 @@ class UnsupportedTRLError(RuntimeError):
 def _unsupported(what: str) -> UnsupportedTRLError:
     import trl
 
-    from ..compat import trl_requirement
+    from ...compat import trl_requirement
 
     return UnsupportedTRLError(
         f"grpo-curriculum cannot {what} with the installed TRL {trl.__version__}: its GRPOTrainer internals changed. "
@@ -87,7 +88,7 @@ def _unsupported(what: str) -> UnsupportedTRLError:
     )
 
 
-from ..compat import RLOO_TRL  # noqa: E402  (the TRL release `CurriculumRLOOTrainer` is built and tested against)
+from ...compat import RLOO_TRL  # noqa: E402  (the TRL release `CurriculumRLOOTrainer` is built and tested against)
 
 
 def require_rloo_trl() -> None:
@@ -98,7 +99,7 @@ def require_rloo_trl() -> None:
     """
     import trl
 
-    from ..compat import _release
+    from ...compat import _release
 
     if _release(trl.__version__) != RLOO_TRL:
         wanted = ".".join(map(str, RLOO_TRL))
@@ -291,7 +292,7 @@ def check_reward_calls(trainer) -> None:
     """
     import inspect
 
-    from ..core.reward_output import reward_output_problem
+    from ...core.reward_output import reward_output_problem
 
     several = trainer.accelerator.num_processes > 1
     trainer._reward_failures = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from ._trl import _unsupported
+from .settings import _unsupported
 
 
 def install_variable_group_requests(trainer) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ._trl import round_rewards
+from .settings import round_rewards
 
 
 def full_length_completions(trainer) -> bool:

@@ -24,10 +24,10 @@ import time
 import numpy as np
 from trl.experimental.async_grpo.async_rollout_worker import RolloutGroup, _AsyncRolloutLoop
 
-from ..core.signals import is_informative
-from .async_curriculum import AsyncCurriculum, PlannedGroup
-from .files import atomic_json, atomic_write
-from .schema import join_arrays, split_arrays
+from ...core.signals import is_informative
+from ..async_curriculum import AsyncCurriculum, PlannedGroup
+from ..files import atomic_json, atomic_write
+from ..schema import join_arrays, split_arrays
 
 SAMPLED_G = "curriculum/num_generations"  # a sample's metrics: the G its group was planned and sampled at,
 SAMPLED_TEMPERATURE = "curriculum/temperature"  # the temperature the engine sampled it at,

@@ -1,17 +1,19 @@
 """
 The seam, the GRPOTrainer methods the curriculum hooks into ([`GRPOHooks`]), and the RLOOTrainer ones
 ([`RLOOHooks`]): the file to read for every override point. Each override calls `super()`; the curriculum's events
-are implemented by `CurriculumGRPOTrainer` and `CurriculumRLOOTrainer` (their shared `CurriculumTrainerMixin`).
+are implemented by `CurriculumGRPOTrainer` and `CurriculumRLOOTrainer` (their shared `CurriculumTrainerMixin`), the
+contract between the two a Protocol ([`~contract.CurriculumHost`]): the hooks reach it through `as_host(self)`.
 """
 
 from __future__ import annotations
 
-from ._trl import (GRPO_MODULE, RLOO_MODULE, is_training, raise_reward_failures, refuse_infinite_rewards,
-                   refuse_unscored_rounds, round_rewards, set_num_generations)
-from ._trl_checkpoint import (checkpoint_dir, curriculum_state_before_trainer_state, load_trainer_state_first,
-                              record_checkpoint)
-from ._trl_merge import IncrementRecords, apply_comparison, finish_round
-from .checkpoint import CheckpointWriteError
+from ..checkpoint import CheckpointWriteError
+from .checkpoint import (checkpoint_dir, curriculum_state_before_trainer_state, load_trainer_state_first,
+                         record_checkpoint)
+from .contract import as_host
+from .merge import IncrementRecords, apply_comparison, finish_round
+from .settings import (GRPO_MODULE, RLOO_MODULE, is_training, raise_reward_failures, refuse_infinite_rewards,
+                       refuse_unscored_rounds, round_rewards, set_num_generations)
 
 class GRPOHooks:
     """
@@ -19,17 +21,11 @@ class GRPOHooks:
     that [`CurriculumTrainerMixin`] implements (for [`CurriculumGRPOTrainer`] and, through [`RLOOHooks`],
     [`CurriculumRLOOTrainer`]), so the trainers themselves name no TRL internals.
 
-    Events (called only when `_curriculum_active()`):
-    - `_curriculum_round_start() -> Round`: a training generation round starts; returns it ([`Round`]), its first
-      increment planned.
-    - `_curriculum_increment_rows(round) -> (list[dict], list[int])`: this process's rows of the round's next
-      increment, and the size of each group it samples.
-    - `_curriculum_increment_scored(round, rewards, completion_ids) -> bool`: the increment's rewards, from every
-      process, in row order; plans the next increment and returns whether there is one.
-    - `_curriculum_round_end(round)`: the round is sampled (TRL's metrics are TRL's: `frac_reward_zero_std` as TRL
-      logs it for the round's own pass, or computed TRL's way for the rows a merged or mixed round trains on).
-    - `_curriculum_save(checkpoint_dir)` / `_curriculum_load(checkpoint_dir)`: a checkpoint is written / resumed.
-    - `_curriculum_evaluation()`: a context manager around each evaluation step.
+    The events (called only when `_curriculum_active()`), and the attributes the seam reads, are the members of
+    [`~contract.CurriculumHost`]: `_curriculum_round_start`, `_curriculum_increment_rows`,
+    `_curriculum_increment_scored` and `_curriculum_round_end` in `_generate_and_score_completions`,
+    `_curriculum_evaluation` around `prediction_step`, `_curriculum_save` / `_curriculum_load` when a checkpoint is
+    written / resumed.
     """
 
     _round = None  # the generation round in progress or last sampled ([`Round`])
@@ -42,14 +38,15 @@ class GRPOHooks:
         return result[:3]
 
     def _generate_and_score_completions(self, inputs):
-        if not (self._curriculum_active() and is_training(self)):
+        host = as_host(self)
+        if not (host._curriculum_active() and is_training(self)):
             return super()._generate_and_score_completions(inputs)
-        round_ = self._curriculum_round_start()
+        round_ = host._curriculum_round_start()
         records = IncrementRecords(self)
         num_generations = self.num_generations  # restored after every round
         try:
             while True:  # one TRL generation and scoring pass an increment
-                rows, sizes = self._curriculum_increment_rows(round_)
+                rows, sizes = host._curriculum_increment_rows(round_)
                 mixed = len(set(sizes)) > 1
                 set_num_generations(self, 1 if mixed else sizes[0])
                 round_.request_sizes = list(sizes) if mixed else None
@@ -57,7 +54,7 @@ class GRPOHooks:
                     output = super()._generate_and_score_completions(rows)
                 rewards_per_func, completion_ids = records.scored
                 records.add(output, rewards_per_func)
-                if not self._curriculum_increment_scored(round_, round_rewards(self, rewards_per_func),
+                if not host._curriculum_increment_scored(round_, round_rewards(self, rewards_per_func),
                                                          completion_ids):  # fmt: skip
                     break
         finally:
@@ -65,7 +62,7 @@ class GRPOHooks:
             set_num_generations(self, num_generations)
         output = finish_round(self, records, round_)
         records.write_logs(apply_comparison(self, output, round_))  # the log shows the advantages trained on
-        self._curriculum_round_end(round_)
+        host._curriculum_round_end(round_)
         return output
 
     def _generate(self, prompts):
@@ -78,7 +75,7 @@ class GRPOHooks:
     def _generate_single_turn(self, *args, **kwargs):
         # An increment's first turn samples each group; later turns (TRL's tool loop) continue each row's own history.
         # The arguments pass through as TRL gave them (TRL >= 1.14 adds `num_generations`, 1.10 `has_tool_images`).
-        round_ = self._round
+        round_ = as_host(self)._round
         if round_ is None:
             return super()._generate_single_turn(*args, **kwargs)
         round_.requesting, round_.request_sizes = round_.request_sizes, None
@@ -88,15 +85,16 @@ class GRPOHooks:
             round_.requesting = None
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
-        if not self._curriculum_active():
+        host = as_host(self)
+        if not host._curriculum_active():
             return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
-        with self._curriculum_evaluation():  # generation and loss at the temperature of the stage in force
+        with host._curriculum_evaluation():  # generation and loss at the temperature of the stage in force
             return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         raise_reward_failures(self)  # a reward function's failure on any process: every process stops with it
-        if self._curriculum_active():
+        if as_host(self)._curriculum_active():
             refuse_infinite_rewards(self, rewards_per_func)
             refuse_unscored_rounds(self, rewards_per_func)
         records = getattr(self, "_increment_records", None)
@@ -106,21 +104,23 @@ class GRPOHooks:
         return rewards_per_func
 
     def _save_checkpoint(self, model, trial):
+        host = as_host(self)
         folder = checkpoint_dir(self, trial)
         record_checkpoint(self, folder)  # before transformers rotates: it is this run's
         try:
-            if not (self._curriculum_active() and self.args.should_save):
+            if not (host._curriculum_active() and self.args.should_save):
                 return super()._save_checkpoint(model, trial)
-            with curriculum_state_before_trainer_state(self, folder, self._curriculum_save):
+            with curriculum_state_before_trainer_state(self, folder, host._curriculum_save):
                 super()._save_checkpoint(model, trial)
         except (OSError, RuntimeError) as error:  # a full disk reaches here as torch's RuntimeError: name the folder
             raise CheckpointWriteError(folder, error) from error
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
-        if self._curriculum_active() and checkpoint is not None:
+        host = as_host(self)
+        if host._curriculum_active() and checkpoint is not None:
             load_trainer_state_first(self, checkpoint)
-            self._curriculum_load(checkpoint)
+            host._curriculum_load(checkpoint)
 
 
 class RLOOHooks(GRPOHooks):
