@@ -37,12 +37,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grpo_curriculum.training._trl.async_trainer import LossTemperatures, _OneBody  # noqa: E402
+from grpo_curriculum.training._trl.async_trainer import LossTemperatures, OneBody  # noqa: E402
 
 TEMPERATURES = (1.0, 0.7, 0.4)
 
 
-class _OwnBodies(_OneBody):
+class _OwnBodies(OneBody):
     """The model as TRL's fused forward sees it, each call of the backbone a body pass of its own (before issue 51)."""
 
     def _run_body(self, *args, **kwargs):
@@ -54,7 +54,7 @@ class PerTemperaturePasses(LossTemperatures):
     """`LossTemperatures` before issue 51: the whole fused forward, body and head, once per temperature (TRL's
     `_fused_forward` built at each temperature, called on the model itself, as `LossTemperatures` called it)."""
 
-    def one_body(self) -> _OneBody:
+    def one_body(self) -> OneBody:
         return _OwnBodies(self.module)
 
 

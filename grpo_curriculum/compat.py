@@ -39,14 +39,15 @@ def _releases() -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-def _release(version: str) -> tuple[int, int] | None:
+def release_of(version: str) -> tuple[int, int] | None:
+    """`(major, minor)` of a version string (`"1.16.0"` -> `(1, 16)`), `None` for one that does not start so."""
     match = re.match(r"(\d+)\.(\d+)", version)
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def unsupported_trl_message(version: str) -> str | None:
     """The one-line message for an installed TRL `version` outside [`TRL_RANGE`], or `None` when it is inside."""
-    release = _release(version)
+    release = release_of(version)
     if release is not None and TRL_RANGE[0] <= release < TRL_RANGE[1]:
         return None
     return (f"grpo-curriculum supports {trl_requirement()} (TRL {_releases()}); the installed TRL is {version}. "
@@ -78,7 +79,7 @@ def async_trl_problem(version: str | None) -> str | None:
 def _release_problem(version: str | None, release: tuple[int, int], why: str) -> str | None:
     """`needs TRL <release> (<why>); the installed TRL is <version>`, or `None` when `version` is of `release`."""
     wanted = ".".join(map(str, release))
-    if version is not None and _release(version) == release:
+    if version is not None and release_of(version) == release:
         return None
     return f"needs TRL {wanted} ({why.format(wanted)}); the installed TRL is {version or 'none'}"
 
@@ -98,7 +99,7 @@ def cpu_trl_problem(version: str, accelerator: bool) -> str | None:
     fused LM head built on Triton's GPU kernels, so on a machine without an accelerator (`accelerator`: CUDA or XPU,
     and the recipe does not ask for `use_cpu`) every step fails deep in a round.
     """
-    if _release(version) != (1, 15) or accelerator:
+    if release_of(version) != (1, 15) or accelerator:
         return None
     return (f"TRL {version} cannot train on a CPU (its GRPOTrainer's fused LM head needs Triton's GPU kernels); "
             "TRL 1.14 and 1.16 can: pip install 'trl==1.16.*' (or 'trl==1.14.*'), or train on a GPU")

@@ -49,7 +49,7 @@ class LossTemperatures:
     micro-batches hold different numbers of temperatures stay in step without agreeing on them: the body runs once
     (FSDP2 gathers each sharded block in its own forward and backward hooks, once), and the head reads the LM head's
     weight as TRL's head does, already gathered by the root's forward hook, or, left sharded (a `DTensor`), gathered
-    here once for every temperature ([`_OneBody`]). DeepSpeed is refused with a curriculum
+    here once for every temperature ([`OneBody`]). DeepSpeed is refused with a curriculum
     ([`~core.asynchronous.async_problems`]): ZeRO-3 gathers the head's weight in each application (TRL's
     `maybe_gather_lm_head_ctx`), so processes applying the head at different numbers of temperatures would wait for
     each other.
@@ -101,9 +101,9 @@ class LossTemperatures:
         output.log_probs, output.entropy = log_probs.unsqueeze(0), entropy.unsqueeze(0)
         return output
 
-    def one_body(self) -> _OneBody:
+    def one_body(self) -> OneBody:
         """The model as each head application sees it: the body run once for all of them."""
-        return _OneBody(self.module)
+        return OneBody(self.module)
 
 
 class StaleGroups:
@@ -141,7 +141,7 @@ class StaleGroups:
         return set(self.groups)
 
 
-class _OneBody:
+class OneBody:
     """
     The model as TRL's fused forward sees it (its `self`) with the body run once: the backbone (read as TRL reads it,
     `getattr(self, "base_model")`, looked up on each call as FSDP and PEFT replace modules) runs on its first call, and

@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import os
 
-from .settings import _unsupported, generation_round_length
+from .settings import unsupported_trl, generation_round_length
 
 def checkpoint_dir(trainer, trial) -> str:
     """The folder `Trainer._save_checkpoint` writes the current checkpoint to."""
@@ -87,7 +87,7 @@ def rotate_only_own_checkpoints(trainer, resume_from_checkpoint):
         finally:
             del trainer._sorted_checkpoints
     else:
-        raise _unsupported("limit checkpoint rotation to its own checkpoints (transformers' sort_checkpoints moved)")
+        raise unsupported_trl("limit checkpoint rotation to its own checkpoints (transformers' sort_checkpoints moved)")
 
 
 def record_checkpoint(trainer, folder: str) -> None:

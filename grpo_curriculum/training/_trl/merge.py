@@ -13,7 +13,7 @@ import math
 import torch
 
 from ...core.comparison import comparison_keep
-from .settings import _unsupported, generation_round_length
+from .settings import unsupported_trl, generation_round_length
 from ..advantages import grpo_advantages, rloo_advantages, weighted_rewards
 
 # The per-row tensors of TRL's round output (`_generate_and_score_completions`), with the side and value they are
@@ -201,7 +201,7 @@ def trained_sequence_kl(trainer, records: IncrementRecords, order: list[int]):
     kls = []
     for output, logps in zip(records.outputs, records.pass_logps, strict=True):
         if len(logps) != 2:
-            raise _unsupported(f"find RLOO's policy and reference log-probabilities of a generation pass "
+            raise unsupported_trl(f"find RLOO's policy and reference log-probabilities of a generation pass "
                                f"({len(logps)} computed)")  # fmt: skip
         kls.append(trainer.accelerator.gather(((logps[0] - logps[1]) * output["completion_mask"]).sum(-1)))
     kls = torch.cat(kls)
@@ -279,7 +279,7 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
     outputs = records.outputs
     unknown = set().union(*outputs) - set(_ROW_TENSORS) - set(_ROW_VECTORS) - set(_RECOMPUTED)
     if unknown:
-        raise _unsupported(f"merge the increments of a round whose outputs hold {sorted(unknown)} (image inputs)")
+        raise unsupported_trl(f"merge the increments of a round whose outputs hold {sorted(unknown)} (image inputs)")
     num_processes, rank = accelerator.num_processes, accelerator.process_index
     if len(order) % num_processes:
         raise RuntimeError(f"a round of {len(order)} rows does not split over {num_processes} processes")
@@ -313,7 +313,7 @@ def merge_increments(trainer, records: IncrementRecords, order: list[int], group
             merged[key] = torch.cat([accelerator.gather(out[key]) for out in outputs])[mine.to(outputs[0][key].device)]
     rloo = "old_logps" in merged  # RLOO's output: its KL penalty lives in the rewards, no loss mask of its own
     if rloo and masked is not None and any(masked):
-        raise _unsupported("mask rows out of the loss of an RLOO round (RLOO's output has no loss mask)")
+        raise unsupported_trl("mask rows out of the loss of an RLOO round (RLOO's output has no loss mask)")
     rewards_per_func = torch.cat(records.rewards_per_func)
     rewards_per_func = rewards_per_func[torch.tensor(order, device=rewards_per_func.device)]
     # Every process decides alike (the forward passes may be collective: FSDP, ZeRO-3).
@@ -388,7 +388,7 @@ def importance_sampling_ratio(trainer, output: dict):
         low = -math.inf if low is None else low
         high = math.inf if high is None else high
         return ratio.masked_fill((ratio < low) | (ratio > high), value=0.0)
-    raise _unsupported(f"compute the importance-sampling ratio of vllm_importance_sampling_mode {mode!r}")
+    raise unsupported_trl(f"compute the importance-sampling ratio of vllm_importance_sampling_mode {mode!r}")
 
 
 def _log_row_metrics(trainer, records: IncrementRecords, rows: dict, order, output: dict) -> None:

@@ -77,7 +77,7 @@ class UnsupportedTRLError(RuntimeError):
     """Raised when the installed TRL does not have the internals this version of grpo-curriculum relies on."""
 
 
-def _unsupported(what: str) -> UnsupportedTRLError:
+def unsupported_trl(what: str) -> UnsupportedTRLError:
     import trl
 
     from ...compat import trl_requirement
@@ -99,9 +99,9 @@ def require_rloo_trl() -> None:
     """
     import trl
 
-    from ...compat import _release
+    from ...compat import release_of
 
-    if _release(trl.__version__) != RLOO_TRL:
+    if release_of(trl.__version__) != RLOO_TRL:
         wanted = ".".join(map(str, RLOO_TRL))
         raise UnsupportedTRLError(
             f"CurriculumRLOOTrainer needs TRL {wanted} (it relies on RLOOTrainer's internals as TRL {wanted} has "
@@ -128,7 +128,7 @@ def record_fused_lm_head_temperature(cells: list, module_name: str = GRPO_MODULE
         function = getattr(model.forward, "__func__", None)
         code = getattr(function, "__code__", None)
         if code is None or "temperature" not in code.co_freevars:
-            raise _unsupported("locate the temperature of the fused LM head")
+            raise unsupported_trl("locate the temperature of the fused LM head")
         cells.append(function.__closure__[code.co_freevars.index("temperature")])
 
     module.add_fused_lm_head = recording_add_fused_lm_head
@@ -149,7 +149,7 @@ def reference_from_instance(model, module_name: str = GRPO_MODULE):
     module = importlib.import_module(module_name)
     original = getattr(module, "create_model_from_path", None)
     if original is None:
-        raise _unsupported("find `create_model_from_path`")
+        raise unsupported_trl("find `create_model_from_path`")
     in_memory = isinstance(model, torch.nn.Module) and not getattr(getattr(model, "config", None), "_name_or_path", "")
 
     def copying_create_model_from_path(model_id, *args, **kwargs):

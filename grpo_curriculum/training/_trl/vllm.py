@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from .settings import _unsupported
+from .settings import unsupported_trl
 
 
 def install_variable_group_requests(trainer) -> None:
@@ -38,7 +38,7 @@ def install_variable_group_requests(trainer) -> None:
         if sizes is None:
             return original(prompts=prompts, features=features, n=n, **kwargs)
         if n != 1 or len(prompts) != sum(sizes):
-            raise _unsupported(f"regroup a round's first vLLM request ({len(prompts)} prompts, n={n}, {sizes=})")
+            raise unsupported_trl(f"regroup a round's first vLLM request ({len(prompts)} prompts, n={n}, {sizes=})")
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         rows: list = [None] * len(sizes)  # per group: (prompt_ids, completions, logprobs, logprob_token_ids)
         for size in sorted(set(sizes)):
