@@ -377,9 +377,9 @@ def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int
     best_all_halves = [best(hr) for hr in half_rows]
     # Post hoc: against the static arm with the best mean AUC on the reported seeds themselves (favours static G;
     # a robustness check of the reference chosen on the tuning seeds, not the verdict)
-    statics = [a for a in arms if a.startswith("static_g")]
+    statics = [a for a in arms if mode_of(a) == "static"]
     post = max(statics, key=lambda a: statistics.fmean(rows[a]["auc"]))
-    post_rows = {a: arm_row(by, a, post, seeds) for a in arms if not a.startswith("static_g")}
+    post_rows = {a: arm_row(by, a, post, seeds) for a in arms if mode_of(a) != "static"}
     # issue 39's row: RLOO's per-prompt default against the best RLOO static G of these seeds (post hoc)
     rloo, rloo_statics = None, [a for a in arms if a.startswith("rloo_static_g")]
     if "rloo_per_prompt" in arms and rloo_statics:
