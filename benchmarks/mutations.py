@@ -341,6 +341,17 @@ MUTATIONS = [
              "        pass",
              ("tests/test_distributed.py", "-k", "failing_on_one"),
              "a reward function failing on one process leaves the others in TRL's gather (a gloo traceback)"),
+    Mutation("skip_fills_pass_end", "grpo_curriculum/core/policies.py",
+             "        return len(self.adaptive.num_generations) > 1 or not self.adaptive.defer",
+             "        return True", ("tests/test_skipping.py", "-k", "never_fills"),
+             "a stage of one G that skips fills the pass's end with the prompts it skipped"),
+    Mutation("skip_pass_not_taken_in_turn", "grpo_curriculum/training/driver.py",
+             "                    stream.filling = stream.filling or not (defer or policy.fills_pass_end)",
+             "                    pass", ("tests/test_skipping.py", "-k", "in_turn"),
+             "a pass of settled prompts only trains its first round every pass (the rest never in turn)"),
+    Mutation("async_defaults_unchecked", "grpo_curriculum/training/async_state.py",
+             "    if schedule is not None:", "    if False:", ("tests/test_async_state.py", "-k", "other_knob"),
+             "an asynchronous state written with other knob defaults resumes with today's (the rule changes mid-run)"),
 ]
 
 
