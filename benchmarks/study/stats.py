@@ -137,7 +137,7 @@ def choose(runs: list[dict], task: str, tuning: list[int]) -> dict[str, str]:
         scores = {}
         for arm in arms:
             values = [auc(r) for r in runs if r["task"] == task and r["arm"] == arm and r["seed"] in tuning]
-            if len(values) == len(tuning):
+            if values and len(values) == len(tuning):
                 scores[arm] = statistics.fmean(values)
         if scores:
             chosen[mode] = max(scores, key=scores.get)
@@ -344,9 +344,10 @@ def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int
     """
     One task's report. `default`: per mode, the library's default variant ([`defaults`], chosen over every task);
     `None`: this task's own choice. The verdict's arms ("preregistered") are the reference and the defaults; the
-    variants this task's tuning seeds chose, and the `extra` arms, are reported beside them.
+    variants this task's tuning seeds chose, and the `extra` arms, are reported beside them. Without tuning seeds
+    (`--tuning 0`, a check of given arms), the reference is the static arm of best mean AUC on the reported seeds.
     """
-    chosen = choose(runs, task, tuning)
+    chosen = choose(runs, task, tuning) or choose(runs, task, reported)  # no tuning seeds: the post-hoc best
     reference = chosen["static"]
     default = {m: a for m, a in chosen.items() if m != "static"} if default is None else default
     by = {(r["arm"], r["seed"]): r for r in runs if r["task"] == task}
