@@ -199,3 +199,24 @@ def test_colocate_mode_samples_every_row_of_a_mixed_round(tmp_path, fake_vllm_co
         assert group_runs(call["idx"]) == round_sizes == [2, 4, 2, 4]
         assert generate_call.prompts == prompt_ids_of(dataset, call["idx"])  # every row, each group contiguous
         assert_completions_in_group_order(call, dataset, n_per_request=1)
+
+
+@TRAINERS
+def test_a_skipping_stage_requests_its_one_g_for_the_prompts_it_keeps(tmp_path, fake_vllm_server, monkeypatch, cls):
+    """A stage of G 2 that skips, in server mode: one request a round at n 2 for the round's prompts; on the second
+    pass (every prompt settled: rewards are the prompt's index) the round skips prompts before it takes its own."""
+    from .test_per_prompt import always_defer_settled
+
+    always_defer_settled(monkeypatch)
+    stages = [Stage(num_generations=2, temperature=0.9, skip=True)]
+    trainer, recorder, dataset = make_vllm_trainer(tmp_path, stages, "server", cls=cls, max_steps=14,
+                                                   shuffle_dataset=False)  # fmt: skip
+    trainer.train()
+    requests = fake_vllm_server.generation_requests
+    assert [(r.n, r.temperature) for r in requests] == [(2, 0.9)] * 14
+    for request, call in zip(requests, recorder.calls, strict=True):
+        assert_whole_groups(call["idx"], 2)
+        assert request.prompts == prompt_ids_of(dataset, call["idx"][::2])
+    assert min(recorder.calls[12]["idx"]) > 4  # pass 2's first round: the prompts before it skipped
+    assert sum(h.get("curriculum/skipped/solved", 0) + h.get("curriculum/skipped/failed", 0)
+               for h in train_history(trainer)) > 0  # fmt: skip
