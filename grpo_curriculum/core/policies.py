@@ -444,6 +444,11 @@ class PerPromptPolicy(Policy):
         return self.slots.slot_of(key)
 
     @property
+    def prompt_stats(self):
+        """Each prompt slot's statistics ([`PromptStats`]: discounted successes and failures, zero-std streak)."""
+        return self.allocator.stats
+
+    @property
     def round_prompts(self) -> int:
         """The prompts a round holds at the candidates' mean G (the groups a round's statistics update counts)."""
         return self.allocator.prompts

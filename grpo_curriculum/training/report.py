@@ -195,7 +195,7 @@ def settled_rows(policy, limit: int) -> list[dict]:
     succeeded before), with their evidence (the streak of all-equal visits and the discounted successes and
     failures), longest streak first, at most `limit`. What a practitioner filters the next run's data by.
     """
-    stats = policy.allocator.stats
+    stats = policy.prompt_stats
     streak = np.asarray(stats.zero_streak)
     slots = np.flatnonzero(streak)
     order = slots[np.lexsort((slots, -np.abs(streak[slots])))][:limit]

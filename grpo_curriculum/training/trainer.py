@@ -294,7 +294,7 @@ class CurriculumTrainerMixin:
         and give its text. Main process only; `None` (nothing written) without such a policy.
         """
         policy = None if self._curriculum is None else self._curriculum.policy
-        if policy is None or not hasattr(policy, "allocator") or not self.accelerator.is_main_process:
+        if policy is None or not policy.adaptive.per_prompt or not self.accelerator.is_main_process:
             return None
         rows = settled_rows(policy, self._curriculum.uncertain_prompts or 1000)
         texts = None
