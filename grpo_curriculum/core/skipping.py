@@ -16,24 +16,20 @@ resumes wherever per-prompt stages do (both trainers, vLLM, several processes, t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from .adaptive import SKIP_RULES
+from .adaptive import KNOBS
 from .errors import Problem, raise_if_any
-from .rules import Rule, check, fraction, settings_from_mapping
+from .rules import check, settings_from_mapping
 
 if TYPE_CHECKING:
     from .adaptive import Adaptive
 
 SKIP_DEFAULT_TARGET = 0.05  # the study's `skip_target` (issue 37's fixed-kind check)
-SKIP_SETTING_RULES = {
-    "rule": Rule("choice", choices=SKIP_RULES, fix=f"use one of {list(SKIP_RULES)}"),
-    "target": fraction(False, False, why="the share of zero-std groups the skipping aims at",
-                       fix=f"e.g. `target: {SKIP_DEFAULT_TARGET}`"),
-    "explore": fraction(False, False, why="the chance, at the start, that a prompt settled in one visit is sampled "
-                        "again", fix="e.g. `explore: 0.5`"),
-}
+SKIP_SETTING_RULES = {"rule": KNOBS["skip"], "explore": KNOBS["skip_explore"],
+                      "target": replace(KNOBS["skip_target"], why="the share of zero-std groups the skipping aims at")}
+"""A skip setting's rules: the per-prompt knobs it sets (`adaptive.skip`, `skip_target`, `skip_explore`)."""
 
 
 @dataclass(frozen=True)
