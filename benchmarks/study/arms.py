@@ -60,7 +60,10 @@ MODES = {  # mode: its variants (arm names), the first one the library's default
     "top_up": ["top_up", "top_up_p16"],
     # issue 50: a stage of one G that skips settled prompts (`Stage(num_generations=G, skip=...)`), evidence by default
     "skip": ["static_g4_skip", "static_g4_skip_greso", "static_g4_skip_t15", "static_g8_skip", "static_g2_skip",
-             "static_g4_skip_e05", "static_g4_skip_e20", "static_g8_skip_e05"],
+             "static_g4_skip_e05", "static_g4_skip_e20", "static_g8_skip_e05",
+             # issue 50's second round: the pooled point-mass rule, pilot groups of N (`_pN`), and both
+             "static_g4_skip_pooled", "static_g4_skip_p2", "static_g4_skip_pooled_p2", "static_g8_skip_p2",
+             "static_g8_skip_pooled_p2", "static_g8_skip_p4", "static_g8_skip_pooled"],
     "dynamic": ["dynamic_g4", "dynamic_g8", "dynamic_g16", "dynamic_g4_r2", "dynamic_g8_r2"],
     # coarse to fine comparisons (issue 29) at the G of the reference static arm the tuning seeds chose (16)
     "comparison": ["comparison_extremes_g16", "comparison_margin_g16"],
@@ -142,11 +145,15 @@ def arm_stages(arm: str):
         return [Stage(temperature=t, name=arm, adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt"))]
     if mode_of(arm) in KNOWS_SETTLED:  # static G (on the prompts, in the order, `run_arm` gives it)
         return [Stage(num_generations=int(arm.rpartition("_g")[2]), temperature=t)]
-    if mode_of(arm) == "skip":  # `static_gN_skip[_greso | _tNN | _eNN]`: rule evidence (or GRESO's), target 0.05
-        size, _, variant = arm.removeprefix("static_g").partition("_skip")  # (or NN %), exploring from 0.5 (NN %)
-        skip = {"rule": "greso" if variant == "_greso" else "evidence",
-                "target": int(variant.removeprefix("_t")) / 100 if variant.startswith("_t") else 0.05,
-                "explore": int(variant.removeprefix("_e")) / 100 if variant.startswith("_e") else 0.5}
+    if mode_of(arm) == "skip":  # `static_gN_skip[_greso | _pooled][_tNN][_eNN][_pN]`: rule evidence (or GRESO's,
+        size, _, variant = arm.removeprefix("static_g").partition("_skip")  # or pooled), target 0.05 (or NN %),
+        skip = {"rule": "evidence", "target": 0.05, "explore": 0.5}  # exploring from 0.5 (or NN %), no pilot (or N)
+        for part in variant.split("_")[1:]:
+            if part in ("greso", "pooled"):
+                skip["rule"] = part
+            else:
+                skip[{"t": "target", "e": "explore", "p": "pilot"}[part[0]]] = (
+                    int(part[1:]) if part[0] == "p" else int(part[1:]) / 100)
         return [Stage(num_generations=int(size), temperature=t, name=arm, skip=skip)]
     arm = arm.removeprefix("rloo_")  # `rloo_static_gN`: static_gN's stages on RLOO
     if arm.startswith("static_g"):

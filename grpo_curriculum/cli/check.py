@@ -50,9 +50,9 @@ def _stage_rows(schedule, max_steps=None) -> list[tuple[str, object]]:
                          (stage.num_generations, stage.dynamic_sampling)))
             continue
         if stage.skip is not None:  # one G, checked as a fixed one, with the study's warning
-            g = stage.num_generations
+            g = stage.num_generations  # with pilot groups: both sizes must fill the round, as per-prompt candidates
             rows.append((f"{label}: G={g}, {stage.skip.describe()}, temperature {temperature}, {ends}",
-                         (g, stage.skip)))  # fmt: skip
+                         (g if stage.skip.pilot is None else stage.adaptive.num_generations, stage.skip)))
             continue
         if stage.adaptive is None:
             g = stage.num_generations
@@ -221,6 +221,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
             else:
                 lines.append(f"{label}: valid (each prompt gets its own G: the candidates need not divide the "
                              f"generation batch {batch}, only fill it together)")
+                lines += plan
         elif geometry.is_valid(G):
             lines.append(f"{label}: valid ({batch} / {G} = {plural(batch // G, 'prompt')} per "
                          "generation round)")

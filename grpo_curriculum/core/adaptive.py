@@ -39,9 +39,9 @@ HISTORY_POLICIES = POLICIES[:3]
 WEIGHTS = {"hard": (1, 3), "knapsack": (1, 2), "variance": (1, 1), "uniform": (0, 0)}
 """Per prompt: a group's information weight `w(p) = p^i (1-p)^j` by name, `(i, j)`: `p (1-p)^3` (the default),
 `p (1-p)^2` (Knapsack RL's), `p (1-p)` or 1 ([`grpo_curriculum.core.allocation.expected_value`])."""
-SKIP_RULES = ("evidence", "greso")
+SKIP_RULES = ("evidence", "pooled", "greso")
 """Per prompt, with `defer`: how settled prompts are skipped ([`grpo_curriculum.core.allocation`]: `"evidence"`, issue
-42's; `"greso"`, issue 37's)."""
+42's; `"pooled"`, issue 50's; `"greso"`, issue 37's)."""
 ONLY = {  # knobs that only mean something with some policies, or with temperature bounds
     "raise_above": ("hysteresis",),
     **dict.fromkeys(("margin", "window"), ("success_rate",)),
@@ -50,7 +50,8 @@ ONLY = {  # knobs that only mean something with some policies, or with temperatu
     **dict.fromkeys(("defer", "decay", "mean_generations", "lookahead", "weight", "skip_target", "skip",
                      "skip_explore"), ("per_prompt",)),
     **dict.fromkeys(("lower_below", "patience", "cooldown", "smoothing"), HISTORY_POLICIES),
-    **dict.fromkeys(("pilot", "prompts"), ("top_up",)),
+    "pilot": ("top_up", "per_prompt"),
+    "prompts": ("top_up",),
     **dict.fromkeys(("temperature_step", "collapse_below", "diverse_above"), "temperature: [low, high]"),
 }
 MAX_CANDIDATES = 64
@@ -70,7 +71,8 @@ KNOBS = {  # the rule of every knob
     "skip_target": fraction(False, True), "skip": Rule("choice", choices=SKIP_RULES),
     "skip_explore": fraction(False, False, why="the chance, at the start, that a prompt settled in one visit is "
                              "sampled again"),
-    "pilot": dataclasses.replace(NUM_GENERATIONS, why="completions every prompt of a top-up round gets first",
+    "pilot": dataclasses.replace(NUM_GENERATIONS, why="completions a prompt's first group holds (top-up: every "
+                                 "prompt's; per prompt: an unseen or settled prompt's)",
                                  fix="e.g. `pilot: 4`, or omit it (the smallest candidate)"),
     "prompts": integer(1, MAX_COUNT, why="prompts a top-up round holds",
                        fix="e.g. `prompts: 8`, or omit it (chosen from the generation batch)"),  # each: or None
@@ -153,6 +155,16 @@ def _adaptive_problems(values: Mapping, key: str, given=()) -> list[Problem]:
     if not problems and values["collapse_below"] > values["diverse_above"]:
         problems.append(Problem(f"{key}.collapse_below", values["collapse_below"],
                                 f"must not exceed `diverse_above` ({values['diverse_above']!r})"))
+    if values.get("policy") == "per_prompt" and values.get("pilot") is not None and not problems:
+        g, pilot = list(values["num_generations"]), values["pilot"]
+        if pilot not in g[:-1]:
+            problems.append(Problem(f"{key}.pilot", pilot, f"must be one of the candidates {g} below the largest "
+                                    "(a per-prompt pilot group holds a candidate G)",
+                                    f"use `pilot: {g[0]}`" if len(g) > 1 else "add a smaller candidate, or drop "
+                                    "`pilot`"))
+        if not values["defer"]:
+            problems.append(Problem(f"{key}.pilot", pilot, "needs `defer: true` (pilot groups are where deferred "
+                                    "prompts come back)", "set `defer: true`, or drop `pilot`"))
     if values.get("policy") == "top_up":
         names = ("num_generations", "pilot")
         problems += _top_up_problems(values, key, not any(p.key.startswith(f"{key}.{n}") for p in problems
@@ -262,8 +274,10 @@ class Adaptive:
         skip (`str`, *optional*, defaults to `"greso"`):
             Per prompt, with `defer`: `"evidence"` (issue 42: a prompt that has ever succeeded is never deferred for
             failing, so impossible prompts are told from rare-success ones; the round compares twice its prompts and
-            skips the ones of least value for the pass; the pass's end is not filled with deferred prompts) or
-            `"greso"` (issue 37's rule: GRESO's streaks alone). See [`grpo_curriculum.core.allocation`].
+            skips the ones of least value for the pass; the pass's end is not filled with deferred prompts),
+            `"pooled"` (issue 50: `"evidence"`, and a prompt that has failed every visit is deferred only as far as a
+            prior with a point mass at 0, fitted to every prompt's counts, says it is impossible) or `"greso"` (issue
+            37's rule: GRESO's streaks alone). See [`grpo_curriculum.core.allocation`].
         skip_explore (`float`, *optional*, defaults to `0.5`):
             Per prompt, with `defer`: GRESO's exploration probability at the start, of each kind (the chance that a
             prompt whose one visit was all successes, or all failures, is sampled again on its next pass; `z` such
@@ -271,7 +285,10 @@ class Adaptive:
         pilot (`int`, *optional*):
             Top-up: completions every prompt of a round gets first, and the size of each later increment of a group;
             it must divide every candidate. `None`: the smallest candidate. A group then holds `pilot`, `2 * pilot`,
-            ..., up to the largest candidate.
+            ..., up to the largest candidate. Per prompt, with `defer` (issue 50): a candidate below the largest; a
+            prompt is sampled at `pilot` while it is unseen or settled (its last group's rewards all equal) and at the
+            largest candidate once its last group was informative, so first visits and re-checks cost `pilot`.
+            `None`: the knapsack chooses every G.
         prompts (`int`, *optional*):
             Top-up: prompts a round holds. `None`: enough that half of them could reach the largest candidate,
             `generation_batch_size // max(2 * pilot, largest // 2)`, clamped to fill the batch at the largest candidate

@@ -60,11 +60,26 @@ skipped. With `skip="evidence"` three things change:
   the pass in turn, as before (a round without deferral compares `M + lookahead` prompts, as before).
 
 `skip="greso"` is issue 37's rule (the items above off).
+
+**Skipping from pooled evidence (`skip="pooled"`, issue 50).** `"evidence"`, except that a prompt that has failed
+every visit is deferred only as far as the data says it is impossible: its keep probability `k` becomes
+`1 - P(impossible) (1 - k)`, with `P(impossible)` its posterior under a prior with a point mass at 0 (a share `pi` of
+prompts that never succeed) beside a Beta, both fitted to every visited prompt's discounted counts by EM
+([`point_mass`]). Where no prompt is impossible, `pi` falls as prompts that failed start to succeed, and failing
+prompts stop being skipped; two all-fail visits mean "probably impossible" only where the data has impossible prompts.
+
+**Pilot groups (`pilot`, issue 50; with `defer`).** A prompt is sampled at the `pilot` candidate while it is unseen
+or settled (its last visit's group had rewards all equal), and at the largest candidate once its last group was
+informative: a first visit, and every re-check of a settled prompt, costs `pilot` completions, not the largest G.
+The round reads the pass's next prompts in order until their sizes fill the budget (the last ones' sizes adjusted by
+the knapsack so the sum is exact); none waits, and the pass's end is not filled with deferred prompts.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -122,6 +137,39 @@ def beta_prior(moments: Sequence[float]) -> tuple[float, float]:
     spread = min(max(spread, 1e-6), mean * (1 - mean) * 0.999)
     strength = min(max(mean * (1 - mean) / spread - 1, 0.2), 50.0)
     return mean * strength, (1 - mean) * strength
+
+
+def point_mass(successes: np.ndarray, trials: np.ndarray, iterations: int = 20) -> tuple[float, np.ndarray]:
+    """
+    The share `pi` of prompts that never succeed and, per prompt, the posterior probability that it is one of them,
+    under the prior `pi x (point mass at p = 0) + (1 - pi) x Beta(a, b)` fitted by EM to the prompts' (discounted)
+    successes and trials: a prompt with a success has probability 0; one with `n` trials and none,
+    `pi / (pi + (1 - pi) B(a, b + n) / B(a, b))`. The Beta is fitted by [`beta_prior`] to the success fractions,
+    each prompt weighted by its probability of not being impossible. Prompts without a trial are ignored (0).
+
+    Returns:
+        `tuple[float, np.ndarray]`: `pi`, and the probabilities (the shape of `successes`).
+    """
+    successes, trials = np.asarray(successes, dtype=np.float64), np.asarray(trials, dtype=np.float64)
+    probability = np.zeros(successes.shape)
+    seen = trials > 0
+    zero = seen & (successes <= 0)
+    if not zero.any():
+        return 0.0, probability
+    x, n = successes[seen] / trials[seen], trials[seen]
+    at_zero, inverse = np.unique(trials[zero], return_inverse=True)  # few distinct trial counts: lgamma per count
+    lgamma = np.vectorize(math.lgamma)
+    share, fitted = float(zero.sum() / seen.sum()) / 2, np.zeros(int(seen.sum()))
+    for _ in range(iterations):
+        weights = 1 - fitted
+        total = max(weights.sum(), 1e-9)
+        a, b = beta_prior([float(weights @ x) / total, float(weights @ x**2) / total, float(weights @ (1 / n)) / total])
+        # log B(a, b + n) - log B(a, b): the chance of n failures in a row under the Beta
+        none = np.exp(lgamma(b + at_zero) + lgamma(a + b) - lgamma(b) - lgamma(a + b + at_zero))[inverse]
+        probability[zero] = share / (share + (1 - share) * none) if share > 0 else 0.0
+        fitted = probability[seen]
+        share = float(fitted.mean())
+    return share, probability
 
 
 def uniform_draw(seed: int, slot: int, epoch: int) -> float:
@@ -269,13 +317,17 @@ class PerPromptAllocator:
         defer (`bool`): Whether to defer settled prompts (GRESO).
         skip_target (`float`): The share of zero-std groups the deferral aims at.
         seed (`int`): Seed of the deferral draws.
-        skip (`str`): With `defer`: `"evidence"` (issue 42) or `"greso"` (issue 37), a key of [`SKIP_RULES`].
+        skip (`str`): With `defer`: `"evidence"` (issue 42), `"pooled"` (issue 50) or `"greso"` (issue 37), a key of
+            [`SKIP_RULES`].
         explore (`float`): GRESO's exploration probability of each kind at the start.
+        pilot (`int`, *optional*): With `defer`: the candidate an unseen or settled prompt is sampled at (the
+            others: the largest); `None`: the knapsack chooses every G.
     """
 
     def __init__(self, candidates: Sequence[int], budget: int, prompts: int, stats: PromptStats,
                  weight: str = "hard", lookahead: int = 0, defer: bool = False, skip_target: float = 0.25,
-                 seed: int = 0, skip: str = "greso", explore: float = EXPLORE_START):  # fmt: skip
+                 seed: int = 0, skip: str = "greso", explore: float = EXPLORE_START,
+                 pilot: int | None = None):  # fmt: skip
         self.candidates = tuple(int(c) for c in candidates)
         self.budget = int(budget)
         if not sums(self.candidates, self.budget) >> self.budget & 1:
@@ -287,7 +339,12 @@ class PerPromptAllocator:
         self.stats, self.weight, self.defer, self.skip_target, self.seed = stats, weight, defer, skip_target, seed
         if skip not in SKIP_RULES:
             raise ValueError(f"skip {skip!r}: use one of {list(SKIP_RULES)}")
-        self.evidence = defer and skip == "evidence"
+        self.evidence = defer and skip in ("evidence", "pooled")
+        self.pooled = defer and skip == "pooled"
+        self.impossible = None  # `pooled`: each slot's probability of never succeeding, fitted once a round
+        if pilot is not None and (pilot not in self.candidates or pilot == self.candidates[-1]):
+            raise ValueError(f"pilot {pilot} must be one of the candidates {list(self.candidates)} below the largest")
+        self.pilot = int(pilot) if defer and pilot is not None else None
         # evidence compares twice a round's prompts by value; one candidate has no values to compare (every G the same)
         self.window = self.prompts * (2 if self.evidence and len(self.candidates) > 1 else 1) + int(lookahead)
         self.fill_window = self.prompts + int(lookahead)  # a round without deferral: issue 37's window
@@ -302,7 +359,15 @@ class PerPromptAllocator:
         if streak < 0 and self.evidence and self.stats.successes[slot] > 0:
             return False  # it has succeeded: rare-success, not impossible
         keep = max(self.explore["easy" if streak > 0 else "hard"] ** abs(streak), KEEP_FLOOR)
+        if streak < 0 and self.pooled:  # deferred for failing only as far as it is probably impossible
+            keep = 1 - float(self.impossible[slot]) * (1 - keep)
         return uniform_draw(self.seed, slot, epoch) >= keep
+
+    def pilot_size(self, slot: int) -> int:
+        """With `pilot`: the G a prompt's rule gives it, the pilot while it is unseen or settled, else the largest."""
+        stats = self.stats
+        settled = stats.zero_streak[slot] != 0 or stats.successes[slot] + stats.failures[slot] == 0
+        return self.pilot if settled else self.candidates[-1]
 
     def values(self, slots: Sequence[int]) -> np.ndarray:
         """Per slot and candidate, the expected value of a group of that size ([`expected_value`])."""
@@ -348,6 +413,10 @@ class PerPromptAllocator:
             [`RoundPlan`], or `None` when the pass's remaining prompts cannot fill the budget (with deferral: cannot
             fill the round's prompts).
         """
+        if self.pooled and defer:
+            self.impossible = point_mass(self.stats.successes, self.stats.successes + self.stats.failures)[1]
+        if self.pilot is not None:
+            return self._plan_pilot(waiting, fresh, epoch, defer)
         window, positions, read, deferred = list(waiting), list(range(len(waiting))), 0, 0
         skipped = dict.fromkeys(SKIP_REASONS, 0)
         floor = []  # evidence: window positions kept by GRESO's floor, taken whatever their value (they come back)
@@ -377,6 +446,42 @@ class PerPromptAllocator:
             deferred, skipped["value"], left = deferred + len(left), len(left), []
         return RoundPlan(tuple(positions[i] for i in taken), tuple(sizes), tuple(positions[i] for i in left), read,
                          deferred, skipped)  # fmt: skip
+
+    def _plan_pilot(self, waiting: Sequence[int], fresh: Iterable[int], epoch: int, defer: bool) -> RoundPlan | None:
+        """A round of pilot and full groups: the prompts waiting (none, unless a state saved by another rule), then
+        the pass's next undeferred ones, in order, until their sizes ([`pilot_size`]) reach the budget; the knapsack
+        makes the sum exact, keeping as many rule sizes as it can. None is left waiting."""
+        window, positions, looked, deferred, planned = [], [], 0, 0, 0
+        skipped = dict.fromkeys(SKIP_REASONS, 0)
+        iterator, sizes = itertools.chain(waiting, fresh), None
+        while True:
+            if planned >= self.budget:
+                sizes = self._pilot_sizes(window)
+                if sizes is not None:
+                    break
+            slot = next(iterator, None)
+            if slot is None:
+                sizes = self._pilot_sizes(window) if window else None
+                if sizes is None:
+                    return None  # the pass's prompts left cannot fill the budget
+                break
+            looked += 1
+            if looked > len(waiting) and defer and deferred < self.max_deferred and self.deferred(slot, epoch):
+                deferred += 1
+                skipped["solved" if self.stats.zero_streak[slot] > 0 else "failed"] += 1
+                continue
+            window.append(slot)
+            positions.append(looked - 1)
+            planned += self.pilot_size(slot)
+        read = max(looked - len(waiting), 0)
+        return RoundPlan(tuple(positions), tuple(sizes), (), read, deferred, skipped)
+
+    def _pilot_sizes(self, slots: Sequence[int]) -> list[int] | None:
+        """The G of each prompt: the knapsack over {rule size: 1, other candidates: 0}, so the sum is the budget."""
+        rule = np.array([self.candidates.index(self.pilot_size(slot)) for slot in slots])
+        preference = np.zeros((len(slots), len(self.candidates)))
+        preference[np.arange(len(slots)), rule] = 1.0
+        return knapsack(preference, self.candidates, self.budget)
 
     def adapt(self, easy_share: float, hard_share: float) -> None:
         """GRESO's update after a round: each kind's exploration probability moves against its zero-std share."""

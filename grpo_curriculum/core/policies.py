@@ -436,7 +436,8 @@ class PerPromptPolicy(Policy):
         prompts = max(round(budget / mean), 1)
         self.allocator = PerPromptAllocator(a.num_generations, budget, prompts, stats, weight=a.weight,
                                             lookahead=a.lookahead, defer=a.defer, skip_target=a.skip_target,
-                                            seed=seed, skip=a.skip, explore=a.skip_explore)  # fmt: skip
+                                            seed=seed, skip=a.skip, explore=a.skip_explore,
+                                            pilot=a.pilot)  # fmt: skip
         self.slots = slots
 
     def slot_of(self, key: str) -> int:
@@ -466,8 +467,9 @@ class PerPromptPolicy(Policy):
     def fills_pass_end(self) -> bool:
         """Whether a round the deferral leaves short at the pass's end is filled with the prompts it deferred. Not at
         one candidate with deferral (a stage of one G that skips, [`~core.skipping.Skip`]): the next pass starts
-        instead, unless a whole pass cannot fill a round."""
-        return len(self.adaptive.num_generations) > 1 or not self.adaptive.defer
+        instead, unless a whole pass cannot fill a round. Nor with pilot groups (`pilot`)."""
+        a = self.adaptive
+        return not a.defer or (len(a.num_generations) > 1 and a.pilot is None)
 
     def _observe(self, stats: RoundStats) -> None:
         if stats.prompt_keys is None:

@@ -129,6 +129,12 @@ def stage_problems(values: Mapping, key: str = "stage") -> list[Problem]:
                                 f"{list(adaptive.num_generations)}",
                                 "start the stage at a candidate, or omit `num_generations` to start at the smallest"))
     smallest = _smallest_group(adaptive, g)
+    if skip is not None and skip.pilot is not None and is_int(g):
+        if skip.pilot >= g:
+            problems.append(Problem(f"{at}skip.pilot", skip.pilot, f"must be below the stage's G ({g}): the groups "
+                                    "of unseen and settled prompts are the smaller ones",
+                                    f"e.g. `pilot: {g // 2}`, or drop `pilot`" if g >= 4 else "drop `pilot`"))
+        smallest = (skip.pilot, "the skip pilot group, the smallest group a round trains")
     if smallest is not None:
         problems += reach_problems(comparison, *smallest, key=f"{at}comparison")
     bounds = adaptive.temperature if adaptive is not None else None

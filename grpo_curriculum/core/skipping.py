@@ -28,8 +28,10 @@ if TYPE_CHECKING:
 
 SKIP_DEFAULT_TARGET = 0.05  # the study's `skip_target` (issue 37's fixed-kind check)
 SKIP_SETTING_RULES = {"rule": KNOBS["skip"], "explore": KNOBS["skip_explore"],
-                      "target": replace(KNOBS["skip_target"], why="the share of zero-std groups the skipping aims at")}
-"""A skip setting's rules: the per-prompt knobs it sets (`adaptive.skip`, `skip_target`, `skip_explore`)."""
+                      "target": replace(KNOBS["skip_target"], why="the share of zero-std groups the skipping aims at"),
+                      "pilot": replace(KNOBS["pilot"], why="completions an unseen or settled prompt's group holds",
+                                       fix="e.g. `pilot: 2`, below the stage's G, or omit it")}
+"""A skip setting's rules: the per-prompt knobs it sets (`adaptive.skip`, `skip_target`, `skip_explore`, `pilot`)."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,9 @@ class Skip:
     Args:
         rule (`str`, *optional*, defaults to `"evidence"`):
             `"evidence"`: a prompt that has ever succeeded is never skipped for failing (only an all-success streak
-            skips it); `"greso"`: GRESO's streaks of either kind.
+            skips it); `"pooled"`: `"evidence"`, and a prompt that has failed every visit is skipped only as far as
+            the data says it is impossible (a prior with a point mass at 0 fitted to every prompt's counts: where
+            failing prompts start to succeed, they stop being skipped); `"greso"`: GRESO's streaks of either kind.
         target (`float`, *optional*, defaults to `0.05`):
             The share of the round's groups whose rewards are all equal that the skip probabilities are driven towards
             (GRESO's target): the lower, the more settled prompts are skipped.
@@ -48,17 +52,27 @@ class Skip:
             GRESO's exploration probability at the start: the chance that a prompt settled in one visit is sampled
             again on its next pass (after `z` such visits, its `z`-th power); it then moves by 0.01 a round towards
             `target`.
+        pilot (`int`, *optional*):
+            A smaller G for the groups of unseen and settled prompts: a prompt's first visit, and every visit while its
+            last group's rewards were all equal, holds `pilot` completions; it returns to the stage's G with its first
+            informative group. The budget is the same, so a round holds more prompts while many are new or settled.
+            It must be below the stage's G, and the two must fill the generation batch together. `None`: every group
+            holds the stage's G.
     """
 
     rule: str = "evidence"
     target: float = SKIP_DEFAULT_TARGET
     explore: float = 0.5
+    pilot: int | None = None
 
     def __post_init__(self):
-        raise_if_any(check(SKIP_SETTING_RULES, {"rule": self.rule, "target": self.target, "explore": self.explore},
+        given = {"rule": self.rule, "target": self.target, "explore": self.explore, "pilot": self.pilot}
+        raise_if_any(check(SKIP_SETTING_RULES, {k: v for k, v in given.items() if k != "pilot" or v is not None},
                            "skip"))  # fmt: skip
         object.__setattr__(self, "target", float(self.target))
         object.__setattr__(self, "explore", float(self.explore))
+        if self.pilot is not None:
+            object.__setattr__(self, "pilot", int(self.pilot))
 
     @classmethod
     def from_value(cls, value, key: str = "skip") -> tuple[Skip | None, list[Problem]]:
@@ -76,17 +90,20 @@ class Skip:
         if isinstance(value, str):
             value = {"rule": value}
         return settings_from_mapping(cls, value, key, "a skip setting", "`skip: evidence` or `skip: {rule: "
-                                     "evidence, target: 0.05}`", lambda given, at: check(SKIP_SETTING_RULES, given,
-                                                                                         at))  # fmt: skip
+                                     "evidence, target: 0.05}`", lambda given, at: check(SKIP_SETTING_RULES, {
+                                         k: v for k, v in given.items() if k != "pilot" or v is not None}, at))
 
     def adaptive(self, num_generations: int) -> Adaptive:
         """The per-prompt policy a stage of G `num_generations` runs to skip this way (its only candidate: G)."""
         from .adaptive import Adaptive
 
-        return Adaptive(num_generations=(int(num_generations),), policy="per_prompt", defer=True, skip=self.rule,
-                        skip_target=self.target, skip_explore=self.explore, lookahead=0)  # fmt: skip
+        g = int(num_generations)
+        return Adaptive(num_generations=(g,) if self.pilot is None else (self.pilot, g), policy="per_prompt",
+                        defer=True, skip=self.rule, skip_target=self.target, skip_explore=self.explore, lookahead=0,
+                        pilot=self.pilot)  # fmt: skip
 
     def describe(self) -> str:
         """In words, e.g. `"skips settled prompts (evidence, target 0.05)"`."""
         explore = "" if self.explore == 0.5 else f", explore {self.explore:g}"
-        return f"skips settled prompts ({self.rule}, target {self.target:g}{explore})"
+        pilot = "" if self.pilot is None else f", pilot groups of {self.pilot}"
+        return f"skips settled prompts ({self.rule}, target {self.target:g}{explore}{pilot})"
