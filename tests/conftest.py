@@ -88,7 +88,7 @@ from .vllm_real import (  # noqa: E402, F401 - fixtures
 
 
 # The scenarios of tests/distributed_run.py, trained in turn by one `torchrun --nproc_per_node 2` launch.
-TORCHRUN_MODES = ("stages", "adaptive", "per_prompt", "increments", "rloo", "skip", "colocate_tp")
+TORCHRUN_MODES = ("stages", "adaptive", "per_prompt", "increments", "rloo", "skip", "skip_pilot", "colocate_tp")
 
 
 @pytest.fixture(scope="session")

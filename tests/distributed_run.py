@@ -46,6 +46,8 @@ def settled_or_rank_dependent(prompts, completions, idx, **kwargs):
 def stages_for(mode: str):
     if mode == "skip":  # G 4 skipping settled prompts: each round one group over both processes (2 rows each)
         return [Stage(num_generations=4, temperature=1.0, skip=True)]
+    if mode == "skip_pilot":  # the same with pilot groups of 2 for new and settled prompts, the pooled rule
+        return [Stage(num_generations=4, temperature=1.0, skip={"rule": "pooled", "pilot": 2})]
     if mode == "rloo":  # G 4, then G 16 (a group spans both processes), then G per prompt
         return [Stage(num_generations=4, temperature=0.7, until_step=2),
                 Stage(num_generations=16, temperature=1.2, until_step=4),
@@ -67,7 +69,7 @@ def stages_for(mode: str):
 
 
 def train(output_dir: str, mode: str) -> None:
-    recorder = RoundRecorder(reward_fn=settled_or_rank_dependent if mode == "skip" else rank_dependent_reward)
+    recorder = RoundRecorder(reward_fn=settled_or_rank_dependent if mode.startswith("skip") else rank_dependent_reward)
     stages = stages_for(mode)
     rloo = mode == "rloo"  # RLOO without its KL penalty (beta 0): the advantages follow from the rewards alone
     trainer = (CurriculumRLOOTrainer if rloo else CurriculumGRPOTrainer)(
@@ -75,11 +77,11 @@ def train(output_dir: str, mode: str) -> None:
         processing_class=build_tokenizer(),
         reward_funcs=recorder,
         args=grpo_args(output_dir, RLOOConfig if rloo else None,
-                       per_device_train_batch_size={"per_prompt": 8, "rloo": 8, "skip": 2}.get(mode, 4),
+                       per_device_train_batch_size={"per_prompt": 8, "rloo": 8, "skip": 2, "skip_pilot": 2}.get(mode, 4),
                        num_generations=8 if mode in ("per_prompt", "rloo") else 2,  # TRL's loader: 16 / 8 prompts
                        max_steps={"stages": 6, "adaptive": 10, "increments": 6}.get(mode, 12),
                        shuffle_dataset=True, **({"beta": 0.0} if rloo else {})),
-        train_dataset=indexed_dataset({"per_prompt": 8, "rloo": 8, "skip": 6}.get(mode, 48)),
+        train_dataset=indexed_dataset({"per_prompt": 8, "rloo": 8, "skip": 6, "skip_pilot": 6}.get(mode, 48)),
         callbacks=[CurriculumCallback(stages)],
     )
     recorder.trainer = trainer

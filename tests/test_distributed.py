@@ -72,6 +72,17 @@ def test_a_skipping_stage_skips_the_same_prompts_on_every_rank(torchrun_scenario
     assert any(s != [None, None] and s != [0, 0] for s in skipped), skipped
 
 
+def test_pilot_groups_are_the_same_on_every_rank(torchrun_scenarios):
+    """G 4 with pilot groups of 2 (`skip: {rule: pooled, pilot: 2}`), ranks scoring the mixed prompts differently: both
+    ranks plan the same rounds of pilot and full groups from the gathered rewards, and every group is whole."""
+    ranks = torchrun_scenarios("skip_pilot")
+    rounds = [[(c["step"], c["sizes"]) for c in rank["calls"]] for rank in ranks]
+    assert rounds[0] == rounds[1] and ranks[0]["deferred_total"] == ranks[1]["deferred_total"]
+    assert rounds[0][0][1] == [2, 2] and any(sizes == [4] for _, sizes in rounds[0]), rounds[0]
+    for a, b in zip(ranks[0]["calls"], ranks[1]["calls"], strict=True):
+        assert group_runs(a["idx"] + b["idx"]) == a["sizes"]
+
+
 def test_train_command_under_torchrun_validates_the_real_world_size(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
     base = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",

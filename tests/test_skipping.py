@@ -196,3 +196,119 @@ def test_skip_explore_sets_greso_s_start():
     policy.bind(budget=8, slots=PromptSlots(16, indexed=True), seed=0)
     assert policy.skip_probabilities() == pytest.approx({"skip_p_easy": 0.8, "skip_p_hard": 0.8})
     assert Skip.from_value({"explore": 1.5})[1][0].key == "skip.explore"
+
+
+# --- issue 50, second round: the pooled point-mass rule and pilot groups -------------------------------------------
+
+
+def test_the_point_mass_is_the_share_of_impossible_prompts_only_where_the_data_has_them():
+    """25% of prompts never succeed in 12 trials beside rates of 0.2-0.9: the share is found and they are named
+    impossible; all-fail groups that a Beta explains (every rate 0.3, 4 trials: 21% fail all) leave the share near 0,
+    where the evidence rule would treat all of them alike."""
+    import numpy as np
+
+    from grpo_curriculum.core.allocation import point_mass
+
+    rng = np.random.default_rng(0)
+    rates = np.r_[np.zeros(50), rng.uniform(0.2, 0.9, 150)]
+    successes = rng.binomial(12, rates).astype(float)
+    share, probability = point_mass(successes, np.full(200, 12.0))
+    assert share == pytest.approx(0.25, abs=0.03) and probability[:50].min() > 0.9
+    assert probability[successes > 0].max() == 0
+    successes = rng.binomial(4, 0.3, 200).astype(float)
+    share, probability = point_mass(successes, np.full(200, 4.0))
+    assert (successes == 0).mean() > 0.15 and share < 0.05 and probability.max() < 0.2
+    assert point_mass(np.array([1.0, 0.0]), np.array([4.0, 0.0]))[0] == 0  # no all-fail prompt, one never seen
+
+
+@pytest.mark.parametrize(("rule", "impossible", "deferred_share"), [
+    ("evidence", True, (0.8, 0.95)), ("pooled", True, (0.75, 0.95)),  # impossible prompts: both skip them
+    ("evidence", False, (0.4, 0.6)), ("pooled", False, (0.0, 0.3)),  # a Beta explains the failures: pooled keeps most
+])  # fmt: skip
+def test_pooled_skips_failing_prompts_as_far_as_the_data_says_they_are_impossible(rule, impossible, deferred_share):
+    """Impossible: 100 prompts failed 12 trials (three visits, keep 0.5^3) beside 300 of rates 0.3-0.9. Not: 400
+    prompts of rates 0.02-0.3 seen once (4 trials), those that failed all four (keep 0.5). `evidence` skips the
+    failing ones with GRESO's probability either way; `pooled` only where the counts say they are impossible."""
+    import numpy as np
+
+    from grpo_curriculum.core.allocation import PerPromptAllocator, PromptStats
+
+    rng = np.random.default_rng(1)
+    stats = PromptStats(400, (4,), decay=1.0, smoothing=0.3)
+    if impossible:
+        trials, streak, rates = 12, -3, np.r_[np.zeros(100), rng.uniform(0.3, 0.9, 300)]
+    else:
+        trials, streak, rates = 4, -1, rng.uniform(0.02, 0.3, 400)
+    stats.successes[:] = rng.binomial(trials, rates)
+    stats.failures[:] = trials - stats.successes
+    failing = np.flatnonzero(stats.successes == 0)
+    stats.zero_streak[failing] = streak
+    allocator = PerPromptAllocator((4,), 16, 4, stats, defer=True, skip=rule, skip_target=0.05)
+    allocator.plan([], iter(range(4)), epoch=1)  # fits the point mass (`pooled`)
+    share = np.mean([allocator.deferred(int(slot), epoch) for slot in failing for epoch in range(1, 6)])
+    assert len(failing) >= 100 and deferred_share[0] <= share <= deferred_share[1]
+
+
+def test_pilot_groups_sample_unseen_and_settled_prompts_small_and_fill_the_budget_exactly():
+    """G 4 with pilot 2, a budget of 16: unseen prompts get 2 (8 a round); once informative, 4; a settled prompt
+    kept by its draw comes back at 2; the sizes always add up to the budget."""
+    from grpo_curriculum.core.allocation import PerPromptAllocator, PromptStats
+
+    stats = PromptStats(40, (2, 4), decay=0.5, smoothing=0.3)
+    allocator = PerPromptAllocator((2, 4), 16, 5, stats, defer=True, skip="evidence", pilot=2)
+    plan = allocator.plan([], iter(range(40)), epoch=1)
+    assert (plan.taken, plan.sizes, plan.left, plan.read) == (tuple(range(8)), (2,) * 8, (), 8)
+    stats.observe([0, 1, 5, 6, 7], [1, 1, 2, 2, 2], [2] * 5, [False] * 2 + [True] * 3)  # 0, 1 informative;
+    allocator.deferred = lambda slot, epoch: slot == 5  # 5-7 solved at 2: 5 skipped, 6 kept by its draw; 2-4 unseen
+    plan = allocator.plan([], iter(range(8)), epoch=2)
+    assert plan.taken == (0, 1, 2, 3, 4, 6) and plan.sizes == (4, 4, 2, 2, 2, 2) and plan.read == 7
+    assert plan.deferred == 1 and sum(plan.sizes) == 16
+    mixed = PerPromptAllocator((2, 4), 14, 5, stats, defer=True, skip="evidence", pilot=2)
+    mixed.deferred = lambda slot, epoch: False
+    assert sum(mixed.plan([], iter(range(8)), epoch=2).sizes) == 14  # 4 + 4 + 2 + 2 + 2 = 14 exactly
+    assert allocator.plan([], iter(range(2)), epoch=3) is None  # the pass's prompts left cannot fill a round
+
+
+@pytest.mark.parametrize(("value", "key", "says"), [
+    ({"pilot": 4}, "Stage.skip.pilot", "must be below the stage's G (4)"),
+    ({"pilot": 1}, "Stage.skip.pilot", "2"),
+])  # fmt: skip
+def test_a_pilot_at_or_above_the_stage_s_g_is_refused(value, key, says):
+    with pytest.raises(CurriculumError) as error:
+        Stage(num_generations=4, temperature=0.9, skip=value)
+    assert [p.key for p in error.value.problems] == [key] and says in str(error.value)
+
+
+def test_a_pilot_stage_runs_as_a_per_prompt_stage_of_two_sizes():
+    stage = Stage(num_generations=8, temperature=0.9, skip={"rule": "pooled", "pilot": 2})
+    assert stage.skip == Skip(rule="pooled", pilot=2) and stage.num_generations == 8
+    assert (stage.adaptive.num_generations, stage.adaptive.pilot, stage.adaptive.skip) == ((2, 8), 2, "pooled")
+    assert Skip.from_value({"pilot": None}) == (Skip(), [])
+    assert "pilot groups of 2" in stage.skip.describe()
+    from grpo_curriculum import Adaptive
+
+    with pytest.raises(CurriculumError) as error:
+        Adaptive(num_generations=(2, 8), policy="per_prompt", pilot=8, defer=False)
+    assert sorted(p.rule.split(" (")[0] for p in error.value.problems) == [
+        "must be one of the candidates [2, 8] below the largest", "needs `defer: true`"]
+
+
+@pytest.mark.parametrize("trainer", ["grpo", "rloo"])
+def test_a_pilot_stage_trains_new_and_settled_prompts_at_the_pilot_and_the_others_at_its_g(tmp_path, monkeypatch,
+                                                                                            trainer):  # fmt: skip
+    """A real run at G 4 with pilot 2: the first pass samples every prompt at 2 (four a round); then the settled ones
+    are skipped and the mixed ones (index % 3 == 2) get G 4, two a round."""
+    from grpo_curriculum import CurriculumRLOOTrainer
+    from grpo_curriculum.training.trainer import CurriculumGRPOTrainer
+
+    always_defer_settled(monkeypatch)
+    cls = CurriculumRLOOTrainer if trainer == "rloo" else CurriculumGRPOTrainer
+    run, recorder = make_trainer(tmp_path, [Stage(num_generations=4, temperature=1.0, skip={"pilot": 2})],
+                                 recorder=RoundRecorder(settled_or_mixed), dataset=indexed_dataset(12), max_steps=6,
+                                 shuffle_dataset=False, cls=cls)  # fmt: skip
+    run.train()
+    assert [(sorted(set(c["idx"])), c["sizes"]) for c in recorder.calls] == [
+        ([0, 1, 2, 3], [2] * 4), ([4, 5, 6, 7], [2] * 4), ([8, 9, 10, 11], [2] * 4),
+        ([2, 5], [4, 4]), ([8, 11], [4, 4]), ([2, 5], [4, 4])]
+    history = train_history(run)
+    assert [h.get("curriculum/skipped/solved", 0) for h in history] == [0, 0, 0, 2, 2, 2]

@@ -198,3 +198,17 @@ def test_the_targets_and_the_rules_are_measured_on_the_defaults():
     assert skipped["pass"] and skipped["deferred"] == 3  # skipped prompts are reported, not judged (issue 37)
     text = "\n".join(report.targets_lines(measured, {"prefix_levels": summary}))
     assert "**missed**" in text and "STARVED" in text and "NOT raised" in text
+
+
+def test_seeds_needed_is_how_often_a_smaller_study_reaches_this_verdict():
+    """Issue 50's power check: a clear gain (every seed +0.02 +- 0.005) is found by 8 seeds; a gain of 0.2 seed-stds
+    by few samples of 8 and more of 48; a difference of sign 0 on its side is reached by none."""
+    import random
+
+    rng = random.Random(0)
+    clear = [0.02 + rng.uniform(-0.005, 0.005) for _ in range(48)]
+    assert stats.seeds_needed(clear, sizes=(8,), draws=20) == {8: 1.0}
+    weak = [rng.gauss(0.2, 1.0) for _ in range(48)]
+    power = stats.seeds_needed(weak, sizes=(8, 48), draws=40)
+    assert power[8] < power[48] and power[8] < 0.5
+    assert stats.seeds_needed([0.0] * 16, sizes=(8,), draws=5) == {8: 0.0}

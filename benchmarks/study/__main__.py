@@ -39,8 +39,9 @@ def main(argv=None) -> int:
                         help="tasks whose tuning seeds choose the defaults (default: --tasks); their tuning runs are "
                              "run too")  # fmt: skip
     parser.add_argument("--reported", type=int, default=REPORTED, help="reported seeds FROM, FROM + 1, ...")
-    parser.add_argument("--reported-from", type=int, default=0, metavar="FROM",
-                        help="the first reported seed (a disjoint seed set, e.g. 500; never a tuning seed)")
+    parser.add_argument("--reported-from", type=int, nargs="+", default=[0], metavar="FROM",
+                        help="the first reported seed (a disjoint seed set, e.g. 500; never a tuning seed); several: "
+                             "one set of --reported seeds from each (`800 900`: the report's halves are the sets)")
     parser.add_argument("--tuning", type=int, default=TUNING, help=f"tuning seeds {TUNING_SEED_BASE}, ...")
     parser.add_argument("--extra", nargs="*", default=[], choices=ARMS,
                         help="more arms on the reported seeds (the only way to run a peer arm, e.g. trl_cgrpo)")
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
     out = Path(options.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     tuning = [TUNING_SEED_BASE + i for i in range(options.tuning)]
-    reported = list(range(options.reported_from, options.reported_from + options.reported))
+    reported = [first + i for first in options.reported_from for i in range(options.reported)]
     if set(reported) & set(tuning):
         parser.error(f"reported seeds {reported} overlap the tuning seeds {tuning}")
     command = "python benchmarks/study " + " ".join(sys.argv[1:] if argv is None else argv)

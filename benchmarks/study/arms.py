@@ -361,6 +361,25 @@ def cgrpo_trainer(task, seed, model, tokenizer, reward, recorder, counter, outpu
     return trainer, calibration
 
 
+def machine() -> dict:
+    """Where a run ran (issue 50: runs reproduce on one machine, not across CPUs): the CPU model, Python and the
+    libraries' versions."""
+    import platform
+
+    import torch
+    import transformers
+    import trl
+
+    cpu = platform.processor()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))  # fmt: skip
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "python": platform.python_version(), "torch": torch.__version__, "trl": trl.__version__,
+            "transformers": transformers.__version__}  # fmt: skip
+
+
 def run_path(out: Path, task: str, seed: int, arm: str) -> Path:
     return out / "runs" / f"{task}__{seed}__{arm}.json"
 
@@ -385,7 +404,7 @@ def run_job(job: tuple) -> list[str]:
     done = []
     for arm in arms:
         run = run_arm(task, arm, seed, steps, points, warm, reward_flip=REWARD_FLIP.get(task, 0.0))
-        run["warm_time"], run["warm_steps"] = warm_time, warm["warm_steps"]
+        run["warm_time"], run["warm_steps"], run["machine"] = warm_time, warm["warm_steps"], machine()
         path = run_path(out, task, seed, arm)
         atomic_write(path, lambda f, run=run: json.dump(run, f, separators=(",", ":")))
         done.append(str(path))

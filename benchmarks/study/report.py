@@ -9,13 +9,14 @@ import json
 import math
 import shutil
 import statistics
+from collections import Counter
 from pathlib import Path
 
 from common import RESULTS, fmt_ms, mean_std  # benchmarks/common.py
 
 from .arms import ARMS, GENERATION_BATCH, LEARNING_RATE, MODES, load_runs, mode_of
-from .stats import (KINDS, RATIO90_TARGET, RISE_SEED_STDS, curve, defaults, finite, meets_rule, summarise,
-                    targets)
+from .stats import (KINDS, RATIO90_TARGET, RISE_SEED_STDS, SEEDS_NEEDED, curve, defaults, finite, meets_rule,
+                    summarise, targets)
 from .tasks import CANDIDATES, EVAL_TEMPERATURE, SUCCESS_BINS, TASKS, TEMPERATURE
 
 
@@ -95,7 +96,9 @@ def verdict_json(summaries: dict, command: str, tuning: list[int], extra: dict) 
                          **({f"post_hoc_vs_{s['post_hoc_reference']}": {
                              "auc_diff_median": post["auc_diff_median"], "auc_diff_ci": list(post["auc_diff_ci"]),
                              "ratio90_median": finite(post["ratio90_median"]),
-                             "ratio90_ci": [finite(v) for v in post["ratio90_ci"]]}} if post else {}),
+                             "ratio90_ci": [finite(v) for v in post["ratio90_ci"]],
+                             "auc_diff_mean": post["auc_diff_mean"], "auc_diff_mean_ci": list(post["auc_diff_mean_ci"]),
+                             "seeds_needed": post.get("seeds_needed")}} if post else {}),
                          "auc_over_train_seconds_diff_median": finite(row["auc_time_diff_median"]),
                          "auc_over_train_seconds_diff_ci": [finite(v) for v in row["auc_time_diff_ci"]],
                          "success_histogram_end": row["hist_end"],
@@ -181,7 +184,25 @@ def headroom_lines(s: dict) -> list[str]:
                      f"{fmt_share(position['auc_gain_share'])} | {fmt_share(of_ceiling.get('auc_gain_share'))} | "
                      f"{fmt_x(row['ratio90_median'])} | "
                      f"{fmt_share(position['saving_share'])} | {shares} |")  # fmt: skip
+    lines += ["", f"Power (issue 50): each arm against `{best}`, paired by seed: the mean AUC difference beside the "
+              "median, and the share of samples of N seeds (drawn from these) whose 90% CI of the median excludes 0 "
+              "on this verdict's side (none where this verdict is undecided):", "",
+              "| arm | mean [90% CI] | median | seeds needed: N = " + " / ".join(map(str, SEEDS_NEEDED)) + " |",
+              "|---|---|---|---|"]
+    for arm, row in post.items():
+        needed = row.get("seeds_needed")
+        ci = row["auc_diff_mean_ci"]
+        lines.append(f"| `{arm}` | {row['auc_diff_mean']:+.4f} [{ci[0]:+.4f}, {ci[1]:+.4f}] | "
+                     f"{row['auc_diff_median']:+.4f} | "
+                     + (" / ".join(f"{needed[n]:.0%}" for n in SEEDS_NEEDED) if needed else "undecided") + " |")
     return lines
+
+
+def machines(runs: list[dict]) -> str:
+    """Issue 50: the machines the runs ran on, by count (runs before issue 50's second round did not record one)."""
+    counts = Counter(" / ".join(str(m[k]) for k in ("cpu", "python", "torch", "trl", "transformers"))
+                     if (m := r.get("machine")) else "not recorded" for r in runs)
+    return "; ".join(f"{name}: {n} runs" for name, n in counts.most_common())
 
 
 def markdown(summaries: dict, meta: dict) -> str:
@@ -191,7 +212,7 @@ def markdown(summaries: dict, meta: dict) -> str:
              f"of {GENERATION_BATCH}), {meta['points']} evaluations after step 0, learning rate {LEARNING_RATE:g}, "
              f"temperature {TEMPERATURE:g}; tuning seeds {meta['tuning']}, reported seeds {meta['reported']}. "
              f"Runs on disk: {meta['runs']}; summed run time {meta['run_time_s'] / 60:.1f} min (training, evaluation "
-             "and warm starts, one torch thread a process).", "",
+             f"and warm starts, one torch thread a process). Machines: {meta['machines']}.", "",
              "Exact reward: mean over 256 held-out prompts of the teacher-forced probability of the exact answer at "
              f"temperature {EVAL_TEMPERATURE:g}. AUC: mean exact reward over the budget of completions "
              "generated. Paired per seed against the reference (the static G with the best mean AUC on the tuning "
@@ -336,11 +357,12 @@ def report(out: Path, tasks: list[str], tuning: list[int], reported: list[int], 
     meta = {"command": command, "budget": steps * GENERATION_BATCH, "steps": steps, "points": points,
             "tuning": tuning, "reported": reported,
             "rules": rules,
-            "runs": len(runs), "run_time_s": math.fsum(r["run_time"] for r in runs)
+            "runs": len(runs), "machines": machines(runs), "run_time_s": math.fsum(r["run_time"] for r in runs)
             + math.fsum({(r["task"], r["seed"]): r["warm_time"] for r in runs}.values())}  # fmt: skip
     text = markdown(summaries, meta)
     verdict = verdict_json(summaries, command, tuning, {"budget": meta["budget"], "steps": steps, "points": points,
                                                         "learning_rate": LEARNING_RATE,
+                                                        "machines": meta["machines"],
                                                         "candidates": list(CANDIDATES)})  # fmt: skip
     atomic_write(out / "study2.md", lambda f: f.write(text))
     atomic_write(out / "verdict.json", lambda f: json.dump(verdict, f, indent=1))

@@ -90,6 +90,33 @@ def bootstrap_interval(values: list[float], statistic=median, level: float = 0.9
     return low, high
 
 
+SEEDS_NEEDED = (8, 12, 16, 24, 32, 48)  # the sample sizes of issue 50's power check ([`seeds_needed`])
+
+
+def seeds_needed(values: list[float], sizes=SEEDS_NEEDED, draws: int = 200) -> dict[int, float]:
+    """
+    Issue 50's power check: per sample size `n`, the share of `draws` samples of `n` seeds (drawn with replacement
+    from the per-seed differences `values`) whose bootstrap 90% CI of the median (1,000 resamples) excludes 0 on the
+    side of the median of all of them: how often a study of `n` seeds reaches the verdict this one did.
+
+    Example:
+    ```python
+    >>> seeds_needed([1.0] * 8, sizes=(4,), draws=3)
+    {4: 1.0}
+    ```
+    """
+    values = [v for v in values if not math.isnan(v)]
+    side, rng = (1 if median(values) > 0 else -1), random.Random(1)
+    out = {}
+    for n in sizes:
+        hits = 0
+        for draw in range(draws):
+            low, high = bootstrap_interval(rng.choices(values, k=n), resamples=1_000, seed=draw)
+            hits += low > 0 if side > 0 else high < 0
+        out[n] = hits / draws
+    return out
+
+
 def area_under(xs: list[float], ys: list[float], until: float) -> float:
     """
     Mean height of the piecewise-linear curve `(xs, ys)` over `[xs[0], until]` (trapezoids; the last segment cut at
@@ -272,6 +299,8 @@ def arm_row(by: dict, arm: str, reference: str, seeds: list[int]) -> dict:
     gain, gain_std = mean_std(row["gain"])
     row["rise_seed_stds"] = gain / gain_std if gain_std else math.inf
     row["auc_diff_median"], row["auc_diff_ci"] = median(row["auc_diff"]), bootstrap_interval(row["auc_diff"])
+    row["auc_diff_mean"] = statistics.fmean(row["auc_diff"])  # issue 50: the mean beside the median
+    row["auc_diff_mean_ci"] = bootstrap_interval(row["auc_diff"], statistics.fmean)
     row["ratio90_median"], row["ratio90_ci"] = median(row["ratio90"]), bootstrap_interval(row["ratio90"])
     times = row["auc_time_diff"] or [math.nan]
     row["auc_time_diff_median"] = median(times)
@@ -381,6 +410,8 @@ def summarise(runs: list[dict], task: str, tuning: list[int], reported: list[int
     statics = [a for a in arms if mode_of(a) == "static"]
     post = max(statics, key=lambda a: statistics.fmean(rows[a]["auc"]))
     post_rows = {a: arm_row(by, a, post, seeds) for a in arms if mode_of(a) != "static"}
+    for row in post_rows.values():  # issue 50: how many seeds this verdict needs (where it is one)
+        row["seeds_needed"] = seeds_needed(row["auc_diff"]) if row["sign"] else None
     # issue 39's row: RLOO's per-prompt default against the best RLOO static G of these seeds (post hoc)
     rloo, rloo_statics = None, [a for a in arms if a.startswith("rloo_static_g")]
     if "rloo_per_prompt" in arms and rloo_statics:
