@@ -252,3 +252,24 @@ def test_the_trainer_starts_its_worker_at_the_version_and_step_it_resumes_at(tmp
     trainer.rollout_worker.start()
     (kwargs,) = started
     assert kwargs["version_origin"] == (9, 7) and kwargs["schedule"] is trainer.curriculum_schedule
+
+
+def test_a_skipping_stage_with_pilot_groups_plans_pilots_then_full_groups(monkeypatch):
+    """Issue 50: the asynchronous worker runs a skipping stage with pilot groups as the synchronous trainers do: every
+    prompt's first group holds the pilot (2), the settled prompts (index % 3 != 2: always 1 or always 0) are skipped
+    from the next pass, the informative ones come back at the stage's G (4)."""
+    from .test_per_prompt import always_defer_settled
+
+    always_defer_settled(monkeypatch)
+    stages = [Stage(num_generations=4, temperature=1.0, skip={"pilot": 2})]
+    curriculum = AsyncCurriculum(StageSchedule(stages).resolve(100), indexed_dataset(num_prompts=12), budget=BUDGET,
+                                 seed=0)  # fmt: skip
+    sizes: dict[int, list[int]] = {}
+    for group in range(12 + 8):  # pass 1: 12 pilots (3 rounds); then 2 rounds of two G-4 groups a pass
+        plan = curriculum.next_group(group, version=1)
+        key = int(plan.key)
+        rewards = [float(key % 3 == 0)] * plan.size if key % 3 != 2 else [float(i % 2) for i in range(plan.size)]
+        curriculum.scored(group, plan, rewards)
+        sizes.setdefault(key, []).append(plan.size)
+    assert sorted(sizes) == list(range(12)) and all(s[0] == 2 for s in sizes.values())
+    assert {k: s[1:] for k, s in sizes.items() if len(s) > 1} == {k: [4, 4] for k in (2, 5, 8, 11)}

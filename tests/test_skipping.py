@@ -20,7 +20,7 @@ from .test_trainer import make_trainer, train_history
 
 @pytest.mark.parametrize(("value", "expected"), [
     (None, None), (False, None), (True, Skip()), ("greso", Skip(rule="greso")),
-    ({"rule": "evidence", "target": 0.2}, Skip(target=0.2)), (Skip(rule="greso"), Skip(rule="greso")),
+    ({"rule": "evidence", "target": 0.2}, Skip(rule="evidence", target=0.2)), (Skip(rule="greso"), Skip(rule="greso")),
 ])  # fmt: skip
 def test_a_skip_value_builds_its_setting(value, expected):
     assert Skip.from_value(value) == (expected, [])
@@ -71,7 +71,7 @@ def test_a_recipe_stage_skips_with_a_rule_name(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("curriculum:\n  stages:\n    - {num_generations: 4, temperature: 0.9, skip: evidence}\n")
     (stage,) = load_curriculum(str(recipe)).stages
-    assert stage.skip == Skip() and stage.adaptive.num_generations == (4,)
+    assert stage.skip == Skip(rule="evidence") and stage.adaptive.num_generations == (4,)
 
 
 def _driver(stages, dataset, budget):
@@ -161,23 +161,26 @@ def test_a_skipping_stage_trains_skips_settled_prompts_and_logs_why(tmp_path, mo
     assert all(row["text"].startswith("echo") and row["streak"] >= 1 for row in settled)
 
 
-def _skipping_run(output_dir, monkeypatch):
+def _skipping_run(output_dir, monkeypatch, stage=None):
     always_defer_settled(monkeypatch)
-    return make_trainer(output_dir, [Stage(num_generations=2, temperature=1.0, skip=True)],
+    return make_trainer(output_dir, [stage or Stage(num_generations=2, temperature=1.0, skip=True)],
                         recorder=RoundRecorder(settled_or_mixed), dataset=indexed_dataset(48),
                         per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=4,
                         max_steps=24, save_strategy="steps", save_steps=1)  # fmt: skip
 
 
-def test_a_resumed_skipping_stage_trains_the_rounds_of_the_run_that_never_stopped(tmp_path, monkeypatch):
+@pytest.mark.parametrize("pilot", [False, True], ids=["g2", "g4-pilot2"])
+def test_a_resumed_skipping_stage_trains_the_rounds_of_the_run_that_never_stopped(tmp_path, monkeypatch, pilot):
     """A checkpoint inside a round (2 steps a round, shuffled passes of 6 rounds, then of 2 once the settled prompts
-    are skipped): the resumed run regenerates that round and then skips and trains exactly what the run that never
-    stopped did."""
-    full, full_recorder = _skipping_run(tmp_path / "full", monkeypatch)
+    are skipped; with pilot groups, G 4 with pilots of 2): the resumed run regenerates that round and then skips and
+    trains exactly what the run that never stopped did."""
+    stage = Stage(num_generations=4, temperature=1.0, skip={"pilot": 2}) if pilot else None
+    full, full_recorder = _skipping_run(tmp_path / "full", monkeypatch, stage)
     full.train()
     expected = [(c["step"], tuple(c["sizes"]), tuple(c["idx"])) for c in full_recorder.calls]
     assert full._curriculum.deferred_total > 0
-    resumed, recorder = _skipping_run(tmp_path / "resumed", monkeypatch)
+    assert {g for c in full_recorder.calls for g in c["sizes"]} == ({2, 4} if pilot else {2})
+    resumed, recorder = _skipping_run(tmp_path / "resumed", monkeypatch, stage)
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-17"))
     got = [(c["step"], tuple(c["sizes"]), tuple(c["idx"])) for c in recorder.calls]
     first = max(i for i, r in enumerate(expected) if r[0] <= 17)

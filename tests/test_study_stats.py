@@ -168,6 +168,23 @@ def test_a_default_must_meet_its_modes_rule_on_the_tuning_seeds_when_a_variant_d
     assert stats.defaults(runs, ["prefix_levels"], TUNING)["per_prompt"] == "per_prompt_skip"
 
 
+def test_a_skipping_default_is_never_below_its_own_g_without_skipping_on_a_tuning_task():
+    """Issue 50: static_g4_skip_pooled_p2 has the larger AUC on one task but is below G 4 on the other; the default is
+    the variant not below G 4 on either, though its mean AUC is smaller."""
+    runs = _runs(lambda seed: [0.5, 0.7, 0.8, 0.85])  # static_g4 on prefix_levels: [0.5, 0.7, 0.8, 0.85]
+    tail = [dict(r, task="prefix_tail") for r in runs if r["seed"] in TUNING and r["arm"].startswith("static")]
+    curves = {"static_g4_skip_pooled_p2": ([0.5, 0.9, 0.95, 0.97], [0.5, 0.65, 0.75, 0.8]),
+              "static_g4_skip_pooled": ([0.5, 0.72, 0.82, 0.86], [0.5, 0.7, 0.8, 0.86])}  # (levels, tail)
+    for arm, (levels, on_tail) in curves.items():
+        runs += [_stand_in_run(arm, seed, levels, 40) for seed in TUNING]
+        tail += [dict(_stand_in_run(arm, seed, on_tail, 40), task="prefix_tail") for seed in TUNING]
+    runs += tail
+    assert [stats.meets_rule(runs, t, "static_g4_skip_pooled_p2", TUNING) for t in ("prefix_levels", "prefix_tail")] \
+        == [True, False]
+    assert stats.defaults(runs, ["prefix_levels", "prefix_tail"], TUNING)["skip"] == "static_g4_skip_pooled"
+    assert stats.defaults(runs, ["prefix_levels"], TUNING)["skip"] == "static_g4_skip_pooled_p2"
+
+
 def test_the_targets_and_the_rules_are_measured_on_the_defaults():
     fast = lambda seed: [0.5, 0.84 + 0.001 * seed, 0.85, 0.86]  # noqa: E731  (90% of the reference's gain at ~0.3x)
     runs = _runs(fast, lambda seed: [0.5, 0.45, 0.45, 0.5 - 0.001 * seed])  # top_up below the reference everywhere

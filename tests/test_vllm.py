@@ -32,9 +32,9 @@ MAX_COMPLETION_LENGTH = 6
 TRAINERS = pytest.mark.parametrize("cls", [CurriculumGRPOTrainer, CurriculumRLOOTrainer], ids=["grpo", "rloo"])
 
 
-def make_vllm_trainer(tmp_path, stages, mode, cls=CurriculumGRPOTrainer, **overrides):
-    recorder = RoundRecorder()
-    dataset = indexed_dataset()
+def make_vllm_trainer(tmp_path, stages, mode, cls=CurriculumGRPOTrainer, recorder=None, dataset=None, **overrides):
+    recorder = recorder or RoundRecorder()
+    dataset = dataset or indexed_dataset()
     vllm = dict(use_vllm=True, vllm_mode=mode, max_completion_length=MAX_COMPLETION_LENGTH)
     if mode == "server":
         vllm["vllm_server_base_url"] = FakeVLLMServer.base_url
@@ -220,3 +220,31 @@ def test_a_skipping_stage_requests_its_one_g_for_the_prompts_it_keeps(tmp_path, 
     assert min(recorder.calls[12]["idx"]) > 4  # pass 2's first round: the prompts before it skipped
     assert sum(h.get("curriculum/skipped/solved", 0) + h.get("curriculum/skipped/failed", 0)
                for h in train_history(trainer)) > 0  # fmt: skip
+
+
+@TRAINERS
+def test_a_pilot_stage_requests_each_group_size_it_plans(tmp_path, fake_vllm_server, monkeypatch, cls):
+    """G 4 with pilot groups of 2, in server mode: the first pass requests n 2 for every prompt; then the settled
+    prompts are skipped and the mixed ones (index % 3 == 2) are requested at n 4; each request carries the prompts
+    of its size in the round's order."""
+    from .test_per_prompt import always_defer_settled, settled_or_mixed
+
+    always_defer_settled(monkeypatch)
+    stages = [Stage(num_generations=4, temperature=0.9, skip={"rule": "pooled", "pilot": 2})]
+    trainer, recorder, dataset = make_vllm_trainer(tmp_path, stages, "server", cls=cls, max_steps=6,
+                                                   shuffle_dataset=False, recorder=RoundRecorder(settled_or_mixed),
+                                                   dataset=indexed_dataset(12))  # fmt: skip
+    trainer.train()
+    requests = iter(fake_vllm_server.generation_requests)
+    sizes_seen = []
+    for call in recorder.calls:
+        sizes = group_runs(call["idx"])
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        for size in sorted(set(sizes)):
+            request = next(requests)
+            assert (request.n, request.temperature) == (size, 0.9)
+            same = [call["idx"][start] for start, g in zip(starts, sizes, strict=True) if g == size]
+            assert request.prompts == prompt_ids_of(dataset, same)
+        sizes_seen.append(sorted(set(sizes)))
+    assert next(requests, None) is None
+    assert sizes_seen == [[2]] * 3 + [[4]] * 3  # pass 1: pilots; then the mixed prompts at G 4

@@ -352,7 +352,7 @@ def report(out: Path, tasks: list[str], tuning: list[int], reported: list[int], 
     for task in done:
         summaries[task] = summarise(runs, task, tuning, reported, default, extra)
         plot(runs, task, list(summaries[task]["rows"]), summaries[task]["seeds"], out / f"study2_{task}.png")
-    rules = {arm: {t: meets_rule(runs, t, arm, tuning) for t in done} for mode in ("per_prompt", "top_up")
+    rules = {arm: {t: meets_rule(runs, t, arm, tuning) for t in done} for mode in ("per_prompt", "top_up", "skip")
              for arm in MODES[mode]}  # fmt: skip
     meta = {"command": command, "budget": steps * GENERATION_BATCH, "steps": steps, "points": points,
             "tuning": tuning, "reported": reported,

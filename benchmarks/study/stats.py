@@ -187,9 +187,15 @@ def meets_rule(runs: list[dict], task: str, arm: str, tuning: list[int]) -> bool
     """
     Issue 25's rule of an arm's mode, on a task's tuning seeds (see [`rule_checks`] for the reported seeds):
     per-prompt gives rare-success prompts at least its mean G (deferring none, until issue 37); top-up's informative share is above
-    the static G of its mean G (the same budget). Other modes have no rule (true).
+    the static G of its mean G (the same budget); issue 50: a skipping stage's mean AUC is not below its own G's
+    without skipping. Other modes have no rule (true).
     """
     mode, probe = mode_of(arm), _tuning_probe(runs, task, arm, tuning)
+    if mode == "skip":  # issue 50: not below its own G without skipping (where little is settled, skipping is free)
+        own = [auc(r) for r in runs if r["task"] == task and r["seed"] in tuning
+               and r["arm"] == "static_g" + arm.removeprefix("static_g").partition("_skip")[0]]
+        mine = [auc(r) for r in runs if r["task"] == task and r["arm"] == arm and r["seed"] in tuning]
+        return bool(own and mine) and statistics.fmean(mine) >= statistics.fmean(own)
     if mode == "per_prompt":  # issue 37: rare prompts not starved here (deferral allowed); see also `fixed_kind_met`
         return probe["rare_G"] >= probe["mean_G"]
     if mode == "top_up":

@@ -117,7 +117,8 @@ def render() -> str:
                    ("adaptive", "a mapping (the table below)", "—", "instead of a fixed `num_generations`"),
                    ("dynamic_sampling", "a mapping (`max_rounds`, below)", "—", "a stage of fixed G"),
                    ("comparison", "a mapping (`mode`, `margin`, `margin_end`, below)", "—", "any stage"),
-                   ("skip", "true, a rule name, or a mapping (`rule`, `target`, below)", "—",
+                   ("skip", "true, a rule name, or a mapping (`rule`, `target`, `explore`, `pilot`; "
+                    "docs/per-prompt.md)", "—",
                     "a stage of fixed G (not with `adaptive` or `dynamic_sampling`)")]
     knob_rows = [("num_generations", _rule(CANDIDATES), "required", "every policy"),
                  ("temperature", "a list [low, high] of temperatures, or a number", "the stage's `temperature`",

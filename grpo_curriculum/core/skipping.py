@@ -1,17 +1,19 @@
 """
-Skipping settled prompts in a stage of one G (`Stage(num_generations=8, skip="evidence")`, a `skip:` block in YAML).
+Skipping settled prompts in a stage of one G (`Stage(num_generations=8, skip=True)`, a `skip:` block in YAML).
 
-A stage that skips keeps its one G and its temperature (a ramp included); what changes is which prompts its rounds
+A stage that skips keeps its G and its temperature (a ramp included); what changes is which prompts its rounds
 sample: a prompt whose last visits were all successes (solved) or all failures (never succeeded) is skipped for the
 rest of the pass with GRESO's probability, and comes back at a later pass with the keep probability (never below 1%),
-so a prompt that becomes learnable is found again. Under `rule="evidence"` (the default) a prompt that has ever
-succeeded is never skipped for failing. A skipped prompt leaves the pass: the pass is shorter and the next one starts
-sooner; the pass's end is never filled with the prompts it skipped (when the prompts left cannot fill a round, the
-next pass starts, as TRL drops a pass's tail), unless a whole pass cannot fill one round.
+so a prompt that becomes learnable is found again. Under `rule="pooled"` (the default) a prompt that has ever
+succeeded is never skipped for failing, and one that has failed every visit only as far as a prior with a point mass
+at 0, fitted to every prompt's counts, says it is impossible. A skipped prompt leaves the pass: the pass is shorter
+and the next one starts sooner; the pass's end is never filled with the prompts it skipped (when the prompts left
+cannot fill a round, the next pass starts, as TRL drops a pass's tail), unless a whole pass cannot fill one round.
+With `pilot`, the groups of unseen and settled prompts are smaller (first visits and re-checks cost less).
 
-The rule is the per-prompt allocator's ([`~core.allocation.PerPromptAllocator`]) at one candidate: a skipping stage
-runs as a per-prompt stage whose only candidate is the stage's G ([`Skip.adaptive`]), so it trains, checkpoints and
-resumes wherever per-prompt stages do (both trainers, vLLM, several processes, the asynchronous trainer). Pure.
+The rule is the per-prompt allocator's ([`~core.allocation.PerPromptAllocator`]): a skipping stage runs as a
+per-prompt stage whose candidates are the stage's G (and the pilot) ([`Skip.adaptive`]), so it trains, checkpoints
+and resumes wherever per-prompt stages do (both trainers, vLLM, several processes, the asynchronous trainer). Pure.
 """
 
 from __future__ import annotations
@@ -40,11 +42,13 @@ class Skip:
     How a stage of one G skips settled prompts.
 
     Args:
-        rule (`str`, *optional*, defaults to `"evidence"`):
-            `"evidence"`: a prompt that has ever succeeded is never skipped for failing (only an all-success streak
-            skips it); `"pooled"`: `"evidence"`, and a prompt that has failed every visit is skipped only as far as
-            the data says it is impossible (a prior with a point mass at 0 fitted to every prompt's counts: where
-            failing prompts start to succeed, they stop being skipped); `"greso"`: GRESO's streaks of either kind.
+        rule (`str`, *optional*, defaults to `"pooled"`):
+            `"pooled"`: a prompt that has ever succeeded is never skipped for failing, and one that has failed every
+            visit is skipped only as far as the data says it is impossible (a prior with a point mass at 0 fitted to
+            every prompt's counts: where failing prompts start to succeed, they stop being skipped). The study's
+            choice on its tuning seeds (issue 50): never below the best static G on the tuning seeds of the
+            hard-tail mixes, where `"evidence"` was. `"evidence"`: the same without the point mass (a prompt that
+            failed every visit is skipped with GRESO's probability); `"greso"`: GRESO's streaks of either kind.
         target (`float`, *optional*, defaults to `0.05`):
             The share of the round's groups whose rewards are all equal that the skip probabilities are driven towards
             (GRESO's target): the lower, the more settled prompts are skipped.
@@ -60,7 +64,7 @@ class Skip:
             holds the stage's G.
     """
 
-    rule: str = "evidence"
+    rule: str = "pooled"
     target: float = SKIP_DEFAULT_TARGET
     explore: float = 0.5
     pilot: int | None = None
