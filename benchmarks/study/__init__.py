@@ -14,6 +14,6 @@ default are chosen (`--tune-on`: the tasks whose tuning seeds choose the default
 The peer arm `trl_cgrpo` (the published trl-cgrpo 0.2.0, mode `peer`: never tuned nor a default, an extra row against
 the reference; the RLOO arms of mode `rloo` likewise) needs `pip install --no-deps trl-cgrpo==0.2.0` (`make study-peers`) and runs with `--extra trl_cgrpo`.
 
-Results: `benchmarks/results/study2.{md,json}`, `verdict.json`, `study2_TASK.png` (`--results` copies them there);
-the analysis is docs/study.md.
+Results: `benchmarks/results/study2.{md,json}`, `verdict.json`, `study2_TASK.png` (`--results` copies them there:
+the current study; earlier ones in `benchmarks/results/issueN/`); the analysis is docs/study.md.
 """

@@ -63,7 +63,9 @@ MODES = {  # mode: its variants (arm names), the first one the library's default
              "static_g4_skip_e05", "static_g4_skip_e20", "static_g8_skip_e05",
              # issue 50's second round: the pooled point-mass rule, pilot groups of N (`_pN`), and both
              "static_g4_skip_pooled", "static_g4_skip_p2", "static_g4_skip_pooled_p2", "static_g8_skip_p2",
-             "static_g8_skip_pooled_p2", "static_g8_skip_p4", "static_g8_skip_pooled"],
+             "static_g8_skip_pooled_p2", "static_g8_skip_p4", "static_g8_skip_pooled",
+             # skipping solved prompts only (never for failing), issue 50's third candidate rule
+             "static_g4_skip_solved", "static_g4_skip_solved_p2"],
     "dynamic": ["dynamic_g4", "dynamic_g8", "dynamic_g16", "dynamic_g4_r2", "dynamic_g8_r2"],
     # coarse to fine comparisons (issue 29) at the G of the reference static arm the tuning seeds chose (16)
     "comparison": ["comparison_extremes_g16", "comparison_margin_g16"],
@@ -149,7 +151,7 @@ def arm_stages(arm: str):
         size, _, variant = arm.removeprefix("static_g").partition("_skip")  # or pooled), target 0.05 (or NN %),
         skip = {"rule": "evidence", "target": 0.05, "explore": 0.5}  # exploring from 0.5 (or NN %), no pilot (or N)
         for part in variant.split("_")[1:]:
-            if part in ("greso", "pooled"):
+            if part in ("greso", "pooled", "solved"):
                 skip["rule"] = part
             else:
                 skip[{"t": "target", "e": "explore", "p": "pilot"}[part[0]]] = (

@@ -39,9 +39,9 @@ HISTORY_POLICIES = POLICIES[:3]
 WEIGHTS = {"hard": (1, 3), "knapsack": (1, 2), "variance": (1, 1), "uniform": (0, 0)}
 """Per prompt: a group's information weight `w(p) = p^i (1-p)^j` by name, `(i, j)`: `p (1-p)^3` (the default),
 `p (1-p)^2` (Knapsack RL's), `p (1-p)` or 1 ([`grpo_curriculum.core.allocation.expected_value`])."""
-SKIP_RULES = ("evidence", "pooled", "greso")
+SKIP_RULES = ("evidence", "pooled", "solved", "greso")
 """Per prompt, with `defer`: how settled prompts are skipped ([`grpo_curriculum.core.allocation`]: `"evidence"`, issue
-42's; `"pooled"`, issue 50's; `"greso"`, issue 37's)."""
+42's; `"pooled"` and `"solved"`, issue 50's; `"greso"`, issue 37's)."""
 ONLY = {  # knobs that only mean something with some policies, or with temperature bounds
     "raise_above": ("hysteresis",),
     **dict.fromkeys(("margin", "window"), ("success_rate",)),

@@ -339,7 +339,8 @@ class PerPromptAllocator:
         self.stats, self.weight, self.defer, self.skip_target, self.seed = stats, weight, defer, skip_target, seed
         if skip not in SKIP_RULES:
             raise ValueError(f"skip {skip!r}: use one of {list(SKIP_RULES)}")
-        self.evidence = defer and skip in ("evidence", "pooled")
+        self.evidence = defer and skip in ("evidence", "pooled", "solved")
+        self.solved_only = defer and skip == "solved"  # never deferred for failing
         self.pooled = defer and skip == "pooled"
         self.impossible = None  # `pooled`: each slot's probability of never succeeding, fitted once a round
         if pilot is not None and (pilot not in self.candidates or pilot == self.candidates[-1]):
@@ -356,8 +357,8 @@ class PerPromptAllocator:
         streak = int(self.stats.zero_streak[slot])
         if not self.defer or streak == 0:
             return False
-        if streak < 0 and self.evidence and self.stats.successes[slot] > 0:
-            return False  # it has succeeded: rare-success, not impossible
+        if streak < 0 and (self.solved_only or self.evidence and self.stats.successes[slot] > 0):
+            return False  # it has succeeded: rare-success, not impossible (`solved`: never for failing)
         keep = max(self.explore["easy" if streak > 0 else "hard"] ** abs(streak), KEEP_FLOOR)
         if streak < 0 and self.pooled:  # deferred for failing only as far as it is probably impossible
             keep = 1 - float(self.impossible[slot]) * (1 - keep)
