@@ -349,21 +349,24 @@ MUTATIONS = [
              "                    stream.filling = stream.filling or not (defer or policy.fills_pass_end)",
              "                    pass", ("tests/test_skipping.py", "-k", "in_turn"),
              "a pass of settled prompts only trains its first round every pass (the rest never in turn)"),
-    Mutation("pooled_ignores_point_mass", "grpo_curriculum/core/allocation.py",
-             "            keep = 1 - float(self.impossible[slot]) * (1 - keep)", "            pass",
-             ("tests/test_skipping.py", "-k", "pooled_skips"),
-             "`skip: pooled` skips failing prompts as `evidence` does, where no prompt is impossible"),
-    Mutation("point_mass_everything_impossible", "grpo_curriculum/core/allocation.py",
-             "        probability[zero] = share / (share + (1 - share) * none) if share > 0 else 0.0",
-             "        probability[zero] = 1.0", ("tests/test_skipping.py", "-k", "point_mass"),
-             "the point mass calls every prompt that never succeeded impossible, whatever the Beta explains"),
-    Mutation("pilot_never_used", "grpo_curriculum/core/allocation.py",
-             "        return self.pilot if settled else self.candidates[-1]", "        return self.candidates[-1]",
-             ("tests/test_skipping.py", "-k", "pilot_groups or pilot_stage_trains"),
-             "pilot groups are never planned: unseen and settled prompts get the stage's full G"),
     Mutation("async_defaults_unchecked", "grpo_curriculum/training/async_state.py",
              "    if schedule is not None:", "    if False:", ("tests/test_async_state.py", "-k", "other_knob"),
              "an asynchronous state written with other knob defaults resumes with today's (the rule changes mid-run)"),
+]
+
+MUTATIONS += [  # issue 50's skipping rules in the allocator, each killed by tests/test_skipping.py -k KEY
+    Mutation(name, "grpo_curriculum/core/allocation.py", old, new, ("tests/test_skipping.py", "-k", key), why)
+    for name, key, old, new, why in (
+        ("pooled_ignores_point_mass", "pooled_skips",
+         "            keep = 1 - float(self.impossible[slot]) * (1 - keep)", "            pass",
+         "`skip: pooled` skips failing prompts as `evidence` does, where no prompt is impossible"),
+        ("point_mass_everything_impossible", "point_mass",
+         "        probability[zero] = share / (share + (1 - share) * none) if share > 0 else 0.0",
+         "        probability[zero] = 1.0", "the point mass calls every never-succeeding prompt impossible"),
+        ("pilot_never_used", "pilot_groups or pilot_stage_trains",
+         "        return self.pilot if settled else self.candidates[-1]", "        return self.candidates[-1]",
+         "pilot groups are never planned: unseen and settled prompts get the stage's full G"),
+    )
 ]
 
 

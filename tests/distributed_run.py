@@ -77,7 +77,7 @@ def train(output_dir: str, mode: str) -> None:
         processing_class=build_tokenizer(),
         reward_funcs=recorder,
         args=grpo_args(output_dir, RLOOConfig if rloo else None,
-                       per_device_train_batch_size={"per_prompt": 8, "rloo": 8, "skip": 2, "skip_pilot": 2}.get(mode, 4),
+                       per_device_train_batch_size={"per_prompt": 8, "rloo": 8}.get(mode, 2 if "skip" in mode else 4),
                        num_generations=8 if mode in ("per_prompt", "rloo") else 2,  # TRL's loader: 16 / 8 prompts
                        max_steps={"stages": 6, "adaptive": 10, "increments": 6}.get(mode, 12),
                        shuffle_dataset=True, **({"beta": 0.0} if rloo else {})),
