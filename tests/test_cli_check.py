@@ -490,5 +490,22 @@ def test_a_skipping_stage_is_checked_as_its_one_g(tmp_path, capsys):
     code, out, _ = check(capsys, recipe, "--no-preflight")
     assert "stage 0: G=4, skips settled prompts (evidence, target 0.05), temperature 0.9" in out
     assert "valid (8 / 4 = 2 prompts per generation round)" in out
-    assert "  warning: skipping lost to the same G without it where most prompts are hard but learnable" in out
+    assert "  warning: skipping lost to the same G without it on some seeds where most prompts are hard" in out
     assert "stage 1: G=16, skips settled prompts (greso, target 0.1)" in out and code == 1
+
+
+def test_a_skipping_stage_with_pilot_groups_is_checked_as_its_two_sizes(tmp_path, capsys):
+    """Pilot groups of 2 at G 4: the two sizes must fill the generation batch together (per-prompt candidates), and
+    the study's pilot warning follows the skipping one; a pilot that is not below G is refused, naming the key."""
+    recipe = tmp_path / "pilot.yaml"
+    text = Path(DEMO).read_text()
+    text = text[: text.index("curriculum:")].replace("per_device_train_batch_size: 16", "per_device_train_batch_size: 8")
+    recipe.write_text(text + "curriculum:\n  stages:\n"
+                      "    - {num_generations: 4, temperature: 0.9, skip: {pilot: 2}}\n")  # fmt: skip
+    code, out, _ = check(capsys, recipe, "--no-preflight")
+    assert "stage 0: G=4, skips settled prompts (pooled, target 0.05, pilot groups of 2), temperature 0.9" in out
+    assert "valid (each prompt gets its own G" in out and code == 0
+    assert "  warning: pilot groups gained less than skipping alone" in out
+    recipe.write_text(text + "curriculum:\n  stages:\n    - {num_generations: 4, temperature: 0.9, skip: {pilot: 4}}\n")
+    code, out, err = check(capsys, recipe, "--no-preflight")
+    assert code != 0 and "skip.pilot" in out + err and "must be below the stage's G (4)" in out + err

@@ -85,12 +85,17 @@ TOP_UP_WARNING = (
 """The line `check` prints under every top-up stage (issue 42 demoted top-up: the study's numbers)."""
 
 SKIP_WARNING = (
-    "warning: skipping lost to the same G without it where most prompts are hard but learnable (the study's "
-    "prefix_tail, docs/study.md: -0.004 AUC, the median of 6 seeds, two of them about -0.1): a prompt that fails "
-    "every visit is skipped before it is learned. It gained where many prompts are solved or impossible "
-    "(prefix_settled: +0.022 and +0.017 at G 4 on seeds 800-823 and 900-923, +0.012 and +0.008 at G 8). Use it on "
-    "data with many settled prompts")
+    "warning: skipping lost to the same G without it on some seeds where most prompts are hard but learnable (the "
+    "study's prefix_tail, docs/study.md: G 4 with the default rule, 12 seeds, mean -0.021 AUC, three seeds -0.05 to "
+    "-0.12): skipped prompts delay learning the hardest ones. It gained where many prompts are solved or impossible "
+    "(prefix_settled: +0.016 and +0.019 at G 4 on seeds 800-823 and 900-923). Use it on data with many settled "
+    "prompts")
 """The line `check` prints under every stage that skips (issue 50: the study's numbers)."""
+PILOT_WARNING = (
+    "warning: pilot groups gained less than skipping alone on the study's prefix_settled (+0.011 and +0.008 at G 4 "
+    "with pilot 2, against +0.016 and +0.019) and lost most on prefix_tail (12 seeds, mean -0.031 AUC, one seed "
+    "-0.27), though they led on its tuning seeds: docs/study.md, Study 5")
+"""The line `check` adds under a skipping stage with pilot groups."""
 
 
 def _top_up_plan(top_up: TopUp, batch: int) -> str:
@@ -210,7 +215,7 @@ def check_report(args: argparse.Namespace) -> tuple[list[str], bool]:
             G, dynamic = G
             plan = [f"  {_dynamic_plan(dynamic, G, batch)}"] if geometry.is_valid(G) else []
         elif isinstance(G, tuple) and isinstance(G[-1], Skip):
-            G, plan = G[0], [f"  {SKIP_WARNING}"]
+            G, plan = G[0], [f"  {SKIP_WARNING}"] + ([f"  {PILOT_WARNING}"] if G[-1].pilot is not None else [])
         else:
             plan = []
         if isinstance(G, tuple):
