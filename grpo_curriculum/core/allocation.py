@@ -139,13 +139,14 @@ def beta_prior(moments: Sequence[float]) -> tuple[float, float]:
     return mean * strength, (1 - mean) * strength
 
 
-def point_mass(successes: np.ndarray, trials: np.ndarray, iterations: int = 20) -> tuple[float, np.ndarray]:
+def point_mass(successes: np.ndarray, trials: np.ndarray, iterations: int = 50) -> tuple[float, np.ndarray]:
     """
     The share `pi` of prompts that never succeed and, per prompt, the posterior probability that it is one of them,
     under the prior `pi x (point mass at p = 0) + (1 - pi) x Beta(a, b)` fitted by EM to the prompts' (discounted)
     successes and trials: a prompt with a success has probability 0; one with `n` trials and none,
     `pi / (pi + (1 - pi) B(a, b + n) / B(a, b))`. The Beta is fitted by [`beta_prior`] to the success fractions,
-    each prompt weighted by its probability of not being impossible. Prompts without a trial are ignored (0).
+    each prompt weighted by its probability of not being impossible (until `pi` moves by less than 1e-4, at most
+    `iterations` times). Prompts without a trial are ignored (0).
 
     Returns:
         `tuple[float, np.ndarray]`: `pi`, and the probabilities (the shape of `successes`).
@@ -167,8 +168,10 @@ def point_mass(successes: np.ndarray, trials: np.ndarray, iterations: int = 20) 
         # log B(a, b + n) - log B(a, b): the chance of n failures in a row under the Beta
         none = np.exp(lgamma(b + at_zero) + lgamma(a + b) - lgamma(b) - lgamma(a + b + at_zero))[inverse]
         probability[zero] = share / (share + (1 - share) * none) if share > 0 else 0.0
-        fitted = probability[seen]
+        fitted, before = probability[seen], share
         share = float(fitted.mean())
+        if abs(share - before) < 1e-4:  # converged (most rounds: a few iterations)
+            break
     return share, probability
 
 

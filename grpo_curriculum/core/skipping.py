@@ -48,7 +48,8 @@ class Skip:
             every prompt's counts: where failing prompts start to succeed, they stop being skipped). The study's
             choice on its tuning seeds (issue 50): never below the best static G on the tuning seeds of the
             hard-tail mixes, where `"evidence"` was. `"evidence"`: the same without the point mass (a prompt that
-            failed every visit is skipped with GRESO's probability); `"greso"`: GRESO's streaks of either kind.
+            failed every visit is skipped with GRESO's probability); `"solved"`: only all-success streaks are skipped, never
+            a failing prompt; `"greso"`: GRESO's streaks of either kind.
         target (`float`, *optional*, defaults to `0.05`):
             The share of the round's groups whose rewards are all equal that the skip probabilities are driven towards
             (GRESO's target): the lower, the more settled prompts are skipped.
