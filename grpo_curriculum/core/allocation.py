@@ -320,8 +320,8 @@ class PerPromptAllocator:
         defer (`bool`): Whether to defer settled prompts (GRESO).
         skip_target (`float`): The share of zero-std groups the deferral aims at.
         seed (`int`): Seed of the deferral draws.
-        skip (`str`): With `defer`: `"evidence"` (issue 42), `"pooled"` (issue 50) or `"greso"` (issue 37), a key of
-            [`SKIP_RULES`].
+        skip (`str`): With `defer`: `"evidence"` (issue 42), `"pooled"` or `"solved"` (issue 50: never deferred for
+            failing) or `"greso"` (issue 37), a key of [`SKIP_RULES`].
         explore (`float`): GRESO's exploration probability of each kind at the start.
         pilot (`int`, *optional*): With `defer`: the candidate an unseen or settled prompt is sampled at (the
             others: the largest); `None`: the knapsack chooses every G.

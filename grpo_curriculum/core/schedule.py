@@ -203,9 +203,11 @@ class Stage:
             stds from the mean, ramping to m2); see [`grpo_curriculum.core.comparison`]. Any kind of stage.
         skip ([`~core.skipping.Skip`], `bool`, `str` or `dict`, *optional*):
             Skip settled prompts (all successes, or all failures) for the rest of a pass, at the stage's one G:
-            `True` or `"evidence"` (a prompt that ever succeeded is never skipped for failing), `"greso"`, or `{rule:
-            ..., target: ...}` ([`grpo_curriculum.core.skipping`]). The stage then runs as a per-prompt stage whose
-            only candidate is its G. Not with `adaptive` or `dynamic_sampling`.
+            `True` or `"pooled"` (the default rule: a prompt that ever succeeded is never skipped for failing, one
+            that never did only as far as the data says it is impossible), `"evidence"`, `"solved"`, `"greso"`, or
+            `{rule: ..., target: ..., pilot: ...}` ([`grpo_curriculum.core.skipping`]). The stage then runs as a
+            per-prompt stage whose only candidate is its G (with a pilot: the pilot and G). Not with `adaptive` or
+            `dynamic_sampling`.
     """
 
     num_generations: int | None = None
