@@ -227,6 +227,7 @@ def test_the_point_mass_is_the_share_of_impossible_prompts_only_where_the_data_h
 @pytest.mark.parametrize(("rule", "impossible", "deferred_share"), [
     ("evidence", True, (0.8, 0.95)), ("pooled", True, (0.75, 0.95)),  # impossible prompts: both skip them
     ("evidence", False, (0.4, 0.6)), ("pooled", False, (0.0, 0.3)),  # a Beta explains the failures: pooled keeps most
+    ("solved", True, (0.0, 0.0)), ("solved", False, (0.0, 0.0)),  # `solved` never skips a failing prompt
 ])  # fmt: skip
 def test_pooled_skips_failing_prompts_as_far_as_the_data_says_they_are_impossible(rule, impossible, deferred_share):
     """Impossible: 100 prompts failed 12 trials (three visits, keep 0.5^3) beside 300 of rates 0.3-0.9. Not: 400
