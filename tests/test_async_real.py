@@ -120,14 +120,23 @@ def test_dynamic_sampling_drops_settled_groups_before_the_queue(tmp_path, monkey
     ids = [run[0].group_id for run in runs]
     # group g samples prompt g % 4 (TRL's worker walks the dataset in order): only the `count` prompts' groups
     assert all(PROMPTS[g % len(PROMPTS)].startswith("count") for g in ids), ids
+    # the `echo` groups between them were sampled and dropped before the queue: the trained ids skip them
+    assert max(ids) >= 2, ids
     assert all(t.reward != SETTLED_REWARD for t in taken)
     _assert_whole_groups_of_g(runs)
+    # The logs: TRL's worker sends its counters with its next rollout's metrics and drops a payload when the metrics
+    # queue is full, and which groups land in which logging window depends on timing. So the logs are checked for
+    # what holds in every window, not for a count: drops counted with their completions, each window's share of
+    # the scored groups with equal rewards a fraction, and a share above 0 wherever a drop is logged.
     logs = trainer.state.log_history
     dropped = sum(entry.get("rollout/dropped_groups_total", 0) for entry in logs)
     completions = sum(entry.get("rollout/dropped_completions_total", 0) for entry in logs)
-    assert dropped >= 1 and completions == G * dropped, (dropped, completions)
-    fractions = [entry["frac_reward_zero_std"] for entry in logs if entry.get("frac_reward_zero_std") is not None]
-    assert fractions and all(0 <= f < 1 for f in fractions) and any(fractions), fractions  # per logging window
+    assert completions == G * dropped, (dropped, completions)
+    for entry in logs:
+        if entry.get("frac_reward_zero_std") is not None:
+            assert 0 <= entry["frac_reward_zero_std"] <= 1, entry
+        if entry.get("rollout/dropped_groups_total"):
+            assert entry["frac_reward_zero_std"] > 0, entry
     assert math.isclose(_first_step(trainer)["ratio"], 1, abs_tol=1e-3)
 
 
