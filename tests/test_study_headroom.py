@@ -122,6 +122,14 @@ def test_the_oracle_trains_on_the_prompts_less_the_settled_ones():
     assert "oracle" in arms.PEER_MODES  # never tuned, never a default
 
 
+def test_the_control_arm_is_static_g4_with_only_the_trainer_seeded_apart():
+    assert [s.num_generations for s in arms.arm_stages("static_g4_reseeded")] == [4]
+    assert arms.arm_stages("static_g4_reseeded")[0].adaptive is None
+    assert arms.trainer_seed("static_g4", 800) == 800
+    assert arms.trainer_seed("static_g4_reseeded", 800) == 800 + arms.CONTROL_SEED_OFFSET
+    assert "control" in arms.PEER_MODES  # never tuned, never a default: reported with `--extra`
+
+
 def test_an_oracle_arm_on_a_task_without_settled_prompts_fails_before_training():
     with pytest.raises(ValueError, match="needs a task with settled prompts"):
         arms.run_arm("prefix_levels", "oracle_g4", 0, 1, 1, warm={})  # before any training

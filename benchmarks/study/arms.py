@@ -81,8 +81,13 @@ MODES = {  # mode: its variants (arm names), the first one the library's default
     # issue 50's reachable ceiling: static G on every training prompt once (a seeded shuffle), then only the
     # non-settled ones; what a rule that pays a full first visit a prompt can reach (tasks with settled prompts only)
     "ceiling": ["ceiling_g4", "ceiling_g8"],
+    # the noise floor of a paired difference: static G 4 again with the trainer seeded apart (`CONTROL_SEED_OFFSET`:
+    # another prompt order and other samples, the same warm start and evaluation), a change that should not matter;
+    # its difference to static G 4 is how far two equally good arms land apart on a seed (never tuned, `--extra`)
+    "control": ["static_g4_reseeded"],
 }
-PEER_MODES = ("peer", "rloo", "oracle", "ceiling")
+PEER_MODES = ("peer", "rloo", "oracle", "ceiling", "control")
+CONTROL_SEED_OFFSET = 100_000
 KNOWS_SETTLED = ("oracle", "ceiling")  # modes told which prompts are settled: tasks with settled prompts only
 ARMS = [arm for arms in MODES.values() for arm in arms]
 LIBRARY_ARMS = [arm for mode, arms in MODES.items() if mode not in PEER_MODES for arm in arms]  # the tuning phase's
@@ -128,6 +133,12 @@ def mode_of(arm: str) -> str:
     return next(mode for mode, arms in MODES.items() if arm in arms)
 
 
+def trainer_seed(arm: str, seed: int) -> int:
+    """The trainer's seed (`GRPOConfig.seed`: its prompt order and samples): the run's seed, or for the control arm the
+    run's seed plus `CONTROL_SEED_OFFSET` (the same warm start, prompts and evaluation as the run's seed)."""
+    return seed + (CONTROL_SEED_OFFSET if mode_of(arm) == "control" else 0)
+
+
 def peer_missing(arm: str) -> str | None:
     """The install command of a peer arm whose package is not importable; `None` when it is, or for a library arm."""
     module, install = PEER_PACKAGES.get(arm, (None, None))
@@ -147,6 +158,8 @@ def arm_stages(arm: str):
         return [Stage(temperature=t, name=arm, adaptive=Adaptive(num_generations=CANDIDATES, policy="per_prompt"))]
     if mode_of(arm) in KNOWS_SETTLED:  # static G (on the prompts, in the order, `run_arm` gives it)
         return [Stage(num_generations=int(arm.rpartition("_g")[2]), temperature=t)]
+    if mode_of(arm) == "control":  # static G, the trainer seeded apart (`run_arm`)
+        return [Stage(num_generations=int(arm.removeprefix("static_g").partition("_")[0]), temperature=t)]
     if mode_of(arm) == "skip":  # `static_gN_skip[_greso | _pooled][_tNN][_eNN][_pN]`: rule evidence (or GRESO's,
         size, _, variant = arm.removeprefix("static_g").partition("_skip")  # or pooled), target 0.05 (or NN %),
         skip = {"rule": "evidence", "target": 0.05, "explore": 0.5}  # exploring from 0.5 (or NN %), no pilot (or N)
@@ -222,7 +235,7 @@ def run_arm(task: str, arm: str, seed: int, steps: int, points: int, warm: dict,
     recorder = budget_callback(evaluator(warm, reward), counter, budget, points)
     common = dict(temperature=TEMPERATURE, max_completion_length=MAX_COMPLETION_LENGTH, learning_rate=learning_rate,
                   lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
-                  bf16=False, seed=seed, disable_tqdm=True)  # fmt: skip
+                  bf16=False, seed=trainer_seed(arm, seed), disable_tqdm=True)  # fmt: skip
     if max_grad_norm is not None:
         common["max_grad_norm"] = max_grad_norm
     with tempfile.TemporaryDirectory() as output_dir:
