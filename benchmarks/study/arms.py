@@ -65,7 +65,9 @@ MODES = {  # mode: its variants (arm names), the first one the library's default
              "static_g4_skip_pooled", "static_g4_skip_p2", "static_g4_skip_pooled_p2", "static_g8_skip_p2",
              "static_g8_skip_pooled_p2", "static_g8_skip_p4", "static_g8_skip_pooled",
              # skipping solved prompts only (never for failing), issue 50's third candidate rule
-             "static_g4_skip_solved", "static_g4_skip_solved_p2"],
+             "static_g4_skip_solved", "static_g4_skip_solved_p2",
+             # issue 50's third round: the pooled rule exploring from 5% or 20% (`Skip(explore=...)`)
+             "static_g4_skip_pooled_e05", "static_g4_skip_pooled_e20"],
     "dynamic": ["dynamic_g4", "dynamic_g8", "dynamic_g16", "dynamic_g4_r2", "dynamic_g8_r2"],
     # coarse to fine comparisons (issue 29) at the G of the reference static arm the tuning seeds chose (16)
     "comparison": ["comparison_extremes_g16", "comparison_margin_g16"],
