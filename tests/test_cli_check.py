@@ -490,7 +490,7 @@ def test_a_skipping_stage_is_checked_as_its_one_g(tmp_path, capsys):
     code, out, _ = check(capsys, recipe, "--no-preflight")
     assert "stage 0: G=4, skips settled prompts (evidence, target 0.05), temperature 0.9" in out
     assert "valid (8 / 4 = 2 prompts per generation round)" in out
-    assert "  warning: skipping lost to the same G without it on some seeds where most prompts are hard" in out
+    assert "  note: skipping gained where many prompts are solved or impossible" in out
     assert "stage 1: G=16, skips settled prompts (greso, target 0.1)" in out and code == 1
 
 
