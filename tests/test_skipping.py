@@ -188,6 +188,26 @@ def test_a_resumed_skipping_stage_trains_the_rounds_of_the_run_that_never_stoppe
     assert resumed._curriculum.deferred_total == full._curriculum.deferred_total
 
 
+def test_a_state_saved_exploring_from_0_5_resumes_with_its_own_probabilities_under_today_s_default():
+    """`Skip()` explores from 0.05 since issue 50's third round; a checkpoint written from 0.5 (and adapted since)
+    continues with the probabilities it saved, not with today's start."""
+    from grpo_curriculum.core.policies import make_policy
+    from grpo_curriculum.core.slots import PromptSlots
+
+    def bound(skip):
+        policy = make_policy(Stage(num_generations=4, temperature=0.9, skip=skip).adaptive, 4, 0.9)
+        policy.bind(budget=8, slots=PromptSlots(16, indexed=True), seed=0)
+        return policy
+
+    assert Skip().explore == 0.05
+    old = bound({"explore": 0.5})
+    old.allocator.adapt(easy_share=0.5, hard_share=0.0)  # one round: easy 0.5 -> 0.49, hard 0.5 -> 0.51
+    resumed = bound(True)
+    assert resumed.skip_probabilities() == pytest.approx({"skip_p_easy": 0.95, "skip_p_hard": 0.95})
+    resumed.load_state_dict(old.state_dict())
+    assert resumed.skip_probabilities() == pytest.approx({"skip_p_easy": 0.51, "skip_p_hard": 0.49})
+
+
 def test_skip_explore_sets_greso_s_start():
     """`explore`: the chance at the start that a prompt settled in one visit comes back (GRESO starts at 0.5)."""
     from grpo_curriculum.core.policies import make_policy
