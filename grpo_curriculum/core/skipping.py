@@ -6,9 +6,10 @@ sample: a prompt whose last visits were all successes (solved) or all failures (
 rest of the pass with GRESO's probability (by default 95% after one such visit: `explore` 0.05), and comes back at a
 later pass with the keep probability (never below 1%), so a prompt that becomes learnable is found again. Under
 `rule="pooled"` (the default) a prompt that has ever succeeded is never skipped for failing, and one that has failed
-every visit only as far as a prior with a point mass at 0, fitted to every prompt's counts, says it is impossible. A skipped prompt leaves the pass: the pass is shorter
-and the next one starts sooner; the pass's end is never filled with the prompts it skipped (when the prompts left
-cannot fill a round, the next pass starts, as TRL drops a pass's tail), unless a whole pass cannot fill one round.
+every visit only as far as a prior with a point mass at 0, fitted to every prompt's counts, says it is impossible.
+A skipped prompt leaves the pass: the pass is shorter and the next one starts sooner; the pass's end is never filled
+with the prompts it skipped (when the prompts left cannot fill a round, the next pass starts, as TRL drops a pass's
+tail), unless a whole pass cannot fill one round.
 With `pilot`, the groups of unseen and settled prompts are smaller (first visits and re-checks cost less).
 
 The rule is the per-prompt allocator's ([`~core.allocation.PerPromptAllocator`]): a skipping stage runs as a
