@@ -373,16 +373,15 @@ MUTATIONS += [  # issue 50's skipping rules in the allocator, each killed by tes
     )
 ]
 MUTATIONS += [  # issue 50's third round: skipping explores from 0.05, and a resumed state keeps its own
-    Mutation("skip_explores_from_greso", "grpo_curriculum/core/skipping.py",
-             "SKIP_DEFAULT_EXPLORE = 0.05", "SKIP_DEFAULT_EXPLORE = 0.5",
-             ("tests/test_skipping.py", "-k", "state_saved_exploring"),
-             "`Skip()` explores from GRESO's 0.5, not the study's 0.05"),
-    Mutation("resume_forgets_exploration", "grpo_curriculum/core/policies.py",
-             '        self.allocator.explore = {kind: float(state["explore"][kind]) for kind in ("easy", "hard")}',
-             "        pass", ("tests/test_skipping.py", "-k", "state_saved_exploring"),
-             "a resumed per-prompt state starts exploring again from the stage's start, not from what it saved"),
+    Mutation(name, path, old, new, ("tests/test_skipping.py", "-k", "state_saved_exploring"), why)
+    for name, path, old, new, why in (
+        ("skip_explores_from_greso", "grpo_curriculum/core/skipping.py", "SKIP_DEFAULT_EXPLORE = 0.05",
+         "SKIP_DEFAULT_EXPLORE = 0.5", "`Skip()` explores from GRESO's 0.5, not the study's 0.05"),
+        ("resume_forgets_exploration", "grpo_curriculum/core/policies.py",
+         '        self.allocator.explore = {kind: float(state["explore"][kind]) for kind in ("easy", "hard")}',
+         "        pass", "a resumed per-prompt state starts exploring again from the stage's start, not what it saved"),
+    )
 ]
-
 
 def ignore(directory, names):
     """What the copy leaves out: git, caches and every virtual environment (`.venv-vllm` alone takes GBs)."""
